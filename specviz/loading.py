@@ -1,0 +1,186 @@
+"""load_pair: a target (and optional draft) from a hub id, a local folder, or a .gguf file.
+
+Never enables trust_remote_code. Checks that draft and target tokenize alike before any run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import torch
+
+_PROBE = ["def fibonacci(n):\n    return n", "Hello, world! Ünïcödé 東京 🙂", "  \t\n x = [1, 2]"]
+
+
+def default_device() -> str:
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def default_dtype(device: str) -> torch.dtype:
+    """bf16 on CUDA and CPU (measured fastest here, see README), fp16 on MPS."""
+    return torch.float16 if device == "mps" else torch.bfloat16
+
+
+def parse_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
+    if dtype is None:
+        return default_dtype(device)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    if dtype not in names:
+        raise ValueError(f"unknown dtype {dtype!r}: use float32, bfloat16 or float16")
+    return names[dtype]
+
+
+@dataclass(frozen=True)
+class Pair:
+    target: object  # a transformers causal LM
+    tokenizer: object  # the target's tokenizer (the draft's maps strings to the same ids)
+    draft: object | None = None
+    target_name: str = "target"
+    draft_name: str | None = None
+    chat_default: bool = False  # instruct models: apply the chat template by default
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.target.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.target.dtype
+
+    @cached_property
+    def vocab_size(self) -> int:
+        """Ids every model and the tokenizer know; the rest is embedding padding and masked."""
+        sizes = [len(self.tokenizer), self.target.get_output_embeddings().weight.shape[0]]
+        if self.draft is not None:
+            sizes.append(self.draft.get_output_embeddings().weight.shape[0])
+        return min(sizes)
+
+    @cached_property
+    def eos_ids(self) -> frozenset[int]:
+        eos = self.target.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        return frozenset([] if eos is None else [eos] if isinstance(eos, int) else eos)
+
+    @property
+    def max_positions(self) -> int | None:
+        config = self.target.config
+        return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+    def encode(self, prompt: str | list[int], chat: bool = False) -> list[int]:
+        """A str prompt through the tokenizer (chat template if chat), or ids as they are."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise ValueError("the prompt is empty: type some text to continue")
+            if chat:
+                if not getattr(self.tokenizer, "chat_template", None):
+                    raise ValueError(f"{self.target_name} has no chat template: turn chat off")
+                ids = self.tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}], add_generation_prompt=True,
+                    tokenize=True, return_dict=False)
+                if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+                    ids = ids["input_ids"]
+                return [int(i) for i in ids]
+            return [int(i) for i in self.tokenizer.encode(prompt, add_special_tokens=True)]
+        ids = [int(i) for i in prompt]
+        if not ids:
+            raise ValueError("the prompt is empty: pass at least one token id")
+        if any(not 0 <= i < self.vocab_size for i in ids):
+            raise ValueError(f"prompt token ids must be in 0..{self.vocab_size - 1}")
+        return ids
+
+    def check_length(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        limit = self.max_positions
+        if limit and prompt_tokens + max_new_tokens > limit:
+            raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
+                             f"exceeds {self.target_name}'s {limit} positions: shorten one of them")
+
+
+def _source(name: str) -> tuple[str, dict]:
+    """Where from_pretrained should look: (folder or hub id, extra kwargs)."""
+    path = Path(name).expanduser()
+    if name.endswith(".gguf"):
+        if not path.is_file():
+            raise ValueError(f"GGUF file {name} does not exist: check the path")
+        return str(path.parent), {"gguf_file": path.name}
+    if path.is_dir():
+        return str(path), {}
+    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ValueError(f"{name} is not a model folder or .gguf file: check the path")
+    return name, {}
+
+
+def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | None = None):
+    """(model, tokenizer) from a hub id, local folder or .gguf path; ValueError if unavailable."""
+    from huggingface_hub.errors import HFValidationError
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    where, kwargs = _source(name)
+    local = Path(where).is_dir()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            where, dtype=dtype, trust_remote_code=False,
+            device_map=device_map, **kwargs)
+    except (OSError, HFValidationError, ValueError) as e:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or "offline" in str(e).lower() \
+            or "connect" in str(e).lower() or "resolve" in str(e).lower()
+        hint = (" The model hub is unreachable (offline) and the model is not cached: download it "
+                "on a connected machine or pass a local folder." if offline and not local else "")
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"cannot load model {name!r}: {first}.{hint}") from e
+    if device_map is None:
+        model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def check_compatible(target_tok, draft_tok, target_name: str, draft_name: str) -> None:
+    """Draft and target must map the same strings to the same ids."""
+    for text in _PROBE:
+        a, b = target_tok.encode(text), draft_tok.encode(text)
+        if a != b:
+            raise ValueError(f"incompatible pair: {draft_name} and {target_name} tokenize {text!r} "
+                             f"differently ({b[:8]} vs {a[:8]}); pick a draft from the target's family")
+    special = {t: target_tok.convert_tokens_to_ids(t) for t in target_tok.all_special_tokens}
+    for token, tid in special.items():
+        if draft_tok.convert_tokens_to_ids(token) != tid:
+            raise ValueError(f"incompatible pair: special token {token!r} has id {tid} in "
+                             f"{target_name} but not in {draft_name}")
+
+
+def load_pair(target: str | None = None, draft: str | None = None, *, device: str | None = None,
+              dtype: str | torch.dtype | None = None, device_map: str | None = None) -> Pair:
+    """Load a target and an optional draft. No arguments: the embedded default pair."""
+    device = device or default_device()
+    torch_dtype = parse_dtype(dtype, device)
+    chat_default = False
+    if target is None:
+        from . import embedded
+
+        target_dir, draft_dir = embedded.prepare_all() if draft is None else (
+            embedded.prepare(embedded.TARGET), None)
+        target, draft = str(target_dir), draft if draft_dir is None else str(draft_dir)
+        chat_default = True
+    target_model, tokenizer = load_model(target, device, torch_dtype, device_map)
+    draft_model = None
+    if draft is not None:
+        draft_model, draft_tok = load_model(draft, device, torch_dtype)
+        check_compatible(tokenizer, draft_tok, target, draft)
+        if device_map is not None:
+            draft_model.to(target_model.device)
+    chat_default = chat_default or bool(getattr(tokenizer, "chat_template", None)) and \
+        "instruct" in target.lower()
+    return Pair(target_model, tokenizer, draft_model, target_name=target, draft_name=draft,
+                chat_default=chat_default)

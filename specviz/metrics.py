@@ -1,0 +1,126 @@
+"""RunStats: a run's events folded into the numbers people compare."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .engine import RoundEvent
+from .theory import expected_tokens_per_pass
+
+
+@dataclass(frozen=True)
+class RunStats:
+    events: tuple[RoundEvent, ...]
+
+    @classmethod
+    def of(cls, events: Iterable[RoundEvent]) -> RunStats:
+        return cls(tuple(events))
+
+    @property
+    def tokens(self) -> list[int]:
+        return [t for e in self.events for t in e.new_tokens]
+
+    @property
+    def new_tokens(self) -> int:
+        return sum(len(e.new_tokens) for e in self.events)
+
+    @property
+    def target_passes(self) -> int:
+        return self.events[-1].target_passes if self.events else 0
+
+    @property
+    def draft_passes(self) -> int:
+        return self.events[-1].draft_passes if self.events else 0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.new_tokens / max(self.target_passes, 1)
+
+    @property
+    def drafted(self) -> int:
+        return sum(e.k for e in self.events)
+
+    @property
+    def accepted(self) -> int:
+        return sum(e.accepted for e in self.events)
+
+    @property
+    def alpha(self) -> float:
+        """Acceptance rate: accepted / drafted (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def k(self) -> int:
+        """The largest k drafted in a round (the asked k, unless the budget cut every round)."""
+        return max((e.k for e in self.events), default=0)
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """P(draft i kept | drafts 1..i-1 kept), for i = 1..k."""
+        rates = []
+        for i in range(1, self.k + 1):
+            reached = [e for e in self.events if e.k >= i and e.accepted >= i - 1]
+            rates.append(sum(e.accepted >= i for e in reached) / len(reached) if reached else 0.0)
+        return rates
+
+    @property
+    def accepted_histogram(self) -> dict[int, int]:
+        """How many rounds kept n drafts, n = 0..k (rounds that drafted nothing left out)."""
+        counts = Counter(e.accepted for e in self.events if e.k)
+        return {n: counts.get(n, 0) for n in range(self.k + 1)}
+
+    @property
+    def predicted_tokens_per_pass(self) -> float:
+        """The i.i.d. prediction (1 - alpha^(k+1)) / (1 - alpha) at the measured alpha and k."""
+        return expected_tokens_per_pass(self.alpha, self.k)
+
+    @property
+    def wall_seconds(self) -> float:
+        return self.events[-1].elapsed if self.events else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.wall_seconds if self.wall_seconds else 0.0
+
+    @property
+    def draft_seconds(self) -> float:
+        return sum(e.draft_seconds for e in self.events)
+
+    @property
+    def target_seconds(self) -> float:
+        return sum(e.target_seconds for e in self.events)
+
+    @property
+    def overhead_seconds(self) -> float:
+        return sum(e.overhead_seconds for e in self.events)
+
+    @property
+    def cost_ratio(self) -> float:
+        """Measured C_D / C_T: one draft pass over one target pass (prefill rounds excluded)."""
+        later = self.events[1:]
+        if not later:
+            return 0.0
+        draft_passes = self.draft_passes - self.events[0].draft_passes
+        target = sum(e.target_seconds for e in later)
+        if not draft_passes or not target:
+            return 0.0
+        return (sum(e.draft_seconds for e in later) / draft_passes) / (target / len(later))
+
+    @property
+    def stop(self) -> str | None:
+        return self.events[-1].stop if self.events else None
+
+    def summary(self) -> dict:
+        return {
+            "new_tokens": self.new_tokens, "target_passes": self.target_passes,
+            "draft_passes": self.draft_passes, "tokens_per_pass": self.tokens_per_pass,
+            "alpha": self.alpha, "k": self.k, "acceptance_by_position": self.acceptance_by_position,
+            "accepted_histogram": self.accepted_histogram,
+            "predicted_tokens_per_pass": self.predicted_tokens_per_pass,
+            "wall_seconds": self.wall_seconds, "tokens_per_second": self.tokens_per_second,
+            "draft_seconds": self.draft_seconds, "target_seconds": self.target_seconds,
+            "overhead_seconds": self.overhead_seconds, "cost_ratio": self.cost_ratio,
+            "stop": self.stop,
+        }

@@ -1,0 +1,58 @@
+"""Sampling settings and the processed distribution p or q (temperature, top-k, top-p).
+
+The same `process` is applied to the target's and the drafter's logits, so the rule in
+acceptance.py compares like with like. Temperature 0 means greedy: the processed distribution
+is one-hot on the argmax, which callers handle without building it (see `SamplingParams.greedy`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1.0: off
+
+    def __post_init__(self):
+        if not self.temperature >= 0:  # also catches NaN
+            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if not (isinstance(self.top_k, int) and self.top_k >= 0):
+            raise ValueError(f"top_k must be an integer >= 0 (0 turns it off), got {self.top_k!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def process(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Logits [..., vocab] -> probabilities [..., vocab] (float32) under params.
+
+    Greedy gives the one-hot argmax. Otherwise: divide by temperature, keep the top_k largest,
+    keep the smallest prefix of the sorted distribution whose mass reaches top_p, softmax.
+    """
+    logits = logits.float()
+    if params.greedy:
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = logits / params.temperature
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]  # [..., 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(-1)
+        mass_before = sorted_probs.cumsum(-1) - sorted_probs  # [..., vocab]
+        drop = mass_before >= params.top_p  # the first token is never dropped
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    return logits.softmax(-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """One token id drawn from probs [vocab]."""
+    return int(torch.multinomial(probs, 1, generator=generator))

@@ -1,0 +1,115 @@
+"""Tiny offline models: a byte-level BPE tokenizer trained in memory, random Qwen2/GPT-2 configs."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+CORPUS = [
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "for i in range(10):\n    print(i * i)\n",
+    "The quick brown fox jumps over the lazy dog. The dog sleeps.",
+    "Speculative decoding drafts tokens with a small model and verifies them with a large one.",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n"
+    "    def push(self, x):\n        self.items.append(x)\n",
+] * 20
+EOS = "<|endoftext|>"
+
+
+def make_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=[EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS)
+    fast.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                          "{% if add_generation_prompt %}<assistant>{% endif %}")
+    return fast
+
+
+def make_model(kind: str, vocab: int, seed: int, eos_id: int, scale: float = 1.0):
+    from transformers import AutoModelForCausalLM, GPT2Config, Qwen2Config
+
+    torch.manual_seed(seed)
+    if kind == "gpt2":
+        config = GPT2Config(vocab_size=vocab, n_positions=256, n_embd=32, n_layer=2, n_head=4,
+                            eos_token_id=eos_id, bos_token_id=eos_id, initializer_range=0.2 * scale)
+    else:
+        config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             max_position_embeddings=256, eos_token_id=eos_id,
+                             bos_token_id=eos_id, initializer_range=0.2 * scale,
+                             tie_word_embeddings=False)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = eos_id
+    return model.eval()
+
+
+def perturbed(model, seed: int, noise: float):
+    """A draft that resembles the target: its weights plus Gaussian noise."""
+    import copy
+
+    draft = copy.deepcopy(model)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in draft.parameters():
+            param.add_(torch.randn(param.shape, generator=gen) * noise * param.std())
+    return draft
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory):
+    """Saved tiny models: {name: folder}. The draft shares the tokenizer; 'padded' has 16 more rows."""
+    root = tmp_path_factory.mktemp("models")
+    tok = make_tokenizer(root)
+    vocab, eos = len(tok), tok.convert_tokens_to_ids(EOS)
+    target = make_model("qwen2", vocab, 0, eos)
+    models = {
+        "target": target,
+        "draft": perturbed(target, 1, 0.05),
+        "gpt2-target": make_model("gpt2", vocab, 2, eos),
+    }
+    models["gpt2-draft"] = perturbed(models["gpt2-target"], 3, 0.05)
+    models["padded-draft"] = make_model("qwen2", vocab + 16, 4, eos)
+    dirs = {}
+    for name, model in models.items():
+        dirs[name] = root / name
+        model.save_pretrained(dirs[name])
+        tok.save_pretrained(dirs[name])
+    other = root / "other-tokenizer"
+    make_model("qwen2", vocab, 5, eos).save_pretrained(other)
+    from transformers import AutoTokenizer  # noqa: F401
+
+    odd = make_tokenizer(root)
+    odd.add_tokens(["fibonacci"])  # maps a common string to a different id
+    odd.save_pretrained(other)
+    dirs["other-tokenizer"] = other
+    return dirs
+
+
+@pytest.fixture(scope="session")
+def pair(model_dirs):
+    import specviz
+
+    return specviz.load_pair(str(model_dirs["target"]), str(model_dirs["draft"]), device="cpu",
+                             dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def gpt2_pair(model_dirs):
+    import specviz
+
+    return specviz.load_pair(str(model_dirs["gpt2-target"]), str(model_dirs["gpt2-draft"]),
+                             device="cpu", dtype="float32")

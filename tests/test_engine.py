@@ -1,0 +1,159 @@
+"""The engine against the target alone: greedy identity, distribution, caches, stops, errors."""
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import specviz
+from specviz.loading import Pair
+from specviz.sampling import SamplingParams, process
+
+PROMPT = "def fibonacci(n):\n    if n < 2:"
+
+
+def run(pair, **kwargs):
+    return list(specviz.generate(pair, kwargs.pop("prompt", PROMPT), **kwargs))
+
+
+def tokens(events):
+    return [t for e in events for t in e.new_tokens]
+
+
+def hf_greedy(pair, prompt, n):
+    ids = pair.encode(prompt)
+    out = pair.target.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                               min_new_tokens=n)
+    return out[0, len(ids):].tolist()
+
+
+@pytest.mark.parametrize("which", ["pair", "gpt2_pair"])
+@pytest.mark.parametrize("proposer", ["draft", "ngram", "hybrid"])
+def test_greedy_output_is_the_targets_own(which, proposer, request):
+    pair = request.getfixturevalue(which)
+    pair.target.generation_config.eos_token_id = None  # run the full budget in both
+    try:
+        expected = hf_greedy(pair, PROMPT, 40)
+        for k in range(1, 9):
+            events = run(pair, proposer=proposer, k=k, max_new_tokens=40)
+            assert tokens(events) == expected, f"k={k}"
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+
+
+def test_speculation_saves_target_passes(pair):
+    draft, none = run(pair, k=4, max_new_tokens=40), run(pair, proposer="none", max_new_tokens=40)
+    assert none[-1].target_passes == len(none) == 40
+    assert draft[-1].target_passes < 40
+    assert sum(e.accepted for e in draft) > 0
+
+
+def test_round_events_are_consistent(pair):
+    events = run(pair, k=4, max_new_tokens=30, temperature=0.8, seed=3)
+    for i, e in enumerate(events, 1):
+        assert e.round == e.target_passes == i
+        assert e.k == len(e.draft_tokens) == len(e.target_probs) == len(e.draft_probs) <= 4
+        assert e.new_tokens[: e.accepted] == e.draft_tokens[: e.accepted]
+        assert e.kind == ("bonus" if e.accepted == e.k else "recovered")
+        if e.stop is None:
+            assert e.new_tokens[-1] == e.token
+    assert events[-1].draft_passes == sum(e.k for e in events)
+
+
+def test_target_cache_holds_committed_minus_last_every_round(pair):
+    prompt_len = len(pair.encode(PROMPT))
+    for proposer in ["draft", "ngram", "none"]:
+        done = 0
+        for e in run(pair, proposer=proposer, k=5, max_new_tokens=25, temperature=1.0):
+            done += len(e.new_tokens)
+            assert e.target_cache_length == prompt_len + done - 1
+
+
+def test_draft_cache_rolls_back_to_committed(pair):
+    from specviz.proposers import ModelProposer
+
+    proposer = ModelProposer(pair.draft, pair.vocab_size)
+    ids = pair.encode(PROMPT)
+    params, gen = SamplingParams(), torch.Generator().manual_seed(0)
+    draft = proposer.propose(ids, 4, params, gen)
+    # It fed the context and its first 3 drafts (the 4th needs no forward).
+    assert proposer.lm.tokens == ids + draft.tokens[:3]
+    committed = ids + draft.tokens[:1] + [7]
+    proposer.lm.rollback(committed)
+    assert proposer.lm.tokens == ids + draft.tokens[:1]
+    assert proposer.lm.cache_length == len(committed) - 1
+
+
+def test_max_new_tokens_is_exact(pair):
+    for k in (1, 3, 8):
+        events = run(pair, k=k, max_new_tokens=13, temperature=1.0, seed=k)
+        assert len(tokens(events)) == 13 and events[-1].stop == "length"
+
+
+def test_stops_right_after_eos(pair):
+    expected = run(pair, proposer="none", max_new_tokens=20)
+    eos = tokens(expected)[6]
+    first = tokens(expected).index(eos)
+    stop_pair = Pair(pair.target, pair.tokenizer, pair.draft)
+    object.__setattr__(stop_pair, "eos_ids", frozenset([eos]))  # cached_property slot
+    for proposer in ("draft", "ngram", "none"):
+        events = run(stop_pair, proposer=proposer, k=4, max_new_tokens=20)
+        assert tokens(events) == tokens(expected)[: first + 1]
+        assert events[-1].stop == "eos"
+
+
+def test_seeded_runs_reproduce(pair):
+    a = run(pair, k=3, max_new_tokens=20, temperature=1.0, seed=7)
+    b = run(pair, k=3, max_new_tokens=20, temperature=1.0, seed=7)
+    c = run(pair, k=3, max_new_tokens=20, temperature=1.0, seed=8)
+    assert tokens(a) == tokens(b) and [e.accepted for e in a] == [e.accepted for e in b]
+    assert tokens(a) != tokens(c)
+
+
+def exact_two_token_distribution(pair, ids, params):
+    """P(t1, t2) of the target alone under params: [vocab, vocab] (only top-k support nonzero)."""
+    with torch.no_grad():
+        p1 = process(pair.target(torch.tensor([ids])).logits[0, -1, : pair.vocab_size], params)
+        support = p1.nonzero().flatten().tolist()
+        batch = torch.tensor([ids + [t] for t in support])
+        p2 = process(pair.target(batch).logits[:, -1, : pair.vocab_size], params)
+    joint = torch.zeros(pair.vocab_size, pair.vocab_size)
+    joint[support] = p1[support, None] * p2
+    return joint
+
+
+@pytest.mark.parametrize("proposer", ["draft", "ngram"])
+def test_sampled_pairs_follow_the_targets_distribution(pair, proposer):
+    # 2000 runs of 2 tokens at temperature 1, top_k=4 (16 outcomes); chi-square p > 0.001.
+    # A broken rule (correction drawn from p) fails this at p << 1e-6 (see test_acceptance).
+    params = SamplingParams(1.0, top_k=4)
+    prompt = "The dog. The dog"
+    ids = pair.encode(prompt)
+    joint = exact_two_token_distribution(pair, ids, params)
+    cells = joint.flatten().nonzero().flatten()
+    counts = torch.zeros(joint.numel())
+    for seed in range(2000):
+        out = tokens(run(pair, prompt=prompt, proposer=proposer, k=2, max_new_tokens=2,
+                         temperature=1.0, top_k=4, seed=seed))
+        counts[out[0] * pair.vocab_size + out[1]] += 1
+    assert counts.sum() == counts[cells].sum() == 2000
+    expected = joint.flatten()[cells].double() * 2000
+    stat = chisquare(counts[cells].double().numpy(), (expected / expected.sum() * 2000).numpy())
+    assert stat.pvalue > 0.001, stat
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"k": 0}, "k must be"), ({"k": 33}, "k must be"), ({"prompt": "  "}, "prompt is empty"),
+    ({"temperature": -1.0}, "temperature"), ({"top_p": 0.0}, "top_p"), ({"top_p": 1.2}, "top_p"),
+    ({"max_new_tokens": 0}, "max_new_tokens"), ({"proposer": "magic"}, "unknown proposer"),
+    ({"max_new_tokens": 10_000}, "positions"), ({"prompt": []}, "prompt is empty"),
+])
+def test_bad_input_is_a_clear_value_error(pair, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        run(pair, **kwargs)
+
+
+def test_draft_proposer_needs_a_draft_model(pair):
+    alone = Pair(pair.target, pair.tokenizer)
+    with pytest.raises(ValueError, match="needs a draft model"):
+        run(alone, proposer="draft")
+    assert len(tokens(run(alone, proposer="ngram", max_new_tokens=5))) == 5
