@@ -165,22 +165,23 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
     """Load a target and an optional draft. No arguments: the embedded default pair."""
     device = device or default_device()
     torch_dtype = parse_dtype(dtype, device)
-    chat_default = False
+    names = {"target": target, "draft": draft}
     if target is None:
         from . import embedded
 
-        target_dir, draft_dir = embedded.prepare_all() if draft is None else (
-            embedded.prepare(embedded.TARGET), None)
-        target, draft = str(target_dir), draft if draft_dir is None else str(draft_dir)
-        chat_default = True
+        target = str(embedded.prepare(embedded.TARGET))
+        names["target"] = embedded.TARGET.title
+        if draft is None:
+            draft = names["draft"] = str(embedded.prepare(embedded.DRAFT))
+            names["draft"] = embedded.DRAFT.title
     target_model, tokenizer = load_model(target, device, torch_dtype, device_map)
     draft_model = None
     if draft is not None:
         draft_model, draft_tok = load_model(draft, device, torch_dtype)
-        check_compatible(tokenizer, draft_tok, target, draft)
+        check_compatible(tokenizer, draft_tok, names["target"], names["draft"])
         if device_map is not None:
             draft_model.to(target_model.device)
-    chat_default = chat_default or bool(getattr(tokenizer, "chat_template", None)) and \
-        "instruct" in target.lower()
-    return Pair(target_model, tokenizer, draft_model, target_name=target, draft_name=draft,
-                chat_default=chat_default)
+    chat_default = bool(getattr(tokenizer, "chat_template", None)) and \
+        "instruct" in names["target"].lower()
+    return Pair(target_model, tokenizer, draft_model, target_name=names["target"],
+                draft_name=names["draft"], chat_default=chat_default)

@@ -1,0 +1,148 @@
+"""python -m specviz run | prepare | presets | bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .engine import MAX_K, PROPOSERS
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        self.exit(2, f"specviz: error: {message} (see --help)\n")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", help="hub id, model folder or .gguf (default: the embedded pair)")
+    p.add_argument("--draft", help="draft model (default: the embedded draft with the embedded target)")
+    p.add_argument("--pair", help="a preset key instead of --target/--draft (see `presets`)")
+    p.add_argument("--device", help="cuda, mps or cpu (default: the best available)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--device-map", help='"auto" spreads a large target over the GPUs')
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--proposer", choices=PROPOSERS, default="draft")
+    p.add_argument("--k", type=int, default=4, help=f"tokens drafted per round, 1..{MAX_K}")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ngram", type=int, default=3, help="longest n-gram the n-gram drafter matches")
+    p.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m specviz", description="Exact speculative decoding, visible.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="generate with speculative decoding and show each token's fate")
+    _add_model_args(run)
+    _add_sampling_args(run)
+    run.add_argument("--compare-baseline", action="store_true", help="also run the target alone")
+    run.add_argument("--json", action="store_true", help="one JSON object per event, then a summary")
+    run.add_argument("prompt")
+    sub.add_parser("prepare", help="build the embedded pair's cache ahead of time")
+    sub.add_parser("presets", help="list the preset pairs and whether each can load here")
+    from .bench import add_bench_args
+
+    add_bench_args(sub.add_parser("bench", help="benchmark against transformers generate"))
+    return parser
+
+
+def load_from_args(args):
+    from . import presets
+    from .loading import load_pair
+
+    kwargs = {"device": args.device, "dtype": args.dtype, "device_map": args.device_map}
+    if args.pair:
+        return presets.load(args.pair, **kwargs)
+    return load_pair(args.target, args.draft, **kwargs)
+
+
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def cmd_run(args) -> int:
+    from .engine import generate
+    from .metrics import RunStats
+    from .engine import check_settings
+    from .render import all_spans, to_ansi
+    from .sampling import SamplingParams
+
+    check_settings(args.k, args.max_new_tokens)  # fail before the slow model load
+    SamplingParams(args.temperature, args.top_k, args.top_p)
+    pair = load_from_args(args)
+    settings = dict(k=args.k, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                    top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat,
+                    ngram_size=args.ngram)
+    prompt_ids = pair.encode(args.prompt, chat=args.chat)
+    events = []
+    for event in generate(pair, prompt_ids, proposer=args.proposer, **settings):
+        events.append(event)
+        if args.json:
+            print(json.dumps({"type": "round"} | event.to_dict()), flush=True)
+    stats = RunStats.of(events)
+    summary = {"type": "summary", "target": pair.target_name, "draft": pair.draft_name,
+               "proposer": args.proposer, "text": pair.tokenizer.decode(stats.tokens)} | stats.summary()
+    if args.compare_baseline:
+        base = RunStats.of(generate(pair, prompt_ids, proposer="none", **settings))
+        diff = _first_difference(stats.tokens, base.tokens)
+        summary |= {"baseline_tokens_per_second": base.tokens_per_second,
+                    "speedup": stats.tokens_per_second / max(base.tokens_per_second, 1e-9),
+                    "identical_to_baseline": diff is None, "first_difference": diff}
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    color = sys.stdout.isatty()
+    print(to_ansi(all_spans(events, pair.tokenizer, prompt_ids), color=color))
+    print()
+    print(f"{stats.new_tokens} tokens in {stats.target_passes} target passes "
+          f"({stats.tokens_per_pass:.2f} per pass), {stats.draft_passes} draft passes; "
+          f"acceptance {stats.alpha:.1%} (i.i.d. prediction {stats.predicted_tokens_per_pass:.2f}/pass)")
+    print(f"acceptance by position: {', '.join(f'{a:.0%}' for a in stats.acceptance_by_position)}")
+    print(f"{stats.wall_seconds:.2f} s, {stats.tokens_per_second:.2f} tok/s "
+          f"(draft {stats.draft_seconds:.2f} s, target {stats.target_seconds:.2f} s, "
+          f"other {stats.overhead_seconds:.3f} s)")
+    if args.compare_baseline:
+        same = "identical" if summary["identical_to_baseline"] else \
+            f"DIFFERENT from position {summary['first_difference']}"
+        print(f"baseline: {summary['baseline_tokens_per_second']:.2f} tok/s, speedup "
+              f"{summary['speedup']:.2f}x; output {same}")
+    return 0
+
+
+def cmd_presets(args) -> int:
+    from .presets import listing
+
+    for preset, why in listing():
+        print(f"{preset.key:14} {preset.label:55} {'ok' if why is None else 'unavailable: ' + why}")
+    return 0
+
+
+def cmd_prepare(args) -> int:
+    from .embedded import prepare_all
+
+    for path in prepare_all():
+        print(f"cached: {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    commands = {"run": cmd_run, "prepare": cmd_prepare, "presets": cmd_presets}
+    try:
+        if args.command == "bench":
+            from .bench import cmd_bench
+
+            return cmd_bench(args)
+        return commands[args.command](args)
+    except ValueError as e:
+        print(f"specviz: error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,89 @@
+"""load_pair: local folders, vocab padding, compatibility and error messages."""
+
+import pytest
+import torch
+
+import specviz
+from specviz.cli import main
+
+
+def test_padded_draft_vocab_is_masked(model_dirs):
+    pair = specviz.load_pair(str(model_dirs["target"]), str(model_dirs["padded-draft"]),
+                             device="cpu", dtype="float32")
+    assert pair.draft.get_output_embeddings().weight.shape[0] == len(pair.tokenizer) + 16
+    assert pair.vocab_size == len(pair.tokenizer)
+    for temperature in (0.0, 1.0):
+        events = list(specviz.generate(pair, "for i in", k=4, max_new_tokens=30,
+                                       temperature=temperature))
+        drafted = [t for e in events for t in e.draft_tokens]
+        assert drafted and max(drafted) < pair.vocab_size
+
+
+def test_incompatible_pair_names_both_models(model_dirs):
+    with pytest.raises(ValueError, match="incompatible pair.*other-tokenizer.*target|"
+                                         "incompatible pair.*target.*other-tokenizer"):
+        specviz.load_pair(str(model_dirs["target"]), str(model_dirs["other-tokenizer"]),
+                          device="cpu", dtype="float32")
+
+
+@pytest.mark.parametrize("name", ["/no/such/model", "./missing-folder", "missing.gguf"])
+def test_unknown_path_is_a_clear_error(name):
+    with pytest.raises(ValueError, match="check the path"):
+        specviz.load_pair(name, device="cpu")
+
+
+def test_offline_hub_id_fails_fast_and_says_so(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="offline|cannot load"):
+        specviz.load_pair("nobody/definitely-not-cached-model", device="cpu")
+
+
+def test_bad_dtype_is_a_clear_error(model_dirs):
+    with pytest.raises(ValueError, match="unknown dtype"):
+        specviz.load_pair(str(model_dirs["target"]), device="cpu", dtype="float8")
+
+
+def test_chat_template_is_applied(pair):
+    plain = pair.encode("hello")
+    chat = pair.encode("hello", chat=True)
+    assert chat != plain and pair.tokenizer.decode(chat).startswith("<user>hello")
+
+
+def test_cli_run_json(model_dirs, capsys):
+    import json
+
+    rc = main(["run", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+               "--dtype", "float32", "--device", "cpu", "--k", "3", "--max-new-tokens", "12",
+               "--json", "--compare-baseline", "def f"])
+    assert rc == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rounds, summary = lines[:-1], lines[-1]
+    assert all(r["type"] == "round" for r in rounds) and summary["type"] == "summary"
+    assert summary["new_tokens"] == 12 == sum(len(r["new_tokens"]) for r in rounds)
+    assert summary["identical_to_baseline"] is True and summary["first_difference"] is None
+
+
+def test_cli_run_plain_text_when_not_a_tty(model_dirs, capsys):
+    rc = main(["run", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+               "--dtype", "float32", "--device", "cpu", "--max-new-tokens", "8", "def f"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "\x1b[" not in out and "target passes" in out
+
+
+@pytest.mark.parametrize("argv", [["run", "--k", "0", "x"], ["run", "--k", "40", "x"],
+                                  ["run", "--temperature", "-1", "x"], ["run", "--top-p", "2", "x"],
+                                  ["run", "--proposer", "magic", "x"], ["run"], ["frobnicate"]])
+def test_cli_bad_arguments_exit_2_with_one_line(argv, capsys):
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("specviz: error:")
+
+
+def test_default_device_and_dtype():
+    from specviz.loading import default_dtype, parse_dtype
+
+    assert parse_dtype(None, "cpu") == default_dtype("cpu") == torch.bfloat16
+    assert parse_dtype("float32", "cpu") == torch.float32
