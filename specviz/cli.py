@@ -62,17 +62,10 @@ def load_from_args(args):
     return load_pair(args.target, args.draft, **kwargs)
 
 
-def _first_difference(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
 def cmd_run(args) -> int:
-    from .engine import generate
+    from .compare import compare
+    from .engine import check_settings, generate
     from .metrics import RunStats
-    from .engine import check_settings
     from .render import all_spans, to_ansi
     from .sampling import SamplingParams
 
@@ -93,10 +86,12 @@ def cmd_run(args) -> int:
                "proposer": args.proposer, "text": pair.tokenizer.decode(stats.tokens)} | stats.summary()
     if args.compare_baseline:
         base = RunStats.of(generate(pair, prompt_ids, proposer="none", **settings))
-        diff = _first_difference(stats.tokens, base.tokens)
+        same = compare(stats, base, pair.dtype, pair.device)
         summary |= {"baseline_tokens_per_second": base.tokens_per_second,
                     "speedup": stats.tokens_per_second / max(base.tokens_per_second, 1e-9),
-                    "identical_to_baseline": diff is None, "first_difference": diff}
+                    "identical_to_baseline": same.identical, "first_difference": same.position,
+                    "verdict": same.verdict, "margin_speculative": same.margin(same.spec_top2),
+                    "margin_baseline": same.margin(same.base_top2)}
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -111,8 +106,10 @@ def cmd_run(args) -> int:
           f"(draft {stats.draft_seconds:.2f} s, target {stats.target_seconds:.2f} s, "
           f"other {stats.overhead_seconds:.3f} s)")
     if args.compare_baseline:
-        same = "identical" if summary["identical_to_baseline"] else \
-            f"DIFFERENT from position {summary['first_difference']}"
+        same = "identical" if summary["identical_to_baseline"] else (
+            f"DIFFERENT from position {summary['first_difference']}: {summary['verdict']} "
+            f"(top-2 logit margin {summary['margin_speculative']:.4g} speculative, "
+            f"{summary['margin_baseline']:.4g} baseline)")
         print(f"baseline: {summary['baseline_tokens_per_second']:.2f} tok/s, speedup "
               f"{summary['speedup']:.2f}x; output {same}")
     return 0

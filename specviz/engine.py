@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -41,6 +41,8 @@ class RoundEvent:
     source: str  # which drafter proposed ("draft", "ngram", "none")
     target_cache_length: int  # after the round: == prompt + generated - 1
     stop: str | None  # "eos", "length" or None (more rounds follow)
+    target_top2: list[list[tuple[int, float]]] = field(default_factory=list)
+    # ^ per verified position (k+1 of them): the target's two largest raw logits as (id, logit)
 
     @property
     def overhead_seconds(self) -> float:
@@ -102,6 +104,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         target_before = target.seconds
         logits = target.forward(ids + draft.tokens, last=len(draft.tokens) + 1)  # [k+1, vocab]
         tokens = torch.tensor(draft.tokens, dtype=torch.long, device=logits.device)  # [k]
+        top = logits.topk(2, dim=-1)  # values, indices: [k+1, 2]
         # 3. The rule: greedy compares argmaxes; sampling is Algorithm 1.
         if params.greedy:
             verdict = verify_greedy(tokens, logits.argmax(-1))
@@ -125,6 +128,8 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             target_passes=target.passes, draft_passes=draft_passes,
             draft_seconds=draft.seconds, target_seconds=target.seconds - target_before,
             round_seconds=now - round_start, elapsed=now - started, position=position,
-            source=draft.source, target_cache_length=target.cache_length, stop=stop)
+            source=draft.source, target_cache_length=target.cache_length, stop=stop,
+            target_top2=[list(zip(i, v, strict=True))
+                         for i, v in zip(top.indices.tolist(), top.values.tolist(), strict=True)])
         if stop:
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import accumulate
 
 from .engine import RoundEvent
 from .theory import expected_tokens_per_pass
@@ -25,6 +26,11 @@ class RunStats:
     @property
     def new_tokens(self) -> int:
         return sum(len(e.new_tokens) for e in self.events)
+
+    @property
+    def cumulative(self) -> list[int]:
+        """Tokens generated after each round."""
+        return list(accumulate(len(e.new_tokens) for e in self.events))
 
     @property
     def target_passes(self) -> int:

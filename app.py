@@ -1,0 +1,187 @@
+"""specviz web app: layout and wiring only. The engine and views live in specviz/."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import fields, replace
+from pathlib import Path
+
+import gradio as gr
+
+from specviz import presets
+from specviz.render import legend_html
+from specviz.service import ModelStore, View, run_views
+from specviz.settings import CUSTOM, DTYPES, UI_MAX_K, Limits, RunSettings, from_query
+
+ASSETS = Path(__file__).parent / "assets"
+EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
+INTRO = """# specviz: speculative decoding, visible
+A small **draft** proposes *k* tokens; the **target** checks them all in one forward pass and keeps
+the longest prefix it agrees with, plus one token of its own. Green tokens were drafted and kept, red
+ones were refused, orange and blue are the target's own. At temperature 0 the text is exactly the
+target's own; at temperature > 0 it follows the target's distribution exactly (Leviathan et al. 2023).
+"""
+SETTING_NAMES = [f.name for f in fields(RunSettings)]
+COPY_JS = """(query) => {
+  const url = window.location.origin + window.location.pathname + '?' + query;
+  try { navigator.clipboard.writeText(url); } catch (e) {}
+  try { window.parent.postMessage({queryString: '?' + query}, 'https://huggingface.co'); } catch (e) {}
+  return url;
+}"""
+
+
+def pair_choices(store: ModelStore, limits: Limits) -> list[tuple[str, str]]:
+    choices = [(f"{key} (command line)", key) for key in store.extra_pairs]
+    for preset, why in presets.listing():
+        choices.append((preset.label if why is None else f"{preset.label} — unavailable: {why}",
+                        preset.key))
+    if limits.allow_custom:
+        choices.append(("custom: type model ids below", CUSTOM))
+    return choices
+
+
+def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
+    with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
+        gr.Markdown(INTRO)
+        notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"])
+        with gr.Row():
+            with gr.Column(scale=1, min_width=320):
+                pair = gr.Dropdown(pair_choices(store, limits), value=default.pair, label="Pair")
+                with gr.Row(visible=limits.allow_custom):
+                    target = gr.Textbox(default.target, label="Custom target (hub id or path)")
+                    draft = gr.Textbox(default.draft, label="Custom draft (optional)")
+                proposer = gr.Radio([("draft model", "draft"), ("n-gram lookup", "ngram"),
+                                     ("hybrid", "hybrid"), ("none (baseline)", "none")],
+                                    value=default.proposer, label="Drafter")
+                k = gr.Slider(1, UI_MAX_K, value=default.k, step=1, label="k (tokens drafted per round)")
+                with gr.Accordion("Sampling", open=False):
+                    temperature = gr.Slider(0, 2, value=default.temperature, step=0.05,
+                                            label="temperature (0 = greedy)")
+                    top_p = gr.Slider(0.05, 1, value=default.top_p, step=0.05, label="top-p")
+                    top_k = gr.Number(default.top_k, precision=0, minimum=0, label="top-k (0 = off)")
+                    seed = gr.Number(default.seed, precision=0, label="seed")
+                    dtype = gr.Dropdown(list(DTYPES), value=default.dtype, label="dtype")
+                max_new_tokens = gr.Slider(1, limits.max_new_tokens, step=1, label="max new tokens",
+                                           value=min(default.max_new_tokens, limits.max_new_tokens))
+                prompt = gr.Textbox(default.prompt, lines=5, max_length=limits.max_prompt_chars,
+                                    label="Prompt")
+                chat = gr.Checkbox(default.chat, label="apply the chat template (instruct models)")
+                gr.Examples([[e["prompt"], e["chat"]] for e in EXAMPLES], [prompt, chat],
+                            example_labels=[e["label"] for e in EXAMPLES])
+                with gr.Row():
+                    run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
+                link_btn = gr.Button("Copy link to these settings", size="sm", elem_id="copy-link")
+                link = gr.Textbox(label="Share link", interactive=False, elem_id="share-link")
+            with gr.Column(scale=2):
+                status = gr.Markdown("Pick settings and press **Run**.", elem_id="status")
+                gr.HTML(legend_html())
+                text = gr.HTML(elem_id="tokens")
+                verdict = gr.HTML(elem_id="verdict")
+                stats = gr.HTML(elem_id="stats")
+                with gr.Row():
+                    fig_tpp, fig_cum = gr.Plot(label="tokens per pass"), gr.Plot(label="cumulative")
+                with gr.Row():
+                    fig_acc, fig_k = gr.Plot(label="acceptance"), gr.Plot(label="k")
+                fig_time = gr.Plot(label="time")
+                with gr.Accordion("Round timeline", open=False):
+                    timeline = gr.HTML(elem_id="timeline")
+
+        controls = [pair, target, draft, proposer, k, temperature, top_p, top_k, seed,
+                    max_new_tokens, prompt, chat, dtype]
+        names = ["pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
+                 "max_new_tokens", "prompt", "chat", "dtype"]
+        assert sorted(names) == sorted(SETTING_NAMES)
+        outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time]
+
+        def settings_of(values) -> RunSettings:
+            v = dict(zip(names, values, strict=True))
+            v["k"], v["top_k"], v["seed"] = int(v["k"]), int(v["top_k"] or 0), int(v["seed"] or 0)
+            v["max_new_tokens"] = int(v["max_new_tokens"])
+            v["temperature"], v["top_p"] = float(v["temperature"]), float(v["top_p"])
+            return RunSettings(**v)
+
+        def show(view: View):
+            f = view.figures
+            return (view.status, view.text_html, view.verdict_html, view.stats_html,
+                    view.timeline_html, f.get("tokens_per_pass"), f.get("cumulative"),
+                    f.get("acceptance"), f.get("k_prediction"), f.get("time"))
+
+        def run(*values, progress=gr.Progress(track_tqdm=True)):
+            try:
+                for view in run_views(store, settings_of(values), limits):
+                    yield show(view)
+            except ValueError as e:
+                raise gr.Error(str(e), print_exception=False) from None
+            except (MemoryError, RuntimeError) as e:
+                if isinstance(e, RuntimeError) and "out of memory" not in str(e).lower():
+                    raise
+                raise gr.Error("out of memory: pick a smaller pair or fewer new tokens",
+                               print_exception=False) from None
+
+        def auto_run(autorun, *values, progress=gr.Progress(track_tqdm=True)):
+            if not autorun:
+                yield tuple(gr.skip() for _ in outputs)
+                return
+            yield from run(*values, progress=progress)
+
+        def on_load(request: gr.Request):
+            params = dict(request.query_params) if request else {}
+            s, notices, autorun = from_query(params, default, limits, store.known_pairs)
+            shown = gr.update(value="⚠ " + "; ".join(notices), visible=True) if notices else \
+                gr.update(visible=False)
+            return (*[getattr(s, n) for n in names], shown, autorun)
+
+        def share_query(*values) -> str:
+            try:
+                return settings_of(values).to_query()
+            except (TypeError, ValueError) as e:
+                raise gr.Error(f"cannot make a link: {e}") from None
+
+        def pair_changed(key):
+            preset = presets.BY_KEY.get(key)
+            return gr.update(value=preset.chat) if preset else gr.skip()
+
+        autorun = gr.State(False)
+        run_event = run_btn.click(run, controls, outputs, api_name="run", concurrency_limit=1,
+                                  concurrency_id="model")
+        pair.input(pair_changed, pair, chat, api_name=False)
+        link_btn.click(share_query, controls, link, api_name=False).then(
+            None, link, link, js=COPY_JS)
+        auto_event = demo.load(on_load, None, [*controls, notice, autorun], api_name=False).then(
+            auto_run, [autorun, *controls], outputs, concurrency_limit=1, concurrency_id="model",
+            api_name=False)
+        stop_btn.click(None, None, None, cancels=[run_event, auto_event], api_name=False)
+    demo.queue(default_concurrency_limit=1, max_size=int(os.environ.get("SPECVIZ_QUEUE_SIZE", 16)))
+    return demo
+
+
+def parse_args(argv=None):
+    in_container = bool(os.environ.get("SPACE_ID") or os.environ.get("SPECVIZ_IN_CONTAINER"))
+    p = argparse.ArgumentParser(description="specviz web app")
+    p.add_argument("--target", help="target model (hub id, folder or .gguf); default: embedded pair")
+    p.add_argument("--draft", help="draft model for --target")
+    p.add_argument("--device", help="cuda, mps or cpu (default: best available)")
+    p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME",
+                                                    "0.0.0.0" if in_container else "127.0.0.1"))
+    p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    limits = Limits.from_env()
+    extra = {"command-line": (args.target, args.draft)} if args.target else {}
+    store = ModelStore(extra, device=args.device)
+    default = RunSettings(pair="command-line") if args.target else RunSettings()
+    if args.target:
+        default = replace(default, chat="instruct" in args.target.lower())
+    demo = build(store, limits, default)
+    demo.launch(server_name=args.host, server_port=args.port, css=(ASSETS / "style.css").read_text(),
+                theme=gr.themes.Soft(), show_error=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""What the app runs: load pairs once, stream a speculative run then the baseline as views.
+
+Plain values out (HTML strings, plotly figures); the app only wires them to components.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from . import presets
+from .compare import Comparison, compare
+from .engine import generate
+from .figures import all_figures
+from .loading import Pair, load_pair
+from .metrics import RunStats
+from .render import all_spans, to_html
+from .settings import CUSTOM, Limits, RunSettings
+from .views import stats_html, timeline_html, verdict_html
+
+
+@dataclass(frozen=True)
+class View:
+    status: str
+    text_html: str = ""
+    timeline_html: str = ""
+    stats_html: str = ""
+    verdict_html: str = ""
+    figures: dict = field(default_factory=dict)
+    spec: RunStats | None = None
+    base: RunStats | None = None
+    comparison: Comparison | None = None
+
+
+class ModelStore:
+    """Holds one loaded pair at a time (memory), keyed by what was asked; loads under a lock."""
+
+    def __init__(self, extra_pairs: dict[str, tuple[str, str | None]] | None = None,
+                 device: str | None = None):
+        self.extra_pairs = dict(extra_pairs or {})  # operator pairs from the command line
+        self.device = device
+        self._lock = threading.Lock()
+        self._key: tuple | None = None
+        self._pair: Pair | None = None
+
+    @property
+    def known_pairs(self) -> set[str]:
+        return set(presets.BY_KEY) | set(self.extra_pairs)
+
+    def key(self, s: RunSettings) -> tuple:
+        names = (s.target.strip(), s.draft.strip() or None) if s.pair == CUSTOM else (s.pair,)
+        return (s.pair, *names, s.dtype)
+
+    def is_loaded(self, s: RunSettings) -> bool:
+        return self._key == self.key(s)
+
+    def get(self, s: RunSettings) -> Pair:
+        with self._lock:
+            if self._key != self.key(s):
+                self._pair = self._key = None  # free the old pair before loading the next
+                dtype = None if s.dtype == "auto" else s.dtype
+                if s.pair == CUSTOM:
+                    pair = load_pair(s.target.strip(), s.draft.strip() or None, device=self.device,
+                                     dtype=dtype)
+                elif s.pair in self.extra_pairs:
+                    target, draft = self.extra_pairs[s.pair]
+                    pair = load_pair(target, draft, device=self.device, dtype=dtype)
+                else:
+                    pair = presets.load(s.pair, device=self.device, dtype=dtype)
+                warm_up(pair)
+                self._pair, self._key = pair, self.key(s)
+            return self._pair
+
+
+def warm_up(pair: Pair) -> None:
+    """One short run so the first timed round does not pay for lazy initialisation."""
+    list(generate(pair, [0, 1, 2], proposer="draft" if pair.draft is not None else "ngram",
+                  k=2, max_new_tokens=3))
+
+
+def _view(status, pair, prompt_ids, spec, base=None, comparison=None, greedy=True) -> View:
+    spans = all_spans(spec.events, pair.tokenizer, prompt_ids)
+    return View(status, to_html(spans), timeline_html(spans, spec), stats_html(spec, base),
+                verdict_html(comparison, pair.tokenizer, greedy), all_figures(spec, base),
+                spec, base, comparison)
+
+
+def run_views(store: ModelStore, s: RunSettings, limits: Limits,
+              stop: threading.Event | None = None) -> Iterator[View]:
+    """Load (if needed), stream the speculative run, then the baseline; ValueError on bad input."""
+    s.check(limits, store.known_pairs)
+    if not store.is_loaded(s):
+        yield View(f"Loading {s.target if s.pair == CUSTOM else s.pair}…")
+    pair = store.get(s)
+    if s.proposer in ("draft", "hybrid") and pair.draft is None:
+        raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
+    chat = s.chat and bool(getattr(pair.tokenizer, "chat_template", None))
+    prompt_ids = pair.encode(s.prompt, chat=chat)
+    kwargs = dict(k=s.k, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                  top_k=s.top_k, top_p=s.top_p, seed=s.seed)
+    greedy = s.temperature == 0
+    events = []
+    for event in generate(pair, prompt_ids, proposer=s.proposer, **kwargs):
+        events.append(event)
+        yield _view(f"Speculative run: round {event.round}", pair, prompt_ids,
+                    RunStats.of(events), greedy=greedy)
+        if stop is not None and stop.is_set():
+            return
+    spec, base_events = RunStats.of(events), []
+    for event in generate(pair, prompt_ids, proposer="none", **kwargs):
+        base_events.append(event)
+        if event.round % 4 == 0:
+            yield _view(f"Baseline (target alone): {event.round} tokens", pair, prompt_ids, spec,
+                        RunStats.of(base_events), greedy=greedy)
+        if stop is not None and stop.is_set():
+            return
+    base = RunStats.of(base_events)
+    result = compare(spec, base, pair.dtype, pair.device)
+    speedup = spec.tokens_per_second / max(base.tokens_per_second, 1e-9)
+    yield _view(f"Done: {speedup:.2f}× the target alone; greedy outputs {result.verdict}"
+                if greedy else f"Done: {speedup:.2f}× the target alone", pair, prompt_ids, spec,
+                base, result, greedy)

@@ -1,0 +1,143 @@
+"""The web app on tiny models: gradio_client streams, errors, share links, and a real browser."""
+
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from specviz import presets
+from specviz.settings import Limits, RunSettings, from_query
+
+OUT = Path(__file__).parent.parent / "test-output"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url(model_dirs):
+    import app
+    from specviz.service import ModelStore
+
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
+    default = RunSettings(pair="tiny", chat=False, max_new_tokens=24, prompt="def fibonacci(n):")
+    demo = app.build(store, Limits(max_new_tokens=600), default)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
+                css=(app.ASSETS / "style.css").read_text())
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+def args(**over):
+    s = {"pair": "tiny", "target": "", "draft": "", "proposer": "draft", "k": 4, "temperature": 0.0,
+         "top_p": 1.0, "top_k": 0, "seed": 0, "max_new_tokens": 24, "prompt": "def fibonacci(n):",
+         "chat": False, "dtype": "auto"} | over
+    return list(s.values())
+
+
+def test_run_streams_rounds_then_the_full_result(app_url):
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    job = client.submit(*args(), api_name="/run")
+    updates = list(job)
+    assert len(updates) >= 5
+    status, text, verdict, stats, timeline, *figures = updates[-1]
+    assert status.startswith("Done") and "identical" in status
+    assert text.count('class="tok ') >= 24 and "Identical" in verdict
+    assert "tokens per target pass" in stats and "speedup" in stats
+    assert "<table" in timeline and all(f and f["type"] == "plotly" for f in figures)
+
+
+def test_bad_input_is_an_error_message_and_the_app_keeps_serving(app_url):
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    with pytest.raises(Exception, match="prompt is empty"):
+        client.predict(*args(prompt="   "), api_name="/run")
+    with pytest.raises(Exception, match="greater than maximum"):
+        client.predict(*args(k=40), api_name="/run")
+    with pytest.raises(Exception, match="unknown pair|not in the list of choices"):
+        client.predict(*args(pair="nope"), api_name="/run")
+    assert client.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
+
+
+def test_cancel_stops_a_run(app_url):
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    job = client.submit(*args(max_new_tokens=600, k=1, proposer="none"), api_name="/run")
+    for _ in job:
+        break
+    job.cancel()
+    time.sleep(1.0)
+    assert job.done()
+    assert not any(str(o[0]).startswith("Done") for o in job.outputs())
+
+
+def test_share_link_round_trip():
+    s = RunSettings(pair="gpt2", k=7, temperature=0.5, prompt="a & b?", chat=False)
+    params = dict(p.split("=", 1) for p in s.to_query().split("&"))
+    from urllib.parse import unquote_plus
+
+    back, notices, run = from_query({k: unquote_plus(v) for k, v in params.items()}, RunSettings(),
+                                    Limits(), presets.BY_KEY)
+    assert back == s and notices == [] and run is False
+
+
+def test_bad_link_parameters_are_ignored_with_notices():
+    s, notices, run = from_query({"k": "99", "temperature": "hot", "evil": "1", "run": "1",
+                                  "target": "someone/huge-model", "top_p": "nan"},
+                                 RunSettings(), Limits(), presets.BY_KEY)
+    assert s == RunSettings() and run is True
+    text = " ".join(notices)
+    for word in ("k", "temperature", "evil", "custom models are disabled", "top_p"):
+        assert word in text
+
+
+def test_custom_models_need_the_operator_switch():
+    s, notices, _ = from_query({"target": "a/b", "draft": "c/d"}, RunSettings(),
+                               Limits(allow_custom=True), presets.BY_KEY)
+    assert (s.pair, s.target, s.draft) == ("custom", "a/b", "c/d") and not notices
+    with pytest.raises(ValueError, match="SPECVIZ_ALLOW_CUSTOM_MODELS"):
+        RunSettings(pair="custom", target="a/b").check(Limits(), presets.BY_KEY)
+    with pytest.raises(ValueError, match="allows 10"):
+        RunSettings(prompt="x" * 11).check(Limits(max_prompt_chars=10), presets.BY_KEY)
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
+def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url):
+    from playwright.sync_api import sync_playwright
+
+    OUT.mkdir(exist_ok=True)
+    link = app_url + "?pair=tiny&k=3&max_new_tokens=40&temperature=0&prompt=def+fibonacci(n):&run=1&bogus=2"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1800})
+        page.goto(link)
+        page.wait_for_selector("#tokens .tok.accepted", timeout=60_000)
+        page.wait_for_selector("#verdict .specviz-verdict", timeout=60_000)
+        page.wait_for_selector(".js-plotly-plot", timeout=60_000)
+        assert "bogus" in page.inner_text("body")  # the unknown parameter's notice
+        legend = page.inner_text(".specviz-legend")
+        for fate in ("accepted", "rejected", "recovered", "bonus"):
+            assert fate in legend
+        token = page.locator("#tokens .tok.accepted").first
+        assert "p(x)=" in token.get_attribute("title")
+        token.hover()
+        assert page.locator("#verdict").inner_text().startswith("✔ Identical")
+        page.screenshot(path=str(OUT / "app.png"), full_page=True)
+        browser.close()
+    assert (OUT / "app.png").stat().st_size > 10_000
+
+
