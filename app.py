@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     target = gr.Textbox(default.target, label="Custom target (hub id or path)")
                     draft = gr.Textbox(default.draft, label="Custom draft (optional)")
                 proposer = gr.Radio([("draft model", "draft"), ("n-gram lookup", "ngram"),
-                                     ("hybrid", "hybrid"), ("none (baseline)", "none")],
+                                     ("hybrid (n-gram, else draft)", "hybrid"),
+                                     ("adaptive k", "adaptive"), ("none (baseline)", "none")],
                                     value=default.proposer, label="Drafter")
                 k = gr.Slider(1, UI_MAX_K, value=default.k, step=1, label="k (tokens drafted per round)")
                 with gr.Accordion("Sampling", open=False):
@@ -158,6 +160,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     return demo
 
 
+def preload(store: ModelStore, settings: RunSettings) -> None:
+    """Load the default pair in the background so the first Run starts at once."""
+    try:
+        store.get(settings)
+    except Exception as e:  # noqa: BLE001 - the first Run shows the same error to the user
+        print(f"specviz: could not preload the default pair: {e}")
+
+
 def parse_args(argv=None):
     in_container = bool(os.environ.get("SPACE_ID") or os.environ.get("SPECVIZ_IN_CONTAINER"))
     p = argparse.ArgumentParser(description="specviz web app")
@@ -179,6 +189,7 @@ def main(argv=None):
     if args.target:
         default = replace(default, chat="instruct" in args.target.lower())
     demo = build(store, limits, default)
+    threading.Thread(target=preload, args=(store, default), daemon=True).start()
     demo.launch(server_name=args.host, server_port=args.port, css=(ASSETS / "style.css").read_text(),
                 theme=gr.themes.Soft(), show_error=True)
 

@@ -1,5 +1,264 @@
-"""Benchmark placeholder args; filled in by the benchmark issue."""
+"""python -m specviz bench: specviz against transformers `generate` on the same loaded models.
+
+Methods run interleaved (repeat > prompt > method) in one process, so machine drift hits all
+alike. Greedy only: every method's output is compared with the target alone's.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+import torch
+
+from .compare import first_difference
+from .engine import generate
+from .metrics import RunStats
+
+PROMPTS = Path(__file__).parent.parent / "assets" / "bench_prompts.json"
+DEFAULT_KS = (1, 2, 3, 4, 6, 8)
+NGRAM_K = 8  # tokens an n-gram round may propose (specviz and transformers alike)
 
 
-def add_bench_args(p):
-    pass
+@dataclass(frozen=True)
+class Record:
+    method: str
+    family: str  # "specviz" or "transformers"
+    k: int | None
+    prompt: int
+    cls: str
+    repeat: int
+    tokens: int
+    seconds: float
+    target_passes: int | None = None
+    alpha: float | None = None
+    draft_seconds: float | None = None
+    target_seconds: float | None = None
+    other_seconds: float | None = None
+    peak_rss_gib: float = 0.0
+    matches_target: bool | None = None
+    first_difference: int | None = None
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+class PeakRSS:
+    """Samples this process's resident memory every 20 ms while a method runs."""
+
+    def __enter__(self):
+        self.peak, self._stop = 0, threading.Event()
+        self._proc = psutil.Process()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._proc.memory_info().rss)
+            self._stop.wait(0.02)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._proc.memory_info().rss)
+
+
+def specviz_method(proposer: str, k: int):
+    def run(pair, ids, n):
+        stats = RunStats.of(generate(pair, ids, proposer=proposer, k=k, max_new_tokens=n))
+        return stats.tokens, stats
+    return run
+
+
+def hf_method(kind: str, k: int):
+    def run(pair, ids, n):
+        kwargs = dict(max_new_tokens=n, do_sample=False)
+        if kind == "assisted":
+            config = pair.draft.generation_config
+            config.num_assistant_tokens, config.num_assistant_tokens_schedule = k, "constant"
+            config.assistant_confidence_threshold = 0.0
+            kwargs["assistant_model"] = pair.draft
+        elif kind == "lookup":
+            kwargs["prompt_lookup_num_tokens"] = k
+        with torch.inference_mode():
+            out = pair.target.generate(torch.tensor([ids], device=pair.device), **kwargs)
+        return out[0, len(ids):].tolist(), None
+    return run
+
+
+def methods(ks, names: set[str] | None, has_draft: bool) -> dict[str, tuple[str, int | None, object]]:
+    """{name: (family, k, runner)} in a fixed order; names filters by name or family prefix."""
+    table = {"hf:target": ("transformers", None, hf_method("target", 0)),
+             "specviz:none": ("specviz", None, specviz_method("none", 1)),
+             f"hf:lookup-{NGRAM_K}": ("transformers", NGRAM_K, hf_method("lookup", NGRAM_K)),
+             f"specviz:ngram-{NGRAM_K}": ("specviz", NGRAM_K, specviz_method("ngram", NGRAM_K))}
+    if has_draft:
+        for k in ks:
+            table[f"hf:assisted-{k}"] = ("transformers", k, hf_method("assisted", k))
+            table[f"specviz:draft-{k}"] = ("specviz", k, specviz_method("draft", k))
+        table[f"specviz:hybrid-{NGRAM_K}"] = ("specviz", NGRAM_K, specviz_method("hybrid", NGRAM_K))
+        table["specviz:adaptive"] = ("specviz", max(ks), specviz_method("adaptive", max(ks)))
+    if names:
+        table = {m: v for m, v in table.items()
+                 if m in names or m.split(":")[0] in names or m.split("-")[0] in names}
+    return table
+
+
+def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None,
+              log=print) -> list[Record]:
+    table = methods(ks, names, pair.draft is not None)
+    encoded = [pair.encode(p["prompt"], chat=True) for p in prompts]
+    list(generate(pair, encoded[0], proposer="draft" if pair.draft is not None else "ngram",
+                  max_new_tokens=8))  # warm-up
+    reference: dict[int, list[int]] = {}
+    records = []
+    for repeat in range(repeats):
+        for i, (p, ids) in enumerate(zip(prompts, encoded, strict=True)):
+            for name, (family, k, runner) in table.items():
+                with PeakRSS() as rss:
+                    start = time.perf_counter()
+                    tokens, stats = runner(pair, ids, max_new_tokens)
+                    seconds = time.perf_counter() - start
+                if name in ("hf:target", "specviz:none") and i not in reference:
+                    reference[i] = tokens
+                diff = first_difference(tokens, reference[i]) if i in reference else None
+                extra = {} if stats is None else dict(
+                    target_passes=stats.target_passes, alpha=stats.alpha,
+                    draft_seconds=stats.draft_seconds, target_seconds=stats.target_seconds,
+                    other_seconds=stats.overhead_seconds)
+                rec = Record(name, family, k, i, p["class"], repeat, len(tokens), seconds,
+                             peak_rss_gib=rss.peak / 2**30, matches_target=diff is None if i in reference
+                             else None, first_difference=diff, **extra)
+                records.append(rec)
+                log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s"
+                    f"{'' if rec.matches_target in (True, None) else f'  differs at {diff}'}")
+    return records
+
+
+def summarize(records: list[Record]) -> dict:
+    """Per method and class: tokens/s (total tokens / total seconds), speedups, passes, split."""
+    out: dict[str, dict[str, dict]] = {}
+    classes = sorted({r.cls for r in records}) + ["all"]
+    for method in dict.fromkeys(r.method for r in records):
+        out[method] = {}
+        for cls in classes:
+            rs = [r for r in records if r.method == method and cls in (r.cls, "all")]
+            tokens, seconds = sum(r.tokens for r in rs), sum(r.seconds for r in rs)
+            row = {"tokens_per_second": tokens / seconds if seconds else 0.0, "tokens": tokens,
+                   "matches_target": sum(bool(r.matches_target) for r in rs), "runs": len(rs),
+                   "peak_rss_gib": max(r.peak_rss_gib for r in rs)}
+            if rs[0].target_passes is not None:
+                passes = sum(r.target_passes for r in rs)
+                row |= {"tokens_per_pass": tokens / passes,
+                        "alpha": statistics.fmean(r.alpha for r in rs),
+                        "draft_share": sum(r.draft_seconds for r in rs) / seconds,
+                        "target_share": sum(r.target_seconds for r in rs) / seconds,
+                        "other_share": sum(r.other_seconds for r in rs) / seconds}
+            out[method][cls] = row
+    for method, rows in out.items():
+        base = out.get("specviz:none" if method.startswith("specviz") else "hf:target", {})
+        twin = counterpart(method)
+        for cls, row in rows.items():
+            if cls in base:
+                row["speedup"] = row["tokens_per_second"] / base[cls]["tokens_per_second"]
+            if twin in out and cls in out[twin] and "speedup" in out[twin][cls]:
+                row["vs_transformers"] = row["speedup"] / out[twin][cls]["speedup"]
+    return out
+
+
+def counterpart(method: str) -> str:
+    """The transformers method a specviz method is measured against."""
+    if method.startswith("specviz:draft-"):
+        return "hf:assisted-" + method.rsplit("-", 1)[1]
+    if method.startswith("specviz:ngram"):
+        return f"hf:lookup-{NGRAM_K}"
+    if method == "specviz:none":
+        return "hf:target"
+    return ""
+
+
+def table(summary: dict) -> str:
+    classes = [c for c in next(iter(summary.values()))]
+    lines = [f"{'method':22}" + "".join(f"{c:>24}" for c in classes),
+             f"{'':22}" + "".join(f"{'tok/s  speedup  vs hf':>24}" for _ in classes)]
+    for method, rows in summary.items():
+        cells = []
+        for c in classes:
+            r = rows.get(c, {})
+            vs = f"{r['vs_transformers']:.2f}" if "vs_transformers" in r else "  - "
+            cells.append(f"{r.get('tokens_per_second', 0):8.2f} {r.get('speedup', 0):7.2f}x {vs:>6}")
+        lines.append(f"{method:22}" + "".join(f"{c:>24}" for c in cells))
+    return "\n".join(lines)
+
+
+def html_report(summary: dict, path: Path, title: str) -> None:
+    import plotly.graph_objects as go
+
+    classes = [c for c in next(iter(summary.values()))]
+    fig = go.Figure()
+    for method, rows in summary.items():
+        fig.add_bar(name=method, x=classes, y=[rows[c].get("speedup", 0) for c in classes])
+    fig.add_hline(y=1.0, line_dash="dash")
+    fig.update_layout(title=title, yaxis_title="speedup over own baseline", barmode="group",
+                      height=600)
+    path.write_text(fig.to_html(include_plotlyjs=True, full_html=True))
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpus": psutil.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+
+
+def add_bench_args(p) -> None:
+    from .cli import _add_model_args
+
+    _add_model_args(p)
+    p.add_argument("--prompts", default=str(PROMPTS), help="JSON list of {class, prompt}")
+    p.add_argument("--methods", help="comma list: names (specviz:draft-4), families (hf, specviz) "
+                                     "or kinds (specviz:draft)")
+    p.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="k values for draft methods")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--json", dest="json_path", help="write records and summary here")
+    p.add_argument("--html", dest="html_path", help="write a plotly report here")
+    p.add_argument("--quick", action="store_true", help="one prompt per class, k=4, 32 tokens")
+
+
+def cmd_bench(args) -> int:
+    from .cli import load_from_args
+
+    try:
+        prompts = json.loads(Path(args.prompts).read_text())
+        ks = tuple(int(k) for k in args.ks.split(","))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"bad --prompts or --ks: {e}") from e
+    if any(not 1 <= k <= 32 for k in ks) or args.max_new_tokens < 1 or args.repeats < 1:
+        raise ValueError("--ks must be in 1..32, --max-new-tokens and --repeats >= 1")
+    if args.quick:
+        seen: set[str] = set()
+        prompts = [p for p in prompts if not (p["class"] in seen or seen.add(p["class"]))]
+        ks, args.max_new_tokens = (4,), min(args.max_new_tokens, 32)
+    names = set(args.methods.split(",")) if args.methods else None
+    pair = load_from_args(args)
+    records = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names)
+    summary = summarize(records)
+    print(table(summary))
+    meta = {"machine": machine(), "target": pair.target_name, "draft": pair.draft_name,
+            "dtype": str(pair.dtype), "device": str(pair.device), "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats, "ks": list(ks)}
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(
+            {"meta": meta, "summary": summary, "records": [asdict(r) for r in records]}, indent=1))
+    if args.html_path:
+        html_report(summary, Path(args.html_path), f"specviz bench: {pair.target_name}")
+    return 0

@@ -13,11 +13,19 @@ import torch
 
 from .acceptance import verify, verify_greedy
 from .lm import CachedLM
-from .proposers import HybridProposer, ModelProposer, NgramProposer, NoProposer, Proposer
+from .proposers import (
+    AdaptiveProposer,
+    HybridProposer,
+    ModelProposer,
+    NgramProposer,
+    NoProposer,
+    Proposer,
+)
 from .sampling import SamplingParams, process
 
 MAX_K = 32
-PROPOSERS = ("draft", "ngram", "none", "hybrid")
+PROPOSERS = ("draft", "ngram", "none", "hybrid", "adaptive")
+NEEDS_DRAFT = ("draft", "hybrid", "adaptive")
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,7 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3) -> Propos
         return proposer
     if proposer not in PROPOSERS:
         raise ValueError(f"unknown proposer {proposer!r}: choose one of {', '.join(PROPOSERS)}")
-    if proposer in ("draft", "hybrid") and pair.draft is None:
+    if proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError(f"proposer {proposer!r} needs a draft model: load the pair with draft=..., "
                          "or use proposer='ngram' or 'none'")
     if proposer == "none":
@@ -66,6 +74,8 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3) -> Propos
     if proposer == "ngram":
         return NgramProposer(ngram_size)
     model = ModelProposer(pair.draft, pair.vocab_size)
+    if proposer == "adaptive":
+        return AdaptiveProposer(model)
     return model if proposer == "draft" else HybridProposer(model, NgramProposer(ngram_size))
 
 

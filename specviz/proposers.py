@@ -105,3 +105,63 @@ class HybridProposer:
         if tokens:
             return Draft(tokens, None, source=self.ngram.name)
         return self.model.propose(ids, k, params, generator)
+
+
+class AdaptiveProposer:
+    """Chooses k each round to maximise expected tokens per second, then drafts with `inner`.
+
+    It learns from what it sees: on each call the committed ids show how many of its last
+    drafts were kept (acceptance by position, smoothed by a Beta prior), its own drafting time
+    gives the cost of a draft pass, and the time between its calls gives the cost of a target
+    pass. Expected tokens for k: 1 + sum_j prod_{i<=j} a_i; cost: k * C_D + C_T.
+    Any k keeps the rule exact: this only changes what is proposed.
+    """
+
+    name = "adaptive"
+
+    def __init__(self, inner: ModelProposer, prior_alpha: float = 0.75, prior_weight: float = 2.0):
+        self.inner = inner
+        self.kept = [0.0] * 64  # per draft position: times it was kept
+        self.seen = [0.0] * 64  # per draft position: times it was reached
+        self.prior = (prior_alpha * prior_weight, prior_weight)
+        self.draft_pass, self.target_pass = None, None  # seconds, running means
+        self.last: tuple[list[int], list[int], float] | None = None  # (ids, drafts, end time)
+
+    def _learn(self, ids: list[int]) -> None:
+        if self.last is None:
+            return
+        before, drafts, ended = self.last
+        if ids[: len(before)] == before:
+            grown = ids[len(before):]
+            n = next((i for i, (a, b) in enumerate(zip(drafts, grown, strict=False)) if a != b),
+                     min(len(drafts), len(grown) - 1))
+            for i in range(min(n + 1, len(drafts))):
+                self.seen[i] += 1
+                self.kept[i] += i < n
+        self.target_pass = self._mean(self.target_pass, time.perf_counter() - ended)
+
+    @staticmethod
+    def _mean(old: float | None, new: float, w: float = 0.3) -> float:
+        return new if old is None else (1 - w) * old + w * new
+
+    def choose_k(self, k_max: int) -> int:
+        if not self.draft_pass or not self.target_pass:
+            return min(4, k_max)
+        a, b = self.prior
+        best_k, best_rate, expected, reach = 0, 1.0 / self.target_pass, 1.0, 1.0
+        for k in range(1, k_max + 1):
+            reach *= (self.kept[k - 1] + a) / (self.seen[k - 1] + b)
+            expected += reach
+            rate = expected / (k * self.draft_pass + self.target_pass)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k
+
+    def propose(self, ids, k, params, generator) -> Draft:
+        self._learn(ids)
+        k_round = self.choose_k(k) if k > 0 else 0
+        draft = self.inner.propose(ids, k_round, params, generator)
+        if draft.passes:
+            self.draft_pass = self._mean(self.draft_pass, draft.seconds / draft.passes)
+        self.last = (list(ids), list(draft.tokens), time.perf_counter())
+        return Draft(draft.tokens, draft.q, draft.passes, draft.seconds, self.name)

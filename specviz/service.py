@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from . import presets
 from .compare import Comparison, compare
-from .engine import generate
+from .engine import NEEDS_DRAFT, generate
 from .figures import all_figures
 from .loading import Pair, load_pair
 from .metrics import RunStats
@@ -93,7 +93,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits,
     if not store.is_loaded(s):
         yield View(f"Loading {s.target if s.pair == CUSTOM else s.pair}…")
     pair = store.get(s)
-    if s.proposer in ("draft", "hybrid") and pair.draft is None:
+    if s.proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
     chat = s.chat and bool(getattr(pair.tokenizer, "chat_template", None))
     prompt_ids = pair.encode(s.prompt, chat=chat)

@@ -27,7 +27,7 @@ def hf_greedy(pair, prompt, n):
 
 
 @pytest.mark.parametrize("which", ["pair", "gpt2_pair"])
-@pytest.mark.parametrize("proposer", ["draft", "ngram", "hybrid"])
+@pytest.mark.parametrize("proposer", ["draft", "ngram", "hybrid", "adaptive"])
 def test_greedy_output_is_the_targets_own(which, proposer, request):
     pair = request.getfixturevalue(which)
     pair.target.generation_config.eos_token_id = None  # run the full budget in both
@@ -121,7 +121,7 @@ def exact_two_token_distribution(pair, ids, params):
     return joint
 
 
-@pytest.mark.parametrize("proposer", ["draft", "ngram"])
+@pytest.mark.parametrize("proposer", ["draft", "ngram", "hybrid", "adaptive"])
 def test_sampled_pairs_follow_the_targets_distribution(pair, proposer):
     # 2000 runs of 2 tokens at temperature 1, top_k=4 (16 outcomes); chi-square p > 0.001.
     # A broken rule (correction drawn from p) fails this at p << 1e-6 (see test_acceptance).
