@@ -119,7 +119,7 @@ class AdaptiveProposer:
 
     name = "adaptive"
 
-    def __init__(self, inner: ModelProposer, prior_alpha: float = 0.75, prior_weight: float = 2.0):
+    def __init__(self, inner: ModelProposer | None, prior_alpha: float = 0.75, prior_weight: float = 2.0):
         self.inner = inner
         self.kept = [0.0] * 64  # per draft position: times it was kept
         self.seen = [0.0] * 64  # per draft position: times it was reached
@@ -135,10 +135,14 @@ class AdaptiveProposer:
             grown = ids[len(before):]
             n = next((i for i, (a, b) in enumerate(zip(drafts, grown, strict=False)) if a != b),
                      min(len(drafts), len(grown) - 1))
-            for i in range(min(n + 1, len(drafts))):
-                self.seen[i] += 1
-                self.kept[i] += i < n
+            self.observe(len(drafts), n)
         self.target_pass = self._mean(self.target_pass, time.perf_counter() - ended)
+
+    def observe(self, drafted: int, kept: int) -> None:
+        """A round drafted `drafted` tokens and the target kept the first `kept`."""
+        for i in range(min(kept + 1, drafted)):
+            self.seen[i] += 1
+            self.kept[i] += i < kept
 
     @staticmethod
     def _mean(old: float | None, new: float, w: float = 0.3) -> float:

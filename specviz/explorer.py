@@ -1,0 +1,156 @@
+"""k explorer: from one greedy run, recompute exactly what any k would have done.
+
+A greedy run fixes the output for every k. Recording, for every output position, the target's
+token and the drafter's greedy token given the true prefix (one teacher-forced draft pass; for
+n-gram the lookup itself) is enough to replay the rounds, accepted lengths and passes for any k
+without calling a model. Time is predicted from the measured draft and target pass costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .detok import token_pieces
+from .metrics import RunStats
+from .proposers import AdaptiveProposer, NgramProposer
+from .render import ACCEPTED, BONUS, RECOVERED, REJECTED, TARGET, Span
+
+EXPLORER_PROPOSERS = ("draft", "ngram")
+
+
+@dataclass(frozen=True)
+class Recording:
+    proposer: str  # "draft" or "ngram"
+    prompt_ids: list[int]
+    output: list[int]  # the target's greedy output
+    guesses: list[int]  # draft's greedy token at each output position given the true prefix
+    draft_pass_seconds: float  # C_D, measured (0 for n-gram)
+    target_pass_seconds: float  # C_T, measured mean per target pass
+    max_new_tokens: int
+    ngram_size: int = 3
+    output_pieces: tuple[str, ...] = ()  # display text of each output token in context
+    guess_pieces: tuple[str, ...] = ()  # display text of each guess after the true prefix
+    token_text: dict[str, str] | None = None  # id -> text, for refused n-gram proposals
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Round:
+    position: int  # output tokens before this round
+    k: int  # drafted this round
+    accepted: int
+    rejected_token: int | None  # the first refused draft (None if all kept)
+    committed: int  # tokens this round adds
+
+
+@dataclass(frozen=True)
+class Replay:
+    k: int | str  # the fixed k, or "adaptive"
+    rounds: tuple[Round, ...]
+    recording: Recording
+
+    @property
+    def target_passes(self) -> int:
+        return len(self.rounds)
+
+    @property
+    def draft_passes(self) -> int:
+        return sum(r.k for r in self.rounds) if self.recording.proposer == "draft" else 0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return len(self.recording.output) / max(self.target_passes, 1)
+
+    @property
+    def predicted_seconds(self) -> float:
+        rec = self.recording
+        return self.draft_passes * rec.draft_pass_seconds + self.target_passes * rec.target_pass_seconds
+
+
+@torch.inference_mode()
+def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_tokens: int,
+           ngram_size: int = 3) -> Recording:
+    """Record a finished greedy run (one teacher-forced draft pass for the draft model)."""
+    if proposer not in EXPLORER_PROPOSERS:
+        raise ValueError(f"the k explorer replays 'draft' or 'ngram' runs, not {proposer!r}")
+    output = stats.tokens
+    guesses: list[int] = []
+    if proposer == "draft":
+        ids = torch.tensor([prompt_ids + output[:-1]], device=pair.device)
+        logits = pair.draft(input_ids=ids, logits_to_keep=len(output)).logits[0]  # [n, vocab+]
+        guesses = logits[:, : pair.vocab_size].argmax(-1).tolist()
+    draft_passes = stats.draft_passes
+    cost_d = stats.draft_seconds / draft_passes if draft_passes else 0.0
+    cost_t = stats.target_seconds / max(stats.target_passes, 1)
+    out_pieces = token_pieces(pair.tokenizer, prompt_ids, output)
+    guess_pieces = [token_pieces(pair.tokenizer, prompt_ids + output[:i], [g])[0]
+                    for i, g in enumerate(guesses)]
+    token_text = {str(t): pair.tokenizer.decode([t]) for t in set(prompt_ids + output)}
+    return Recording(proposer, list(prompt_ids), output, guesses, cost_d, cost_t, max_new_tokens,
+                     ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text)
+
+
+def _proposal(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> list[int]:
+    if rec.proposer == "draft":
+        return rec.guesses[pos:pos + k]
+    return lookup.lookup(rec.prompt_ids + rec.output[:pos], k)
+
+
+def _round(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> Round:
+    drafts = _proposal(rec, pos, k, lookup)
+    n = 0
+    while n < len(drafts) and pos + n < len(rec.output) and drafts[n] == rec.output[pos + n]:
+        n += 1
+    committed = min(n + 1, len(rec.output) - pos)
+    return Round(pos, len(drafts), n, drafts[n] if n < len(drafts) else None, committed)
+
+
+def replay(rec: Recording, k: int) -> Replay:
+    """The rounds a fixed-k run makes (the engine's budget rule included)."""
+    lookup, pos, rounds = NgramProposer(rec.ngram_size), 0, []
+    while pos < len(rec.output):
+        r = _round(rec, pos, min(k, rec.max_new_tokens - pos - 1), lookup)
+        rounds.append(r)
+        pos += r.committed
+    return Replay(k, tuple(rounds), rec)
+
+
+def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
+    """The adaptive-k policy run on the recorded costs (its live runs also see timing noise)."""
+    policy = AdaptiveProposer(None)
+    policy.draft_pass = rec.draft_pass_seconds or 1e-9
+    policy.target_pass = rec.target_pass_seconds or 1e-9
+    lookup, pos, rounds = NgramProposer(rec.ngram_size), 0, []
+    while pos < len(rec.output):
+        r = _round(rec, pos, policy.choose_k(min(k_max, rec.max_new_tokens - pos - 1)), lookup)
+        policy.observe(r.k, r.accepted)
+        rounds.append(r)
+        pos += r.committed
+    return Replay("adaptive", tuple(rounds), rec)
+
+
+def spans(rep: Replay) -> list[Span]:
+    """Colour-coded spans of a replay: kept drafts, the first refused one, the target's token."""
+    rec, out = rep.recording, []
+    piece = (lambda i: rec.output_pieces[i]) if rec.output_pieces else (lambda i: str(rec.output[i]))
+    for number, r in enumerate(rep.rounds, 1):
+        for j in range(min(r.accepted, r.committed)):
+            out.append(Span(piece(r.position + j), ACCEPTED, rec.output[r.position + j], number, j + 1))
+        if r.rejected_token is not None:
+            i = r.position + r.accepted
+            text = rec.guess_pieces[i] if rec.proposer == "draft" and rec.guess_pieces else \
+                (rec.token_text or {}).get(str(r.rejected_token), f"⟨{r.rejected_token}⟩")
+            out.append(Span(text, REJECTED, r.rejected_token, number, r.accepted + 1))
+        if r.committed > r.accepted:
+            i = r.position + r.accepted
+            fate = TARGET if not r.k else BONUS if r.rejected_token is None else RECOVERED
+            out.append(Span(piece(i), fate, rec.output[i], number, 0))
+    return out
+
+
+def curve(rec: Recording, ks=range(1, 17)) -> list[Replay]:
+    return [replay(rec, k) for k in ks]

@@ -1,0 +1,141 @@
+"""Exactness lab: the rule's masses, Monte Carlo checks, and known-wrong variants beside it.
+
+Tensors and numbers only. Every variant has a closed-form output distribution (`predicted`)
+and a vectorised simulation (`simulate`), so the page and the tests compare the two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .acceptance import accepted_mass, residual
+
+# The built-in example from our notes, over tokens A, B, C.
+EXAMPLE_P = (0.2, 0.5, 0.3)
+EXAMPLE_Q = (0.6, 0.3, 0.1)
+EXAMPLE_LABELS = ("A", "B", "C")
+
+VARIANTS = {
+    "exact": "the rule: x ~ q, keep with prob min(1, p/q), else draw from normalize(max(0, p - q))",
+    "correction_from_p": "wrong: on rejection draw from p instead of the residual",
+    "argmax_draft": "wrong: the draft proposes its argmax, but the rule uses its softmax as q",
+    "mismatched_q": "wrong: x drawn from one q (q_draw), ratio and residual from another",
+    "accept_if_target_argmax": "wrong: keep x only if it is the target's argmax, else sample p",
+    "poor_q": "looks wrong, is exact: a uniform q with the right rule (only acceptance drops)",
+}
+
+
+@dataclass(frozen=True)
+class Masses:
+    p: torch.Tensor  # [vocab]
+    q: torch.Tensor  # [vocab]
+
+    @property
+    def accepted(self) -> torch.Tensor:
+        return accepted_mass(self.p, self.q)  # [vocab]
+
+    @property
+    def residual(self) -> torch.Tensor:
+        return residual(self.p, self.q)  # [vocab]
+
+    @property
+    def expected_acceptance(self) -> float:
+        """sum(min(p, q)) = 1 - TV(p, q): the chance one drafted token is kept."""
+        return float(self.accepted.sum())
+
+    def accept_probability(self, x: int) -> float:
+        return min(1.0, float(self.p[x] / self.q[x])) if self.q[x] > 0 else 0.0
+
+
+def tv(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Total-variation distance between two distributions [vocab]."""
+    return 0.5 * float((a - b).abs().sum())
+
+
+def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson's chi-square test of counts [vocab] against probs [vocab] (cells with p > 0)."""
+    mask = probs > 0
+    if bool((counts[~mask] > 0).any()):
+        return 0.0  # an outcome that p forbids
+    n = counts.sum().double()
+    expected = probs[mask].double() * n
+    stat = ((counts[mask].double() - expected) ** 2 / expected).sum()
+    df = max(int(mask.sum()) - 1, 1)
+    return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2))
+
+
+def _q_for(variant: str, q: torch.Tensor) -> torch.Tensor:
+    return torch.full_like(q, 1.0 / len(q)) if variant == "poor_q" else q
+
+
+def predicted(variant: str, p: torch.Tensor, q: torch.Tensor, q_draw: torch.Tensor | None = None):
+    """The exact distribution [vocab] of the emitted token under a variant."""
+    q = _q_for(variant, q)
+    keep = torch.where(q > 0, (p / q).clamp(max=1.0), torch.zeros_like(p))  # [vocab]
+    if variant in ("exact", "poor_q"):
+        draw = q
+    elif variant == "correction_from_p":
+        return accepted_mass(p, q) + (1 - float(accepted_mass(p, q).sum())) * p
+    elif variant == "argmax_draft":
+        draw = torch.zeros_like(q).scatter_(0, q.argmax().view(1), 1.0)
+    elif variant == "mismatched_q":
+        draw = q if q_draw is None else q_draw
+    elif variant == "accept_if_target_argmax":
+        a = int(p.argmax())
+        out = (1 - float(q[a])) * p
+        out[a] += q[a]
+        return out
+    else:
+        raise ValueError(f"unknown variant {variant!r}: choose one of {', '.join(VARIANTS)}")
+    kept = draw * keep
+    return kept + (1 - float(kept.sum())) * residual(p, q)
+
+
+def simulate(variant: str, p: torch.Tensor, q: torch.Tensor, n: int, generator: torch.Generator,
+             q_draw: torch.Tensor | None = None) -> torch.Tensor:
+    """n vectorised one-token rounds; returns counts [vocab] of the emitted token."""
+    if not 1 <= n <= 10_000_000:
+        raise ValueError(f"trials must be in 1..10^7, got {n}")
+    q = _q_for(variant, q)
+    vocab = len(p)
+    if variant == "argmax_draft":
+        x = q.argmax().expand(n)
+    elif variant == "mismatched_q" and q_draw is not None:
+        x = torch.multinomial(q_draw, n, replacement=True, generator=generator)
+    else:
+        x = torch.multinomial(q, n, replacement=True, generator=generator)  # [n]
+    u = torch.rand(n, generator=generator)  # [n]
+    if variant == "accept_if_target_argmax":
+        keep = x == p.argmax()
+        fix = torch.multinomial(p, n, replacement=True, generator=generator)
+    else:
+        keep = u * q[x] < p[x]
+        source = p if variant == "correction_from_p" else residual(p, q)
+        fix = torch.multinomial(source, n, replacement=True, generator=generator)
+    return torch.bincount(torch.where(keep, x, fix), minlength=vocab).float()  # [vocab]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    variant: str
+    trials: int
+    empirical: torch.Tensor  # [vocab]
+    predicted: torch.Tensor  # [vocab]
+    tv_to_p: float
+    pvalue_vs_p: float
+    seconds: float
+
+
+def check(variant: str, p, q, n: int, seed: int = 0, q_draw=None) -> CheckResult:
+    import time
+
+    p, q = torch.as_tensor(p, dtype=torch.float64), torch.as_tensor(q, dtype=torch.float64)
+    p, q = p / p.sum(), q / q.sum()
+    q_draw = None if q_draw is None else torch.as_tensor(q_draw, dtype=torch.float64)
+    start = time.perf_counter()
+    counts = simulate(variant, p, q, n, torch.Generator().manual_seed(seed), q_draw)
+    seconds = time.perf_counter() - start
+    return CheckResult(variant, n, counts / n, predicted(variant, p, q, q_draw), tv(counts / n, p),
+                       chi_square_pvalue(counts, p), seconds)

@@ -1,0 +1,52 @@
+"""The k explorer's recomputation equals real runs, round by round."""
+
+import pytest
+
+import specviz
+from specviz import explorer
+
+PROMPT = "def fibonacci(n):\n    if n < 2:"
+
+
+def real(pair, proposer, k, n=40):
+    return specviz.RunStats.of(specviz.generate(pair, PROMPT, proposer=proposer, k=k, max_new_tokens=n))
+
+
+@pytest.mark.parametrize("proposer", ["draft", "ngram"])
+def test_replay_equals_real_runs_at_every_k(pair, proposer):
+    pair.target.generation_config.eos_token_id = None
+    try:
+        ids = pair.encode(PROMPT)
+        measured = real(pair, proposer, 4)
+        rec = explorer.record(pair, ids, measured, proposer, max_new_tokens=40)
+        assert rec.output == measured.tokens and len(rec.output_pieces) == 40
+        for k in (1, 2, 3, 4, 5, 8):
+            rep, run = explorer.replay(rec, k), real(pair, proposer, k)
+            assert rep.target_passes == run.target_passes, k
+            assert rep.draft_passes == (run.draft_passes if proposer == "draft" else 0), k
+            assert [r.committed for r in rep.rounds] == [len(e.new_tokens) for e in run.events], k
+            assert [r.accepted for r in rep.rounds] == [e.accepted for e in run.events], k
+            assert [r.k for r in rep.rounds] == [e.k for e in run.events], k
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+
+
+def test_replay_spans_show_every_output_token_once(pair):
+    measured = real(pair, "draft", 3)
+    rec = explorer.record(pair, pair.encode(PROMPT), measured, "draft", max_new_tokens=40)
+    for k in (1, 6):
+        spans = explorer.spans(explorer.replay(rec, k))
+        assert [s.token for s in spans if s.emitted] == rec.output
+        assert "".join(s.text for s in spans if s.emitted) == "".join(rec.output_pieces)
+
+
+def test_adaptive_replay_covers_the_output(pair):
+    rec = explorer.record(pair, pair.encode(PROMPT), real(pair, "draft", 4), "draft", max_new_tokens=40)
+    rep = explorer.replay_adaptive(rec)
+    assert sum(r.committed for r in rep.rounds) == len(rec.output)
+    assert all(0 <= r.k <= 16 for r in rep.rounds) and rep.predicted_seconds > 0
+
+
+def test_only_greedy_draft_or_ngram_runs_are_recorded(pair):
+    with pytest.raises(ValueError, match="replays 'draft' or 'ngram'"):
+        explorer.record(pair, [1, 2], real(pair, "none", 1, 5), "none", 5)
