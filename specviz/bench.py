@@ -6,6 +6,7 @@ alike. Greedy only: every method's output is compared with the target alone's.
 
 from __future__ import annotations
 
+import copy
 import json
 import platform
 import statistics
@@ -17,8 +18,10 @@ from pathlib import Path
 import psutil
 import torch
 
+from . import quant
 from .compare import first_difference
 from .engine import generate
+from .loading import Pair
 from .metrics import RunStats
 
 PROMPTS = Path(__file__).parent.parent / "assets" / "bench_prompts.json"
@@ -94,7 +97,8 @@ def hf_method(kind: str, k: int):
     return run
 
 
-def methods(ks, names: set[str] | None, has_draft: bool) -> dict[str, tuple[str, int | None, object]]:
+def methods(ks, names: set[str] | None, has_draft: bool,
+            int8_draft: bool = False) -> dict[str, tuple[str, int | None, object]]:
     """{name: (family, k, runner)} in a fixed order; names filters by name or family prefix."""
     table = {"hf:target": ("transformers", None, hf_method("target", 0)),
              "specviz:none": ("specviz", None, specviz_method("none", 1)),
@@ -103,6 +107,8 @@ def methods(ks, names: set[str] | None, has_draft: bool) -> dict[str, tuple[str,
     if has_draft:
         for k in ks:
             table[f"hf:assisted-{k}"] = ("transformers", k, hf_method("assisted", k))
+            if int8_draft and k == 4:  # transformers on specviz's int8 draft, for transparency
+                table[f"hf:assisted-{k}-int8"] = ("transformers", k, hf_method("assisted", k))
             table[f"specviz:draft-{k}"] = ("specviz", k, specviz_method("draft", k))
         table[f"specviz:hybrid-{NGRAM_K}"] = ("specviz", NGRAM_K, specviz_method("hybrid", NGRAM_K))
         table["specviz:adaptive"] = ("specviz", max(ks), specviz_method("adaptive", max(ks)))
@@ -113,8 +119,10 @@ def methods(ks, names: set[str] | None, has_draft: bool) -> dict[str, tuple[str,
 
 
 def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None,
-              log=print) -> list[Record]:
-    table = methods(ks, names, pair.draft is not None)
+              log=print, spec_pair=None) -> list[Record]:
+    """spec_pair: the pair specviz methods run on (e.g. with an int8 draft); default pair."""
+    spec_pair = spec_pair or pair
+    table = methods(ks, names, pair.draft is not None, spec_pair.draft is not pair.draft)
     encoded = [pair.encode(p["prompt"], chat=True) for p in prompts]
     list(generate(pair, encoded[0], proposer="draft" if pair.draft is not None else "ngram",
                   max_new_tokens=8))  # warm-up
@@ -125,7 +133,8 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
             for name, (family, k, runner) in table.items():
                 with PeakRSS() as rss:
                     start = time.perf_counter()
-                    tokens, stats = runner(pair, ids, max_new_tokens)
+                    on = spec_pair if family == "specviz" or name.endswith("-int8") else pair
+                    tokens, stats = runner(on, ids, max_new_tokens)
                     seconds = time.perf_counter() - start
                 if name in ("hf:target", "specviz:none") and i not in reference:
                     reference[i] = tokens
@@ -165,24 +174,34 @@ def summarize(records: list[Record]) -> dict:
             out[method][cls] = row
     for method, rows in out.items():
         base = out.get("specviz:none" if method.startswith("specviz") else "hf:target", {})
-        twin = counterpart(method)
         for cls, row in rows.items():
             if cls in base:
                 row["speedup"] = row["tokens_per_second"] / base[cls]["tokens_per_second"]
-            if twin in out and cls in out[twin] and "speedup" in out[twin][cls]:
-                row["vs_transformers"] = row["speedup"] / out[twin][cls]["speedup"]
+    for method, rows in out.items():
+        for cls, row in rows.items():
+            if method == "specviz:none" and cls in out.get("hf:target", {}):
+                row["vs_transformers"] = row["tokens_per_second"] / out["hf:target"][cls]["tokens_per_second"]
+                continue
+            twins = [out[t][cls]["speedup"] for t in counterparts(method, out) if cls in out[t]]
+            if twins and "speedup" in row:
+                row["vs_transformers"] = row["speedup"] / max(twins)
     return out
 
 
-def counterpart(method: str) -> str:
-    """The transformers method a specviz method is measured against."""
+def counterparts(method: str, out: dict) -> list[str]:
+    """The transformers methods a specviz method is measured against (the best of them counts).
+
+    draft-k: assisted generation at the same k with the draft as loaded (what a transformers
+    user runs); ngram: prompt lookup; hybrid and adaptive: the better of assisted (any k) and
+    prompt lookup.
+    """
     if method.startswith("specviz:draft-"):
-        return "hf:assisted-" + method.rsplit("-", 1)[1]
+        return ["hf:assisted-" + method.rsplit("-", 1)[1]]
     if method.startswith("specviz:ngram"):
-        return f"hf:lookup-{NGRAM_K}"
-    if method == "specviz:none":
-        return "hf:target"
-    return ""
+        return [f"hf:lookup-{NGRAM_K}"]
+    if method.startswith(("specviz:hybrid", "specviz:adaptive")):
+        return [m for m in out if m.startswith(("hf:assisted-", "hf:lookup-")) and not m.endswith("-int8")]
+    return []
 
 
 def table(summary: dict) -> str:
@@ -249,11 +268,20 @@ def cmd_bench(args) -> int:
         prompts = [p for p in prompts if not (p["class"] in seen or seen.add(p["class"]))]
         ks, args.max_new_tokens = (4,), min(args.max_new_tokens, 32)
     names = set(args.methods.split(",")) if args.methods else None
-    pair = load_from_args(args)
-    records = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names)
+    quantize, args.draft_quant = args.draft_quant, "none"
+    pair = load_from_args(args)  # transformers runs the draft as loaded
+    spec_pair = pair
+    if pair.draft is not None and quantize != "none" and (quantize == "int8" or quant.supported(pair.draft)):
+        draft = copy.deepcopy(pair.draft)
+        quant.quantize_int8_(draft)
+        spec_pair = Pair(pair.target, pair.tokenizer, draft, pair.target_name,
+                         f"{pair.draft_name} (int8 weights)", pair.chat_default)
+    records = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names,
+                        spec_pair=spec_pair)
     summary = summarize(records)
     print(table(summary))
     meta = {"machine": machine(), "target": pair.target_name, "draft": pair.draft_name,
+            "specviz_draft": spec_pair.draft_name,
             "dtype": str(pair.dtype), "device": str(pair.device), "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "ks": list(ks)}
     if args.json_path:

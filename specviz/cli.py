@@ -21,6 +21,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cuda, mps or cpu (default: the best available)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--device-map", help='"auto" spreads a large target over the GPUs')
+    p.add_argument("--draft-quant", choices=["auto", "none", "int8"], default="auto",
+                   help="int8 draft weights (auto: on CPU); the target is never quantized")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -56,7 +58,8 @@ def load_from_args(args):
     from . import presets
     from .loading import load_pair
 
-    kwargs = {"device": args.device, "dtype": args.dtype, "device_map": args.device_map}
+    kwargs = {"device": args.device, "dtype": args.dtype, "device_map": args.device_map,
+              "draft_quant": args.draft_quant}
     if args.pair:
         return presets.load(args.pair, **kwargs)
     return load_pair(args.target, args.draft, **kwargs)

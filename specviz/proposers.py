@@ -54,9 +54,9 @@ class NgramProposer:
             raise ValueError(f"ngram size must be in 1..16, got {max_ngram}")
         self.max_ngram = max_ngram
 
-    def lookup(self, ids: list[int], k: int) -> list[int]:
+    def lookup(self, ids: list[int], k: int, min_ngram: int = 1) -> list[int]:
         """Up to k tokens that followed the most recent earlier match of the longest suffix."""
-        for n in range(min(self.max_ngram, len(ids) - 1), 0, -1):
+        for n in range(min(self.max_ngram, len(ids) - 1), min_ngram - 1, -1):
             suffix = ids[-n:]
             for start in range(len(ids) - n - 1, -1, -1):  # most recent first, not the suffix itself
                 if ids[start:start + n] == suffix:
@@ -74,26 +74,34 @@ class ModelProposer:
 
     def __init__(self, model, vocab_size: int):
         self.lm = CachedLM(model, vocab_size)
+        self.stop_below: float | None = None  # stop once prod of draft confidences drops below
 
     @torch.inference_mode()
     def propose(self, ids, k, params, generator) -> Draft:
         start, passes = time.perf_counter(), self.lm.passes
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
+        sure = 1.0  # the draft's own estimate that all its tokens so far are right
         for _ in range(k):
             logits = self.lm.forward(ids + tokens, last=1)[0]  # [vocab]
             if params.greedy:
                 tokens.append(int(logits.argmax()))
+                if self.stop_below is not None:
+                    sure *= float(logits.softmax(-1).max())
             else:
                 q = process(logits, params)  # [vocab]
                 qs.append(q)
                 tokens.append(int(torch.multinomial(q, 1, generator=generator)))
+                sure *= float(q[tokens[-1]])
+            if self.stop_below is not None and sure < self.stop_below:
+                break
         q = torch.stack(qs) if qs else None  # [k, vocab]
         return Draft(tokens, q, self.lm.passes - passes, time.perf_counter() - start, self.name)
 
 
 class HybridProposer:
-    """The n-gram proposal when the context repeats itself, else the draft model."""
+    """The n-gram proposal when the context repeats itself (a match of 2+ tokens), else the
+    draft model. A one-token match is too weak to beat the draft's own guess."""
 
     name = "hybrid"
 
@@ -101,7 +109,7 @@ class HybridProposer:
         self.model, self.ngram = model_proposer, ngram
 
     def propose(self, ids, k, params, generator) -> Draft:
-        tokens = self.ngram.lookup(ids, k)
+        tokens = self.ngram.lookup(ids, k, min_ngram=2)
         if tokens:
             return Draft(tokens, None, source=self.ngram.name)
         return self.model.propose(ids, k, params, generator)
@@ -119,8 +127,9 @@ class AdaptiveProposer:
 
     name = "adaptive"
 
-    def __init__(self, inner: ModelProposer | None, prior_alpha: float = 0.75, prior_weight: float = 2.0):
-        self.inner = inner
+    def __init__(self, inner: ModelProposer | None, prior_alpha: float = 0.75, prior_weight: float = 2.0,
+                 stop_scale: float = 1.0):
+        self.inner, self.stop_scale = inner, stop_scale
         self.kept = [0.0] * 64  # per draft position: times it was kept
         self.seen = [0.0] * 64  # per draft position: times it was reached
         self.prior = (prior_alpha * prior_weight, prior_weight)
@@ -151,7 +160,10 @@ class AdaptiveProposer:
     def choose_k(self, k_max: int) -> int:
         if not self.draft_pass or not self.target_pass:
             return min(4, k_max)
-        a, b = self.prior
+        # Prior for a position: the pooled rate so far (positions never reached borrow it).
+        seen = sum(self.seen)
+        pooled = (sum(self.kept) + self.prior[0]) / (seen + self.prior[1])
+        a, b = pooled * self.prior[1], self.prior[1]
         best_k, best_rate, expected, reach = 0, 1.0 / self.target_pass, 1.0, 1.0
         for k in range(1, k_max + 1):
             reach *= (self.kept[k - 1] + a) / (self.seen[k - 1] + b)
@@ -164,8 +176,10 @@ class AdaptiveProposer:
     def propose(self, ids, k, params, generator) -> Draft:
         self._learn(ids)
         k_round = self.choose_k(k) if k > 0 else 0
+        if self.draft_pass and self.target_pass:  # a draft pass must buy its cost in tokens
+            self.inner.stop_below = self.stop_scale * self.draft_pass / self.target_pass
         draft = self.inner.propose(ids, k_round, params, generator)
-        if draft.passes:
+        if draft.passes and self.last is not None:  # the first call also pays the prefill
             self.draft_pass = self._mean(self.draft_pass, draft.seconds / draft.passes)
         self.last = (list(ids), list(draft.tokens), time.perf_counter())
         return Draft(draft.tokens, draft.q, draft.passes, draft.seconds, self.name)
