@@ -5,16 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import threading
 from dataclasses import fields, replace
 from pathlib import Path
 
 import gradio as gr
 
-from specviz import presets
+from specviz import lab, labview, presets
 from specviz.render import legend_html
-from specviz.service import ModelStore, View, run_views
+from specviz.service import ModelStore, View, replay_view, run_views, sample_continuations
 from specviz.settings import CUSTOM, DTYPES, UI_MAX_K, Limits, RunSettings, from_query
+from specviz.trace import MAX_TRACE_BYTES, loads
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
@@ -24,6 +26,13 @@ the longest prefix it agrees with, plus one token of its own. Green tokens were 
 ones were refused, orange and blue are the target's own. At temperature 0 the text is exactly the
 target's own; at temperature > 0 it follows the target's distribution exactly (Leviathan et al. 2023).
 """
+LAB_INTRO = """**Why the rule is exact.** A drafted x ~ q is kept with probability min(1, p(x)/q(x)); on a
+rejection the target draws from normalize(max(0, p − q)). Kept mass min(p, q) plus the residual's share
+adds up to p exactly, whatever q is. Run the right rule beside known-wrong variants and watch which ones
+drift away from p."""
+EXPLORER_INTRO = """A greedy run fixes the output for every k. From one recorded run (the target's token and
+the drafter's guess at every position) this recomputes, without any model call, the rounds any k would
+make. Slide k and watch the rounds re-lay themselves."""
 SETTING_NAMES = [f.name for f in fields(RunSettings)]
 COPY_JS = """(query) => {
   const url = window.location.origin + window.location.pathname + '?' + query;
@@ -47,7 +56,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"])
-        with gr.Row():
+        last = gr.State(None)  # the last run's (or opened) Trace
+        with gr.Tab("Run"), gr.Row():
             with gr.Column(scale=1, min_width=320):
                 pair = gr.Dropdown(pair_choices(store, limits), value=default.pair, label="Pair")
                 with gr.Row(visible=limits.allow_custom):
@@ -90,13 +100,50 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 fig_time = gr.Plot(label="time")
                 with gr.Accordion("Round timeline", open=False):
                     timeline = gr.HTML(elem_id="timeline")
+                rerun32 = gr.Button("Re-run in float32 (checks a near-tie)", size="sm")
+        with gr.Tab("Exactness lab"):
+            gr.Markdown(LAB_INTRO)
+            with gr.Row():
+                lab_source = gr.Radio([("built-in example (A, B, C)", "example"),
+                                       ("a round of the last run", "round")], value="example",
+                                      label="Distributions")
+                lab_round = gr.Number(1, precision=0, minimum=1, label="round")
+                lab_trials = gr.Slider(1_000, 1_000_000, value=200_000, step=1_000, label="trials N")
+            lab_variants = gr.CheckboxGroup([(v + ": " + d, v) for v, d in lab.VARIANTS.items()],
+                                            value=list(lab.VARIANTS), label="variants to run")
+            lab_btn = gr.Button("Show masses and run the Monte Carlo check", variant="primary",
+                                elem_id="lab-run")
+            lab_info = gr.HTML(elem_id="lab-info")
+            with gr.Row():
+                lab_masses = gr.Plot(label="masses", elem_id="lab-masses")
+                lab_mc = gr.Plot(label="Monte Carlo", elem_id="lab-mc")
+            lab_table = gr.HTML(elem_id="lab-table")
+            with gr.Accordion("End to end: sample short continuations with the loaded pair", open=False):
+                e2e_n = gr.Slider(10, 2000, value=50, step=10, label="samples per method")
+                e2e_btn = gr.Button("Sample 2-token continuations, speculative and target alone")
+                e2e_out = gr.HTML()
+        with gr.Tab("k explorer"):
+            gr.Markdown(EXPLORER_INTRO)
+            with gr.Row():
+                ex_k = gr.Slider(1, UI_MAX_K, value=4, step=1, label="k")
+                ex_adaptive = gr.Checkbox(False, label="adaptive-k policy instead")
+            ex_numbers = gr.HTML(elem_id="explorer-numbers")
+            ex_text = gr.HTML(elem_id="explorer-tokens")
+            ex_plot = gr.Plot(label="every k")
+        with gr.Tab("Save / open a run"):
+            gr.Markdown("Save the last run as a JSON trace (settings, rounds, stats, recording), or "
+                        "open one to replay it here without any model: see docs/trace-format.md.")
+            save_btn = gr.Button("Save the last run as a trace")
+            save_file = gr.File(label="trace", interactive=False)
+            open_file = gr.File(label="open a trace (.json)", file_types=[".json"], type="filepath")
+            replay_status = gr.Markdown()
 
         controls = [pair, target, draft, proposer, k, temperature, top_p, top_k, seed,
                     max_new_tokens, prompt, chat, dtype]
         names = ["pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
                  "max_new_tokens", "prompt", "chat", "dtype"]
         assert sorted(names) == sorted(SETTING_NAMES)
-        outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time]
+        outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time, last]
 
         def settings_of(values) -> RunSettings:
             v = dict(zip(names, values, strict=True))
@@ -109,7 +156,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             f = view.figures
             return (view.status, view.text_html, view.verdict_html, view.stats_html,
                     view.timeline_html, f.get("tokens_per_pass"), f.get("cumulative"),
-                    f.get("acceptance"), f.get("k_prediction"), f.get("time"))
+                    f.get("acceptance"), f.get("k_prediction"), f.get("time"),
+                    view.trace if view.trace is not None else gr.skip())
 
         def run(*values, progress=gr.Progress(track_tqdm=True)):
             try:
@@ -146,6 +194,69 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             preset = presets.BY_KEY.get(key)
             return gr.update(value=preset.chat) if preset else gr.skip()
 
+        def rerun_float32(*values, progress=gr.Progress(track_tqdm=True)):
+            assert names[-1] == "dtype"
+            yield from run(*values[:-1], "float32", progress=progress)
+
+        def lab_run(source, round_number, trials, variants, trace):
+            try:
+                if source == "round":
+                    if trace is None:
+                        raise ValueError("no run yet: run something first, or use the example")
+                    pair = store.current()
+                    p, q, labels, drafted, note = labview.from_round(pair, trace, int(round_number))
+                    tok = pair.tokenizer
+                else:
+                    (p, q, labels, drafted), note, tok = labview.example(), "built-in example", None
+                label = labels[drafted] if labels else repr(tok.decode([drafted]))
+                mc, table = labview.monte_carlo(p, q, labels, int(trials), variants, tokenizer=tok)
+                return (labview.masses_html(p, q, drafted, label, note),
+                        labview.masses_figure(p, q, labels, tok), mc, table)
+            except ValueError as e:
+                raise gr.Error(str(e), print_exception=False) from None
+
+        def e2e_run(n, *values):
+            try:
+                s = settings_of(values)
+                result = sample_continuations(store.get(s), s, int(n))
+            except ValueError as e:
+                raise gr.Error(str(e), print_exception=False) from None
+            sec = result["seconds"]
+            return (f"<div class='specviz-lab'>{result['samples']} samples each of 2 tokens, "
+                    f"{result['outcomes']} distinct outcomes. TV distance between the speculative and "
+                    f"the target-alone histograms: <b>{result['tv']:.3f}</b> (two exact samplers at this "
+                    f"N differ by sampling noise alone, roughly √(outcomes/N) in the worst case). "
+                    f"Time: {sec[s.proposer]:.1f} s speculative, {sec['none']:.1f} s target alone.</div>")
+
+        def explore(k_value, adaptive, trace):
+            if trace is None or trace.recording is None:
+                msg = ("<div class='specviz-lab'>Run at temperature 0 with the draft model or n-gram "
+                       "drafter first (or open a trace): the explorer replays that run.</div>")
+                return msg, "", None
+            measured = [len(e.new_tokens) for e in trace.events]
+            html_text, numbers, fig = labview.explorer_views(
+                trace.recording, int(k_value), bool(adaptive), int(trace.settings.get("k", 0)) or None,
+                measured if trace.settings.get("proposer") in ("draft", "ngram") else None)
+            return numbers, html_text, fig
+
+        def save(trace):
+            if trace is None:
+                raise gr.Error("no run to save yet: run something first")
+            path = Path(tempfile.mkdtemp()) / "specviz-trace.json"
+            path.write_text(trace.to_json())
+            return str(path)
+
+        def open_trace(path):
+            if not path:
+                return (gr.skip(),) * (len(outputs) + 1)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read(MAX_TRACE_BYTES + 1)
+                view = replay_view(loads(data))
+            except ValueError as e:
+                raise gr.Error(str(e), print_exception=False) from None
+            return (*show(view), f"Opened: {view.status}. See the Run tab and the k explorer.")
+
         autorun = gr.State(False)
         run_event = run_btn.click(run, controls, outputs, api_name="run", concurrency_limit=1,
                                   concurrency_id="model")
@@ -155,7 +266,21 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         auto_event = demo.load(on_load, None, [*controls, notice, autorun], api_name=False).then(
             auto_run, [autorun, *controls], outputs, concurrency_limit=1, concurrency_id="model",
             api_name=False)
-        stop_btn.click(None, None, None, cancels=[run_event, auto_event], api_name=False)
+        rerun_event = rerun32.click(rerun_float32, controls, outputs, concurrency_limit=1,
+                                    concurrency_id="model", api_name=False)
+        stop_btn.click(None, None, None, cancels=[run_event, auto_event, rerun_event], api_name=False)
+        lab_btn.click(lab_run, [lab_source, lab_round, lab_trials, lab_variants, last],
+                      [lab_info, lab_masses, lab_mc, lab_table], api_name="lab", concurrency_limit=1,
+                      concurrency_id="model")
+        e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name=False, concurrency_limit=1,
+                      concurrency_id="model")
+        for trigger in (ex_k.input, ex_adaptive.change):
+            trigger(explore, [ex_k, ex_adaptive, last], [ex_numbers, ex_text, ex_plot], api_name=False)
+        last.change(lambda t: int(t.settings.get("k", 4)) if t else gr.skip(), last, ex_k,
+                    api_name=False).then(explore, [ex_k, ex_adaptive, last],
+                                         [ex_numbers, ex_text, ex_plot], api_name=False)
+        save_btn.click(save, last, save_file, api_name=False)
+        open_file.upload(open_trace, open_file, [*outputs, replay_status], api_name=False)
     demo.queue(default_concurrency_limit=1, max_size=int(os.environ.get("SPECVIZ_QUEUE_SIZE", 16)))
     return demo
 

@@ -21,7 +21,7 @@ VARIANTS = {
     "exact": "the rule: x ~ q, keep with prob min(1, p/q), else draw from normalize(max(0, p - q))",
     "correction_from_p": "wrong: on rejection draw from p instead of the residual",
     "argmax_draft": "wrong: the draft proposes its argmax, but the rule uses its softmax as q",
-    "mismatched_q": "wrong: x drawn from one q (q_draw), ratio and residual from another",
+    "mismatched_q": "wrong: x drafted at twice the temperature (q^½), ratio and residual use q",
     "accept_if_target_argmax": "wrong: keep x only if it is the target's argmax, else sample p",
     "poor_q": "looks wrong, is exact: a uniform q with the right rule (only acceptance drops)",
 }

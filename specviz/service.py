@@ -6,17 +6,23 @@ Plain values out (HTML strings, plotly figures); the app only wires them to comp
 from __future__ import annotations
 
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
 
 from . import presets
 from .compare import Comparison, compare
 from .engine import NEEDS_DRAFT, generate
+from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .loading import Pair, load_pair
 from .metrics import RunStats
 from .render import all_spans, to_html
 from .settings import CUSTOM, Limits, RunSettings
+from .trace import Trace
 from .views import stats_html, timeline_html, verdict_html
 
 
@@ -31,6 +37,7 @@ class View:
     spec: RunStats | None = None
     base: RunStats | None = None
     comparison: Comparison | None = None
+    trace: Trace | None = None
 
 
 class ModelStore:
@@ -54,6 +61,10 @@ class ModelStore:
 
     def is_loaded(self, s: RunSettings) -> bool:
         return self._key == self.key(s)
+
+    def current(self) -> Pair | None:
+        """The pair loaded now, if any."""
+        return self._pair
 
     def get(self, s: RunSettings) -> Pair:
         with self._lock:
@@ -118,6 +129,60 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits,
     base = RunStats.of(base_events)
     result = compare(spec, base, pair.dtype, pair.device)
     speedup = spec.tokens_per_second / max(base.tokens_per_second, 1e-9)
-    yield _view(f"Done: {speedup:.2f}× the target alone; greedy outputs {result.verdict}"
-                if greedy else f"Done: {speedup:.2f}× the target alone", pair, prompt_ids, spec,
-                base, result, greedy)
+    view = _view(f"Done: {speedup:.2f}× the target alone; greedy outputs {result.verdict}"
+                 if greedy else f"Done: {speedup:.2f}× the target alone", pair, prompt_ids, spec,
+                 base, result, greedy)
+    recording = None
+    if greedy and s.proposer in EXPLORER_PROPOSERS:
+        recording = record(pair, prompt_ids, spec, s.proposer, s.max_new_tokens)
+    spans = all_spans(spec.events, pair.tokenizer, prompt_ids)
+    models = {"target": pair.target_name, "draft": pair.draft_name,
+              "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device)}
+    trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans), base.events, recording)
+    yield replace(view, trace=trace)
+
+
+def replay_view(trace: Trace) -> View:
+    """A saved run shown again without a model."""
+    spec, base = trace.stats, RunStats.of(trace.baseline) if trace.baseline else None
+    greedy = float(trace.settings.get("temperature", 0)) == 0
+    dtype = getattr(torch, str(trace.models.get("dtype", "float32")), torch.float32)
+    if not isinstance(dtype, torch.dtype):
+        dtype = torch.float32
+    result = compare(spec, base, dtype, trace.models.get("device", "")) if base else None
+    verdict = verdict_html(result, _NoTokenizer(trace), greedy) if result else ""
+    return View(f"Replay of a saved run: {trace.models.get('target')} with {trace.models.get('draft')}",
+                to_html(list(trace.spans)), timeline_html(list(trace.spans), spec), stats_html(spec, base),
+                verdict, all_figures(spec, base), spec, base, result, trace)
+
+
+class _NoTokenizer:
+    """Token text from a trace's spans, for views that would otherwise decode ids."""
+
+    def __init__(self, trace: Trace):
+        self.text = {s.token: s.text for s in trace.spans}
+
+    def decode(self, ids):
+        return "".join(self.text.get(i, f"⟨{i}⟩") for i in ids)
+
+
+def sample_continuations(pair: Pair, s: RunSettings, n: int, tokens: int = 2) -> dict:
+    """n short samples with and without speculation: histograms, TV distance, time."""
+    if not 10 <= n <= 2000:
+        raise ValueError("samples must be between 10 and 2000")
+    if s.temperature <= 0:
+        raise ValueError("set a temperature above 0: at 0 every sample is the same")
+    prompt_ids = pair.encode(s.prompt, chat=s.chat and bool(getattr(pair.tokenizer, "chat_template", None)))
+    kwargs = dict(k=s.k, max_new_tokens=tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
+    counts, seconds = {}, {}
+    for proposer in (s.proposer, "none"):
+        start, c = time.perf_counter(), Counter()
+        offset = 0 if proposer == s.proposer else 10**6  # independent seeds for the two runs
+        for seed in range(offset, offset + n):
+            events = generate(pair, prompt_ids, proposer=proposer, seed=seed, **kwargs)
+            c[tuple(RunStats.of(events).tokens)] += 1
+        counts[proposer], seconds[proposer] = c, time.perf_counter() - start
+    spec, base = counts[s.proposer], counts["none"]
+    tv = 0.5 * sum(abs(spec[x] - base[x]) / n for x in set(spec) | set(base))
+    return {"samples": n, "tv": tv, "seconds": seconds, "spec": spec, "base": base,
+            "outcomes": len(set(spec) | set(base))}

@@ -34,6 +34,9 @@ class Trace:
     def stats(self) -> RunStats:
         return RunStats.of(self.events)
 
+    def __hash__(self) -> int:  # by identity: the app's state keeps traces, dict fields do not hash
+        return id(self)
+
     def to_json(self) -> str:
         return json.dumps({
             "format": FORMAT, "version": VERSION, "settings": self.settings, "models": self.models,

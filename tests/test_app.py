@@ -137,7 +137,52 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url):
         token.hover()
         assert page.locator("#verdict").inner_text().startswith("✔ Identical")
         page.screenshot(path=str(OUT / "app.png"), full_page=True)
+
+        page.get_by_role("tab", name="k explorer").click()
+        page.wait_for_selector("#explorer-tokens .tok", timeout=30_000)
+        numbers = page.inner_text("#explorer-numbers")
+        assert "k = 3" in numbers and "matches it round by round ✔" in numbers
+        page.screenshot(path=str(OUT / "explorer.png"), full_page=True)
+
+        page.get_by_role("tab", name="Exactness lab").click()
+        page.click("#lab-run")
+        page.wait_for_selector("#lab-table table", timeout=60_000)
+        table = page.inner_text("#lab-table")
+        assert "matches p" in table and "biased" in table
+        assert "0.6000" in page.inner_text("#lab-info")
+        page.wait_for_selector("#lab-mc .js-plotly-plot", timeout=30_000)
+        page.screenshot(path=str(OUT / "lab.png"), full_page=True)
         browser.close()
     assert (OUT / "app.png").stat().st_size > 10_000
 
 
+
+
+def test_lab_endpoint_on_the_example(app_url):
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    info, masses, mc, table = client.predict("example", 1, 100_000, ["exact", "correction_from_p"], None,
+                                             api_name="/lab")
+    assert "1 − TV(p, q) = <b>0.6000</b>" in info and "min(1, p/q) = <b>0.3333</b>" in info
+    assert "matches p" in table and "biased" in table
+    assert masses["type"] == mc["type"] == "plotly"
+
+
+def test_replay_view_needs_no_model(pair):
+    import specviz
+    from specviz import explorer
+    from specviz.render import all_spans
+    from specviz.service import replay_view
+    from specviz.trace import Trace, loads
+
+    ids = pair.encode("def f")
+    events = list(specviz.generate(pair, ids, k=3, max_new_tokens=16))
+    base = list(specviz.generate(pair, ids, proposer="none", max_new_tokens=16))
+    rec = explorer.record(pair, ids, specviz.RunStats.of(events), "draft", 16)
+    t = Trace({"k": 3, "temperature": 0.0, "proposer": "draft"}, {"target": "t", "draft": "d",
+              "dtype": "float32", "device": "cpu"}, ids, tuple(events),
+              tuple(all_spans(events, pair.tokenizer, ids)), tuple(base), rec)
+    view = replay_view(loads(t.to_json()))
+    assert "Identical" in view.verdict_html and view.text_html.count('class="tok ') >= 16
+    assert set(view.figures) == {"tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time"}

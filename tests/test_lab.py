@@ -58,3 +58,24 @@ def test_chi_square_pvalue_matches_scipy():
     ours = lab.chi_square_pvalue(counts, P)
     theirs = chisquare(counts.numpy(), (P * 1000).numpy()).pvalue
     assert ours == pytest.approx(theirs, rel=1e-6)
+
+
+def test_lab_on_a_round_of_a_real_run(pair):
+    import specviz
+    from specviz import labview
+    from specviz.render import all_spans
+    from specviz.trace import Trace
+
+    ids = pair.encode("def f")
+    events = tuple(specviz.generate(pair, ids, k=3, max_new_tokens=12, temperature=0.8, seed=1))
+    t = Trace({"temperature": 0.8, "top_k": 0, "top_p": 1.0}, {}, ids, events,
+              tuple(all_spans(events, pair.tokenizer, ids)))
+    p, q, labels, drafted, note = labview.from_round(pair, t, 1)
+    assert drafted == events[0].draft_tokens[0] and "temperature 0.8" in note
+    # p(x) and q(x) recomputed from the prefix equal what the run recorded for that draft.
+    assert float(p[drafted]) == pytest.approx(events[0].target_probs[0], rel=1e-4)
+    assert float(q[drafted]) == pytest.approx(events[0].draft_probs[0], rel=1e-4)
+    _, table = labview.monte_carlo(p, q, labels, 20_000, ["exact"], tokenizer=pair.tokenizer)
+    assert "matches p" in table
+    with pytest.raises(ValueError, match="round in 1.."):
+        labview.from_round(pair, t, 99)

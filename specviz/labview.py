@@ -1,0 +1,153 @@
+"""Views for the Exactness lab and the k explorer tabs: plain HTML strings and plotly figures."""
+
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+import torch
+
+from . import explorer, lab
+from .figures import BASE, SPEC, THEORY, _layout
+from .render import to_html
+from .sampling import SamplingParams, process
+
+TOP = 8  # tokens shown by name; the rest is summed into "other"
+LAB_VARIANTS = tuple(lab.VARIANTS)
+
+
+def flatten(q: torch.Tensor, factor: float = 0.5) -> torch.Tensor:
+    """q^factor renormalised: the same draft at 1/factor times the temperature."""
+    r = q.clamp_min(0) ** factor
+    return r / r.sum()
+
+
+def example() -> tuple[torch.Tensor, torch.Tensor, list[str], int]:
+    """(p, q, labels, drafted token) for the built-in A, B, C example."""
+    p, q = torch.tensor(lab.EXAMPLE_P, dtype=torch.float64), torch.tensor(lab.EXAMPLE_Q, dtype=torch.float64)
+    return p, q, list(lab.EXAMPLE_LABELS), 0
+
+
+@torch.inference_mode()
+def from_round(pair, trace, round_number: int) -> tuple[torch.Tensor, torch.Tensor, list[str], int, str]:
+    """p and q at the first drafted position of a round of the last run (one pass per model).
+
+    Greedy runs have one-hot p and q, so the lab looks at temperature 1 there (said in the note).
+    """
+    events = trace.events
+    if pair is None or pair.draft is None:
+        raise ValueError("this needs the run's pair loaded with a draft model: run once, then come back")
+    if not 1 <= round_number <= len(events):
+        raise ValueError(f"pick a round in 1..{len(events)}")
+    event = events[round_number - 1]
+    if not event.draft_tokens:
+        raise ValueError(f"round {round_number} drafted nothing: pick another round")
+    prefix = list(trace.prompt_ids) + [t for e in events[: round_number - 1] for t in e.new_tokens]
+    s = trace.settings
+    temperature = float(s.get("temperature", 0)) or 1.0
+    params = SamplingParams(temperature, int(s.get("top_k", 0)), float(s.get("top_p", 1.0)))
+    ids = torch.tensor([prefix], device=pair.device)
+    logits_p = pair.target(input_ids=ids, logits_to_keep=1).logits[0, -1, : pair.vocab_size]
+    logits_q = pair.draft(input_ids=ids, logits_to_keep=1).logits[0, -1, : pair.vocab_size]
+    p, q = process(logits_p, params).double().cpu(), process(logits_q, params).double().cpu()
+    note = (f"round {round_number}, draft position 1, temperature {temperature}"
+            + (" (the run was greedy: one-hot p and q, so the lab looks at temperature 1)"
+               if not float(s.get("temperature", 0)) else ""))
+    return p, q, [], event.draft_tokens[0], note
+
+
+def _top(p, q, labels, tokenizer=None) -> tuple[list[int], list[str]]:
+    order = torch.unique(torch.cat([p.topk(min(TOP, len(p))).indices, q.topk(min(TOP, len(q))).indices]))
+    ids = sorted(order.tolist(), key=lambda i: -float(p[i] + q[i]))[:TOP]
+    if labels:
+        names = [labels[i] for i in ids]
+    else:
+        names = [repr(tokenizer.decode([i])) if tokenizer is not None else str(i) for i in ids]
+    return ids, names
+
+
+def _bars(ids, names, series: dict[str, torch.Tensor]) -> list[tuple[str, list[float]]]:
+    out = []
+    for name, dist in series.items():
+        shown = [float(dist[i]) for i in ids]
+        if len(ids) < len(dist):
+            shown.append(max(0.0, float(dist.sum()) - sum(shown)))
+        out.append((name, shown))
+    return out
+
+
+def masses_figure(p, q, labels, tokenizer=None) -> go.Figure:
+    ids, names = _top(p, q, labels, tokenizer)
+    masses = lab.Masses(p, q)
+    x = names + (["other"] if len(ids) < len(p) else [])
+    fig = go.Figure()
+    series = {"target p": (p, SPEC), "draft q": (q, BASE),
+              "min(p, q): accepted mass": (masses.accepted, "#16a34a"),
+              "normalize(max(0, p - q)): residual": (masses.residual, THEORY)}
+    for name, ys in _bars(ids, names, {k: v[0] for k, v in series.items()}):
+        fig.add_bar(name=name, x=x, y=ys, marker_color=series[name][1])
+    fig.update_layout(barmode="group")
+    return _layout(fig, "p, q, accepted mass and residual", "token", "probability")
+
+
+def masses_html(p, q, drafted: int, label: str, note: str = "") -> str:
+    m = lab.Masses(p, q)
+    return (f"<div class='specviz-lab'>{html.escape(note)}<br>Drafted token {html.escape(label)}: "
+            f"p(x)={float(p[drafted]):.4f}, q(x)={float(q[drafted]):.4f}, accept probability "
+            f"min(1, p/q) = <b>{m.accept_probability(drafted):.4f}</b>.<br>Expected acceptance "
+            f"Σ min(p, q) = 1 − TV(p, q) = <b>{m.expected_acceptance:.4f}</b>.</div>")
+
+
+def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None) -> tuple[go.Figure, str]:
+    """Run each variant n times; empirical distributions against p, with TV and chi-square."""
+    if not 1_000 <= n <= 1_000_000:
+        raise ValueError("trials must be between 1,000 and 1,000,000")
+    variants = [v for v in variants if v in lab.VARIANTS] or ["exact"]
+    ids, names = _top(p, q, labels, tokenizer)
+    x = names + (["other"] if len(ids) < len(p) else [])
+    fig = go.Figure()
+    fig.add_bar(name="target p", x=x, y=_bars(ids, names, {"p": p})[0][1], marker_color=SPEC)
+    rows = []
+    for v in variants:
+        r = lab.check(v, p, q, n, seed=seed, q_draw=flatten(q) if v == "mismatched_q" else None)
+        fig.add_bar(name=v, x=x, y=_bars(ids, names, {v: r.empirical})[0][1])
+        verdict = "matches p" if r.pvalue_vs_p > 1e-3 else "<b>biased</b>"
+        rows.append(f"<tr><td>{v}</td><td>{html.escape(lab.VARIANTS[v])}</td><td>{r.tv_to_p:.4f}</td>"
+                    f"<td>{r.pvalue_vs_p:.3g}</td><td>{verdict}</td><td>{r.seconds:.2f} s</td></tr>")
+    fig.update_layout(barmode="group")
+    table = ("<table class='specviz-stats'><thead><tr><th>variant</th><th>what it does</th><th>TV to p</th>"
+             "<th>χ² p-value</th><th></th><th>time</th></tr></thead><tbody>" + "".join(rows) +
+             f"</tbody></table><p>{n:,} trials each. An exact sampler's TV shrinks like 1/√N; "
+             "a p-value below 0.001 flags a bias.</p>")
+    return _layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency"), table
+
+
+def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: int | None,
+                   measured_rounds: list[int] | None) -> tuple[str, str, go.Figure]:
+    """(re-laid text HTML, numbers HTML, curve figure) for k (or the adaptive policy)."""
+    rep = explorer.replay_adaptive(rec) if adaptive else explorer.replay(rec, k)
+    reps = explorer.curve(rec)
+    check = ""
+    if measured_k is not None and measured_rounds is not None:
+        again = [r.committed for r in explorer.replay(rec, measured_k).rounds]
+        ok = again == measured_rounds
+        check = (f"<br>Measured run (k={measured_k}): {len(measured_rounds)} target passes; the "
+                 f"recomputation {'matches it round by round ✔' if ok else 'does NOT match it ✘'}.")
+    numbers = (f"<div class='specviz-lab'><b>{'adaptive k' if adaptive else f'k = {k}'}</b>: "
+               f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
+               f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {rep.predicted_seconds:.2f} s "
+               f"(C_D={rec.draft_pass_seconds * 1000:.0f} ms, C_T={rec.target_pass_seconds * 1000:.0f} ms)."
+               f"{check}</div>")
+    fig = go.Figure()
+    ks = [r.k for r in reps]
+    fig.add_scatter(x=ks, y=[r.tokens_per_pass for r in reps], name="tokens per target pass", line_color=SPEC)
+    speed = [len(rec.output) / r.predicted_seconds if r.predicted_seconds else 0 for r in reps]
+    fig.add_scatter(x=ks, y=speed, name="predicted tokens / s", line_color=THEORY, yaxis="y2")
+    if measured_k is not None:
+        hit = next((r for r in reps if r.k == measured_k), None)
+        if hit:
+            fig.add_scatter(x=[measured_k], y=[hit.tokens_per_pass], mode="markers", name="measured run",
+                            marker=dict(size=12, color=BASE, symbol="diamond"))
+    fig.update_layout(yaxis2=dict(overlaying="y", side="right", title="tokens / s"))
+    return to_html(explorer.spans(rep)), numbers, _layout(fig, "Every k, recomputed from one run", "k",
+                                                         "tokens per target pass")
