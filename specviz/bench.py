@@ -119,9 +119,10 @@ def methods(ks, names: set[str] | None, has_draft: bool,
 
 
 def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None,
-              log=print, spec_pair=None) -> list[Record]:
+              log=None, spec_pair=None) -> list[Record]:
     """spec_pair: the pair specviz methods run on (e.g. with an int8 draft); default pair."""
     spec_pair = spec_pair or pair
+    log = log or (lambda line: print(line, flush=True))
     table = methods(ks, names, pair.draft is not None, spec_pair.draft is not pair.draft)
     encoded = [pair.encode(p["prompt"], chat=True) for p in prompts]
     list(generate(pair, encoded[0], proposer="draft" if pair.draft is not None else "ngram",

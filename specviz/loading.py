@@ -128,19 +128,24 @@ def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | Non
     from huggingface_hub.errors import HFValidationError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .presets import hub_reachable
+
     where, kwargs = _source(name)
     local = Path(where).is_dir()
+    reachable = local or hub_reachable()
+    if not reachable:  # no retries against an unreachable hub: use the cache or fail at once
+        kwargs["local_files_only"] = True
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
             where, dtype=dtype, trust_remote_code=False,
             device_map=device_map, **kwargs)
     except (OSError, HFValidationError, ValueError) as e:
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or "offline" in str(e).lower() \
-            or "connect" in str(e).lower() or "resolve" in str(e).lower()
+        offline = not reachable or os.environ.get("HF_HUB_OFFLINE") == "1" \
+            or any(word in str(e).lower() for word in ("offline", "connect", "resolve"))
         hint = (" The model hub is unreachable (offline) and the model is not cached: download it "
                 "on a connected machine or pass a local folder." if offline and not local else "")
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
         raise ValueError(f"cannot load model {name!r}: {first}.{hint}") from e
     if device_map is None:
         model.to(device)

@@ -87,3 +87,23 @@ def test_default_device_and_dtype():
 
     assert parse_dtype(None, "cpu") == default_dtype("cpu") == torch.bfloat16
     assert parse_dtype("float32", "cpu") == torch.float32
+
+
+def test_unreachable_hub_fails_without_touching_the_network(monkeypatch):
+    import httpx2 as httpx
+
+    from specviz import presets
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(presets, "hub_reachable", lambda timeout=1.5: False)
+
+    sent = []
+
+    def no_network(self, request, *args, **kwargs):
+        sent.append(str(request.url))
+        raise httpx.ConnectError("no network in this test", request=request)
+
+    monkeypatch.setattr(httpx.Client, "send", no_network)
+    with pytest.raises(ValueError, match="unreachable"):
+        specviz.load_pair("nobody/not-cached-anywhere", device="cpu")
+    assert sent == []  # local_files_only: no request, so no retries
