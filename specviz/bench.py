@@ -219,6 +219,36 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def markdown(summary: dict, meta: dict) -> str:
+    """Tables for docs/benchmarks.md: speed by class, then the 'all' row's details."""
+    classes = [c for c in next(iter(summary.values())) if c != "all"] + ["all"]
+    head = "| method | " + " | ".join(classes) + " |\n|" + " --- |" * (len(classes) + 1)
+    speed = [head]
+    for method, rows in summary.items():
+        cells = []
+        for c in classes:
+            r = rows.get(c, {})
+            vs = f", {r['vs_transformers']:.2f} vs hf" if "vs_transformers" in r else ""
+            cells.append(f"{r.get('tokens_per_second', 0):.2f} tok/s, {r.get('speedup', 0):.2f}x{vs}")
+        speed.append(f"| {method} | " + " | ".join(cells) + " |")
+    detail = ["| method | tokens/pass | alpha | draft / target / other time | peak RSS | greedy = target |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for method, rows in summary.items():
+        r = rows["all"]
+        split = (f"{r['draft_share']:.0%} / {r['target_share']:.0%} / {r['other_share']:.1%}"
+                 if "draft_share" in r else "-")
+        tpp = f"{r['tokens_per_pass']:.2f}" if "tokens_per_pass" in r else "-"
+        alpha = f"{r['alpha']:.2f}" if "alpha" in r else "-"
+        detail.append(f"| {method} | {tpp} | {alpha} | {split} | {r['peak_rss_gib']:.1f} GiB | "
+                      f"{r['matches_target']}/{r['runs']} |")
+    m = meta["machine"]
+    about = (f"{meta['target']} with draft {meta['draft']} (specviz: {meta.get('specviz_draft')}), "
+             f"{meta['dtype']} on {meta['device']}, {meta['max_new_tokens']} new tokens, greedy, "
+             f"{meta['repeats']} repeat(s); machine: {m['processor']}, {m['cpus']} CPUs, "
+             f"{m['memory_gib']} GiB, torch {m['torch']} with {m['threads']} threads, GPU {m['cuda']}.")
+    return about + "\n\n" + "\n".join(speed) + "\n\n" + "\n".join(detail) + "\n"
+
+
 def html_report(summary: dict, path: Path, title: str) -> None:
     import plotly.graph_objects as go
 
@@ -251,6 +281,7 @@ def add_bench_args(p) -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--json", dest="json_path", help="write records and summary here")
     p.add_argument("--html", dest="html_path", help="write a plotly report here")
+    p.add_argument("--markdown", dest="markdown_path", help="write markdown tables here")
     p.add_argument("--quick", action="store_true", help="one prompt per class, k=4, 32 tokens")
 
 
@@ -288,6 +319,8 @@ def cmd_bench(args) -> int:
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
             {"meta": meta, "summary": summary, "records": [asdict(r) for r in records]}, indent=1))
+    if args.markdown_path:
+        Path(args.markdown_path).write_text(markdown(summary, meta))
     if args.html_path:
         html_report(summary, Path(args.html_path), f"specviz bench: {pair.target_name}")
     return 0

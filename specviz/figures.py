@@ -27,13 +27,19 @@ def tokens_per_pass(spec: RunStats) -> go.Figure:
     return _layout(fig, "Tokens per target pass, by round", "round (target pass)", "tokens")
 
 
-def cumulative_tokens(spec: RunStats, base: RunStats | None) -> go.Figure:
+def _both_runs(spec: RunStats, base: RunStats | None, x_of, mode: str, title: str, x: str) -> go.Figure:
+    """Tokens so far after each round, speculative and baseline, against x_of(event)."""
     fig = go.Figure()
     for stats, name, color in ((spec, "speculative", SPEC), (base, "baseline", BASE)):
         if stats and stats.events:
-            fig.add_scatter(x=[e.target_passes for e in stats.events], y=stats.cumulative, name=name,
-                            mode="lines+markers", line_color=color)
-    return _layout(fig, "Tokens against target passes", "target passes", "tokens")
+            fig.add_scatter(x=[x_of(e) for e in stats.events], y=stats.cumulative, name=name,
+                            mode=mode, line_color=color)
+    return _layout(fig, title, x, "tokens")
+
+
+def cumulative_tokens(spec: RunStats, base: RunStats | None) -> go.Figure:
+    return _both_runs(spec, base, lambda e: e.target_passes, "lines+markers",
+                      "Tokens against target passes", "target passes")
 
 
 def acceptance_by_position(spec: RunStats) -> go.Figure:
@@ -65,12 +71,8 @@ def k_prediction(spec: RunStats) -> go.Figure:
 
 
 def tokens_over_time(spec: RunStats, base: RunStats | None) -> go.Figure:
-    fig = go.Figure()
-    for stats, name, color in ((spec, "speculative", SPEC), (base, "baseline", BASE)):
-        if stats and stats.events:
-            fig.add_scatter(x=[e.elapsed for e in stats.events], y=stats.cumulative, name=name,
-                            mode="lines", line_color=color)
-    return _layout(fig, "Tokens against wall-clock time", "seconds", "tokens")
+    return _both_runs(spec, base, lambda e: e.elapsed, "lines", "Tokens against wall-clock time",
+                      "seconds")
 
 
 def all_figures(spec: RunStats, base: RunStats | None) -> dict[str, go.Figure]:
