@@ -1,0 +1,57 @@
+"""Greedy comparison: identical, near-tie, or unexplained; and escaping in rendered tokens."""
+
+import torch
+
+from specviz.compare import NEAR_TIE_ULPS, compare, first_difference, ulp
+from specviz.engine import RoundEvent
+from specviz.metrics import RunStats
+from specviz.render import Span, to_html
+
+
+def event(position, tokens, top2, k=0):
+    return RoundEvent(round=position + 1, k=k, draft_tokens=[], accepted=0, token=tokens[-1],
+                      kind="bonus", new_tokens=tokens, target_probs=[], draft_probs=[],
+                      target_passes=position + 1, draft_passes=0, draft_seconds=0.0,
+                      target_seconds=0.0, round_seconds=0.0, elapsed=0.0, position=position,
+                      source="none", target_cache_length=0, stop=None, target_top2=[top2])
+
+
+def runs(margin_spec, margin_base):
+    first = event(0, [5], [(5, 20.0), (6, 19.0)])
+    spec = RunStats.of([first, event(1, [7], [(7, 20.0 + margin_spec), (8, 20.0)])])
+    base = RunStats.of([first, event(1, [8], [(8, 20.0 + margin_base), (7, 20.0)])])
+    return spec, base
+
+
+def test_ulp_of_bf16_and_fp32():
+    assert ulp(20.0, torch.bfloat16) == 0.125 and ulp(20.0, torch.float32) == 2.0 ** -19
+
+
+def test_identical_runs():
+    spec, _ = runs(0.5, 0.5)
+    assert compare(spec, spec, torch.bfloat16, "cpu").verdict == "identical"
+
+
+def test_difference_within_a_few_ulps_is_a_near_tie():
+    spec, base = runs(0.125, 0.0)  # one bf16 step apart at 20: a tie flipped by rounding
+    c = compare(spec, base, torch.bfloat16, "cpu")
+    assert (c.position, c.verdict) == (1, "near-tie flipped by floating point")
+    assert c.threshold == NEAR_TIE_ULPS * 0.125
+
+
+def test_wide_margin_difference_is_unexplained():
+    spec, base = runs(3.0, 3.0)
+    assert compare(spec, base, torch.bfloat16, "cpu").verdict == "unexplained: please report"
+    spec, base = runs(0.01, 0.01)  # in float32 even 0.01 is thousands of ulps
+    assert compare(spec, base, torch.float32, "cpu").verdict == "unexplained: please report"
+
+
+def test_first_difference():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 9, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2
+
+
+def test_tokens_are_html_escaped():
+    html = to_html([Span('<script>alert("x")</script>', "accepted", 1, 1, 1, 0.5, 0.25)])
+    assert "<script>" not in html and "&lt;script&gt;" in html
