@@ -6,7 +6,7 @@ Never enables trust_remote_code. Checks that draft and target tokenize alike bef
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -50,7 +50,6 @@ class Pair:
     target_name: str = "target"
     draft_name: str | None = None
     chat_default: bool = False  # instruct models: apply the chat template by default
-    extra: dict = field(default_factory=dict, compare=False)
 
     @property
     def device(self) -> torch.device:

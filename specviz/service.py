@@ -97,8 +97,7 @@ def _view(status, pair, prompt_ids, spec, base=None, comparison=None, greedy=Tru
                 spec, base, comparison)
 
 
-def run_views(store: ModelStore, s: RunSettings, limits: Limits,
-              stop: threading.Event | None = None) -> Iterator[View]:
+def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[View]:
     """Load (if needed), stream the speculative run, then the baseline; ValueError on bad input."""
     s.check(limits, store.known_pairs)
     if not store.is_loaded(s):
@@ -116,16 +115,12 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits,
         events.append(event)
         yield _view(f"Speculative run: round {event.round}", pair, prompt_ids,
                     RunStats.of(events), greedy=greedy)
-        if stop is not None and stop.is_set():
-            return
     spec, base_events = RunStats.of(events), []
     for event in generate(pair, prompt_ids, proposer="none", **kwargs):
         base_events.append(event)
         if event.round % 4 == 0:
             yield _view(f"Baseline (target alone): {event.round} tokens", pair, prompt_ids, spec,
                         RunStats.of(base_events), greedy=greedy)
-        if stop is not None and stop.is_set():
-            return
     base = RunStats.of(base_events)
     result = compare(spec, base, pair.dtype, pair.device)
     speedup = spec.tokens_per_second / max(base.tokens_per_second, 1e-9)

@@ -10,11 +10,6 @@ def expected_tokens_per_pass(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def expected_speedup(alpha: float, k: int, cost_ratio: float) -> float:
-    """Leviathan et al. eq. (1): walltime improvement with draft/target cost ratio c."""
-    return expected_tokens_per_pass(alpha, k) / (k * cost_ratio + 1.0)
-
-
 def break_even_tokens(k: int, cost_ratio: float) -> float:
     """Tokens per pass a round must beat to pay for k drafts: 1 + k * C_D / C_T."""
     return 1.0 + k * cost_ratio
