@@ -205,16 +205,19 @@ def counterparts(method: str, out: dict) -> list[str]:
     return []
 
 
+def _speed_rows(summary: dict, classes: list[str], cell) -> list[tuple[str, list[str]]]:
+    """[(method, [cell(row, vs) for each class])], vs the 'vs transformers' ratio or None."""
+    return [(method, [cell(rows.get(c, {}), rows.get(c, {}).get("vs_transformers")) for c in classes])
+            for method, rows in summary.items()]
+
+
 def table(summary: dict) -> str:
     classes = [c for c in next(iter(summary.values()))]
     lines = [f"{'method':22}" + "".join(f"{c:>24}" for c in classes),
              f"{'':22}" + "".join(f"{'tok/s  speedup  vs hf':>24}" for _ in classes)]
-    for method, rows in summary.items():
-        cells = []
-        for c in classes:
-            r = rows.get(c, {})
-            vs = f"{r['vs_transformers']:.2f}" if "vs_transformers" in r else "  - "
-            cells.append(f"{r.get('tokens_per_second', 0):8.2f} {r.get('speedup', 0):7.2f}x {vs:>6}")
+    cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):8.2f} {r.get('speedup', 0):7.2f}x "  # noqa: E731
+                          f"{'  - ' if vs is None else f'{vs:.2f}':>6}")
+    for method, cells in _speed_rows(summary, classes, cell):
         lines.append(f"{method:22}" + "".join(f"{c:>24}" for c in cells))
     return "\n".join(lines)
 
@@ -223,14 +226,10 @@ def markdown(summary: dict, meta: dict) -> str:
     """Tables for docs/benchmarks.md: speed by class, then the 'all' row's details."""
     classes = [c for c in next(iter(summary.values())) if c != "all"] + ["all"]
     head = "| method | " + " | ".join(classes) + " |\n|" + " --- |" * (len(classes) + 1)
-    speed = [head]
-    for method, rows in summary.items():
-        cells = []
-        for c in classes:
-            r = rows.get(c, {})
-            vs = f", {r['vs_transformers']:.2f} vs hf" if "vs_transformers" in r else ""
-            cells.append(f"{r.get('tokens_per_second', 0):.2f} tok/s, {r.get('speedup', 0):.2f}x{vs}")
-        speed.append(f"| {method} | " + " | ".join(cells) + " |")
+    cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):.2f} tok/s, {r.get('speedup', 0):.2f}x"  # noqa: E731
+                          + ("" if vs is None else f", {vs:.2f} vs hf"))
+    rows = _speed_rows(summary, classes, cell)
+    speed = [head] + [f"| {m} | " + " | ".join(cells) + " |" for m, cells in rows]
     detail = ["| method | tokens/pass | alpha | draft / target / other time | peak RSS | greedy = target |",
               "| --- | --- | --- | --- | --- | --- |"]
     for method, rows in summary.items():
