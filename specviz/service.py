@@ -20,7 +20,7 @@ from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .loading import Pair, load_pair
 from .metrics import RunStats
-from .render import all_spans, to_html
+from .render import round_spans, to_html
 from .settings import CUSTOM, Limits, RunSettings
 from .trace import Trace
 from .views import stats_html, timeline_html, verdict_html
@@ -90,8 +90,7 @@ def warm_up(pair: Pair) -> None:
                   k=2, max_new_tokens=3))
 
 
-def _view(status, pair, prompt_ids, spec, base=None, comparison=None, greedy=True) -> View:
-    spans = all_spans(spec.events, pair.tokenizer, prompt_ids)
+def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True) -> View:
     return View(status, to_html(spans), timeline_html(spans, spec), stats_html(spec, base),
                 verdict_html(comparison, pair.tokenizer, greedy), all_figures(spec, base),
                 spec, base, comparison)
@@ -110,27 +109,28 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     kwargs = dict(k=s.k, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
                   top_k=s.top_k, top_p=s.top_p, seed=s.seed)
     greedy = s.temperature == 0
-    events = []
+    events, spans, context = [], [], list(prompt_ids)
     for event in generate(pair, prompt_ids, proposer=s.proposer, **kwargs):
         events.append(event)
-        yield _view(f"Speculative run: round {event.round}", pair, prompt_ids,
-                    RunStats.of(events), greedy=greedy)
+        spans += round_spans(event, pair.tokenizer, context)  # only this round's tokens decoded
+        context += event.new_tokens
+        yield _view(f"Speculative run: round {event.round}", pair, spans, RunStats.of(events),
+                    greedy=greedy)
     spec, base_events = RunStats.of(events), []
     for event in generate(pair, prompt_ids, proposer="none", **kwargs):
         base_events.append(event)
         if event.round % 4 == 0:
-            yield _view(f"Baseline (target alone): {event.round} tokens", pair, prompt_ids, spec,
+            yield _view(f"Baseline (target alone): {event.round} tokens", pair, spans, spec,
                         RunStats.of(base_events), greedy=greedy)
     base = RunStats.of(base_events)
     result = compare(spec, base, pair.dtype, pair.device)
     speedup = spec.tokens_per_second / max(base.tokens_per_second, 1e-9)
     view = _view(f"Done: {speedup:.2f}× the target alone; greedy outputs {result.verdict}"
-                 if greedy else f"Done: {speedup:.2f}× the target alone", pair, prompt_ids, spec,
+                 if greedy else f"Done: {speedup:.2f}× the target alone", pair, spans, spec,
                  base, result, greedy)
     recording = None
     if greedy and s.proposer in EXPLORER_PROPOSERS:
         recording = record(pair, prompt_ids, spec, s.proposer, s.max_new_tokens)
-    spans = all_spans(spec.events, pair.tokenizer, prompt_ids)
     models = {"target": pair.target_name, "draft": pair.draft_name,
               "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device)}
     trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans), base.events, recording)
