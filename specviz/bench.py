@@ -302,7 +302,7 @@ def cmd_bench(args) -> int:
     quantize, args.draft_quant = args.draft_quant, "none"
     pair = load_from_args(args)  # transformers runs the draft as loaded
     spec_pair = pair
-    if pair.draft is not None and quantize != "none" and (quantize == "int8" or quant.supported(pair.draft)):
+    if pair.draft is not None and quant.wanted(pair.draft, quantize):
         draft = copy.deepcopy(pair.draft)
         quant.quantize_int8_(draft)
         spec_pair = Pair(pair.target, pair.tokenizer, draft, pair.target_name,

@@ -166,9 +166,6 @@ def check_compatible(target_tok, draft_tok, target_name: str, draft_name: str) -
                              f"{target_name} but not in {draft_name}")
 
 
-DRAFT_QUANT = ("auto", "none", "int8")
-
-
 def load_pair(target: str | None = None, draft: str | None = None, *, device: str | None = None,
               dtype: str | torch.dtype | None = None, device_map: str | None = None,
               draft_quant: str = "auto") -> Pair:
@@ -178,8 +175,8 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
     pass, same rule, so still exact); "auto" does so on CPU; "none" keeps the draft as loaded.
     The target is never quantized.
     """
-    if draft_quant not in DRAFT_QUANT:
-        raise ValueError(f"draft_quant must be one of {', '.join(DRAFT_QUANT)}, got {draft_quant!r}")
+    if draft_quant not in quant.MODES:  # checked before the slow loads
+        raise ValueError(f"draft_quant must be one of {', '.join(quant.MODES)}, got {draft_quant!r}")
     device = device or default_device()
     torch_dtype = parse_dtype(dtype, device)
     names = {"target": target, "draft": draft}
@@ -189,8 +186,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         target = str(embedded.prepare(embedded.TARGET))
         names["target"] = embedded.TARGET.title
         if draft is None:
-            draft = names["draft"] = str(embedded.prepare(embedded.DRAFT))
-            names["draft"] = embedded.DRAFT.title
+            draft, names["draft"] = str(embedded.prepare(embedded.DRAFT)), embedded.DRAFT.title
     target_model, tokenizer = load_model(target, device, torch_dtype, device_map)
     draft_model = None
     if draft is not None:
@@ -198,11 +194,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         check_compatible(tokenizer, draft_tok, names["target"], names["draft"])
         if device_map is not None:
             draft_model.to(target_model.device)
-        if draft_quant == "int8" or (draft_quant == "auto" and quant.supported(draft_model)):
-            if not quant.supported(draft_model):
-                raise ValueError("draft_quant='int8' needs the draft on CPU in bfloat16 or float32: "
-                                 "use draft_quant='none' on this device")
-            quant.quantize_int8_(draft_model)
+        if quant.apply(draft_model, draft_quant):
             names["draft"] = f"{names['draft']} (int8 weights)"
     chat_default = bool(getattr(tokenizer, "chat_template", None)) and \
         "instruct" in names["target"].lower()

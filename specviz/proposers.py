@@ -10,7 +10,7 @@ A deterministic proposal carries q=None (one-hot q in the rule).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -196,4 +196,4 @@ class AdaptiveProposer:
         if draft.passes and self.last is not None:  # the first call also pays the prefill
             self.draft_pass = self._mean(self.draft_pass, draft.seconds / draft.passes)
         self.last = (list(ids), list(draft.tokens), time.perf_counter())
-        return Draft(draft.tokens, draft.q, draft.passes, draft.seconds, self.name)
+        return replace(draft, source=self.name)

@@ -42,3 +42,26 @@ def quantize_int8_(model) -> int:
                 setattr(module, child_name, Int8Linear(child))
                 count += 1
     return count
+
+
+MODES = ("auto", "none", "int8")
+
+
+def wanted(model, mode: str) -> bool:
+    """Whether mode asks to quantize this draft ("auto": when supported); ValueError if it can't."""
+    if mode not in MODES:
+        raise ValueError(f"draft_quant must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "none" or (mode == "auto" and not supported(model)):
+        return False
+    if not supported(model):
+        raise ValueError("draft_quant='int8' needs the draft on CPU in bfloat16 or float32: "
+                         "use draft_quant='none' on this device")
+    return True
+
+
+def apply(model, mode: str) -> bool:
+    """Quantize the draft in place if mode asks for it; True if it was quantized."""
+    if wanted(model, mode):
+        quantize_int8_(model)
+        return True
+    return False

@@ -96,6 +96,11 @@ def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True) ->
                 spec, base, comparison)
 
 
+def _prompt_ids(pair: Pair, s: RunSettings) -> list[int]:
+    """The prompt's ids; the chat setting applies only where the tokenizer has a template."""
+    return pair.encode(s.prompt, chat=s.chat and bool(getattr(pair.tokenizer, "chat_template", None)))
+
+
 def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[View]:
     """Load (if needed), stream the speculative run, then the baseline; ValueError on bad input."""
     s.check(limits, store.known_pairs)
@@ -104,8 +109,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     pair = store.get(s)
     if s.proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
-    chat = s.chat and bool(getattr(pair.tokenizer, "chat_template", None))
-    prompt_ids = pair.encode(s.prompt, chat=chat)
+    prompt_ids = _prompt_ids(pair, s)
     kwargs = dict(k=s.k, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
                   top_k=s.top_k, top_p=s.top_p, seed=s.seed)
     greedy = s.temperature == 0
@@ -167,7 +171,7 @@ def sample_continuations(pair: Pair, s: RunSettings, n: int, tokens: int = 2) ->
         raise ValueError("samples must be between 10 and 2000")
     if s.temperature <= 0:
         raise ValueError("set a temperature above 0: at 0 every sample is the same")
-    prompt_ids = pair.encode(s.prompt, chat=s.chat and bool(getattr(pair.tokenizer, "chat_template", None)))
+    prompt_ids = _prompt_ids(pair, s)
     kwargs = dict(k=s.k, max_new_tokens=tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
     counts, seconds = {}, {}
     for proposer in (s.proposer, "none"):
