@@ -98,7 +98,7 @@ def hf_method(kind: str, k: int):
 
 
 def methods(ks, names: set[str] | None, has_draft: bool,
-            int8_draft: bool = False) -> dict[str, tuple[str, int | None, object]]:
+            quant_draft: bool = False) -> dict[str, tuple[str, int | None, object]]:
     """{name: (family, k, runner)} in a fixed order; names filters by name or family prefix."""
     table = {"hf:target": ("transformers", None, hf_method("target", 0)),
              "specviz:none": ("specviz", None, specviz_method("none", 1)),
@@ -107,8 +107,8 @@ def methods(ks, names: set[str] | None, has_draft: bool,
     if has_draft:
         for k in ks:
             table[f"hf:assisted-{k}"] = ("transformers", k, hf_method("assisted", k))
-            if int8_draft and k == 4:  # transformers on specviz's int8 draft, for transparency
-                table[f"hf:assisted-{k}-int8"] = ("transformers", k, hf_method("assisted", k))
+            if quant_draft and k == 4:  # transformers on specviz's quantized draft, for transparency
+                table[f"hf:assisted-{k}-qdraft"] = ("transformers", k, hf_method("assisted", k))
             table[f"specviz:draft-{k}"] = ("specviz", k, specviz_method("draft", k))
         table[f"specviz:hybrid-{NGRAM_K}"] = ("specviz", NGRAM_K, specviz_method("hybrid", NGRAM_K))
         table["specviz:adaptive"] = ("specviz", max(ks), specviz_method("adaptive", max(ks)))
@@ -120,7 +120,7 @@ def methods(ks, names: set[str] | None, has_draft: bool,
 
 def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None,
               log=None, spec_pair=None) -> list[Record]:
-    """spec_pair: the pair specviz methods run on (e.g. with an int8 draft); default pair."""
+    """spec_pair: the pair specviz methods run on (e.g. with a quantized draft); default pair."""
     spec_pair = spec_pair or pair
     log = log or (lambda line: print(line, flush=True))
     table = methods(ks, names, pair.draft is not None, spec_pair.draft is not pair.draft)
@@ -134,7 +134,7 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
             for name, (family, k, runner) in table.items():
                 with PeakRSS() as rss:
                     start = time.perf_counter()
-                    on = spec_pair if family == "specviz" or name.endswith("-int8") else pair
+                    on = spec_pair if family == "specviz" or name.endswith("-qdraft") else pair
                     tokens, stats = runner(on, ids, max_new_tokens)
                     seconds = time.perf_counter() - start
                 if name in ("hf:target", "specviz:none") and i not in reference:
@@ -201,7 +201,7 @@ def counterparts(method: str, out: dict) -> list[str]:
     if method.startswith("specviz:ngram"):
         return [f"hf:lookup-{NGRAM_K}"]
     if method.startswith(("specviz:hybrid", "specviz:adaptive")):
-        return [m for m in out if m.startswith(("hf:assisted-", "hf:lookup-")) and not m.endswith("-int8")]
+        return [m for m in out if m.startswith(("hf:assisted-", "hf:lookup-")) and not m.endswith("-qdraft")]
     return []
 
 
@@ -304,9 +304,9 @@ def cmd_bench(args) -> int:
     spec_pair = pair
     if pair.draft is not None and quant.wanted(pair.draft, quantize):
         draft = copy.deepcopy(pair.draft)
-        quant.quantize_int8_(draft)
+        label = quant.apply(draft, quantize)
         spec_pair = Pair(pair.target, pair.tokenizer, draft, pair.target_name,
-                         f"{pair.draft_name} (int8 weights)", pair.chat_default)
+                         f"{pair.draft_name} ({label})", pair.chat_default)
     records = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names,
                         spec_pair=spec_pair)
     summary = summarize(records)

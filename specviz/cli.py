@@ -21,8 +21,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cuda, mps or cpu (default: the best available)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--device-map", help='"auto" spreads a large target over the GPUs')
-    p.add_argument("--draft-quant", choices=["auto", "none", "int8"], default="auto",
-                   help="int8 draft weights (auto: on CPU); the target is never quantized")
+    p.add_argument("--draft-quant", choices=["auto", "none", "int8", "int4"], default="auto",
+                   help="draft weight quantization (auto: int4 on CPU); the target is never quantized")
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:

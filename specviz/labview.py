@@ -132,7 +132,10 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
         again = [r.committed for r in explorer.replay(rec, measured_k).rounds]
         ok = again == measured_rounds
         check = (f"<br>Measured run (k={measured_k}): {len(measured_rounds)} target passes; the "
-                 f"recomputation {'matches it round by round ✔' if ok else 'does NOT match it ✘'}.")
+                 f"recomputation {'matches it round by round ✔' if ok else 'does NOT match it ✘'}."
+                 + ("" if ok else " In bfloat16 or float16 the recording's one draft pass over the whole "
+                    "output can round a near-tie differently from the run's step-by-step passes; "
+                    "rerun in float32 to check the replay itself."))
     numbers = (f"<div class='specviz-lab'><b>{'adaptive k' if adaptive else f'k = {k}'}</b>: "
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
                f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {rep.predicted_seconds:.2f} s "

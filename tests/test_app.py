@@ -120,7 +120,8 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url):
     from playwright.sync_api import sync_playwright
 
     OUT.mkdir(exist_ok=True)
-    link = app_url + "?pair=tiny&k=3&max_new_tokens=40&temperature=0&prompt=def+fibonacci(n):&run=1&bogus=2"
+    link = app_url + ("?pair=tiny&k=3&max_new_tokens=40&temperature=0&dtype=float32"
+                      "&prompt=def+fibonacci(n):&run=1&bogus=2")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1800})

@@ -48,8 +48,8 @@ def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
     data = json.loads(out.read_text())
     methods = {r["method"] for r in data["records"]}
     assert {"hf:target", "specviz:none", "hf:assisted-2", "specviz:draft-2", "specviz:ngram-8",
-            "hf:lookup-8", "specviz:hybrid-8", "specviz:adaptive", "hf:assisted-4-int8"} - methods \
-        == {"hf:assisted-4-int8"}  # int8 counterpart only when k=4 is benchmarked
+            "hf:lookup-8", "specviz:hybrid-8", "specviz:adaptive", "hf:assisted-4-qdraft"} - methods \
+        == {"hf:assisted-4-qdraft"}  # quantized-draft counterpart only when k=4 is benchmarked
     # float32 tiny models: every method reproduces the target alone exactly
     assert all(r["matches_target"] for r in data["records"])
     assert "specviz:draft-2" in (tmp_path / "b.md").read_text()
