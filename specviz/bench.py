@@ -27,6 +27,7 @@ from .metrics import RunStats
 PROMPTS = Path(__file__).parent.parent / "assets" / "bench_prompts.json"
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 NGRAM_K = 8  # tokens an n-gram round may propose (specviz and transformers alike)
+ADAPTIVE_K = 16  # the most the adaptive drafter may draft in a round
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def methods(ks, names: set[str] | None, has_draft: bool,
                 table[f"hf:assisted-{k}-qdraft"] = ("transformers", k, hf_method("assisted", k))
             table[f"specviz:draft-{k}"] = ("specviz", k, specviz_method("draft", k))
         table[f"specviz:hybrid-{NGRAM_K}"] = ("specviz", NGRAM_K, specviz_method("hybrid", NGRAM_K))
-        table["specviz:adaptive"] = ("specviz", max(ks), specviz_method("adaptive", max(ks)))
+        table["specviz:adaptive"] = ("specviz", ADAPTIVE_K, specviz_method("adaptive", ADAPTIVE_K))
     if names:
         table = {m: v for m, v in table.items()
                  if m in names or m.split(":")[0] in names or m.split("-")[0] in names}
@@ -197,9 +198,9 @@ def counterparts(method: str, out: dict) -> list[str]:
     prompt lookup.
     """
     if method.startswith("specviz:draft-"):
-        return ["hf:assisted-" + method.rsplit("-", 1)[1]]
+        return [m for m in ["hf:assisted-" + method.rsplit("-", 1)[1]] if m in out]
     if method.startswith("specviz:ngram"):
-        return [f"hf:lookup-{NGRAM_K}"]
+        return [m for m in [f"hf:lookup-{NGRAM_K}"] if m in out]
     if method.startswith(("specviz:hybrid", "specviz:adaptive")):
         return [m for m in out if m.startswith(("hf:assisted-", "hf:lookup-")) and not m.endswith("-qdraft")]
     return []

@@ -74,9 +74,11 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3) -> Propos
     if proposer == "ngram":
         return NgramProposer(ngram_size)
     model = ModelProposer(pair.draft, pair.vocab_size)
+    if proposer == "draft":
+        return model
     if proposer == "adaptive":
         return AdaptiveProposer(model)
-    return model if proposer == "draft" else HybridProposer(model, NgramProposer(ngram_size))
+    return HybridProposer(AdaptiveProposer(model), NgramProposer(ngram_size))
 
 
 def check_settings(k: int, max_new_tokens: int) -> None:

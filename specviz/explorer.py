@@ -14,7 +14,7 @@ import torch
 
 from .detok import token_pieces
 from .metrics import RunStats
-from .proposers import AdaptiveProposer, NgramProposer
+from .proposers import DraftLength, NgramProposer
 from .render import ACCEPTED, BONUS, RECOVERED, REJECTED, TARGET, Span
 
 EXPLORER_PROPOSERS = ("draft", "ngram")
@@ -33,6 +33,7 @@ class Recording:
     output_pieces: tuple[str, ...] = ()  # display text of each output token in context
     guess_pieces: tuple[str, ...] = ()  # display text of each guess after the true prefix
     token_text: dict[str, str] | None = None  # id -> text, for refused n-gram proposals
+    confidences: list[float] = ()  # draft's top probability at each position given the true prefix
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,10 +80,13 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
         raise ValueError(f"the k explorer replays 'draft' or 'ngram' runs, not {proposer!r}")
     output = stats.tokens
     guesses: list[int] = []
+    confidences: list[float] = []
     if proposer == "draft":
         ids = torch.tensor([prompt_ids + output[:-1]], device=pair.device)
         logits = pair.draft(input_ids=ids, logits_to_keep=len(output)).logits[0]  # [n, vocab+]
-        guesses = logits[:, : pair.vocab_size].argmax(-1).tolist()
+        logits = logits[:, : pair.vocab_size].float()  # [n, vocab]
+        guesses = logits.argmax(-1).tolist()
+        confidences = logits.softmax(-1).amax(-1).tolist()
     draft_passes = stats.draft_passes
     cost_d = stats.draft_seconds / draft_passes if draft_passes else 0.0
     cost_t = stats.target_seconds / max(stats.target_passes, 1)
@@ -91,7 +95,7 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
                     for i, g in enumerate(guesses)]
     token_text = {str(t): pair.tokenizer.decode([t]) for t in set(prompt_ids + output)}
     return Recording(proposer, list(prompt_ids), output, guesses, cost_d, cost_t, max_new_tokens,
-                     ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text)
+                     ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences)
 
 
 def _proposal(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> list[int]:
@@ -120,14 +124,27 @@ def replay(rec: Recording, k: int) -> Replay:
 
 
 def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
-    """The adaptive-k policy run on the recorded costs (its live runs also see timing noise)."""
-    policy = AdaptiveProposer(None)
-    policy.draft_pass = rec.draft_pass_seconds or 1e-9
-    policy.target_pass = rec.target_pass_seconds or 1e-9
+    """The adaptive draft length (DraftLength) on the recorded costs and confidences.
+
+    A prediction, not a recomputation: past a refused draft the live draft's confidences follow
+    its own wrong token, which the recording does not have (it uses the true prefix's), and live
+    costs carry timing noise.
+    """
+    if rec.proposer != "draft" or len(rec.confidences) != len(rec.output):
+        raise ValueError("the adaptive policy replays draft-model recordings with confidences: "
+                         "record a greedy run of the draft drafter")
+    rule = DraftLength(rec.draft_pass_seconds or 1e-9, rec.target_pass_seconds or 1e-9)
     lookup, pos, rounds = NgramProposer(rec.ngram_size), 0, []
     while pos < len(rec.output):
-        r = _round(rec, pos, policy.choose_k(min(k_max, rec.max_new_tokens - pos - 1)), lookup)
-        policy.observe(r.k, r.accepted)
+        k, stop = 0, rule.stopper()
+        for k in range(1, min(k_max, rec.max_new_tokens - pos - 1) + 1):
+            if stop(rec.confidences[pos + k - 1]):
+                break
+        if len(rounds) < 2:  # like the live proposer: two rounds of min(4, k) measure the costs
+            k = min(4, k_max, rec.max_new_tokens - pos - 1)
+        r = _round(rec, pos, k, lookup)
+        rule.observe(rec.confidences[pos:pos + r.k], r.accepted, r.committed,
+                     r.k * rule.draft_pass + rule.round_target(r.k))
         rounds.append(r)
         pos += r.committed
     return Replay("adaptive", tuple(rounds), rec)

@@ -125,6 +125,10 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None) -
 def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: int | None,
                    measured_rounds: list[int] | None) -> tuple[str, str, go.Figure]:
     """(re-laid text HTML, numbers HTML, curve figure) for k (or the adaptive policy)."""
+    note = ""
+    if adaptive and (rec.proposer != "draft" or len(rec.confidences) != len(rec.output)):
+        adaptive, note = False, ("<br>The adaptive policy drafts with the draft model: record a greedy "
+                                 "run of the draft drafter to replay it. Showing fixed k instead.")
     rep = explorer.replay_adaptive(rec) if adaptive else explorer.replay(rec, k)
     reps = explorer.curve(rec)
     check = ""
@@ -140,7 +144,7 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
                f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {rep.predicted_seconds:.2f} s "
                f"(C_D={rec.draft_pass_seconds * 1000:.0f} ms, C_T={rec.target_pass_seconds * 1000:.0f} ms)."
-               f"{check}</div>")
+               f"{check}{note}</div>")
     fig = go.Figure()
     ks = [r.k for r in reps]
     fig.add_scatter(x=ks, y=[r.tokens_per_pass for r in reps], name="tokens per target pass", line_color=SPEC)

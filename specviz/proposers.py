@@ -4,6 +4,7 @@
 longest and most recent earlier occurrence of the last 1..N tokens, proposing what followed.
 `none`: proposes nothing, so each round is one plain target step (the baseline).
 `hybrid`: the n-gram proposal when the context has one, the draft model otherwise.
+`adaptive`: the draft model, drafting each round until one more token would not pay for itself.
 A deterministic proposal carries q=None (one-hot q in the rule).
 """
 
@@ -26,6 +27,7 @@ class Draft:
     passes: int = 0  # draft model forward passes spent
     seconds: float = 0.0
     source: str = ""  # which drafter proposed it ("draft", "ngram", "none")
+    confidences: tuple[float, ...] = ()  # the draft's top probability at each drafted position
 
 
 class Proposer(Protocol):
@@ -74,126 +76,157 @@ class ModelProposer:
 
     def __init__(self, model, vocab_size: int):
         self.lm = CachedLM(model, vocab_size)
-        self.stop_below: float | None = None  # stop once prod of draft confidences drops below
+        self.stop = None  # optional: called with each token's confidence; True ends the draft
 
     @torch.inference_mode()
     def propose(self, ids, k, params, generator) -> Draft:
         start, passes = time.perf_counter(), self.lm.passes
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
-        sure = 1.0  # the draft's own estimate that all its tokens so far are right
+        confidences: list[float] = []
         for _ in range(k):
             logits = self.lm.forward(ids + tokens, last=1)[0]  # [vocab]
             if params.greedy:
+                top = logits.max()
                 tokens.append(int(logits.argmax()))
-                if self.stop_below is not None:
-                    sure *= float(logits.softmax(-1).max())
+                confidences.append(float(1.0 / (logits - top).exp().sum()))  # max softmax
             else:
                 q = process(logits, params)  # [vocab]
                 qs.append(q)
                 tokens.append(int(torch.multinomial(q, 1, generator=generator)))
-                sure *= float(q[tokens[-1]])
-            if self.stop_below is not None and sure < self.stop_below:
+                confidences.append(float(q.max()))
+            if self.stop is not None and self.stop(confidences[-1]):
                 break
         q = torch.stack(qs) if qs else None  # [k, vocab]
-        return Draft(tokens, q, self.lm.passes - passes, time.perf_counter() - start, self.name)
+        return Draft(tokens, q, self.lm.passes - passes, time.perf_counter() - start, self.name,
+                     tuple(confidences))
 
 
 class HybridProposer:
     """The n-gram proposal when the context repeats itself (a match of 2+ tokens), else the
-    draft model. A one-token match is too weak to beat the draft's own guess."""
+    draft model with adaptive length. A one-token match is too weak to beat the draft's guess."""
 
     name = "hybrid"
 
-    def __init__(self, model_proposer: ModelProposer, ngram: NgramProposer):
+    def __init__(self, model_proposer: AdaptiveProposer, ngram: NgramProposer):
         self.model, self.ngram = model_proposer, ngram
 
     def propose(self, ids, k, params, generator) -> Draft:
         tokens = self.ngram.lookup(ids, k, min_ngram=2)
         if tokens:
+            self.model.forget()
             return Draft(tokens, None, source=self.ngram.name)
-        return self.model.propose(ids, k, params, generator)
+        return replace(self.model.propose(ids, k, params, generator), source=self.model.inner.name)
+
+
+class DraftLength:
+    """When to stop drafting: one more draft token must pay for itself at the run's own rate.
+
+    After drafting token j with confidence c_j (the draft's top probability), the chance that
+    all j drafts are kept is s_j = prod_i a(c_i), with a(c) = 1 - lam * (1 - c) the calibrated
+    acceptance: lam = rejections seen / rejections the raw confidences predicted (prior 1).
+    One more draft token buys about s_j * a(c_j) expected tokens (the next token is taken to be
+    as sure as this one) and costs a draft pass plus one more verified position, C_D + slope * C_T.
+    It pays while s_j * a(c_j) > R * (C_D + slope * C_T), R being the run's tokens per second.
+    Pure bookkeeping: the live AdaptiveProposer feeds it measured times, the k explorer feeds it
+    recorded ones, so both run the same rule.
+    """
+
+    VERIFY_SLOPE = 0.04  # extra target-pass cost per verified token, as a fraction (0.034 here)
+
+    def __init__(self, draft_pass: float, target_pass: float, prior: float = 2.0):
+        self.draft_pass, self.target_pass = draft_pass, target_pass  # C_D; C_T for one token
+        self.rejected, self.predicted = prior, prior  # lam = rejected / predicted
+        self.tokens, self.seconds = 0.0, 0.0  # the run so far, for R
+
+    def rate(self) -> float:
+        """R, tokens per second: measured, or two tokens per draft-4 round before any round."""
+        if self.seconds > 0:
+            return self.tokens / self.seconds
+        return 2.0 / (4 * self.draft_pass + self.round_target(4))
+
+    def round_target(self, k: int) -> float:
+        return self.target_pass * (1 + self.VERIFY_SLOPE * k)
+
+    def acceptance(self, confidence: float) -> float:
+        return max(0.0, 1.0 - self.rejected / self.predicted * (1.0 - confidence))
+
+    def stopper(self):
+        """A fresh per-round stop test: call it with each drafted token's confidence."""
+        bar = self.rate() * (self.draft_pass + self.VERIFY_SLOPE * self.target_pass)
+        sure = 1.0
+
+        def stop(confidence: float) -> bool:
+            nonlocal sure
+            a = self.acceptance(confidence)
+            sure *= a
+            return sure * a <= bar
+
+        return stop
+
+    def observe(self, confidences: list[float], kept: int, tokens: int, seconds: float) -> None:
+        """A round drafted len(confidences) tokens, the target kept `kept`, committing `tokens`
+        in `seconds` (draft and target)."""
+        for i, c in enumerate(confidences[: kept + 1]):
+            self.predicted += 1.0 - c
+            self.rejected += i == kept
+        self.tokens, self.seconds = self.tokens + tokens, self.seconds + seconds
 
 
 class AdaptiveProposer:
-    """Chooses k each round to maximise expected tokens per second, then drafts with `inner`.
+    """Chooses each round's draft length (at most k) to maximise tokens per second.
 
-    It learns from what it sees: on each call the committed ids show how many of its last
-    drafts were kept (acceptance by position, smoothed by a Beta prior), its own drafting time
-    gives the cost of a draft pass, and the time between its calls gives the cost of a target
-    pass. Expected tokens for k: 1 + sum_j prod_{i<=j} a_i; cost: k * C_D + C_T.
-    Any k keeps the rule exact: this only changes what is proposed.
+    The first two rounds draft min(4, k) to measure the costs; from then on the draft model drafts
+    until DraftLength says one more token would not pay for itself. It learns from what it
+    sees: on each call the committed ids show how many of its last drafts were kept, its own
+    drafting time gives C_D, the time between its calls gives C_T. Any length keeps the rule
+    exact: this only changes what is proposed.
     """
 
     name = "adaptive"
-    VERIFY_SLOPE = 0.04  # extra target-pass cost per extra verified token, as a fraction
 
-    def __init__(self, inner: ModelProposer | None, prior_alpha: float = 0.75, prior_weight: float = 2.0,
-                 stop_scale: float = 1.0):
-        self.inner, self.stop_scale = inner, stop_scale
-        self.kept = [0.0] * 64  # per draft position: times it was kept
-        self.seen = [0.0] * 64  # per draft position: times it was reached
-        self.prior = (prior_alpha * prior_weight, prior_weight)
-        self.draft_pass, self.target_pass = None, None  # seconds, running means
-        self.rounds, self.k_sum = 0, 0  # rounds observed and tokens they drafted
-        self.last: tuple[list[int], list[int], float] | None = None  # (ids, drafts, end time)
+    def __init__(self, inner: ModelProposer):
+        self.inner = inner
+        self.rule: DraftLength | None = None
+        self.draft_pass: float | None = None  # seconds, running mean
+        self.last: tuple[list[int], Draft, float, float] | None = None  # ids, draft, start, end
+        self.warm = False  # round 1 paid both prefills: its costs are not a fair sample
 
-    def _learn(self, ids: list[int]) -> None:
-        if self.last is None:
-            return
-        before, drafts, ended = self.last
-        if ids[: len(before)] == before:
-            grown = ids[len(before):]
-            n = next((i for i, (a, b) in enumerate(zip(drafts, grown, strict=False)) if a != b),
-                     min(len(drafts), len(grown) - 1))
-            self.observe(len(drafts), n)
-        self.target_pass = self._mean(self.target_pass, time.perf_counter() - ended)
-
-    def observe(self, drafted: int, kept: int) -> None:
-        """A round drafted `drafted` tokens and the target kept the first `kept`."""
-        self.rounds, self.k_sum = self.rounds + 1, self.k_sum + drafted
-        for i in range(min(kept + 1, drafted)):
-            self.seen[i] += 1
-            self.kept[i] += i < kept
+    def forget(self) -> None:
+        """Another drafter ran in between (hybrid): the next ids say nothing of our draft."""
+        self.last = None
 
     @staticmethod
     def _mean(old: float | None, new: float, w: float = 0.3) -> float:
         return new if old is None else (1 - w) * old + w * new
 
-    def target_cost(self, k: int) -> float:
-        """Seconds for a target pass verifying k drafts: measured, growing VERIFY_SLOPE per token.
-
-        A pass over k+1 tokens costs a little more than over one (here 0.25 s for 1 token and
-        0.34 s for 9 on the 1.5B bf16 target, ~4% of a pass per extra token); the measured
-        mean is taken at the mean k drafted so far.
-        """
-        mean_k = self.k_sum / self.rounds if self.rounds else 4.0
-        base = self.target_pass / (1 + self.VERIFY_SLOPE * mean_k)
-        return base * (1 + self.VERIFY_SLOPE * k)
-
-    def choose_k(self, k_max: int) -> int:
-        if not self.draft_pass or not self.target_pass:
-            return min(4, k_max)
-        # Prior for a position: the pooled rate so far (positions never reached borrow it).
-        seen = sum(self.seen)
-        pooled = (sum(self.kept) + self.prior[0]) / (seen + self.prior[1])
-        a, b = pooled * self.prior[1], self.prior[1]
-        best_k, best_rate, expected, reach = 0, 1.0 / self.target_cost(0), 1.0, 1.0
-        for k in range(1, k_max + 1):
-            reach *= (self.kept[k - 1] + a) / (self.seen[k - 1] + b)
-            expected += reach
-            rate = expected / (k * self.draft_pass + self.target_cost(k))
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        return best_k
+    def _learn(self, ids: list[int]) -> None:
+        if self.last is None:
+            return
+        before, draft, started, ended = self.last
+        if ids[: len(before)] != before:
+            return
+        if not self.warm:
+            self.warm = True
+            return
+        grown = ids[len(before):]
+        kept = next((i for i, (a, b) in enumerate(zip(draft.tokens, grown, strict=False)) if a != b),
+                    min(len(draft.tokens), len(grown) - 1))
+        now = time.perf_counter()
+        target_pass = (now - ended) / (1 + DraftLength.VERIFY_SLOPE * len(draft.tokens))
+        if self.rule is None:
+            self.rule = DraftLength(self.draft_pass or draft.seconds, target_pass)
+        else:
+            self.rule.draft_pass = self.draft_pass or self.rule.draft_pass
+            self.rule.target_pass = self._mean(self.rule.target_pass, target_pass)
+        self.rule.observe(list(draft.confidences), kept, len(grown), now - started)
 
     def propose(self, ids, k, params, generator) -> Draft:
+        started = time.perf_counter()
         self._learn(ids)
-        k_round = self.choose_k(k) if k > 0 else 0
-        if self.draft_pass and self.target_pass:  # a draft pass must buy its cost in tokens
-            self.inner.stop_below = self.stop_scale * self.draft_pass / self.target_pass
-        draft = self.inner.propose(ids, k_round, params, generator)
+        self.inner.stop = self.rule.stopper() if self.rule is not None else None
+        draft = self.inner.propose(ids, min(4, k) if self.rule is None else k, params, generator)
         if draft.passes and self.last is not None:  # the first call also pays the prefill
             self.draft_pass = self._mean(self.draft_pass, draft.seconds / draft.passes)
-        self.last = (list(ids), list(draft.tokens), time.perf_counter())
+        self.last = (list(ids), draft, started, time.perf_counter())
         return replace(draft, source=self.name)

@@ -115,6 +115,9 @@ def _recording(d) -> Recording | None:
             and 1 <= rec.ngram_size <= 16, "recording numbers")
     _expect(rec.proposer == "ngram" or len(rec.guesses) == len(rec.output), "recording lengths")
     _expect(all(isinstance(p, str) for p in rec.output_pieces + rec.guess_pieces), "recording pieces")
+    _expect(isinstance(rec.confidences, (list, tuple)) and len(rec.confidences) in (0, len(rec.output))
+            and all(isinstance(c, (int, float)) and 0 <= c <= 1 for c in rec.confidences),
+            "recording confidences must be probabilities, one per output token")
     return rec
 
 

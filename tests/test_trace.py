@@ -47,10 +47,18 @@ def mutate(text, fn):
     (lambda d: d.update(prompt_ids=["a"]), "prompt_ids"),
     (lambda d: d["recording"].update(proposer="rm -rf"), "proposer"),
     (lambda d: d["recording"].update(guesses=[1]), "lengths"),
+    (lambda d: d["recording"].update(confidences=[2.0] * len(d["recording"]["output"])), "confidences"),
 ])
 def test_malformed_traces_are_rejected_clearly(saved, change, message):
     with pytest.raises(trace.TraceError, match=message):
         trace.loads(mutate(saved[1], change))
+
+
+def test_older_traces_without_confidences_load_but_cannot_replay_adaptive(saved):
+    back = trace.loads(mutate(saved[1], lambda d: d["recording"].pop("confidences")))
+    assert explorer.replay(back.recording, 3).rounds == explorer.replay(saved[0].recording, 3).rounds
+    with pytest.raises(ValueError, match="draft-model recordings with confidences"):
+        explorer.replay_adaptive(back.recording)
 
 
 def test_not_json_and_oversized_are_rejected():

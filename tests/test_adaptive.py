@@ -1,0 +1,39 @@
+"""Adaptive draft length: the stop rule's arithmetic, its learning, and its choices in a run."""
+
+import pytest
+
+import specviz
+from specviz.proposers import DraftLength
+
+
+def test_rule_stops_when_one_more_token_would_not_pay():
+    rule = DraftLength(draft_pass=0.03, target_pass=0.25)
+    rule.observe([], 0, tokens=10, seconds=1.0)  # R = 10 tokens/s
+    bar = 10 * (0.03 + DraftLength.VERIFY_SLOPE * 0.25)  # = 0.4 expected tokens
+    assert bar == pytest.approx(0.4)
+    stop = rule.stopper()  # lam = 1 (prior only): a(c) = c
+    assert not stop(0.9)  # s = 0.9, buys 0.81 > 0.4
+    assert not stop(0.9)  # s = 0.81, buys 0.729
+    assert stop(0.7)  # s = 0.567, buys 0.397 <= 0.4
+    # before any round, R = 2 tokens per draft-4 round: 2 / (0.12 + 0.29) = 4.9/s, bar 0.195
+    assert not DraftLength(0.03, 0.25).stopper()(0.5)  # buys 0.25
+    assert DraftLength(0.03, 0.25).stopper()(0.4)  # buys 0.16
+
+
+def test_calibration_learns_how_far_confidences_overstate_rejections():
+    rule = DraftLength(0.03, 0.25, prior=2.0)
+    # 3 drafts at confidence 0.5, first two kept: predicted rejections 3 * 0.5, seen 1
+    rule.observe([0.5, 0.5, 0.5, 0.5], kept=2, tokens=3, seconds=0.4)
+    assert rule.rejected / rule.predicted == pytest.approx((2 + 1) / (2 + 1.5))
+    assert rule.acceptance(0.5) == pytest.approx(1 - 3 / 3.5 * 0.5)
+    rule.observe([0.9, 0.9], kept=2, tokens=3, seconds=0.4)  # all kept: no rejection seen
+    assert rule.rejected / rule.predicted == pytest.approx(3 / 3.7)
+    assert rule.rate() == pytest.approx(6 / 0.8)
+
+
+def test_adaptive_run_reports_its_draft_lengths(pair):
+    events = list(specviz.generate(pair, "def fibonacci(n):", proposer="adaptive", k=12,
+                                   max_new_tokens=60))
+    assert all(0 <= e.k <= 12 and e.k == len(e.draft_tokens) for e in events)
+    assert [e.k for e in events[:2]] == [4, 4]  # two measuring rounds
+    assert sum(len(e.new_tokens) for e in events) == 60
