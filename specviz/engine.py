@@ -78,7 +78,7 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3) -> Propos
         return model
     if proposer == "adaptive":
         return AdaptiveProposer(model)
-    return HybridProposer(AdaptiveProposer(model), NgramProposer(ngram_size))
+    return HybridProposer(AdaptiveProposer(model), NgramProposer(max(ngram_size, 8)))
 
 
 def check_settings(k: int, max_new_tokens: int) -> None:

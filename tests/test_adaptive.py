@@ -12,12 +12,12 @@ def test_rule_stops_when_one_more_token_would_not_pay():
     bar = 10 * (0.03 + DraftLength.VERIFY_SLOPE * 0.25)  # = 0.4 expected tokens
     assert bar == pytest.approx(0.4)
     stop = rule.stopper()  # lam = 1 (prior only): a(c) = c
-    assert not stop(0.9)  # s = 0.9, buys 0.81 > 0.4
-    assert not stop(0.9)  # s = 0.81, buys 0.729
-    assert stop(0.7)  # s = 0.567, buys 0.397 <= 0.4
+    assert not stop(0.9)  # s = 0.9 > 0.4
+    assert not stop(0.7)  # s = 0.63
+    assert stop(0.6)  # s = 0.378 <= 0.4
     # before any round, R = 2 tokens per draft-4 round: 2 / (0.12 + 0.29) = 4.9/s, bar 0.195
-    assert not DraftLength(0.03, 0.25).stopper()(0.5)  # buys 0.25
-    assert DraftLength(0.03, 0.25).stopper()(0.4)  # buys 0.16
+    assert not DraftLength(0.03, 0.25).stopper()(0.2)
+    assert DraftLength(0.03, 0.25).stopper()(0.19)
 
 
 def test_calibration_learns_how_far_confidences_overstate_rejections():
@@ -37,3 +37,10 @@ def test_adaptive_run_reports_its_draft_lengths(pair):
     assert all(0 <= e.k <= 12 and e.k == len(e.draft_tokens) for e in events)
     assert [e.k for e in events[:2]] == [4, 4]  # two measuring rounds
     assert sum(len(e.new_tokens) for e in events) == 60
+
+
+def test_hybrid_uses_the_ngram_on_repeats_and_the_draft_otherwise(pair):
+    prompt = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps"
+    events = list(specviz.generate(pair, prompt, proposer="hybrid", k=8, max_new_tokens=30))
+    assert events[0].source == "ngram" and events[0].draft_tokens  # a 4+ token repeat
+    assert {e.source for e in events} == {"ngram", "draft"}
