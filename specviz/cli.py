@@ -1,4 +1,4 @@
-"""python -m specviz run | prepare | presets | bench."""
+"""python -m specviz run | prepare | presets | bench | costs."""
 
 from __future__ import annotations
 
@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import add_bench_args
 
     add_bench_args(sub.add_parser("bench", help="benchmark against transformers generate"))
+    from .costs import add_costs_args
+
+    add_costs_args(sub.add_parser("costs", help="draft and target pass costs, and a draft profile"))
     return parser
 
 
@@ -142,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             from .bench import cmd_bench
 
             return cmd_bench(args)
+        if args.command == "costs":
+            from .costs import cmd_costs
+
+            return cmd_costs(args)
         return commands[args.command](args)
     except ValueError as e:
         print(f"specviz: error: {e}", file=sys.stderr)

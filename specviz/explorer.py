@@ -101,7 +101,7 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
 def _proposal(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> list[int]:
     if rec.proposer == "draft":
         return rec.guesses[pos:pos + k]
-    return lookup.lookup(rec.prompt_ids + rec.output[:pos], k)
+    return lookup.proposal(rec.prompt_ids + rec.output[:pos], k)
 
 
 def _round(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> Round:

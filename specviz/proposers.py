@@ -1,7 +1,8 @@
 """Drafters behind one small protocol: propose(ids, k, params, generator) -> Draft.
 
 `draft`: a small causal LM with its own KV cache (a CachedLM). `ngram`: prompt lookup, the
-longest and most recent earlier occurrence of the last 1..N tokens, proposing what followed.
+longest and most recent earlier occurrence of the last 1..N tokens, proposing as much of what
+followed as the run's record says will pay.
 `none`: proposes nothing, so each round is one plain target step (the baseline).
 `hybrid`: the n-gram proposal when the context repeats its last 4+ tokens, else `adaptive`.
 `adaptive`: the draft model, drafting each round until one more token would not pay for itself.
@@ -47,26 +48,80 @@ class NoProposer:
 
 
 class NgramProposer:
-    """Prompt lookup (Saxena 2023): match the last n tokens (n = N..1) earlier in the context."""
+    """Prompt lookup (Saxena 2023): match the last n tokens (n = N..1) earlier in the context,
+    then propose only as many of the tokens that followed as pay for their verification.
+
+    A proposed token costs one more verified position (VERIFY_SLOPE of a target pass) and buys a
+    token only if it and all before it are kept. The proposer learns from the run, per match
+    length n, how often the first proposed token is kept (a_1, prior 1/2), and how often a token
+    after a kept one is kept (a_c, prior 4/5: copies come in runs). It proposes token j while
+    P(first j kept) = a_1 * a_c^(j-1) > R * VERIFY_SLOPE, R being the run's tokens per unit of
+    target-pass cost so far, and always one token when there is a match. Deterministic: it
+    counts costs in passes, not seconds, so the k explorer replays it exactly.
+    """
 
     name = "ngram"
+    VERIFY_SLOPE = 0.04  # extra target-pass cost per verified token, as a fraction
 
     def __init__(self, max_ngram: int = 3):
         if not 1 <= max_ngram <= 16:
             raise ValueError(f"ngram size must be in 1..16, got {max_ngram}")
         self.max_ngram = max_ngram
+        self.first: dict[int, list[float]] = {}  # match length -> [first token kept, proposals]
+        self.later = [0.0, 0.0]  # [kept, reached] for tokens after a kept one
+        self.tokens, self.cost = 0.0, 0.0  # the run so far, cost in target passes
+        self.last: tuple[list[int], list[int], int] | None = None  # ids, proposal, match length
 
-    def lookup(self, ids: list[int], k: int, min_ngram: int = 1) -> list[int]:
-        """Up to k tokens that followed the most recent earlier match of the longest suffix."""
+    def match(self, ids: list[int], k: int, min_ngram: int = 1) -> tuple[list[int], int]:
+        """Up to k tokens that followed the most recent earlier match of the longest suffix
+        (n = max_ngram..min_ngram), and n (0 when nothing matches)."""
         for n in range(min(self.max_ngram, len(ids) - 1), min_ngram - 1, -1):
             suffix = ids[-n:]
             for start in range(len(ids) - n - 1, -1, -1):  # most recent first, not the suffix itself
                 if ids[start:start + n] == suffix:
-                    return ids[start + n:start + n + k]
-        return []
+                    return ids[start + n:start + n + k], n
+        return [], 0
+
+    def lookup(self, ids: list[int], k: int, min_ngram: int = 1) -> list[int]:
+        """The full match continuation, untrimmed (the hybrid's n-gram branch)."""
+        return self.match(ids, k, min_ngram)[0]
+
+    def _learn(self, ids: list[int]) -> None:
+        if self.last is None:
+            return
+        before, proposal, n = self.last
+        if ids[: len(before)] != before:
+            return
+        grown = ids[len(before):]
+        kept = next((i for i, (a, b) in enumerate(zip(proposal, grown, strict=False)) if a != b),
+                    min(len(proposal), len(grown) - 1))
+        if proposal:
+            first = self.first.setdefault(n, [0.0, 0.0])
+            first[0], first[1] = first[0] + (kept > 0), first[1] + 1
+            if kept > 0:
+                self.later[0] += kept - 1
+                self.later[1] += min(kept, len(proposal) - 1)
+        self.tokens += len(grown)
+        self.cost += 1 + self.VERIFY_SLOPE * len(proposal)
+
+    def proposal(self, ids: list[int], k: int) -> list[int]:
+        """This round's proposal for context ids (learning from the previous call's outcome)."""
+        self._learn(ids)
+        tokens, n = self.match(ids, k)
+        kept, seen = self.first.get(n, [0.0, 0.0])
+        a_first = (kept + 1) / (seen + 2)
+        a_later = (self.later[0] + 4) / (self.later[1] + 5)
+        bar = (self.tokens + 2) / (self.cost + 2) * self.VERIFY_SLOPE
+        length, sure = 0, 1.0
+        while length < len(tokens) and sure * (a_later if length else a_first) > bar:
+            sure *= a_later if length else a_first
+            length += 1
+        tokens = tokens[: max(length, 1)]
+        self.last = (list(ids), list(tokens), n)
+        return tokens
 
     def propose(self, ids, k, params, generator) -> Draft:
-        return Draft(self.lookup(ids, k), None, source=self.name)
+        return Draft(self.proposal(ids, k), None, source=self.name)
 
 
 class ModelProposer:

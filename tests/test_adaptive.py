@@ -44,3 +44,21 @@ def test_hybrid_uses_the_ngram_on_repeats_and_the_draft_otherwise(pair):
     events = list(specviz.generate(pair, prompt, proposer="hybrid", k=8, max_new_tokens=30))
     assert events[0].source == "ngram" and events[0].draft_tokens  # a 4+ token repeat
     assert {e.source for e in events} == {"ngram", "draft"}
+
+
+def test_ngram_proposes_only_what_its_record_says_will_pay():
+    from specviz.proposers import NgramProposer
+
+    ids = [5, 1, 2, 3, 4, 6, 7, 8, 9, 10, 5]  # the last token, 5, occurred once before
+    fresh = NgramProposer(3)
+    # priors: first token kept 1/2, later ones 4/5, R = 1 token per pass: bar 0.04;
+    # 0.5 * 0.8^7 = 0.105 > 0.04, so all 8 followers are proposed
+    assert fresh.proposal(ids, 8) == [1, 2, 3, 4, 6, 7, 8, 9]
+    burnt = NgramProposer(3)
+    burnt.first, burnt.tokens, burnt.cost = {1: [0.0, 10.0]}, 10.0, 10.0
+    # 1-token matches were never kept: a_1 = 1/12; 1/12 * 0.8^j > 0.04 for j <= 3 only
+    assert burnt.proposal(ids, 8) == [1, 2, 3, 4]
+    # the target kept 1 and 2, then said 42 instead of 3
+    burnt.proposal(ids + [1, 2, 42], 8)
+    assert burnt.first[1] == [1.0, 11.0] and burnt.later == [1.0, 2.0]
+    assert burnt.tokens == 13.0 and burnt.cost == 11.0 + 4 * NgramProposer.VERIFY_SLOPE

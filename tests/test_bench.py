@@ -54,3 +54,18 @@ def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
     assert all(r["matches_target"] for r in data["records"])
     assert "specviz:draft-2" in (tmp_path / "b.md").read_text()
     assert (tmp_path / "b.html").stat().st_size > 1000
+
+
+def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
+    from specviz.cli import main
+
+    rc = main(["costs", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+               "--dtype", "float32", "--device", "cpu", "--repeats", "2", "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["draft_ms"]) == {"none", "int8", "int4"}
+    assert [int(n) for n in out["target_ms"]] == [1, 2, 3, 5, 9, 17]
+    assert all(ms > 0 for ms in [*out["draft_ms"].values(), *out["target_ms"].values()])
+    rc = main(["costs", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+               "--dtype", "float32", "--device", "cpu", "--repeats", "1", "--profile"])
+    assert rc == 0 and "Self CPU" in capsys.readouterr().out
