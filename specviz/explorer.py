@@ -33,7 +33,7 @@ class Recording:
     output_pieces: tuple[str, ...] = ()  # display text of each output token in context
     guess_pieces: tuple[str, ...] = ()  # display text of each guess after the true prefix
     token_text: dict[str, str] | None = None  # id -> text, for refused n-gram proposals
-    confidences: list[float] = ()  # draft's top probability at each position given the true prefix
+    confidences: list[float] | tuple[float, ...] = ()  # draft top probability per position, true prefix
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -38,6 +38,13 @@ class Proposer(Protocol):
                 generator: torch.Generator) -> Draft: ...
 
 
+def kept_of(proposal: list[int], grown: list[int]) -> int:
+    """How many of a round's proposed tokens the target kept, given the ids the round committed
+    (the kept prefix, then the target's own token)."""
+    return next((i for i, (a, b) in enumerate(zip(proposal, grown, strict=False)) if a != b),
+                min(len(proposal), len(grown) - 1))
+
+
 class NoProposer:
     """The baseline: no drafts, one target token per pass."""
 
@@ -93,8 +100,7 @@ class NgramProposer:
         if ids[: len(before)] != before:
             return
         grown = ids[len(before):]
-        kept = next((i for i, (a, b) in enumerate(zip(proposal, grown, strict=False)) if a != b),
-                    min(len(proposal), len(grown) - 1))
+        kept = kept_of(proposal, grown)
         if proposal:
             first = self.first.setdefault(n, [0.0, 0.0])
             first[0], first[1] = first[0] + (kept > 0), first[1] + 1
@@ -268,8 +274,7 @@ class AdaptiveProposer:
             self.warm = True
             return
         grown = ids[len(before):]
-        kept = next((i for i, (a, b) in enumerate(zip(draft.tokens, grown, strict=False)) if a != b),
-                    min(len(draft.tokens), len(grown) - 1))
+        kept = kept_of(draft.tokens, grown)
         now = time.perf_counter()
         target_pass = (now - ended) / (1 + DraftLength.VERIFY_SLOPE * len(draft.tokens))
         if self.rule is None:
