@@ -84,7 +84,6 @@ def cmd_costs(args) -> int:
     print("draft pass (1 token): " + ", ".join(f"{f}: {ms:.1f} ms" for f, ms in result["draft_ms"].items()))
     if args.profile and pair.draft is not None:
         draft = copy.deepcopy(pair.draft)
-        if quant.wanted(draft, "auto"):
-            quant.apply(draft, "auto")
+        quant.apply(draft, "auto")
         print(profile_table(draft, pair.vocab_size, pair.encode(CONTEXT)))
     return 0

@@ -38,6 +38,11 @@ class Recording:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def replays_adaptive(self) -> bool:
+        """The adaptive rule needs the draft's confidence at every position."""
+        return self.proposer == "draft" and len(self.confidences) == len(self.output)
+
 
 @dataclass(frozen=True)
 class Round:
@@ -130,7 +135,7 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
     its own wrong token, which the recording does not have (it uses the true prefix's), and live
     costs carry timing noise.
     """
-    if rec.proposer != "draft" or len(rec.confidences) != len(rec.output):
+    if not rec.replays_adaptive:
         raise ValueError("the adaptive policy replays draft-model recordings with confidences: "
                          "record a greedy run of the draft drafter")
     rule = DraftLength(rec.draft_pass_seconds or 1e-9, rec.target_pass_seconds or 1e-9)

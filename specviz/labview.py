@@ -126,7 +126,7 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
                    measured_rounds: list[int] | None) -> tuple[str, str, go.Figure]:
     """(re-laid text HTML, numbers HTML, curve figure) for k (or the adaptive policy)."""
     note = ""
-    if adaptive and (rec.proposer != "draft" or len(rec.confidences) != len(rec.output)):
+    if adaptive and not rec.replays_adaptive:
         adaptive, note = False, ("<br>The adaptive policy drafts with the draft model: record a greedy "
                                  "run of the draft drafter to replay it. Showing fixed k instead.")
     rep = explorer.replay_adaptive(rec) if adaptive else explorer.replay(rec, k)

@@ -20,6 +20,10 @@ import torch
 from .lm import CachedLM
 from .sampling import SamplingParams, process
 
+# Extra target-pass cost per verified token, as a fraction of a one-token pass (0.034 measured
+# here with `python -m specviz costs`): the price of a wrong draft for every learning drafter.
+VERIFY_SLOPE = 0.04
+
 
 @dataclass(frozen=True)
 class Draft:
@@ -68,7 +72,7 @@ class NgramProposer:
     """
 
     name = "ngram"
-    VERIFY_SLOPE = 0.04  # extra target-pass cost per verified token, as a fraction
+    VERIFY_SLOPE = VERIFY_SLOPE
 
     def __init__(self, max_ngram: int = 3):
         if not 1 <= max_ngram <= 16:
@@ -138,6 +142,7 @@ class ModelProposer:
     def __init__(self, model, vocab_size: int):
         self.lm = CachedLM(model, vocab_size)
         self.stop = None  # optional: called with each token's confidence; True ends the draft
+        self.report_confidences = False  # the adaptive drafter learns from them; plain drafts skip it
 
     @torch.inference_mode()
     def propose(self, ids, k, params, generator) -> Draft:
@@ -145,17 +150,19 @@ class ModelProposer:
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         confidences: list[float] = []
+        report = self.report_confidences or self.stop is not None
         for _ in range(k):
             logits = self.lm.forward(ids + tokens, last=1)[0]  # [vocab]
             if params.greedy:
-                top = logits.max()
                 tokens.append(int(logits.argmax()))
-                confidences.append(float(1.0 / (logits - top).exp().sum()))  # max softmax
+                if report:  # the max softmax
+                    confidences.append(float(1.0 / (logits - logits[tokens[-1]]).exp().sum()))
             else:
                 q = process(logits, params)  # [vocab]
                 qs.append(q)
                 tokens.append(int(torch.multinomial(q, 1, generator=generator)))
-                confidences.append(float(q.max()))
+                if report:
+                    confidences.append(float(q.max()))
             if self.stop is not None and self.stop(confidences[-1]):
                 break
         q = torch.stack(qs) if qs else None  # [k, vocab]
@@ -197,7 +204,7 @@ class DraftLength:
     recorded ones, so both run the same rule.
     """
 
-    VERIFY_SLOPE = 0.04  # extra target-pass cost per verified token, as a fraction (0.034 here)
+    VERIFY_SLOPE = VERIFY_SLOPE
 
     def __init__(self, draft_pass: float, target_pass: float, prior: float = 2.0):
         self.draft_pass, self.target_pass = draft_pass, target_pass  # C_D; C_T for one token
@@ -251,6 +258,7 @@ class AdaptiveProposer:
 
     def __init__(self, inner: ModelProposer):
         self.inner = inner
+        inner.report_confidences = True
         self.rule: DraftLength | None = None
         self.draft_pass: float | None = None  # seconds, running mean
         self.last: tuple[list[int], Draft, float, float] | None = None  # ids, draft, start, end
@@ -276,7 +284,7 @@ class AdaptiveProposer:
         grown = ids[len(before):]
         kept = kept_of(draft.tokens, grown)
         now = time.perf_counter()
-        target_pass = (now - ended) / (1 + DraftLength.VERIFY_SLOPE * len(draft.tokens))
+        target_pass = (now - ended) / (1 + VERIFY_SLOPE * len(draft.tokens))
         if self.rule is None:
             self.rule = DraftLength(self.draft_pass or draft.seconds, target_pass)
         else:
