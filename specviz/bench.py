@@ -78,8 +78,28 @@ class PeakRSS:
 def specviz_method(proposer: str, k: int):
     def run(pair, ids, n):
         stats = RunStats.of(generate(pair, ids, proposer=proposer, k=k, max_new_tokens=n))
-        return stats.tokens, stats
+        return stats.tokens, dict(target_passes=stats.target_passes, alpha=stats.alpha,
+                                  draft_seconds=stats.draft_seconds, target_seconds=stats.target_seconds,
+                                  other_seconds=stats.overhead_seconds)
     return run
+
+
+class PassCounter:
+    """Counts a model's top-level forward calls: transformers' target passes, prefill included,
+    which is how specviz counts its own (round 1 carries the prompt)."""
+
+    def __init__(self, model):
+        self.model, self.passes = model, 0
+
+    def __enter__(self):
+        self._hook = self.model.register_forward_pre_hook(self._count)
+        return self
+
+    def _count(self, module, args):
+        self.passes += 1
+
+    def __exit__(self, *exc):
+        self._hook.remove()
 
 
 def hf_method(kind: str, k: int):
@@ -92,9 +112,9 @@ def hf_method(kind: str, k: int):
             kwargs["assistant_model"] = pair.draft
         elif kind == "lookup":
             kwargs["prompt_lookup_num_tokens"] = k
-        with torch.inference_mode():
+        with torch.inference_mode(), PassCounter(pair.target) as counter:
             out = pair.target.generate(torch.tensor([ids], device=pair.device), **kwargs)
-        return out[0, len(ids):].tolist(), None
+        return out[0, len(ids):].tolist(), dict(target_passes=counter.passes)
     return run
 
 
@@ -136,18 +156,14 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                 with PeakRSS() as rss:
                     start = time.perf_counter()
                     on = spec_pair if family == "specviz" or name.endswith("-qdraft") else pair
-                    tokens, stats = runner(on, ids, max_new_tokens)
+                    tokens, details = runner(on, ids, max_new_tokens)
                     seconds = time.perf_counter() - start
                 if name in ("hf:target", "specviz:none") and i not in reference:
                     reference[i] = tokens
                 diff = first_difference(tokens, reference[i]) if i in reference else None
-                extra = {} if stats is None else dict(
-                    target_passes=stats.target_passes, alpha=stats.alpha,
-                    draft_seconds=stats.draft_seconds, target_seconds=stats.target_seconds,
-                    other_seconds=stats.overhead_seconds)
                 rec = Record(name, family, k, i, p["class"], repeat, len(tokens), seconds,
                              peak_rss_gib=rss.peak / 2**30, matches_target=diff is None if i in reference
-                             else None, first_difference=diff, **extra)
+                             else None, first_difference=diff, **details)
                 records.append(rec)
                 log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s"
                     f"{'' if rec.matches_target in (True, None) else f'  differs at {diff}'}")
@@ -167,9 +183,9 @@ def summarize(records: list[Record]) -> dict:
                    "matches_target": sum(bool(r.matches_target) for r in rs), "runs": len(rs),
                    "peak_rss_gib": max(r.peak_rss_gib for r in rs)}
             if rs[0].target_passes is not None:
-                passes = sum(r.target_passes for r in rs)
-                row |= {"tokens_per_pass": tokens / passes,
-                        "alpha": statistics.fmean(r.alpha for r in rs),
+                row["tokens_per_pass"] = tokens / sum(r.target_passes for r in rs)
+            if rs[0].alpha is not None:
+                row |= {"alpha": statistics.fmean(r.alpha for r in rs),
                         "draft_share": sum(r.draft_seconds for r in rs) / seconds,
                         "target_share": sum(r.target_seconds for r in rs) / seconds,
                         "other_share": sum(r.other_seconds for r in rs) / seconds}

@@ -1,8 +1,8 @@
 """Drafters behind one small protocol: propose(ids, k, params, generator) -> Draft.
 
-`draft`: a small causal LM with its own KV cache (a CachedLM). `ngram`: prompt lookup, the
-longest and most recent earlier occurrence of the last 1..N tokens, proposing as much of what
-followed as the run's record says will pay.
+`draft`: a small causal LM with its own KV cache (a CachedLM). `ngram`: prompt lookup, an
+earlier occurrence of the longest suffix of 1..N tokens (the one that continues the last kept
+copy, else the most recent), proposing as much of what followed as the run's record says will pay.
 `none`: proposes nothing, so each round is one plain target step (the baseline).
 `hybrid`: the n-gram proposal when the context repeats its last 4+ tokens, else `adaptive`.
 `adaptive`: the draft model, drafting each round until one more token would not pay for itself.
@@ -60,7 +60,8 @@ class NoProposer:
 
 class NgramProposer:
     """Prompt lookup (Saxena 2023): match the last n tokens (n = N..1) earlier in the context,
-    then propose only as many of the tokens that followed as pay for their verification.
+    then propose only as many of the tokens that followed as pay for their verification. Of
+    several matches it takes the one that continues the last kept copy (see match()).
 
     A proposed token costs one more verified position (VERIFY_SLOPE of a target pass) and buys a
     token only if it and all before it are kept. The proposer learns from the run, per match
@@ -81,30 +82,44 @@ class NgramProposer:
         self.first: dict[int, list[float]] = {}  # match length -> [first token kept, proposals]
         self.later = [0.0, 0.0]  # [kept, reached] for tokens after a kept one
         self.tokens, self.cost = 0.0, 0.0  # the run so far, cost in target passes
-        self.last: tuple[list[int], list[int], int] | None = None  # ids, proposal, match length
+        self.last: tuple[list[int], list[int], int, int] | None = None  # ids, proposal, n, source
+        self.pointer: int | None = None  # where continuing the last kept copy reads next
 
-    def match(self, ids: list[int], k: int, min_ngram: int = 1) -> tuple[list[int], int]:
-        """Up to k tokens that followed the most recent earlier match of the longest suffix
-        (n = max_ngram..min_ngram), and n (0 when nothing matches)."""
+    def match(self, ids: list[int], k: int, min_ngram: int = 1) -> tuple[list[int], int, int]:
+        """Up to k tokens that followed an earlier match of the longest suffix (n = max_ngram..
+        min_ngram), n (0 when nothing matches), and where those tokens start in ids (-1).
+
+        Of several matches, the first one at or after the copy pointer (where the last kept copy
+        would read on) wins, else the most recent: output that rewrites its input copies it in
+        order, so the next piece to copy follows the last one."""
+        ends = [i for i in range(len(ids) - 2, -1, -1) if ids[i] == ids[-1]]  # most recent first
         for n in range(min(self.max_ngram, len(ids) - 1), min_ngram - 1, -1):
             suffix = ids[-n:]
-            for start in range(len(ids) - n - 1, -1, -1):  # most recent first, not the suffix itself
-                if ids[start:start + n] == suffix:
-                    return ids[start + n:start + n + k], n
-        return [], 0
+            starts = [e + 1 for e in ends if e >= n - 1 and ids[e - n + 1:e + 1] == suffix]
+            if starts:
+                ahead = [s for s in starts if self.pointer is not None and s >= self.pointer]
+                at = min(ahead) if ahead else starts[0]
+                return ids[at:at + k], n, at
+        return [], 0, -1
 
     def lookup(self, ids: list[int], k: int, min_ngram: int = 1) -> list[int]:
-        """The full match continuation, untrimmed (the hybrid's n-gram branch)."""
-        return self.match(ids, k, min_ngram)[0]
+        """The full match continuation, untrimmed (the hybrid's n-gram branch); it moves the copy
+        pointer like proposal() does."""
+        self._learn(ids)
+        tokens, n, at = self.match(ids, k, min_ngram)
+        self.last = (list(ids), list(tokens), n, at)
+        return tokens
 
     def _learn(self, ids: list[int]) -> None:
         if self.last is None:
             return
-        before, proposal, n = self.last
+        before, proposal, n, at = self.last
         if ids[: len(before)] != before:
             return
         grown = ids[len(before):]
         kept = kept_of(proposal, grown)
+        if kept:
+            self.pointer = at + kept + 1  # past the kept copy and the token the target put after it
         if proposal:
             first = self.first.setdefault(n, [0.0, 0.0])
             first[0], first[1] = first[0] + (kept > 0), first[1] + 1
@@ -117,7 +132,7 @@ class NgramProposer:
     def proposal(self, ids: list[int], k: int) -> list[int]:
         """This round's proposal for context ids (learning from the previous call's outcome)."""
         self._learn(ids)
-        tokens, n = self.match(ids, k)
+        tokens, n, at = self.match(ids, k)
         kept, seen = self.first.get(n, [0.0, 0.0])
         a_first = (kept + 1) / (seen + 2)
         a_later = (self.later[0] + 4) / (self.later[1] + 5)
@@ -127,7 +142,7 @@ class NgramProposer:
             sure *= a_later if length else a_first
             length += 1
         tokens = tokens[: max(length, 1)]
-        self.last = (list(ids), list(tokens), n)
+        self.last = (list(ids), list(tokens), n, at)
         return tokens
 
     def propose(self, ids, k, params, generator) -> Draft:

@@ -62,3 +62,16 @@ def test_ngram_proposes_only_what_its_record_says_will_pay():
     burnt.proposal(ids + [1, 2, 42], 8)
     assert burnt.first[1] == [1.0, 11.0] and burnt.later == [1.0, 2.0]
     assert burnt.tokens == 13.0 and burnt.cost == 11.0 + 4 * NgramProposer.VERIFY_SLOPE
+
+
+def test_ngram_keeps_copying_where_the_last_kept_copy_left_off():
+    from specviz.proposers import NgramProposer
+
+    ids = [7, 1, 2, 8, 7, 3, 4, 0, 7, 1]
+    lookup = NgramProposer(3)
+    assert lookup.lookup(ids, 4) == [2, 8, 7, 3]  # (7, 1) occurred at 0..1
+    ids += [2, 8, 9]  # the target kept 2 and 8 (read from 2..3), then said 9
+    assert lookup.lookup(ids, 4) == [] and lookup.pointer == 5  # the copy would read on at 5
+    ids += [7]  # 7 occurred at 0, 4 and 8: the most recent is followed by 1, 2, 8, 9
+    assert NgramProposer(3).match(ids, 4)[:2] == ([1, 2, 8, 9], 1)
+    assert lookup.lookup(ids, 4) == [3, 4, 0, 7]  # the first one at or after the pointer

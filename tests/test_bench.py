@@ -52,6 +52,13 @@ def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
         == {"hf:assisted-4-qdraft"}  # quantized-draft counterpart only when k=4 is benchmarked
     # float32 tiny models: every method reproduces the target alone exactly
     assert all(r["matches_target"] for r in data["records"])
+    # transformers' target passes are counted like specviz's: one per token alone, fewer with help
+    by = {(r["method"], r["prompt"]): r for r in data["records"]}
+    for i in (0, 1):
+        assert by["hf:target", i]["target_passes"] == by["hf:target", i]["tokens"]
+        assert by["hf:target", i]["target_passes"] == by["specviz:none", i]["target_passes"]
+        assert 1 <= by["hf:assisted-2", i]["target_passes"] <= by["hf:target", i]["tokens"]
+    assert data["summary"]["hf:target"]["all"]["tokens_per_pass"] == 1.0
     assert "specviz:draft-2" in (tmp_path / "b.md").read_text()
     assert (tmp_path / "b.html").stat().st_size > 1000
 
