@@ -2,7 +2,8 @@
 
 `draft`: a small causal LM with its own KV cache (a CachedLM). `ngram`: prompt lookup, an
 earlier occurrence of the longest suffix of 1..N tokens (the one that continues the last kept
-copy, else the most recent), proposing as much of what followed as the run's record says will pay.
+copy, else the most recent; with no match, where that copy left off), proposing as much of
+what followed as the run's record says will pay.
 `none`: proposes nothing, so each round is one plain target step (the baseline).
 `hybrid`: the n-gram proposal when the context repeats its last 4+ tokens, else `adaptive`.
 `adaptive`: the draft model, drafting each round until one more token would not pay for itself.
@@ -61,7 +62,8 @@ class NoProposer:
 class NgramProposer:
     """Prompt lookup (Saxena 2023): match the last n tokens (n = N..1) earlier in the context,
     then propose only as many of the tokens that followed as pay for their verification. Of
-    several matches it takes the one that continues the last kept copy (see match()).
+    several matches it takes the one that continues the last kept copy (see match()); when
+    nothing matches, it reads on from where that copy left off.
 
     A proposed token costs one more verified position (VERIFY_SLOPE of a target pass) and buys a
     token only if it and all before it are kept. The proposer learns from the run, per match
@@ -133,6 +135,10 @@ class NgramProposer:
         """This round's proposal for context ids (learning from the previous call's outcome)."""
         self._learn(ids)
         tokens, n, at = self.match(ids, k)
+        if not tokens and self.pointer is not None and self.pointer < len(ids):
+            # nothing matches, e.g. the output just changed one token of what it copies: read on
+            at = self.pointer  # n stays 0: these proposals learn their own first-token rate
+            tokens = ids[at:at + k]
         kept, seen = self.first.get(n, [0.0, 0.0])
         a_first = (kept + 1) / (seen + 2)
         a_later = (self.later[0] + 4) / (self.later[1] + 5)

@@ -75,3 +75,7 @@ def test_ngram_keeps_copying_where_the_last_kept_copy_left_off():
     ids += [7]  # 7 occurred at 0, 4 and 8: the most recent is followed by 1, 2, 8, 9
     assert NgramProposer(3).match(ids, 4)[:2] == ([1, 2, 8, 9], 1)
     assert lookup.lookup(ids, 4) == [3, 4, 0, 7]  # the first one at or after the pointer
+    # with nothing to match (9 never occurred before), the drafter reads on at the pointer
+    drafter = NgramProposer(3)
+    assert drafter.proposal(ids[:10], 4) == [2, 8, 7, 3]
+    assert drafter.proposal(ids[:13], 4) == [3, 4, 0, 7] and drafter.first == {2: [1.0, 1.0]}
