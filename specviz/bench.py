@@ -118,6 +118,41 @@ def hf_method(kind: str, k: int):
     return run
 
 
+def passes_on_text(prompt: list[int], out: list[int], propose) -> int:
+    """Greedy target passes a deterministic drafter needs to write exactly `out` after `prompt`:
+    each round keeps the proposed tokens that agree with out, plus the target's own token.
+
+    Run on the target alone's output, it compares drafting rules on one text, free of the
+    timing noise and of the bf16 near-ties that make live runs write slightly different texts.
+    propose(ids, budget) -> proposed ids."""
+    position = passes = 0
+    while position < len(out):
+        proposal = propose(prompt + out[:position], len(out) - position - 1)
+        kept = next((i for i, t in enumerate(proposal) if position + i >= len(out) or t != out[position + i]),
+                    len(proposal))
+        position, passes = position + kept + 1, passes + 1
+    return passes
+
+
+def lookup_rules(pair, prompt: list[int], max_new_tokens: int) -> dict:
+    """The two n-gram drafters compared by passes_on_text: specviz's, and transformers' prompt
+    lookup (its own candidate generator, as generate(prompt_lookup_num_tokens=8) builds it)."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    from .proposers import NgramProposer
+
+    ngram = NgramProposer(3)  # engine default
+    hf = PromptLookupCandidateGenerator(torch.tensor(sorted(pair.eos_ids)), num_output_tokens=NGRAM_K,
+                                        max_length=len(prompt) + max_new_tokens)
+
+    def lookup(ids, budget):
+        candidates = hf.get_candidates(torch.tensor([ids]))[0][0, len(ids):].tolist()
+        return candidates[:budget]
+
+    return {f"specviz:ngram-{NGRAM_K}": lambda ids, budget: ngram.proposal(ids, min(NGRAM_K, budget)),
+            f"hf:lookup-{NGRAM_K}": lookup}
+
+
 def methods(ks, names: set[str] | None, has_draft: bool,
             quant_draft: bool = False) -> dict[str, tuple[str, int | None, object]]:
     """{name: (family, k, runner)} in a fixed order; names filters by name or family prefix."""
@@ -140,8 +175,9 @@ def methods(ks, names: set[str] | None, has_draft: bool,
 
 
 def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None,
-              log=None, spec_pair=None) -> list[Record]:
-    """spec_pair: the pair specviz methods run on (e.g. with a quantized draft); default pair."""
+              log=None, spec_pair=None) -> tuple[list[Record], dict[int, list[int]]]:
+    """Records of every run, and the target alone's output per prompt index (when a baseline
+    ran). spec_pair: the pair specviz methods run on (e.g. with a quantized draft)."""
     spec_pair = spec_pair or pair
     log = log or (lambda line: print(line, flush=True))
     table = methods(ks, names, pair.draft is not None, spec_pair.draft is not pair.draft)
@@ -167,7 +203,19 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                 records.append(rec)
                 log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s"
                     f"{'' if rec.matches_target in (True, None) else f'  differs at {diff}'}")
-    return records
+    return records, reference
+
+
+def same_text_passes(pair, prompts, texts: dict[int, list[int]], max_new_tokens: int) -> dict:
+    """{class: {drafter: passes}} of the n-gram drafters on the target alone's outputs (texts:
+    prompt index -> output ids)."""
+    out: dict[str, dict[str, int]] = {}
+    for i, text in sorted(texts.items()):
+        ids = pair.encode(prompts[i]["prompt"], chat=True)
+        row = out.setdefault(prompts[i]["class"], {})
+        for name, propose in lookup_rules(pair, ids, max_new_tokens).items():
+            row[name] = row.get(name, 0) + passes_on_text(ids, text, propose)
+    return out
 
 
 def summarize(records: list[Record]) -> dict:
@@ -265,6 +313,18 @@ def markdown(summary: dict, meta: dict) -> str:
     return about + "\n\n" + "\n".join(speed) + "\n\n" + "\n".join(detail) + "\n"
 
 
+def same_text_table(same_text: dict) -> str:
+    """Markdown: target passes of each n-gram drafter on the target alone's text, per class."""
+    classes = sorted(same_text)
+    names = list(next(iter(same_text.values())))
+    lines = ["Target passes to write the target alone's own output, n-gram drafters (fewer is better):",
+             "", "| drafter | " + " | ".join(classes) + " | all |", "|" + " --- |" * (len(classes) + 2)]
+    for name in names:
+        counts = [same_text[c][name] for c in classes]
+        lines.append(f"| {name} | " + " | ".join(map(str, counts)) + f" | {sum(counts)} |")
+    return "\n".join(lines)
+
+
 def html_report(summary: dict, path: Path, title: str) -> None:
     import plotly.graph_objects as go
 
@@ -324,19 +384,24 @@ def cmd_bench(args) -> int:
         label = quant.apply(draft, quantize)
         spec_pair = Pair(pair.target, pair.tokenizer, draft, pair.target_name,
                          f"{pair.draft_name} ({label})", pair.chat_default)
-    records = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names,
-                        spec_pair=spec_pair)
+    records, texts = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names,
+                               spec_pair=spec_pair)
     summary = summarize(records)
+    same_text = same_text_passes(pair, prompts, texts, args.max_new_tokens)
     print(table(summary))
+    if same_text:
+        print(same_text_table(same_text))
     meta = {"machine": machine(), "target": pair.target_name, "draft": pair.draft_name,
             "specviz_draft": spec_pair.draft_name,
             "dtype": str(pair.dtype), "device": str(pair.device), "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "ks": list(ks)}
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
-            {"meta": meta, "summary": summary, "records": [asdict(r) for r in records]}, indent=1))
+            {"meta": meta, "summary": summary, "same_text_passes": same_text,
+             "records": [asdict(r) for r in records]}, indent=1))
     if args.markdown_path:
-        Path(args.markdown_path).write_text(markdown(summary, meta))
+        Path(args.markdown_path).write_text(markdown(summary, meta) + (
+            "\n" + same_text_table(same_text) + "\n" if same_text else ""))
     if args.html_path:
         html_report(summary, Path(args.html_path), f"specviz bench: {pair.target_name}")
     return 0

@@ -59,6 +59,12 @@ def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
         assert by["hf:target", i]["target_passes"] == by["specviz:none", i]["target_passes"]
         assert 1 <= by["hf:assisted-2", i]["target_passes"] <= by["hf:target", i]["tokens"]
     assert data["summary"]["hf:target"]["all"]["tokens_per_pass"] == 1.0
+    # both n-gram rules replayed on the target's own text: at least one token per pass
+    assert set(data["same_text_passes"]) == {"code", "text"}
+    for cls, row in data["same_text_passes"].items():
+        assert set(row) == {"specviz:ngram-8", "hf:lookup-8"}
+        assert all(1 <= n <= 12 for n in row.values())
+    assert "fewer is better" in (tmp_path / "b.md").read_text()
     assert "specviz:draft-2" in (tmp_path / "b.md").read_text()
     assert (tmp_path / "b.html").stat().st_size > 1000
 
@@ -76,3 +82,20 @@ def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
     rc = main(["costs", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
                "--dtype", "float32", "--device", "cpu", "--repeats", "1", "--profile"])
     assert rc == 0 and "Self CPU" in capsys.readouterr().out
+
+
+def test_passes_on_text_counts_rounds_exactly():
+    out = [4, 5, 6, 7]
+    assert bench.passes_on_text([1, 2, 3], out, lambda ids, budget: []) == 4  # one token a pass
+    oracle = lambda ids, budget: out[len(ids) - 3:][:budget]  # noqa: E731
+    assert bench.passes_on_text([1, 2, 3], out, oracle) == 1  # 3 kept + the target's own
+    # keeps 4, 5, then the target says 6; the last round proposes nothing (no budget left)
+    assert bench.passes_on_text([1, 2, 3], out, lambda ids, budget: [4, 5, 9][:budget]) == 2
+
+
+def test_lookup_rules_are_transformers_and_specviz_ngram(pair):
+    rules = bench.lookup_rules(pair, [5, 1, 2, 3], max_new_tokens=16)
+    ids = [5, 1, 2, 3, 5]
+    # transformers: the earliest match of the last 2, then 1 tokens; everything that followed
+    assert rules["hf:lookup-8"](ids, 8) == [1, 2, 3, 5] and rules["hf:lookup-8"](ids, 2) == [1, 2]
+    assert rules["specviz:ngram-8"](ids, 8) == [1, 2, 3, 5]
