@@ -61,7 +61,7 @@ def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
     assert data["summary"]["hf:target"]["all"]["tokens_per_pass"] == 1.0
     # both n-gram rules replayed on the target's own text: at least one token per pass
     assert set(data["same_text_passes"]) == {"code", "text"}
-    for cls, row in data["same_text_passes"].items():
+    for row in data["same_text_passes"].values():
         assert set(row) == {"specviz:ngram-8", "hf:lookup-8"}
         assert all(1 <= n <= 12 for n in row.values())
     assert "fewer is better" in (tmp_path / "b.md").read_text()
