@@ -23,6 +23,7 @@ from .compare import first_difference
 from .engine import generate
 from .loading import Pair
 from .metrics import RunStats
+from .proposers import kept_of
 
 PROMPTS = Path(__file__).parent.parent / "assets" / "bench_prompts.json"
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
@@ -128,8 +129,7 @@ def passes_on_text(prompt: list[int], out: list[int], propose) -> int:
     position = passes = 0
     while position < len(out):
         proposal = propose(prompt + out[:position], len(out) - position - 1)
-        kept = next((i for i, t in enumerate(proposal) if position + i >= len(out) or t != out[position + i]),
-                    len(proposal))
+        kept = kept_of(proposal, out[position:])
         position, passes = position + kept + 1, passes + 1
     return passes
 
