@@ -106,7 +106,8 @@ def cmd_run(args) -> int:
     print()
     print(f"{stats.new_tokens} tokens in {stats.target_passes} target passes "
           f"({stats.tokens_per_pass:.2f} per pass), {stats.draft_passes} draft passes; "
-          f"acceptance {stats.alpha:.1%} (i.i.d. prediction {stats.predicted_tokens_per_pass:.2f}/pass)")
+          f"per-token acceptance α {stats.alpha:.1%} (i.i.d. prediction "
+          f"{stats.predicted_tokens_per_pass:.2f}/pass), accepted/drafted {stats.acceptance_rate:.1%}")
     print(f"acceptance by position: {', '.join(f'{a:.0%}' for a in stats.acceptance_by_position)}")
     print(f"{stats.wall_seconds:.2f} s, {stats.tokens_per_second:.2f} tok/s "
           f"(draft {stats.draft_seconds:.2f} s, target {stats.target_seconds:.2f} s, "

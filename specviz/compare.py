@@ -30,10 +30,15 @@ def ulp(value: float, dtype: torch.dtype) -> float:
 
 
 def top2_at(stats: RunStats, position: int) -> list[tuple[int, float]] | None:
-    """The target's top-2 (id, logit) where it chose output token `position` in this run."""
+    """The target's top-2 (id, logit) where it chose output token `position` in this run.
+
+    Read from the round that committed that token: its row j was computed on the committed
+    context (the drafts before j were all kept). An earlier round's window may cover the same
+    position, but on a context that held a refused draft."""
     for e in stats.events:
-        if e.position <= position <= e.position + e.k and e.target_top2:
-            return e.target_top2[position - e.position]
+        if e.position <= position < e.position + len(e.new_tokens):
+            j = position - e.position  # <= e.accepted
+            return e.target_top2[j] if j < len(e.target_top2) else None
     return None
 
 

@@ -129,30 +129,44 @@ def replay(rec: Recording, k: int) -> Replay:
 
 
 def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
-    """The adaptive draft length (DraftLength) on the recorded costs and confidences.
+    """The adaptive draft length (DraftLength) on the recorded costs and confidences, drafting
+    at most k_max a round, like the live drafter run with k = k_max.
 
-    A prediction, not a recomputation: past a refused draft the live draft's confidences follow
-    its own wrong token, which the recording does not have (it uses the true prefix's), and live
-    costs carry timing noise.
+    It follows the live rule's schedule: rounds 1 and 2 draft min(4, k_max); round 1 (which
+    paid both prefills) is not observed; the rule is first consulted in round 3. It is a
+    prediction, not a recomputation, in two ways (`ADAPTIVE_DIFFERS`): past a refused draft the
+    live draft's confidences follow its own wrong token, which the recording does not have (it
+    holds the true prefix's), and the live rule learns from measured times, which carry noise,
+    where this one uses the recorded mean pass costs.
     """
     if not rec.replays_adaptive:
         raise ValueError("the adaptive policy replays draft-model recordings with confidences: "
                          "record a greedy run of the draft drafter")
+    if not 1 <= k_max <= 32:
+        raise ValueError(f"k must be in 1..32, got {k_max}")
     rule = DraftLength(rec.draft_pass_seconds or 1e-9, rec.target_pass_seconds or 1e-9)
     lookup, pos, rounds = NgramProposer(rec.ngram_size), 0, []
     while pos < len(rec.output):
-        k, stop = 0, rule.stopper()
-        for k in range(1, min(k_max, rec.max_new_tokens - pos - 1) + 1):
-            if stop(rec.confidences[pos + k - 1]):
-                break
+        budget = min(k_max, rec.max_new_tokens - pos - 1)
         if len(rounds) < 2:  # like the live proposer: two rounds of min(4, k) measure the costs
-            k = min(4, k_max, rec.max_new_tokens - pos - 1)
+            k = max(0, min(4, budget))
+        else:
+            k, stop = 0, rule.stopper()
+            for k in range(1, budget + 1):
+                if stop(rec.confidences[pos + k - 1]):
+                    break
         r = _round(rec, pos, k, lookup)
-        rule.observe(rec.confidences[pos:pos + r.k], r.accepted, r.committed,
-                     r.k * rule.draft_pass + rule.round_target(r.k))
+        if rounds:  # the live rule skips round 1: it paid the prefills
+            rule.observe(rec.confidences[pos:pos + r.k], r.accepted, r.committed,
+                         r.k * rule.draft_pass + rule.round_target(r.k))
         rounds.append(r)
         pos += r.committed
     return Replay("adaptive", tuple(rounds), rec)
+
+
+ADAPTIVE_DIFFERS = ("a prediction: past a refused draft the live draft's confidences follow its own "
+                    "wrong token (the recording holds the true prefix's), and the live rule learns "
+                    "from measured times where this uses the recorded mean pass costs")
 
 
 def spans(rep: Replay) -> list[Span]:

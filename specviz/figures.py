@@ -48,7 +48,7 @@ def acceptance_by_position(spec: RunStats) -> go.Figure:
                            name="measured"))
     if spec.drafted:
         fig.add_hline(y=spec.alpha, line_dash="dot", line_color=THEORY,
-                      annotation_text=f"overall α = {spec.alpha:.2f}")
+                      annotation_text=f"per-token α = {spec.alpha:.2f}")
     fig.update_yaxes(range=[0, 1.05])
     return _layout(fig, "Acceptance by draft position", "draft position i",
                    "P(kept | 1..i-1 kept)")

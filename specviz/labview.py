@@ -129,7 +129,9 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
     if adaptive and not rec.replays_adaptive:
         adaptive, note = False, ("<br>The adaptive policy drafts with the draft model: record a greedy "
                                  "run of the draft drafter to replay it. Showing fixed k instead.")
-    rep = explorer.replay_adaptive(rec) if adaptive else explorer.replay(rec, k)
+    rep = explorer.replay_adaptive(rec, k) if adaptive else explorer.replay(rec, k)
+    if adaptive:
+        note += f"<br>The adaptive policy drafts at most k = {k} a round. It is {explorer.ADAPTIVE_DIFFERS}."
     reps = explorer.curve(rec)
     check = ""
     if measured_k is not None and measured_rounds is not None:
@@ -140,7 +142,7 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
                  + ("" if ok else " In bfloat16 or float16 the recording's one draft pass over the whole "
                     "output can round a near-tie differently from the run's step-by-step passes; "
                     "rerun in float32 to check the replay itself."))
-    numbers = (f"<div class='specviz-lab'><b>{'adaptive k' if adaptive else f'k = {k}'}</b>: "
+    numbers = (f"<div class='specviz-lab'><b>{f'adaptive k ≤ {k}' if adaptive else f'k = {k}'}</b>: "
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
                f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {rep.predicted_seconds:.2f} s "
                f"(C_D={rec.draft_pass_seconds * 1000:.0f} ms, C_T={rec.target_pass_seconds * 1000:.0f} ms)."

@@ -53,9 +53,22 @@ class RunStats:
         return sum(e.accepted for e in self.events)
 
     @property
-    def alpha(self) -> float:
-        """Acceptance rate: accepted / drafted (0 when nothing was drafted)."""
+    def rejections(self) -> int:
+        """Rounds whose drafts met a refusal: each tests one token that failed."""
+        return sum(e.accepted < e.k for e in self.events)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / drafted (vLLM's "acceptance rate"). Drafts after the first refusal in a round
+        are never tested but count as failures here, so this is not the per-token chance."""
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Per-token acceptance α: accepted / (accepted + rejections), the maximum-likelihood
+        estimate of the chance that one tested draft is kept (0 when nothing was tested)."""
+        tested = self.accepted + self.rejections
+        return self.accepted / tested if tested else 0.0
 
     @property
     def k(self) -> int:
@@ -79,8 +92,11 @@ class RunStats:
 
     @property
     def predicted_tokens_per_pass(self) -> float:
-        """The i.i.d. prediction (1 - alpha^(k+1)) / (1 - alpha) at the measured alpha and k."""
-        return expected_tokens_per_pass(self.alpha, self.k)
+        """The i.i.d. prediction at the measured α: the mean over rounds of
+        (1 - α^(k_i+1)) / (1 - α) for each round's draft length k_i (a fixed-k run: its k)."""
+        if not self.events:
+            return 0.0
+        return sum(expected_tokens_per_pass(self.alpha, e.k) for e in self.events) / len(self.events)
 
     @property
     def wall_seconds(self) -> float:
@@ -122,7 +138,8 @@ class RunStats:
         return {
             "new_tokens": self.new_tokens, "target_passes": self.target_passes,
             "draft_passes": self.draft_passes, "tokens_per_pass": self.tokens_per_pass,
-            "alpha": self.alpha, "k": self.k, "acceptance_by_position": self.acceptance_by_position,
+            "alpha": self.alpha,
+            "acceptance_rate": self.acceptance_rate, "rejections": self.rejections, "k": self.k, "acceptance_by_position": self.acceptance_by_position,
             "accepted_histogram": self.accepted_histogram,
             "predicted_tokens_per_pass": self.predicted_tokens_per_pass,
             "wall_seconds": self.wall_seconds, "tokens_per_second": self.tokens_per_second,

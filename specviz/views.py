@@ -42,8 +42,11 @@ def stats_html(spec: RunStats, base: RunStats | None = None) -> str:
         _row("target passes", f"{spec.target_passes}", f"{b.target_passes}" if b else ""),
         _row("draft passes", f"{spec.draft_passes}", "0" if b else ""),
         _row("tokens per target pass", f"{spec.tokens_per_pass:.2f}", "1.00" if b else ""),
-        _row("acceptance α", f"{spec.alpha:.1%}" if spec.drafted else "—", ""),
-        _row("i.i.d. prediction", f"{spec.predicted_tokens_per_pass:.2f} /pass" if spec.drafted else "—"),
+        _row("per-token acceptance α = accepted / (accepted + rejections)",
+             f"{spec.alpha:.1%}" if spec.drafted else "—", ""),
+        _row("acceptance rate = accepted / drafted", f"{spec.acceptance_rate:.1%}" if spec.drafted else "—"),
+        _row("i.i.d. prediction (1 − α^(k+1))/(1 − α)",
+             f"{spec.predicted_tokens_per_pass:.2f} /pass" if spec.drafted else "—"),
         _row("elapsed", f"{spec.wall_seconds:.2f} s", f"{b.wall_seconds:.2f} s" if b else ""),
         _row("tokens / s", f"{spec.tokens_per_second:.2f}", f"{b.tokens_per_second:.2f}" if b else ""),
         _row("time split", f"draft {spec.draft_seconds:.2f} s · target {spec.target_seconds:.2f} s · "

@@ -55,3 +55,24 @@ def test_first_difference():
 def test_tokens_are_html_escaped():
     html = to_html([Span('<script>alert("x")</script>', "accepted", 1, 1, 1, 0.5, 0.25)])
     assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_verdict_reads_the_row_computed_on_the_committed_context():
+    # Round 1 drafts [5, 9, 4] and keeps only 5, then the target says 7: its rows 2..3 were
+    # computed after the refused draft 9. Round 2 commits position 2 from its own row 0.
+    def round_(position, drafts, accepted, new, top2):
+        return RoundEvent(round=position + 1, k=len(drafts), draft_tokens=drafts, accepted=accepted,
+                          token=new[-1], kind="recovered", new_tokens=new,
+                          target_probs=[1.0] * len(drafts), draft_probs=[1.0] * len(drafts),
+                          target_passes=position + 1, draft_passes=0, draft_seconds=0.0,
+                          target_seconds=0.0, round_seconds=0.0, elapsed=0.0, position=position,
+                          source="draft", target_cache_length=0, stop=None, target_top2=top2)
+
+    stale = [(3, 25.0), (8, 10.0)]  # what the target said at position 2 after the refused 9
+    first = round_(0, [5, 9, 4], 1, [5, 7],
+                   [[(5, 20.0), (6, 1.0)], [(7, 20.0), (9, 19.0)], stale, [(1, 5.0), (2, 4.0)]])
+    spec = RunStats.of([first, round_(2, [], 0, [8], [[(8, 20.0), (3, 19.9375)]])])
+    base = RunStats.of([first, round_(2, [], 0, [3], [[(3, 20.0), (8, 19.9375)]])])
+    c = compare(spec, base, torch.bfloat16, "cpu")
+    assert c.position == 2 and c.spec_top2 == [(8, 20.0), (3, 19.9375)]
+    assert c.verdict == "near-tie flipped by floating point"  # the stale row's margin is 15

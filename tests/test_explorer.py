@@ -50,3 +50,39 @@ def test_adaptive_replay_covers_the_output(pair):
 def test_only_greedy_draft_or_ngram_runs_are_recorded(pair):
     with pytest.raises(ValueError, match="replays 'draft' or 'ngram'"):
         explorer.record(pair, [1, 2], real(pair, "none", 1, 5), "none", 5)
+
+
+def test_adaptive_replay_follows_the_live_drafters_schedule(pair, monkeypatch):
+    """With the target as its own draft (every draft kept, confidences as recorded) and a clock
+    that charges each pass its modelled cost, the replay makes the live run's rounds exactly:
+    two measuring rounds of min(4, k), round 1 not learnt from, never more than the run's k."""
+    import copy
+    import dataclasses
+    import time
+
+    from specviz.lm import CachedLM
+    from specviz.loading import Pair
+    from specviz.proposers import VERIFY_SLOPE
+
+    same = Pair(pair.target, pair.tokenizer, copy.deepcopy(pair.target), "t", "t")
+    c_d, c_t, clock = 0.02, 0.2, [0.0]
+    forward = CachedLM.forward
+
+    def charged(self, ids, last=1):
+        clock[0] += c_d if self.model is same.draft else c_t * (1 + VERIFY_SLOPE * (last - 1))
+        return forward(self, ids, last)
+
+    monkeypatch.setattr(CachedLM, "forward", charged)
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    pair.target.generation_config.eos_token_id = None
+    try:
+        for k in (3, 6):
+            events = list(specviz.generate(same, PROMPT, proposer="adaptive", k=k, max_new_tokens=40))
+            live = specviz.RunStats.of(events)
+            rec = explorer.record(same, same.encode(PROMPT), live, "draft", max_new_tokens=40)
+            rec = dataclasses.replace(rec, draft_pass_seconds=c_d, target_pass_seconds=c_t)
+            rep = explorer.replay_adaptive(rec, k)
+            assert [r.k for r in rep.rounds] == [e.k for e in events], k
+            assert [e.k for e in events[:2]] == [min(4, k)] * 2 and max(e.k for e in events) <= k
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id

@@ -1,0 +1,61 @@
+"""RunStats figures against hand computations on constructed runs."""
+
+import random
+
+import pytest
+
+from specviz.engine import RoundEvent
+from specviz.metrics import RunStats
+from specviz.theory import expected_tokens_per_pass
+
+
+def round_(number: int, position: int, k: int, accepted: int) -> RoundEvent:
+    new = list(range(accepted + 1))
+    return RoundEvent(round=number, k=k, draft_tokens=list(range(k)), accepted=accepted, token=0,
+                      kind="bonus" if accepted == k else "recovered", new_tokens=new,
+                      target_probs=[1.0] * k, draft_probs=[1.0] * k, target_passes=number,
+                      draft_passes=number * k, draft_seconds=0.0, target_seconds=0.0,
+                      round_seconds=0.0, elapsed=0.0, position=position, source="draft",
+                      target_cache_length=0, stop=None)
+
+
+def run(pattern: list[tuple[int, int]]) -> RunStats:
+    events, position = [], 0
+    for i, (k, accepted) in enumerate(pattern, 1):
+        events.append(round_(i, position, k, accepted))
+        position += accepted + 1
+    return RunStats.of(events)
+
+
+def test_alpha_counts_only_tested_drafts():
+    stats = run([(4, 4), (4, 1), (4, 0)])  # 5 kept; 2 refusals; drafts after them never tested
+    assert (stats.accepted, stats.drafted, stats.rejections) == (5, 12, 2)
+    assert stats.alpha == pytest.approx(5 / 7)
+    assert stats.acceptance_rate == pytest.approx(5 / 12)
+    a = 5 / 7
+    assert stats.predicted_tokens_per_pass == pytest.approx((1 - a ** 5) / (1 - a))
+    assert stats.summary()["alpha"] == stats.alpha
+    assert stats.summary()["acceptance_rate"] == stats.acceptance_rate
+
+
+def test_prediction_averages_over_each_rounds_draft_length():
+    stats = run([(2, 2), (4, 1), (0, 0)])  # an adaptive run: k = 2, 4, then nothing drafted
+    a = 3 / 4
+    want = (expected_tokens_per_pass(a, 2) + expected_tokens_per_pass(a, 4) + 1.0) / 3
+    assert stats.predicted_tokens_per_pass == pytest.approx(want)
+
+
+def test_iid_prediction_matches_the_measured_tokens_per_pass():
+    # 4,000 rounds at k=4 with i.i.d. acceptance 0.8: E = (1 - 0.8^5) / 0.2 = 3.3616 tokens per
+    # pass; the per-round standard deviation is about 1.5, so the mean's is 0.024 (0.7%).
+    rng = random.Random(0)
+    pattern = []
+    for _ in range(4000):
+        n = 0
+        while n < 4 and rng.random() < 0.8:
+            n += 1
+        pattern.append((4, n))
+    stats = run(pattern)
+    assert stats.alpha == pytest.approx(0.8, abs=0.01)
+    assert stats.predicted_tokens_per_pass == pytest.approx(stats.tokens_per_pass, rel=0.03)
+    assert stats.acceptance_rate < 0.65  # accepted / drafted: about 0.59, the wrong input
