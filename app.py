@@ -1,21 +1,41 @@
-"""specviz web app: layout and wiring only. The engine and views live in specviz/."""
+"""specviz web app: layout and wiring only. The engine and views live in specviz/.
+
+A public Space is hostile ground: every handler below takes raw values (preprocess=False) and
+coerces them itself, model jobs pass a fair gate (one at a time, one per visitor), traces live on
+a bounded server-side shelf, and messages are escaped and free of server paths.
+"""
 
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
+import secrets
 import tempfile
 import threading
+import time
 from dataclasses import fields, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import gradio as gr
 
 from specviz import lab, labview, presets
+from specviz.gate import Gate
 from specviz.render import legend_html
-from specviz.service import ModelStore, View, replay_view, run_views, sample_continuations
-from specviz.settings import CUSTOM, DTYPES, UI_MAX_K, Limits, RunSettings, from_query
+from specviz.service import ModelStore, Shelf, View, continuations, public_message, replay_view, run_views
+from specviz.settings import (
+    CUSTOM,
+    DTYPES,
+    UI_MAX_K,
+    Limits,
+    RunSettings,
+    coerce_int,
+    from_query,
+    markdown_text,
+    settings_from,
+)
 from specviz.trace import MAX_TRACE_BYTES, loads
 
 ASSETS = Path(__file__).parent / "assets"
@@ -42,9 +62,16 @@ COPY_JS = """(query) => {
 }"""
 
 
+TRACE_TTL = 3600  # seconds a page's trace key lives without a new run (pages that never close)
+CLEAN_CACHE = (300, 900)  # every 5 minutes, delete uploads and downloads older than 15 minutes
+MAX_NOTICES = 8
+LAB_SOURCES = ("example", "round")
+SAVES = Path(tempfile.gettempdir()) / "specviz-saves"
+
+
 def pair_choices(store: ModelStore, limits: Limits) -> list[tuple[str, str]]:
     choices = [(f"{key} (command line)", key) for key in store.extra_pairs]
-    for preset, why in presets.listing():
+    for preset, why in presets.listing(limits.allow_large):
         choices.append((preset.label if why is None else f"{preset.label} — unavailable: {why}",
                         preset.key))
     if limits.allow_custom:
@@ -52,11 +79,36 @@ def pair_choices(store: ModelStore, limits: Limits) -> list[tuple[str, str]]:
     return choices
 
 
+def launch_options(limits: Limits) -> dict:
+    """What demo.launch needs on hostile ground (main and the tests use the same)."""
+    return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
+                state_session_capacity=limits.max_sessions)
+
+
+def link_notice(notices: list[str]) -> str:
+    """The link notice as Markdown: at most MAX_NOTICES, every character shown as typed."""
+    shown = notices[:MAX_NOTICES] + ([f"and {len(notices) - MAX_NOTICES} more"]
+                                     if len(notices) > MAX_NOTICES else [])
+    return "⚠ " + markdown_text("; ".join(shown))
+
+
+def user_error(e: BaseException) -> gr.Error:
+    """A ValueError's message for any visitor: no server paths, no HTML."""
+    return gr.Error(html.escape(public_message(str(e)), quote=False), print_exception=False)
+
+
+def session_of(request: gr.Request | None) -> str | None:
+    return getattr(request, "session_hash", None) if request is not None else None
+
+
 def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
-    with gr.Blocks(title="specviz: speculative decoding, visible") as demo:
+    gate = Gate(limits.queue_size, stale_after=max(900.0, 3 * limits.max_job_seconds))
+    shelf = Shelf(limits.held_trace_mb * 2**20)
+    with gr.Blocks(title="specviz: speculative decoding, visible", delete_cache=CLEAN_CACHE) as demo:
+        demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits)
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"])
-        last = gr.State(None)  # the last run's (or opened) Trace
+        last = gr.State(None, time_to_live=TRACE_TTL, delete_callback=shelf.drop)  # a key on the shelf
         with gr.Tab("Run"), gr.Row():
             with gr.Column(scale=1, min_width=320):
                 pair = gr.Dropdown(pair_choices(store, limits), value=default.pair, label="Pair")
@@ -119,7 +171,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 lab_mc = gr.Plot(label="Monte Carlo", elem_id="lab-mc")
             lab_table = gr.HTML(elem_id="lab-table")
             with gr.Accordion("End to end: sample short continuations with the loaded pair", open=False):
-                e2e_n = gr.Slider(10, 2000, value=50, step=10, label="samples per method")
+                e2e_n = gr.Slider(10, limits.max_samples, value=min(50, limits.max_samples), step=10,
+                                  label="samples per method")
                 e2e_btn = gr.Button("Sample 2-token continuations, speculative and target alone")
                 e2e_out = gr.HTML()
         with gr.Tab("k explorer"):
@@ -146,41 +199,72 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time, last]
 
         def settings_of(values) -> RunSettings:
-            v = dict(zip(names, values, strict=True))
-            v["k"], v["top_k"], v["seed"] = int(v["k"]), int(v["top_k"] or 0), int(v["seed"] or 0)
-            v["max_new_tokens"] = int(v["max_new_tokens"])
-            v["temperature"], v["top_p"] = float(v["temperature"]), float(v["top_p"])
-            return RunSettings(**v)
+            if len(values) != len(names):
+                raise ValueError(f"expected {len(names)} settings ({', '.join(names)}), got {len(values)}")
+            return settings_from(dict(zip(names, values, strict=True)), limits)
 
-        def show(view: View):
-            f = view.figures
-            return (view.status, view.text_html, view.verdict_html, view.stats_html,
-                    view.timeline_html, f.get("tokens_per_pass"), f.get("cumulative"),
-                    f.get("acceptance"), f.get("k_prediction"), f.get("time"),
-                    view.trace if view.trace is not None else gr.skip())
-
-        def run(*values, progress=gr.Progress(track_tqdm=True)):
+        def gated(request, waiting, job):
+            """Run job() (a generator of outputs) once the gate lets this visitor's ticket through;
+            while waiting, yield waiting(jobs ahead) so the page shows it and Stop can act."""
             try:
-                for view in run_views(store, settings_of(values), limits):
-                    yield show(view)
+                with gate.ticket(session_of(request)) as ticket:
+                    for ahead in ticket.waiting():
+                        yield waiting(ahead)
+                    for out in job():
+                        ticket.touch()
+                        yield out
+            except gr.Error:
+                raise
             except ValueError as e:
-                raise gr.Error(str(e), print_exception=False) from None
+                raise user_error(e) from None
             except (MemoryError, RuntimeError) as e:
                 if isinstance(e, RuntimeError) and "out of memory" not in str(e).lower():
                     raise
                 raise gr.Error("out of memory: pick a smaller pair or fewer new tokens",
                                print_exception=False) from None
 
-        def auto_run(autorun, *values, progress=gr.Progress(track_tqdm=True)):
-            if not autorun:
+        def wait_text(ahead: int) -> str:
+            return f"waiting for the model: {ahead} ahead of you (Stop leaves the line)"
+
+        def show(view: View, session):
+            f = view.figures
+            key = shelf.put(session, view.trace) if view.trace is not None else gr.skip()
+            return (view.status, view.text_html, view.verdict_html, view.stats_html,
+                    view.timeline_html, f.get("tokens_per_pass"), f.get("cumulative"),
+                    f.get("acceptance"), f.get("k_prediction"), f.get("time"), key)
+
+        def run_stream(values, request, dtype=None):
+            try:
+                s = settings_of(values)
+            except ValueError as e:
+                raise user_error(e) from None
+            s = replace(s, dtype=dtype) if dtype else s
+            session = session_of(request)
+
+            def job():
+                for view in run_views(store, s, limits):
+                    yield show(view, session)
+
+            waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
+            yield from gated(request, waiting, job)
+
+        # gr.Request and gr.Progress are injected by position: they come before *values.
+        def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), *values):
+            yield from run_stream(values, request)
+
+        def auto_run(request: gr.Request, progress=gr.Progress(track_tqdm=True), autorun=False, *values):
+            if autorun is not True:  # only a run=1 link sets it (on_load)
                 yield tuple(gr.skip() for _ in outputs)
                 return
-            yield from run(*values, progress=progress)
+            yield from run_stream(values, request)
+
+        def rerun_float32(request: gr.Request, progress=gr.Progress(track_tqdm=True), *values):
+            yield from run_stream(values, request, dtype="float32")
 
         def on_load(request: gr.Request):
             params = dict(request.query_params) if request else {}
             s, notices, autorun = from_query(params, default, limits, store.known_pairs)
-            shown = gr.update(value="⚠ " + "; ".join(notices), visible=True) if notices else \
+            shown = gr.update(value=link_notice(notices), visible=True) if notices else \
                 gr.update(visible=False)
             return (*[getattr(s, n) for n in names], shown, autorun)
 
@@ -188,100 +272,154 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             try:
                 return settings_of(values).to_query()
             except (TypeError, ValueError) as e:
-                raise gr.Error(f"cannot make a link: {e}") from None
+                raise user_error(ValueError(f"cannot make a link: {e}")) from None
 
         def pair_changed(key):
-            preset = presets.BY_KEY.get(key)
+            preset = presets.BY_KEY.get(key) if isinstance(key, str) else None
             return gr.update(value=preset.chat) if preset else gr.skip()
 
-        def rerun_float32(*values, progress=gr.Progress(track_tqdm=True)):
-            assert names[-1] == "dtype"
-            yield from run(*values[:-1], "float32", progress=progress)
-
-        def lab_run(source, round_number, trials, variants, trace):
+        def lab_run(source, round_number, trials, variants, key, request: gr.Request):
             try:
+                if source not in LAB_SOURCES:
+                    raise ValueError(f"distributions must be one of {', '.join(LAB_SOURCES)}")
+                trials = coerce_int("trials", trials, 1_000, 1_000_000)
+                if not isinstance(variants, list) or not all(isinstance(v, str) for v in variants):
+                    raise ValueError("variants must be a list of variant names: "
+                                     f"{', '.join(lab.VARIANTS)}")
+                variants = [v for v in variants if v in lab.VARIANTS][: len(lab.VARIANTS)]
+                trace = None
                 if source == "round":
+                    round_number = coerce_int("round", round_number, 1, 1_000_000)
+                    trace = shelf.get(key)
                     if trace is None:
                         raise ValueError("no run yet: run something first, or use the example")
+            except ValueError as e:
+                raise user_error(e) from None
+
+            def job():
+                if source == "round":
                     pair = store.current()
-                    p, q, labels, drafted, note = labview.from_round(pair, trace, int(round_number))
+                    p, q, labels, drafted, note = labview.from_round(
+                        pair, trace, round_number, limits.max_prompt_tokens + limits.max_new_tokens,
+                        limits.max_prompt_tokens)
                     tok = pair.tokenizer
                 else:
                     (p, q, labels, drafted), note, tok = labview.example(), "built-in example", None
                 label = labels[drafted] if labels else repr(tok.decode([drafted]))
-                mc, table = labview.monte_carlo(p, q, labels, int(trials), variants, tokenizer=tok)
-                return (labview.masses_html(p, q, drafted, label, note),
-                        labview.masses_figure(p, q, labels, tok), mc, table)
-            except ValueError as e:
-                raise gr.Error(str(e), print_exception=False) from None
+                mc, table = labview.monte_carlo(p, q, labels, trials, variants, tokenizer=tok)
+                yield (labview.masses_html(p, q, drafted, label, note),
+                       labview.masses_figure(p, q, labels, tok), mc, table)
 
-        def e2e_run(n, *values):
+            waiting = lambda ahead: (f"<div class='specviz-lab'>{wait_text(ahead)}</div>",  # noqa: E731
+                                     gr.skip(), gr.skip(), gr.skip())
+            yield from gated(request, waiting, job)
+
+        def e2e_run(request: gr.Request, n=None, *values):
             try:
+                n = coerce_int("samples", n, 10, limits.max_samples)
                 s = settings_of(values)
-                result = sample_continuations(store.get(s), s, int(n))
+                s.check(limits, store.known_pairs)
             except ValueError as e:
-                raise gr.Error(str(e), print_exception=False) from None
-            sec = result["seconds"]
-            return (f"<div class='specviz-lab'>{result['samples']} samples each of 2 tokens, "
-                    f"{result['outcomes']} distinct outcomes. TV distance between the speculative and "
-                    f"the target-alone histograms: <b>{result['tv']:.3f}</b> (two exact samplers at this "
-                    f"N differ by sampling noise alone, roughly √(outcomes/N) in the worst case). "
-                    f"Time: {sec[s.proposer]:.1f} s speculative, {sec['none']:.1f} s target alone.</div>")
+                raise user_error(e) from None
 
-        def explore(k_value, adaptive, trace):
+            def job():
+                if not store.is_loaded(s):
+                    yield "<div class='specviz-lab'>Loading the pair…</div>"
+                for step in continuations(store.get(s), s, n, limits):
+                    if "stopped" in step:
+                        yield f"<div class='specviz-lab'>{html.escape(step['stopped'])}</div>"
+                    elif not step.get("final"):
+                        yield (f"<div class='specviz-lab'>Sampling: {step['done']} of {step['of']} "
+                               "samples…</div>")
+                    else:
+                        sec = step["seconds"]
+                        yield (f"<div class='specviz-lab'>{step['samples']} samples each of 2 tokens, "
+                               f"{step['outcomes']} distinct outcomes. TV distance between the "
+                               f"speculative and the target-alone histograms: <b>{step['tv']:.3f}</b> "
+                               "(two exact samplers at this N differ by sampling noise alone, roughly "
+                               f"√(outcomes/N) in the worst case). Time: {sec[s.proposer]:.1f} s "
+                               f"speculative, {sec['none']:.1f} s target alone.</div>")
+
+            yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
+                             job)
+
+        def explore(k_value, adaptive, key):
+            try:
+                k_value = coerce_int("k", k_value, 1, UI_MAX_K)
+                if not isinstance(adaptive, bool):
+                    raise ValueError("adaptive must be true or false")
+            except ValueError as e:
+                raise user_error(e) from None
+            trace = shelf.get(key)
             if trace is None or trace.recording is None:
                 msg = ("<div class='specviz-lab'>Run at temperature 0 with the draft model or n-gram "
                        "drafter first (or open a trace): the explorer replays that run.</div>")
                 return msg, "", None
             measured = [len(e.new_tokens) for e in trace.events]
             html_text, numbers, fig = labview.explorer_views(
-                trace.recording, int(k_value), bool(adaptive), int(trace.settings.get("k", 0)) or None,
+                trace.recording, k_value, adaptive, int(trace.settings.get("k", 0)) or None,
                 measured if trace.settings.get("proposer") in ("draft", "ngram") else None)
             return numbers, html_text, fig
 
-        def save(trace):
+        def explorer_k(key):
+            trace = shelf.get(key)
+            return int(trace.settings.get("k", 4)) if trace is not None else gr.skip()
+
+        def save(key):
+            trace = shelf.get(key)
             if trace is None:
                 raise gr.Error("no run to save yet: run something first")
-            path = Path(tempfile.mkdtemp()) / "specviz-trace.json"
+            SAVES.mkdir(exist_ok=True)
+            for old in SAVES.glob("*.json"):  # gradio copies the file into its cache at once
+                if time.time() - old.stat().st_mtime > 300:
+                    old.unlink(missing_ok=True)
+            path = SAVES / f"specviz-trace-{secrets.token_hex(6)}.json"
             path.write_text(trace.to_json())
             return str(path)
 
-        def open_trace(path):
+        def open_trace(path, request: gr.Request):
             if not path:
                 return (gr.skip(),) * (len(outputs) + 1)
             try:
+                if not isinstance(path, str):
+                    raise ValueError("open a trace file (.json)")
                 with open(path, "rb") as f:
                     data = f.read(MAX_TRACE_BYTES + 1)
-                view = replay_view(loads(data))
+                trace = loads(data)
+                view = replay_view(trace)
             except ValueError as e:
-                raise gr.Error(str(e), print_exception=False) from None
-            return (*show(view), f"Opened: {view.status}. See the Run tab and the k explorer.")
+                raise user_error(e) from None
+            key = shelf.put(session_of(request), trace, nbytes=len(data))
+            return (*show(replace(view, trace=None), None)[:-1], key,
+                    f"Opened: {view.status}. See the Run tab and the k explorer.")
 
+        def free_session(request: gr.Request):
+            shelf.drop_session(session_of(request))
+
+        model = dict(concurrency_limit=limits.queue_size, concurrency_id="model", preprocess=False)
         autorun = gr.State(False)
-        run_event = run_btn.click(run, controls, outputs, api_name="run", concurrency_limit=1,
-                                  concurrency_id="model")
-        pair.input(pair_changed, pair, chat, api_name=False)
-        link_btn.click(share_query, controls, link, api_name=False).then(
+        run_event = run_btn.click(run, controls, outputs, api_name="run", **model)
+        pair.input(pair_changed, pair, chat, api_name=False, preprocess=False)
+        link_btn.click(share_query, controls, link, api_name=False, preprocess=False).then(
             None, link, link, js=COPY_JS)
-        auto_event = demo.load(on_load, None, [*controls, notice, autorun], api_name=False).then(
-            auto_run, [autorun, *controls], outputs, concurrency_limit=1, concurrency_id="model",
-            api_name=False)
-        rerun_event = rerun32.click(rerun_float32, controls, outputs, concurrency_limit=1,
-                                    concurrency_id="model", api_name=False)
-        stop_btn.click(None, None, None, cancels=[run_event, auto_event, rerun_event], api_name=False)
-        lab_btn.click(lab_run, [lab_source, lab_round, lab_trials, lab_variants, last],
-                      [lab_info, lab_masses, lab_mc, lab_table], api_name="lab", concurrency_limit=1,
-                      concurrency_id="model")
-        e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name=False, concurrency_limit=1,
-                      concurrency_id="model")
+        demo.load(on_load, None, [*controls, notice, autorun], api_name=False)
+        auto_event = autorun.change(auto_run, [autorun, *controls], outputs, api_name=False, **model)
+        rerun_event = rerun32.click(rerun_float32, controls, outputs, api_name=False, **model)
+        lab_event = lab_btn.click(lab_run, [lab_source, lab_round, lab_trials, lab_variants, last],
+                                  [lab_info, lab_masses, lab_mc, lab_table], api_name="lab", **model)
+        e2e_event = e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name="e2e", **model)
+        stop_btn.click(None, None, None, api_name=False,
+                       cancels=[run_event, auto_event, rerun_event, lab_event, e2e_event])
         for trigger in (ex_k.input, ex_adaptive.change):
-            trigger(explore, [ex_k, ex_adaptive, last], [ex_numbers, ex_text, ex_plot], api_name=False)
-        last.change(lambda t: int(t.settings.get("k", 4)) if t else gr.skip(), last, ex_k,
-                    api_name=False).then(explore, [ex_k, ex_adaptive, last],
-                                         [ex_numbers, ex_text, ex_plot], api_name=False)
+            trigger(explore, [ex_k, ex_adaptive, last], [ex_numbers, ex_text, ex_plot], api_name=False,
+                    preprocess=False)
+        last.change(explorer_k, last, ex_k, api_name=False).then(
+            explore, [ex_k, ex_adaptive, last], [ex_numbers, ex_text, ex_plot], api_name=False,
+            preprocess=False)
         save_btn.click(save, last, save_file, api_name=False)
-        open_file.upload(open_trace, open_file, [*outputs, replay_status], api_name=False)
-    demo.queue(default_concurrency_limit=1, max_size=int(os.environ.get("SPECVIZ_QUEUE_SIZE", 16)))
+        open_file.upload(open_trace, open_file, [*outputs, replay_status], api_name="open_trace")
+        demo.unload(free_session)
+    demo.queue(default_concurrency_limit=1, max_size=limits.queue_size)
     return demo
 
 
@@ -316,7 +454,7 @@ def main(argv=None):
     demo = build(store, limits, default)
     threading.Thread(target=preload, args=(store, default), daemon=True).start()
     demo.launch(server_name=args.host, server_port=args.port, css=(ASSETS / "style.css").read_text(),
-                theme=gr.themes.Soft(), show_error=True)
+                theme=gr.themes.Soft(), **launch_options(limits))
 
 
 if __name__ == "__main__":

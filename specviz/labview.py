@@ -29,31 +29,83 @@ def example() -> tuple[torch.Tensor, torch.Tensor, list[str], int]:
 
 
 @torch.inference_mode()
-def from_round(pair, trace, round_number: int) -> tuple[torch.Tensor, torch.Tensor, list[str], int, str]:
+def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_prompt_tokens: int | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, list[str], int, str]:
     """p and q at the first drafted position of a round of the last run (one pass per model).
 
-    Greedy runs have one-hot p and q, so the lab looks at temperature 1 there (said in the note).
+    Only with the pair that made the trace (same target, draft and dtype), a prefix of at most
+    max_tokens (prompt plus earlier rounds; the prompt at most max_prompt_tokens) and ids the pair
+    knows. Greedy runs have one-hot p and q, so the lab looks at temperature 1 there; an n-gram
+    round (the n-gram and hybrid drafters) has a one-hot q on the drafted token, as the rule used
+    (both said in the note).
     """
+    def pair_name(models: dict) -> str:
+        return (f"{str(models.get('target'))[:60]} with {str(models.get('draft'))[:60]} "
+                f"({str(models.get('dtype'))[:12]})")
+
+    def number(settings: dict, name: str, default: float, lo: float, hi: float) -> float:
+        value = settings.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+            raise ValueError(f"this trace's {name} ({str(value)[:20]!r}) is not in {lo:g}..{hi:g}: "
+                             "run it here first")
+        return value
+
     events = trace.events
-    if pair is None or pair.draft is None:
-        raise ValueError("this needs the run's pair loaded with a draft model: run once, then come back")
-    if not 1 <= round_number <= len(events):
+    if pair is None:
+        raise ValueError("no pair is loaded: run something first, then come back")
+    made = trace.models if isinstance(trace.models, dict) else {}
+    here = {"target": pair.target_name, "draft": pair.draft_name,
+            "dtype": str(pair.dtype).removeprefix("torch.")}
+    if any(str(made.get(name)) != str(value) for name, value in here.items()):
+        raise ValueError(f"this trace was made with {pair_name(made)}, but the loaded pair is "
+                         f"{pair_name(here)}: "
+                         "run it here first (Run tab, same settings), then look at its rounds")
+    if isinstance(round_number, bool) or not isinstance(round_number, int) \
+            or not 1 <= round_number <= len(events):
         raise ValueError(f"pick a round in 1..{len(events)}")
     event = events[round_number - 1]
     if not event.draft_tokens:
         raise ValueError(f"round {round_number} drafted nothing: pick another round")
+    one_hot_q = event.source == "ngram"
+    if pair.draft is None and not one_hot_q:
+        raise ValueError("this round was drafted by a draft model and the loaded pair has none: "
+                         "load the run's pair with its draft, then come back")
+    if max_prompt_tokens is not None and len(trace.prompt_ids) > max_prompt_tokens:
+        raise ValueError(f"the trace's prompt is {len(trace.prompt_ids)} tokens; this deployment "
+                         f"allows {max_prompt_tokens} (operators: SPECVIZ_MAX_PROMPT_TOKENS): "
+                         "pick a trace with a shorter prompt")
     prefix = list(trace.prompt_ids) + [t for e in events[: round_number - 1] for t in e.new_tokens]
-    s = trace.settings
-    temperature = float(s.get("temperature", 0)) or 1.0
-    params = SamplingParams(temperature, int(s.get("top_k", 0)), float(s.get("top_p", 1.0)))
-    ids = torch.tensor([prefix], device=pair.device)
-    logits_p = pair.target(input_ids=ids, logits_to_keep=1).logits[0, -1, : pair.vocab_size]
-    logits_q = pair.draft(input_ids=ids, logits_to_keep=1).logits[0, -1, : pair.vocab_size]
-    p, q = process(logits_p, params).double().cpu(), process(logits_q, params).double().cpu()
-    note = (f"round {round_number}, draft position 1, temperature {temperature}"
+    limit = min(max_tokens, pair.max_positions or max_tokens)
+    if len(prefix) > limit:
+        raise ValueError(f"round {round_number} starts after {len(prefix)} tokens; the lab reads at "
+                         f"most {limit} here: pick an earlier round")
+    drafted = event.draft_tokens[0]
+    if any(not 0 <= t < pair.vocab_size for t in [*prefix, drafted]):
+        raise ValueError(f"this trace holds token ids outside the loaded pair's vocabulary "
+                         f"(0..{pair.vocab_size - 1}): it was not made with this pair; run it here first")
+    s = trace.settings if isinstance(trace.settings, dict) else {}
+    run_temperature = number(s, "temperature", 0.0, 0.0, 100.0)
+    if 0 < run_temperature < 0.01:  # logits / temperature would overflow the softmax
+        raise ValueError(f"this trace's temperature {run_temperature:g} is below 0.01: run it here first")
+    top_k = number(s, "top_k", 0, 0, 2**20)
+    top_p = number(s, "top_p", 1.0, 1e-9, 1.0)
+    temperature = float(run_temperature) or 1.0
+    params = SamplingParams(temperature, int(top_k), float(top_p))
+    ids = torch.tensor([prefix], device=pair.device)  # [1, prefix]
+    logits_p = pair.target(input_ids=ids, logits_to_keep=1).logits[0, -1, : pair.vocab_size]  # [vocab]
+    p = process(logits_p, params).double().cpu()  # [vocab]
+    if one_hot_q:
+        q = torch.zeros_like(p)
+        q[drafted] = 1.0
+    else:
+        logits_q = pair.draft(input_ids=ids, logits_to_keep=1).logits[0, -1, : pair.vocab_size]  # [vocab]
+        q = process(logits_q, params).double().cpu()  # [vocab]
+    note = (f"round {round_number}, draft position 1, temperature {temperature:g}"
             + (" (the run was greedy: one-hot p and q, so the lab looks at temperature 1)"
-               if not float(s.get("temperature", 0)) else ""))
-    return p, q, [], event.draft_tokens[0], note
+               if not run_temperature else "")
+            + ("; an n-gram round: q is one-hot on the drafted token (a deterministic drafter), "
+               "as the rule used it" if one_hot_q else ""))
+    return p, q, [], drafted, note
 
 
 def _top(p, q, labels, tokenizer=None) -> tuple[list[int], list[str]]:

@@ -20,6 +20,7 @@ class Preset:
     draft: str | None
     label: str
     chat: bool = True
+    large: bool = False  # 7-8B: needs SPECVIZ_ALLOW_LARGE_MODELS or a machine with room (large_models_fit)
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -32,19 +33,20 @@ PRESETS = (
     Preset("qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",
            "Qwen2.5 0.5B → 1.5B Instruct"),
     Preset("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct",
-           "Qwen2.5 0.5B → 7B Instruct"),
+           "Qwen2.5 0.5B → 7B Instruct", large=True),
     Preset("smollm2-360m", "HuggingFaceTB/SmolLM2-360M-Instruct",
            "HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2 135M → 360M Instruct"),
     Preset("smollm2-1.7b", "HuggingFaceTB/SmolLM2-1.7B-Instruct",
            "HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2 135M → 1.7B Instruct"),
     Preset("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct",
-           "Llama 3.2 1B → 3.1 8B Instruct"),
+           "Llama 3.2 1B → 3.1 8B Instruct", large=True),
     Preset("pythia-1.4b", "EleutherAI/pythia-1.4b", "EleutherAI/pythia-70m", "Pythia 70M → 1.4B",
            chat=False),
     Preset("pythia-6.9b", "EleutherAI/pythia-6.9b", "EleutherAI/pythia-160m", "Pythia 160M → 6.9B",
-           chat=False),
+           chat=False, large=True),
 )
 BY_KEY = {p.key: p for p in PRESETS}
+LARGE_RAM_GIB, LARGE_GPU_GIB = 48, 24  # a 7-8B pair in bf16 is about 16 GB of weights
 
 
 def get(key: str) -> Preset:
@@ -71,8 +73,59 @@ def is_cached(model_id: str) -> bool:
     return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
 
 
-def availability(preset: Preset) -> str | None:
-    """None when the preset can load now, else the reason it cannot."""
+@lru_cache(maxsize=1)
+def large_models_fit() -> tuple[bool, str]:
+    """(fits, why): a machine with >= 48 GiB of RAM or a CUDA GPU with >= 24 GiB has room for 7-8B."""
+    try:
+        import psutil
+
+        ram = psutil.virtual_memory().total / 2**30
+    except Exception:  # noqa: BLE001 - no psutil or no /proc: assume a small machine
+        ram = 0.0
+    gpu = 0.0
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = max(torch.cuda.get_device_properties(i).total_memory
+                      for i in range(torch.cuda.device_count())) / 2**30
+    except Exception:  # noqa: BLE001 - a broken CUDA setup counts as none
+        gpu = 0.0
+    fits = ram >= LARGE_RAM_GIB or gpu >= LARGE_GPU_GIB
+    return fits, (f"{ram:.0f} GiB RAM" + (f", a {gpu:.0f} GiB GPU" if gpu else ", no CUDA GPU")
+                  + f"; a 7-8B pair needs {LARGE_RAM_GIB} GiB RAM or a {LARGE_GPU_GIB} GiB GPU")
+
+
+def large_allowed() -> bool:
+    """SPECVIZ_ALLOW_LARGE_MODELS (1 or 0); unset: whether the machine has room (large_models_fit)."""
+    value = os.environ.get("SPECVIZ_ALLOW_LARGE_MODELS", "").strip().lower()
+    if value in ("1", "true", "yes", "0", "false", "no"):
+        return value in ("1", "true", "yes")
+    return large_models_fit()[0]
+
+
+def too_large(key: str, allow_large: bool | None = None) -> str | None:
+    """Why a large preset is refused on this deployment (None when it is allowed or not large)."""
+    preset = BY_KEY.get(key)
+    if preset is None or not preset.large:
+        return None
+    if allow_large is None:
+        allow_large = large_allowed()
+    if allow_large:
+        return None
+    return (f"{preset.label} is too large for this machine ({large_models_fit()[1]}): pick a "
+            "smaller pair (operators: set SPECVIZ_ALLOW_LARGE_MODELS=1)")
+
+
+def availability(preset: Preset, allow_large: bool | None = None) -> str | None:
+    """None when the preset can load now, else the reason it cannot.
+
+    allow_large: the operator's switch for 7-8B presets; None reads SPECVIZ_ALLOW_LARGE_MODELS
+    (unset: allowed when the machine has room).
+    """
+    if too_large(preset.key, allow_large) is not None:
+        return (f"too large for this machine ({large_models_fit()[1]}; "
+                "operators: SPECVIZ_ALLOW_LARGE_MODELS=1)")
     if preset.key == EMBEDDED:
         missing = [f"{m.package}{i}" for m in (embedded.TARGET, embedded.DRAFT)
                    for i in range(1, m.parts + 1)
@@ -84,8 +137,8 @@ def availability(preset: Preset) -> str | None:
     return None
 
 
-def listing() -> list[tuple[Preset, str | None]]:
-    return [(p, availability(p)) for p in PRESETS]
+def listing(allow_large: bool | None = None) -> list[tuple[Preset, str | None]]:
+    return [(p, availability(p, allow_large)) for p in PRESETS]
 
 
 def load(key: str, **kwargs):

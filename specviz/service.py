@@ -1,13 +1,16 @@
 """What the app runs: load pairs once, stream a speculative run then the baseline as views.
 
-Plain values out (HTML strings, plotly figures); the app only wires them to components.
+Plain values out (HTML strings, plotly figures); the app only wires them to components. Every
+job here honours the operator's Limits: prompt tokens, samples, and a time budget per job.
 """
 
 from __future__ import annotations
 
+import re
+import secrets
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 
@@ -15,13 +18,13 @@ import torch
 
 from . import presets
 from .compare import Comparison, compare
-from .engine import NEEDS_DRAFT, generate
+from .engine import NEEDS_DRAFT, RoundEvent, generate
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .loading import Pair, load_pair
 from .metrics import RunStats
 from .render import round_spans, to_html
-from .settings import CUSTOM, Limits, RunSettings
+from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text
 from .trace import Trace
 from .views import stats_html, timeline_html, verdict_html
 
@@ -50,6 +53,7 @@ class ModelStore:
         self._lock = threading.Lock()
         self._key: tuple | None = None
         self._pair: Pair | None = None
+        self.baselines = Baselines()
 
     @property
     def known_pairs(self) -> set[str]:
@@ -83,6 +87,110 @@ class ModelStore:
                 self._pair, self._key = pair, self.key(s)
             return self._pair
 
+    def baseline_key(self, pair: Pair, s: RunSettings, prompt_ids: list[int]) -> tuple:
+        """What decides a target-alone run: the pair, its dtype and device, the prompt's ids and
+        every sampling setting (temperature, top-k, top-p, seed) and the length."""
+        return (self.key(s), pair.target_name, str(pair.dtype), str(pair.device), tuple(prompt_ids),
+                s.temperature, s.top_k, s.top_p, s.seed, s.max_new_tokens)
+
+
+class Baselines:
+    """Target-alone runs kept for reuse, keyed by ModelStore.baseline_key: a small LRU.
+
+    Re-running a prompt with another k or drafter then skips the baseline (the same settings give
+    the same tokens); its times are those measured then, and the page says when.
+    """
+
+    def __init__(self, size: int = 16):
+        self.size = size
+        self._lock = threading.Lock()
+        self._runs: OrderedDict[tuple, tuple[tuple[RoundEvent, ...], float]] = OrderedDict()
+
+    def get(self, key: tuple) -> tuple[tuple[RoundEvent, ...], float] | None:
+        """(events, measured at: seconds since the epoch), or None."""
+        with self._lock:
+            if key not in self._runs:
+                return None
+            self._runs.move_to_end(key)
+            return self._runs[key]
+
+    def put(self, key: tuple, events: tuple[RoundEvent, ...], measured_at: float) -> None:
+        with self._lock:
+            self._runs[key] = (tuple(events), measured_at)
+            self._runs.move_to_end(key)
+            while len(self._runs) > self.size:
+                self._runs.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+
+class Shelf:
+    """Traces that visitors look at, held by the server; the page keeps only a key (a str).
+
+    The newest trace per session, at most max_bytes of trace JSON in all (least recently used
+    dropped first), so a crowd of visitors or of uploads cannot grow memory without bound. The
+    app drops a session's trace when its page closes (and when Gradio expires its state).
+    """
+
+    def __init__(self, max_bytes: int = 64 * 2**20):
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, tuple[str, Trace, int]] = OrderedDict()  # key: (session, ..)
+
+    def put(self, session: str | None, trace: Trace, nbytes: int | None = None) -> str:
+        nbytes = len(trace.to_json()) if nbytes is None else nbytes
+        session = session or f"anonymous-{secrets.token_hex(8)}"
+        key = f"trace-{secrets.token_urlsafe(12)}"
+        with self._lock:
+            for old in [k for k, (owner, _, _) in self._items.items() if owner == session]:
+                del self._items[old]
+            self._items[key] = (session, trace, nbytes)
+            while len(self._items) > 1 and self.nbytes > self.max_bytes:
+                self._items.popitem(last=False)
+        return key
+
+    def get(self, key) -> Trace | None:
+        with self._lock:
+            if not isinstance(key, str) or key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key][1]
+
+    def drop(self, key) -> None:
+        with self._lock:
+            if isinstance(key, str):
+                self._items.pop(key, None)
+
+    def drop_session(self, session: str | None) -> None:
+        with self._lock:
+            for key in [k for k, (owner, _, _) in self._items.items() if owner == session]:
+                del self._items[key]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(n for _, _, n in self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+_PATH = re.compile(r"(?<![\w.:~/-])(?:~|/)[^\s'\"()<>,;]*")
+
+
+def public_message(text: str) -> str:
+    """A message fit for any visitor: server paths shortened to their last part (…/name)."""
+    def short(m: re.Match) -> str:
+        last = m.group(0).rstrip("/.").rsplit("/", 1)[-1]
+        return f"…/{last}" if last and last != "~" else "…"
+
+    return _PATH.sub(short, str(text))
+
+
+def _over_budget(limits: Limits, what: str) -> str:
+    return (f"Stopped {what} at this deployment's time limit of {limits.max_job_seconds:g} s per job "
+            "(operators: SPECVIZ_MAX_JOB_SECONDS): ask for fewer tokens or samples")
+
 
 def warm_up(pair: Pair) -> None:
     """One short run so the first timed round does not pay for lazy initialisation."""
@@ -96,47 +204,84 @@ def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True) ->
                 spec, base, comparison)
 
 
-def _prompt_ids(pair: Pair, s: RunSettings) -> list[int]:
-    """The prompt's ids; the chat setting applies only where the tokenizer has a template."""
-    return pair.encode(s.prompt, chat=s.chat and bool(getattr(pair.tokenizer, "chat_template", None)))
+def _prompt_ids(pair: Pair, s: RunSettings, limits: Limits) -> list[int]:
+    """The prompt's ids (the chat setting applies only where the tokenizer has a template),
+    at most limits.max_prompt_tokens of them."""
+    ids = pair.encode(s.prompt, chat=s.chat and bool(getattr(pair.tokenizer, "chat_template", None)))
+    if len(ids) > limits.max_prompt_tokens:
+        raise ValueError(f"the prompt is {len(ids)} tokens; this deployment allows "
+                         f"{limits.max_prompt_tokens} (operators: SPECVIZ_MAX_PROMPT_TOKENS): shorten it")
+    return ids
+
+
+def _when(measured_at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(measured_at))
 
 
 def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[View]:
-    """Load (if needed), stream the speculative run, then the baseline; ValueError on bad input."""
+    """Load (if needed), stream the speculative run, then the baseline; ValueError on bad input.
+
+    The baseline is reused when one with the same key (ModelStore.baseline_key) was measured
+    before. The job stops with a clear status once it has run limits.max_job_seconds (the clock
+    starts when the pair is loaded).
+    """
     s.check(limits, store.known_pairs)
     if not store.is_loaded(s):
-        yield View(f"Loading {s.target if s.pair == CUSTOM else s.pair}…")
+        yield View(f"Loading {markdown_text(clip(s.target)) if s.pair == CUSTOM else s.pair}…")
     pair = store.get(s)
     if s.proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
-    prompt_ids = _prompt_ids(pair, s)
+    prompt_ids = _prompt_ids(pair, s, limits)
+    deadline = time.monotonic() + limits.max_job_seconds
     kwargs = dict(k=s.k, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
                   top_k=s.top_k, top_p=s.top_p, seed=s.seed)
     greedy = s.temperature == 0
+    models = {"target": pair.target_name, "draft": pair.draft_name,
+              "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device)}
     events, spans, context = [], [], list(prompt_ids)
     for event in generate(pair, prompt_ids, proposer=s.proposer, **kwargs):
         events.append(event)
         spans += round_spans(event, pair.tokenizer, context)  # only this round's tokens decoded
         context += event.new_tokens
+        if event.stop is None and time.monotonic() > deadline:
+            trace = Trace(asdict(s), models, prompt_ids, tuple(events), tuple(spans))
+            made = len(context) - len(prompt_ids)
+            yield replace(_view(_over_budget(limits, f"the speculative run after {made} tokens (no "
+                                             "baseline)"), pair, spans, RunStats.of(events),
+                                greedy=greedy), trace=trace)
+            return
         yield _view(f"Speculative run: round {event.round}", pair, spans, RunStats.of(events),
                     greedy=greedy)
-    spec, base_events = RunStats.of(events), []
-    for event in generate(pair, prompt_ids, proposer="none", **kwargs):
-        base_events.append(event)
-        if event.round % 4 == 0:
-            yield _view(f"Baseline (target alone): {event.round} tokens", pair, spans, spec,
-                        RunStats.of(base_events), greedy=greedy)
+    spec, key = RunStats.of(events), store.baseline_key(pair, s, prompt_ids)
+    reused = store.baselines.get(key)
+    if reused is None:
+        base_events = []
+        for event in generate(pair, prompt_ids, proposer="none", **kwargs):
+            base_events.append(event)
+            if event.stop is None and time.monotonic() > deadline:
+                trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans))
+                yield replace(_view(_over_budget(limits, f"the baseline after {event.round} tokens (no "
+                                                 "speedup or identity check)"), pair, spans, spec,
+                                    RunStats.of(base_events), greedy=greedy), trace=trace)
+                return
+            if event.round % 4 == 0:
+                yield _view(f"Baseline (target alone): {event.round} tokens", pair, spans, spec,
+                            RunStats.of(base_events), greedy=greedy)
+        store.baselines.put(key, tuple(base_events), time.time())
+        note = ""
+    else:
+        base_events, measured_at = reused
+        note = (f" (baseline reused: the target alone with this pair, prompt and settings, "
+                f"measured {_when(measured_at)})")
     base = RunStats.of(base_events)
     result = compare(spec, base, pair.dtype, pair.device)
     speedup = spec.tokens_per_second / max(base.tokens_per_second, 1e-9)
-    view = _view(f"Done: {speedup:.2f}× the target alone; greedy outputs {result.verdict}"
-                 if greedy else f"Done: {speedup:.2f}× the target alone", pair, spans, spec,
+    view = _view(f"Done: {speedup:.2f}× the target alone{note}; greedy outputs {result.verdict}"
+                 if greedy else f"Done: {speedup:.2f}× the target alone{note}", pair, spans, spec,
                  base, result, greedy)
     recording = None
     if greedy and s.proposer in EXPLORER_PROPOSERS:
         recording = record(pair, prompt_ids, spec, s.proposer, s.max_new_tokens)
-    models = {"target": pair.target_name, "draft": pair.draft_name,
-              "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device)}
     trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans), base.events, recording)
     yield replace(view, trace=trace)
 
@@ -150,7 +295,8 @@ def replay_view(trace: Trace) -> View:
         dtype = torch.float32
     result = compare(spec, base, dtype, trace.models.get("device", "")) if base else None
     verdict = verdict_html(result, _NoTokenizer(trace), greedy) if result else ""
-    return View(f"Replay of a saved run: {trace.models.get('target')} with {trace.models.get('draft')}",
+    names = [markdown_text(public_message(clip(trace.models.get(m), 60))) for m in ("target", "draft")]
+    return View(f"Replay of a saved run: {names[0]} with {names[1]}",
                 to_html(list(trace.spans)), timeline_html(list(trace.spans), spec), stats_html(spec, base),
                 verdict, all_figures(spec, base), spec, base, result, trace)
 
@@ -165,23 +311,46 @@ class _NoTokenizer:
         return "".join(self.text.get(i, f"⟨{i}⟩") for i in ids)
 
 
-def sample_continuations(pair: Pair, s: RunSettings, n: int, tokens: int = 2) -> dict:
-    """n short samples with and without speculation: histograms, TV distance, time."""
-    if not 10 <= n <= 2000:
-        raise ValueError("samples must be between 10 and 2000")
+def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = None,
+                  tokens: int = 2) -> Iterator[dict]:
+    """n short samples with and without speculation, as a stream: progress dicts
+    {"done", "of"}, then the result {"final": True, histograms, TV distance, time}, or
+    {"stopped": message} when the job's time budget runs out. ValueError on bad input."""
+    limits = limits or Limits()
+    if not 10 <= n <= limits.max_samples:
+        raise ValueError(f"samples must be in 10..{limits.max_samples} on this deployment "
+                         "(operators: SPECVIZ_MAX_SAMPLES)")
     if s.temperature <= 0:
         raise ValueError("set a temperature above 0: at 0 every sample is the same")
-    prompt_ids = _prompt_ids(pair, s)
+    if s.proposer in NEEDS_DRAFT and pair.draft is None:
+        raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
+    prompt_ids = _prompt_ids(pair, s, limits)
+    pair.check_length(len(prompt_ids), tokens)
+    deadline = time.monotonic() + limits.max_job_seconds
     kwargs = dict(k=s.k, max_new_tokens=tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
-    counts, seconds = {}, {}
+    counts, seconds, done = {}, {}, 0
     for proposer in (s.proposer, "none"):
         start, c = time.perf_counter(), Counter()
         offset = 0 if proposer == s.proposer else 10**6  # independent seeds for the two runs
         for seed in range(offset, offset + n):
             events = generate(pair, prompt_ids, proposer=proposer, seed=seed, **kwargs)
             c[tuple(RunStats.of(events).tokens)] += 1
+            done += 1
+            if time.monotonic() > deadline and done < 2 * n:
+                yield {"stopped": _over_budget(limits, f"the check after {done} of {2 * n} samples"),
+                       "done": done, "of": 2 * n}
+                return
+            if done % 5 == 0:
+                yield {"done": done, "of": 2 * n, "method": proposer}
         counts[proposer], seconds[proposer] = c, time.perf_counter() - start
     spec, base = counts[s.proposer], counts["none"]
     tv = 0.5 * sum(abs(spec[x] - base[x]) / n for x in set(spec) | set(base))
-    return {"samples": n, "tv": tv, "seconds": seconds, "spec": spec, "base": base,
-            "outcomes": len(set(spec) | set(base))}
+    yield {"final": True, "samples": n, "tv": tv, "seconds": seconds, "spec": spec, "base": base,
+           "outcomes": len(set(spec) | set(base))}
+
+
+def sample_continuations(pair: Pair, s: RunSettings, n: int, tokens: int = 2,
+                         limits: Limits | None = None) -> dict:
+    """The last item of continuations: the result, or {"stopped": ...}."""
+    *_, last = continuations(pair, s, n, limits, tokens)
+    return last

@@ -1,8 +1,15 @@
-"""The app's settings, its share-link query string, and the operator's limits."""
+"""The app's settings, its share-link query string, and the operator's limits.
+
+Everything a page, a link or an API call sends arrives here as untrusted values: `settings_from`
+coerces them (ValueError with a message otherwise) and `RunSettings.problems` bounds them.
+"""
 
 from __future__ import annotations
 
+import html
+import math
 import os
+import re
 from dataclasses import asdict, dataclass, fields, replace
 from urllib.parse import urlencode
 
@@ -13,13 +20,26 @@ DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number
 UI_MAX_K = 16
 CUSTOM = "custom"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+MAX_TEMPERATURE = 2.0  # the app's slider; also keeps logits / temperature finite
+MIN_TEMPERATURE = 0.01  # above 0 (greedy), smaller temperatures overflow the softmax
+MAX_TOP_K = 2**20
+MAX_SEED = 2**32 - 1
+SHOWN_CHARS = 40  # of a visitor's text echoed in a notice or message
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_int(name: str, default: int, lo: int = 1) -> int:
     try:
-        return int(os.environ.get(name, default))
+        return max(lo, int(os.environ.get(name, default)))
     except ValueError:
         return default
+
+
+def _env_float(name: str, default: float, lo: float = 1.0) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return max(lo, value) if math.isfinite(value) else default
 
 
 @dataclass(frozen=True)
@@ -29,11 +49,37 @@ class Limits:
     allow_custom: bool = False  # SPECVIZ_ALLOW_CUSTOM_MODELS=1
     max_prompt_chars: int = 4000  # SPECVIZ_MAX_PROMPT_CHARS
     max_new_tokens: int = 512  # SPECVIZ_MAX_NEW_TOKENS
+    max_prompt_tokens: int = 2048  # SPECVIZ_MAX_PROMPT_TOKENS: after encoding (unusual text is dense)
+    max_samples: int = 200  # SPECVIZ_MAX_SAMPLES: the end-to-end histogram check, per method
+    max_job_seconds: float = 300.0  # SPECVIZ_MAX_JOB_SECONDS: model time one job may hold
+    allow_large: bool = False  # SPECVIZ_ALLOW_LARGE_MODELS (from_env: auto by the machine's memory)
+    queue_size: int = 16  # SPECVIZ_QUEUE_SIZE: model jobs waiting or running, all visitors
+    max_sessions: int = 1000  # SPECVIZ_MAX_SESSIONS: visitors whose page state the server keeps
+    held_trace_mb: int = 64  # SPECVIZ_HELD_TRACE_MB: JSON size of all traces held for visitors
 
     @classmethod
     def from_env(cls) -> Limits:
         return cls(os.environ.get("SPECVIZ_ALLOW_CUSTOM_MODELS", "0") in ("1", "true", "yes"),
-                   _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000), _env_int("SPECVIZ_MAX_NEW_TOKENS", 512))
+                   _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000), _env_int("SPECVIZ_MAX_NEW_TOKENS", 512),
+                   _env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048), _env_int("SPECVIZ_MAX_SAMPLES", 200, 10),
+                   _env_float("SPECVIZ_MAX_JOB_SECONDS", 300.0),
+                   presets.large_allowed(),
+                   _env_int("SPECVIZ_QUEUE_SIZE", 16), _env_int("SPECVIZ_MAX_SESSIONS", 1000, 10),
+                   _env_int("SPECVIZ_HELD_TRACE_MB", 64, 8))
+
+
+def clip(value, n: int = SHOWN_CHARS) -> str:
+    """A visitor's text shortened for echoing back: at most n characters, then an ellipsis."""
+    text = str(value)
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~:/=\"'])")
+
+
+def markdown_text(text: str) -> str:
+    """Plain text for a gr.Markdown: HTML and Markdown (links, images, emphasis) show as typed."""
+    return _MARKDOWN.sub(r"\\\1", html.escape(str(text), quote=False))
 
 
 @dataclass(frozen=True)
@@ -62,27 +108,32 @@ class RunSettings:
             elif not self.target.strip():
                 out["target"] = "custom pair: type a target model (hub id or local path)"
         elif self.pair not in known_pairs:
-            out["pair"] = f"unknown pair {self.pair[:60]!r}: pick one from the list"
+            out["pair"] = f"unknown pair {clip(self.pair)!r}: pick one from the list"
+        elif (why := presets.too_large(self.pair, limits.allow_large)) is not None:
+            out["pair"] = why
         if self.proposer not in PROPOSERS:
-            out["proposer"] = f"unknown drafter {self.proposer[:30]!r}: use {', '.join(PROPOSERS)}"
+            out["proposer"] = f"unknown drafter {clip(self.proposer)!r}: use {', '.join(PROPOSERS)}"
         if not 1 <= self.k <= UI_MAX_K:
-            out["k"] = f"k must be in 1..{UI_MAX_K}, got {self.k}"
-        if not self.temperature >= 0:
-            out["temperature"] = f"temperature must be >= 0 (0 is greedy), got {self.temperature}"
+            out["k"] = f"k must be in 1..{UI_MAX_K}, got {clip(self.k)}"
+        if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE):
+            out["temperature"] = (f"temperature must be 0 (greedy) or in {MIN_TEMPERATURE}.."
+                                  f"{MAX_TEMPERATURE:g}, got {clip(self.temperature)}")
         if not 0 < self.top_p <= 1:
-            out["top_p"] = f"top_p must be in (0, 1], got {self.top_p}"
-        if self.top_k < 0:
-            out["top_k"] = f"top_k must be >= 0 (0 turns it off), got {self.top_k}"
+            out["top_p"] = f"top_p must be in (0, 1], got {clip(self.top_p)}"
+        if not 0 <= self.top_k <= MAX_TOP_K:
+            out["top_k"] = f"top_k must be in 0..{MAX_TOP_K} (0 turns it off), got {clip(self.top_k)}"
+        if not 0 <= self.seed <= MAX_SEED:
+            out["seed"] = f"seed must be in 0..{MAX_SEED}, got {clip(self.seed)}"
         if not self.prompt.strip():
             out["prompt"] = "the prompt is empty: type some text or pick an example"
         elif len(self.prompt) > limits.max_prompt_chars:
             out["prompt"] = (f"the prompt has {len(self.prompt)} characters; this deployment "
                              f"allows {limits.max_prompt_chars}: shorten it")
         if self.dtype not in DTYPES:
-            out["dtype"] = f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype[:20]!r}"
+            out["dtype"] = f"dtype must be one of {', '.join(DTYPES)}, got {clip(self.dtype)!r}"
         if not 1 <= self.max_new_tokens <= limits.max_new_tokens:
             out["max_new_tokens"] = (f"max new tokens must be in 1..{limits.max_new_tokens}, "
-                                     f"got {self.max_new_tokens}")
+                                     f"got {clip(self.max_new_tokens)}")
         return out
 
     def check(self, limits: Limits, known_pairs) -> None:
@@ -110,14 +161,18 @@ _BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": 
 
 def from_query(params: dict[str, str], base: RunSettings, limits: Limits,
                known_pairs) -> tuple[RunSettings, list[str], bool]:
-    """Settings from a link's query parameters: (settings, notices, run). Never raises."""
+    """Settings from a link's query parameters: (settings, notices, run). Never raises.
+
+    Notices quote the visitor's names and values clipped to SHOWN_CHARS; they are plain text
+    (escape them where they become HTML or Markdown: markdown_text).
+    """
     notices, changes = [], {}
     run = str(params.get("run", "")).lower() in ("1", "true", "yes")
     for key, raw in params.items():
         if key in ("run", "__theme"):
             continue
         if key not in _TYPES:
-            notices.append(f"ignored unknown link parameter {key!r}")
+            notices.append(f"ignored unknown link parameter {clip(key)!r}")
             continue
         kind = _TYPES[key]
         try:
@@ -127,12 +182,12 @@ def from_query(params: dict[str, str], base: RunSettings, limits: Limits,
                 value = int(raw)
             elif kind == "float":
                 value = float(raw)
-                if value != value or value in (float("inf"), float("-inf")):
+                if not math.isfinite(value):
                     raise ValueError
             else:
                 value = str(raw)
         except (KeyError, ValueError):
-            notices.append(f"ignored link parameter {key}={str(raw)[:40]!r}: not a valid {kind}")
+            notices.append(f"ignored link parameter {key}={clip(raw)!r}: not a valid {kind}")
             continue
         changes[key] = value
     if "target" in changes or "draft" in changes:
@@ -148,3 +203,79 @@ def from_query(params: dict[str, str], base: RunSettings, limits: Limits,
         if key == "pair":
             settings = replace(settings, target=base.target, draft=base.draft)
     return settings, notices, run
+
+
+def _int(name: str, value, default: int | None = None) -> int:
+    if value is None:
+        if default is None:
+            raise ValueError(f"{name} is missing: set a value")
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} must be a whole number, got {clip(type(value).__name__)}")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip()) if len(value) <= 30 else float("nan")
+        except ValueError:
+            raise ValueError(f"{name} must be a whole number, got {clip(value)!r}") from None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ValueError(f"{name} must be a whole number, got {clip(value)}")
+    return int(value)
+
+
+def _float(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} must be a number, got {clip(type(value).__name__)}")
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (ValueError, OverflowError):
+        raise ValueError(f"{name} must be a number, got {clip(value)!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number, got {clip(value)}")
+    return number
+
+
+def _text(name: str, value, limit: int) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be text, got {clip(type(value).__name__)}")
+    if len(value) > limit:
+        raise ValueError(f"{name} has {len(value)} characters; this deployment allows {limit}: shorten it")
+    return value
+
+
+def _bool(name: str, value) -> bool:
+    if isinstance(value, bool) or value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in _BOOL:
+        return _BOOL[value.lower()]
+    raise ValueError(f"{name} must be true or false, got {clip(value)!r}")
+
+
+def coerce_int(name: str, value, lo: int, hi: int, default: int | None = None) -> int:
+    """A whole number in lo..hi from whatever a page or API call sent; ValueError naming the fix."""
+    number = _int(name, value, default)
+    if not lo <= number <= hi:
+        raise ValueError(f"{name} must be in {lo}..{hi}, got {clip(number)}")
+    return number
+
+
+def settings_from(values: dict, limits: Limits) -> RunSettings:
+    """RunSettings from raw values (a page, an API call): right types, or ValueError naming the fix.
+
+    Ranges are RunSettings.problems' business; this only makes every field the right type, so
+    that nothing downstream meets None, NaN, a list or a 10**30 where it expects a number.
+    """
+    v = dict(values)
+    text_limit = max(limits.max_prompt_chars, 1000)
+    out = {name: _text(name, v.get(name), text_limit if name == "prompt" else 1000)
+           for name in ("pair", "target", "draft", "proposer", "prompt", "dtype")}
+    out["pair"], out["proposer"] = out["pair"] or presets.EMBEDDED, out["proposer"] or "draft"
+    out["dtype"] = out["dtype"] or "auto"
+    out["k"] = _int("k", v.get("k"))
+    out["top_k"], out["seed"] = _int("top_k", v.get("top_k"), 0), _int("seed", v.get("seed"), 0)
+    out["max_new_tokens"] = _int("max new tokens", v.get("max_new_tokens"))
+    out["temperature"] = _float("temperature", 0.0 if v.get("temperature") is None else v["temperature"])
+    out["top_p"] = _float("top_p", 1.0 if v.get("top_p") is None else v["top_p"])
+    out["chat"] = _bool("chat", False if v.get("chat") is None else v["chat"])
+    return RunSettings(**out)
