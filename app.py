@@ -229,9 +229,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         def show(view: View, session):
             f = view.figures
             key = shelf.put(session, view.trace) if view.trace is not None else gr.skip()
+            plots = [f.get(name, gr.skip()) for name in
+                     ("tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time")]
             return (view.status, view.text_html, view.verdict_html, view.stats_html,
-                    view.timeline_html, f.get("tokens_per_pass"), f.get("cumulative"),
-                    f.get("acceptance"), f.get("k_prediction"), f.get("time"), key)
+                    view.timeline_html, *plots, key)
 
         def run_stream(values, request, dtype=None):
             try:

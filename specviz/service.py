@@ -198,10 +198,28 @@ def warm_up(pair: Pair) -> None:
                   k=2, max_new_tokens=3))
 
 
-def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True) -> View:
+PLOT_SECONDS = 1.0  # while a run streams, rebuild the plots at most this often (each costs ~0.1 s)
+
+
+def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, plots=True) -> View:
+    """plots=False leaves View.figures empty: the page keeps the plots it shows."""
     return View(status, to_html(spans), timeline_html(spans, spec), stats_html(spec, base),
-                verdict_html(comparison, pair.tokenizer, greedy), all_figures(spec, base),
+                verdict_html(comparison, pair.tokenizer, greedy), all_figures(spec, base) if plots else {},
                 spec, base, comparison)
+
+
+class _Every:
+    """True at most once per `seconds` (and on the first call)."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.last = seconds, -float("inf")
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if now - self.last < self.seconds:
+            return False
+        self.last = now
+        return True
 
 
 def _prompt_ids(pair: Pair, s: RunSettings, limits: Limits) -> list[int]:
@@ -238,7 +256,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     greedy = s.temperature == 0
     models = {"target": pair.target_name, "draft": pair.draft_name,
               "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device)}
-    events, spans, context = [], [], list(prompt_ids)
+    events, spans, context, plots = [], [], list(prompt_ids), _Every(PLOT_SECONDS)
     for event in generate(pair, prompt_ids, proposer=s.proposer, **kwargs):
         events.append(event)
         spans += round_spans(event, pair.tokenizer, context)  # only this round's tokens decoded
@@ -251,7 +269,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                                 greedy=greedy), trace=trace)
             return
         yield _view(f"Speculative run: round {event.round}", pair, spans, RunStats.of(events),
-                    greedy=greedy)
+                    greedy=greedy, plots=plots())
     spec, key = RunStats.of(events), store.baseline_key(pair, s, prompt_ids)
     reused = store.baselines.get(key)
     if reused is None:
@@ -266,7 +284,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                 return
             if event.round % 4 == 0:
                 yield _view(f"Baseline (target alone): {event.round} tokens", pair, spans, spec,
-                            RunStats.of(base_events), greedy=greedy)
+                            RunStats.of(base_events), greedy=greedy, plots=plots())
         store.baselines.put(key, tuple(base_events), time.time())
         note = ""
     else:

@@ -1,8 +1,10 @@
 """The app's service layer on tiny models: streamed views, the trace, end-to-end sampling."""
 
+from dataclasses import replace
+
 import pytest
 
-from specviz.service import ModelStore, run_views, sample_continuations
+from specviz.service import ModelStore, continuations, run_views, sample_continuations
 from specviz.settings import Limits, RunSettings
 
 
@@ -29,3 +31,113 @@ def test_end_to_end_sampling_check(store):
     assert 0 <= result["tv"] <= 1 and result["outcomes"] <= 9  # top-3 twice: at most 9 outcomes
     with pytest.raises(ValueError, match="temperature above 0"):
         sample_continuations(store.current(), RunSettings(pair="tiny", temperature=0.0), 20)
+
+
+def counting(monkeypatch):
+    """Record the proposer of every generate call the service makes."""
+    import specviz.service as service
+
+    calls, real = [], service.generate
+
+    def generate(*args, proposer="draft", **kwargs):
+        calls.append(proposer)
+        return real(*args, proposer=proposer, **kwargs)
+
+    monkeypatch.setattr(service, "generate", generate)
+    return calls
+
+
+def test_a_rerun_with_another_k_or_drafter_reuses_the_baseline(store, monkeypatch):
+    store.baselines = type(store.baselines)()  # a fresh cache for this test
+    calls = counting(monkeypatch)
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="for i in", dtype="float32", k=2)
+    first = list(run_views(store, s, Limits()))[-1]
+    assert calls == ["draft", "none"] and "reused" not in first.status
+    calls.clear()
+    again = list(run_views(store, replace(s, k=5), Limits()))[-1]
+    assert calls == ["draft"]  # no second baseline generate call
+    assert "baseline reused" in again.status and "UTC" in again.status
+    assert again.base.tokens == first.base.tokens and again.comparison.identical
+    calls.clear()
+    list(run_views(store, replace(s, proposer="ngram"), Limits()))
+    assert calls == ["ngram"]
+
+
+@pytest.mark.parametrize("change", [dict(prompt="for j in"), dict(max_new_tokens=5), dict(seed=1),
+                                    dict(temperature=0.7), dict(top_k=5), dict(top_p=0.9),
+                                    dict(dtype="bfloat16")])
+def test_any_change_in_the_baseline_key_measures_a_new_baseline(store, monkeypatch, change):
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=6, prompt="for i in", dtype="float32", k=2)
+    list(run_views(store, s, Limits()))  # measured (or already cached)
+    calls = counting(monkeypatch)
+    last = list(run_views(store, replace(s, **change), Limits()))[-1]
+    assert calls.count("none") == 1 and "reused" not in last.status
+
+
+def test_the_baseline_cache_keeps_the_newest_sixteen():
+    from specviz.service import Baselines
+
+    cache = Baselines()
+    for i in range(20):
+        cache.put(("key", i), (), float(i))
+    assert len(cache) == 16 and cache.get(("key", 3)) is None and cache.get(("key", 19)) == ((), 19.0)
+
+
+def test_a_run_past_the_job_time_limit_stops_with_a_clear_status(store, monkeypatch):
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=1,
+                    proposer="none", seed=7)
+    store.get(s)  # loaded before counting: the time limit starts once the pair is ready
+    calls = counting(monkeypatch)
+    views = list(run_views(store, s, Limits(max_job_seconds=1e-9)))
+    last = views[-1]
+    assert last.status.startswith("Stopped the speculative run after 1 tokens")
+    assert "SPECVIZ_MAX_JOB_SECONDS" in last.status and calls == ["none"]  # no baseline run
+    assert last.trace is not None and len(last.trace.events) == 1 and last.trace.baseline == ()
+
+
+def test_a_prompt_over_the_token_limit_is_refused_after_encoding(store):
+    s = RunSettings(pair="tiny", chat=False, prompt="東京 " * 50, dtype="float32")  # 150 chars
+    with pytest.raises(ValueError, match=r"the prompt is \d+ tokens; this deployment allows 100 "
+                                         r"\(operators: SPECVIZ_MAX_PROMPT_TOKENS\): shorten it"):
+        list(run_views(store, s, Limits(max_prompt_tokens=100)))
+    with pytest.raises(ValueError, match="allows 100"):
+        sample_continuations(store.get(s), replace(s, temperature=1.0), 20,
+                             limits=Limits(max_prompt_tokens=100))
+
+
+def test_end_to_end_sampling_obeys_the_sample_cap_and_the_time_limit(store):
+    s = RunSettings(pair="tiny", chat=False, prompt="The dog", temperature=1.0, k=2, dtype="float32")
+    pair = store.get(s)
+    with pytest.raises(ValueError, match=r"samples must be in 10..200 .*SPECVIZ_MAX_SAMPLES"):
+        sample_continuations(pair, s, 201)
+    with pytest.raises(ValueError, match="samples must be in 10..30"):
+        sample_continuations(pair, s, 40, limits=Limits(max_samples=30))
+    steps = list(continuations(pair, s, 20, Limits(max_job_seconds=1e-9)))
+    assert len(steps) == 1 and steps[0]["done"] == 1 and "Stopped the check after 1 of 40 samples" \
+        in steps[0]["stopped"]
+    steps = list(continuations(pair, s, 10))
+    assert [x["done"] for x in steps[:-1]] == [5, 10, 15, 20] and steps[-1]["final"]
+
+
+def test_an_ngram_round_in_the_lab_has_a_one_hot_q_on_the_drafted_token(store):
+    from specviz import labview
+
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=40, dtype="float32", proposer="ngram",
+                    prompt="for i in range(10):\n    print(i * i)\nfor i in range(10):\n   ")
+    trace = list(run_views(store, s, Limits()))[-1].trace
+    rounds = [e.round for e in trace.events if e.draft_tokens]
+    assert rounds and all(e.source == "ngram" for e in trace.events if e.draft_tokens)
+    p, q, _, drafted, note = labview.from_round(store.current(), trace, rounds[0])
+    assert drafted == trace.events[rounds[0] - 1].draft_tokens[0]
+    assert float(q[drafted]) == 1.0 and float(q.sum()) == 1.0 and "q is one-hot" in note
+    assert abs(float(p.sum()) - 1) < 1e-6 and "temperature 1" in note  # greedy run: looked at t=1
+
+
+def test_a_draft_round_in_the_lab_uses_the_draft_softmax(store):
+    from specviz import labview
+
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, dtype="float32", temperature=0.8,
+                    prompt="def f", k=3)
+    trace = list(run_views(store, s, Limits()))[-1].trace
+    p, q, _, drafted, note = labview.from_round(store.current(), trace, 1)
+    assert (q > 0).sum() > 1 and "one-hot" not in note and "temperature 0.8" in note
