@@ -77,11 +77,11 @@ def verdict_html(comparison: Comparison | None, tokenizer, greedy: bool) -> str:
     if comparison.identical:
         return ('<div class="specviz-verdict ok">✔ Identical: the speculative output is '
                 "token-for-token the target's own greedy output.</div>")
-    c = comparison
+    c, dtype, device = comparison, html.escape(str(comparison.dtype)), html.escape(str(comparison.device))
     return (f'<div class="specviz-verdict diff">✘ The outputs differ from token {c.position}. '
             f"Verdict: <b>{html.escape(c.verdict)}</b>.<br>"
             f"speculative run's top-2 there: {_top2(c.spec_top2, tokenizer)}<br>"
             f"baseline run's top-2 there: {_top2(c.base_top2, tokenizer)}<br>"
-            f"dtype {c.dtype} on {c.device}; near-tie bound {c.threshold:.3g} "
-            f"(8 units in the last place of the logit in {c.dtype}). Re-run in float32 to "
+            f"dtype {dtype} on {device}; near-tie bound {c.threshold:.3g} "
+            f"(8 units in the last place of the logit in {dtype}). Re-run in float32 to "
             "confirm a near-tie.</div>")

@@ -1,0 +1,363 @@
+"""Opened traces are hostile input: every field typed and bounded, refused at once with a message
+naming the field, the largest accepted trace opens in bounded time, and no string reaches HTML
+unescaped. Synthetic traces: no model needed."""
+
+import json
+import re
+import time
+
+import pytest
+
+from specviz import explorer, labview, trace
+from specviz.compare import Comparison
+from specviz.render import Span, to_html
+from specviz.service import replay_view
+from specviz.views import verdict_html
+
+XSS = '<img src=x onerror=alert(1)>'
+
+
+def synthetic(rounds=6, k=3, prompt=5, kept=None, baseline=True, differ_at=None, text="ab"):
+    """A valid trace as a dict: round i keeps kept(i) of k drafts (default i % (k + 1)); the
+    baseline makes the same tokens, or another token at output position differ_at."""
+    kept = kept or (lambda i: i % (k + 1))
+    prompt_ids = [(7 * j) % 300 for j in range(prompt)]
+    events, spans, pos = [], [], 0
+    for i in range(1, rounds + 1):
+        n, token = kept(i), (13 * i) % 300
+        draft = [(token + 1 + j) % 300 for j in range(k)]
+        new = draft[:n] + [token]
+        events.append(_event(i, k, n, draft, token, new, pos, prompt))
+        spans += [_span(text, "accepted", t, i, j + 1) for j, t in enumerate(draft[:n])]
+        spans.append(_span(text, "target" if not k else "bonus" if n == k else "recovered", token, i, 0))
+        spans += [_span(text, "rejected", t, i, j + 1) for j, t in enumerate(draft) if j >= n]
+        pos += len(new)
+    events[-1]["stop"] = "length"
+    tokens = [t for e in events for t in e["new_tokens"]]
+    base = []
+    for i, t in enumerate(tokens if baseline else []):
+        t = (t + 1) % 300 if i == differ_at else t
+        base.append(_event(i + 1, 0, 0, [], t, [t], i, prompt))
+    if base:
+        base[-1]["stop"] = "length"
+    m = len(tokens)
+    recording = {"proposer": "draft", "prompt_ids": prompt_ids, "output": tokens,
+                 "guesses": [(t + 1) % 300 for t in tokens], "draft_pass_seconds": 0.01,
+                 "target_pass_seconds": 0.02, "max_new_tokens": m, "ngram_size": 3,
+                 "output_pieces": [text] * m, "guess_pieces": [text] * m,
+                 "token_text": {str(t): text for t in set(prompt_ids + tokens)}, "confidences": [0.5] * m}
+    return {"format": "specviz-trace", "version": 1,
+            "settings": {"k": min(max(k, 1), 16), "temperature": 0.0, "proposer": "draft",
+                         "max_new_tokens": m, "prompt": "p", "chat": True, "dtype": "auto"},
+            "models": {"target": "t", "draft": "d", "dtype": "float32", "device": "cpu"},
+            "prompt_ids": prompt_ids, "events": events, "baseline": base, "spans": spans,
+            "summary": {}, "recording": recording}
+
+
+def _event(i, k, n, draft, token, new, pos, prompt):
+    return {"round": i, "k": k, "draft_tokens": draft, "accepted": n, "token": token,
+            "kind": "bonus" if n == k else "recovered", "new_tokens": new,
+            "target_probs": [1.0] * n + [0.0] * (k - n), "draft_probs": [1.0] * k,
+            "target_passes": i, "draft_passes": i * k, "draft_seconds": 0.01, "target_seconds": 0.02,
+            "round_seconds": 0.035, "elapsed": 0.035 * i, "position": pos,
+            "source": "draft" if k else "none", "target_cache_length": prompt + pos + len(new) - 1,
+            "stop": None, "target_top2": [[[token, 12.5], [(token + 1) % 300, 11.25]]] * (k + 1)}
+
+
+def _span(text, fate, token, round_, position):
+    p = None if not position else 1.0 if fate == "accepted" else 0.0
+    return {"text": text, "fate": fate, "token": token, "round": round_, "position": position,
+            "p": p, "q": None if p is None else 1.0}
+
+
+def refused(d_or_text, field: str, seconds: float = 1.0) -> str:
+    """loads refuses it at once with a TraceError whose message names field."""
+    text = d_or_text if isinstance(d_or_text, (str, bytes)) else json.dumps(d_or_text)
+    start = time.perf_counter()
+    with pytest.raises(trace.TraceError) as info:
+        trace.loads(text)
+    assert time.perf_counter() - start < seconds
+    assert field in str(info.value), str(info.value)
+    return str(info.value)
+
+
+def test_the_synthetic_trace_is_valid_and_replays():
+    t = trace.loads(json.dumps(synthetic()))
+    assert len(t.events) == 6 and t.stats.new_tokens == len(t.recording.output)
+    assert replay_view(t).verdict_html and explorer.replay(t.recording, 3).rounds
+
+
+def test_huge_k_in_an_event_is_refused_at_once():
+    d = synthetic()
+    d["events"][0]["k"] = 10**12
+    refused(d, "events[0].k must be an integer in 0..32")
+
+
+def setter(path, value):
+    def change(d):
+        *parents, last = path
+        for p in parents:
+            d = d[p]
+        d[last] = value(d) if callable(value) else value
+    return change
+
+
+MUTATIONS = [  # (path, bad value, field named in the message)
+    (("events", 0, "k"), 33, "events[0].k"),
+    (("events", 0, "k"), -1, "events[0].k"),
+    (("events", 2, "accepted"), 4, "events[2].accepted"),
+    (("events", 0, "draft_tokens"), [1, 2, 3, 4], "events[0].draft_tokens"),
+    (("events", 0, "draft_tokens"), [-1, 2, 3], "events[0].draft_tokens"),
+    (("events", 0, "draft_tokens"), [2**20, 2, 3], "events[0].draft_tokens"),
+    (("events", 0, "draft_tokens"), [[1], [2], [3]], "events[0].draft_tokens"),
+    (("events", 0, "token"), 2**40, "events[0].token"),
+    (("events", 0, "kind"), "<script>", "events[0].kind"),
+    (("events", 1, "kind"), "bonus", "events[1].kind"),
+    (("events", 0, "new_tokens"), [], "events[0].new_tokens"),
+    (("events", 0, "new_tokens"), list(range(10**5)), "events[0].new_tokens"),
+    (("events", 1, "new_tokens"), [5, 5], "events[1].new_tokens"),
+    (("events", 0, "target_probs"), [2.0, 0.0, 0.0], "events[0].target_probs"),
+    (("events", 0, "target_probs"), [0.0], "events[0].target_probs"),
+    (("events", 0, "draft_probs"), [-0.5, 1.0, 1.0], "events[0].draft_probs"),
+    (("events", 0, "round"), 2, "events[0].round"),
+    (("events", 1, "position"), 0, "events[1].position"),
+    (("events", 0, "target_passes"), 10**15, "events[0].target_passes"),
+    (("events", 1, "target_passes"), 0, "events[1].target_passes"),
+    (("events", 0, "draft_seconds"), -1.0, "events[0].draft_seconds"),
+    (("events", 0, "elapsed"), 1e300, "events[0].elapsed"),
+    (("events", 0, "source"), "<script>", "events[0].source"),
+    (("events", 0, "stop"), "exploded", "events[0].stop"),
+    (("events", 0, "target_cache_length"), 2**40, "events[0].target_cache_length"),
+    (("events", 0, "target_top2"), [[[1, 2.0]]], "events[0].target_top2"),
+    (("events", 0, "target_top2"), [[[1, 2.0], [2, 1.0]]] * 3, "events[0].target_top2"),
+    (("events", 0, "target_top2"), [[[1, 2.0], [2, 1.0], [3, 0.0]]] * 4, "events[0].target_top2"),
+    (("events", 0, "target_top2"), [[["a", 2.0], [2, 1.0]]] * 4, "events[0].target_top2 ids"),
+    (("events", 0, "target_top2"), [[[1, 1e300], [2, 1.0]]] * 4, "events[0].target_top2 logits"),
+    (("events", 0, "target_top2"), [[[1, 2.0, 3], [2, 1.0]]] * 4, "events[0].target_top2"),
+    (("events", 0, "target_top2"), ["ab", "cd", "ef", "gh"], "events[0].target_top2"),
+    (("events", 0, "__class__"), "x", "events[0] fields differ"),
+    (("events",), [[]] * 5, "events[0] must be an object"),
+    (("events",), [], "events must be a list of 1..4096"),
+    (("baseline", 0, "k"), 10**12, "baseline[0].k"),
+    (("baseline",), {}, "baseline must be a list"),
+    (("spans", 0, "text"), "x" * 5000, "spans[].text"),
+    (("spans", 0, "text"), "\ud800", "spans[].text"),
+    (("spans", 0, "fate"), "<script>", "spans[].fate"),
+    (("spans", 0, "fate"), ["accepted"], "spans[].fate"),
+    (("spans", 0, "token"), -5, "spans[].token"),
+    (("spans", 0, "round"), 10**9, "spans[].round"),
+    (("spans", 0, "position"), 9, "spans[].position"),
+    (("spans", 0, "p"), 5.0, "spans[].p"),
+    (("spans", 0, "q"), "0.5", "spans[].q"),
+    (("spans", 0, "onclick"), "x", "spans[0] fields differ"),
+    (("spans",), lambda d: d["spans"] * 10, "spans must be a list of 0.."),
+    (("prompt_ids",), [], "prompt_ids"),
+    (("prompt_ids",), ["a"], "prompt_ids"),
+    (("prompt_ids",), [2**20], "prompt_ids"),
+    (("settings",), [], "settings must be an object"),
+    (("settings", "k"), 10**12, "settings.k"),
+    (("settings", "k"), "4", "settings.k"),
+    (("settings", "temperature"), -1, "settings.temperature"),
+    (("settings", "top_p"), 0, "settings.top_p"),
+    (("settings", "seed"), 2**70, "settings.seed"),
+    (("settings", "max_new_tokens"), 10**9, "settings.max_new_tokens"),
+    (("settings", "max_new_tokens"), 3, "events commit more tokens than settings.max_new_tokens"),
+    (("settings", "prompt"), "x" * 200_000, "settings.prompt"),
+    (("settings", "chat"), "yes", "settings.chat"),
+    (("settings", "proposer"), "rm -rf", "settings.proposer"),
+    (("settings", "dtype"), XSS, "settings.dtype"),
+    (("settings", "__init__"), 1, "settings fields differ"),
+    (("models",), "x", "models must be an object"),
+    (("models", "device"), 5, "models.device"),
+    (("models", "device"), "x" * 1000, "models.device"),
+    (("models", "dtype"), "_dynamo", "models.dtype"),
+    (("models", "weights"), "x", "models fields differ"),
+    (("recording", "proposer"), "rm -rf", "recording.proposer"),
+    (("recording", "prompt_ids"), [1], "recording.prompt_ids"),
+    (("recording", "output"), lambda r: r["output"][:-1], "recording.output"),
+    (("recording", "guesses"), [1], "recording.guesses"),
+    (("recording", "max_new_tokens"), 10**12, "recording.max_new_tokens"),
+    (("recording", "max_new_tokens"), 1, "recording.max_new_tokens"),
+    (("recording", "ngram_size"), 17, "recording.ngram_size"),
+    (("recording", "draft_pass_seconds"), -1, "recording.draft_pass_seconds"),
+    (("recording", "output_pieces"), ["x"], "recording.output_pieces"),
+    (("recording", "guess_pieces"), lambda r: ["x" * 5000] * len(r["output"]), "recording.guess_pieces"),
+    (("recording", "token_text"), {"abc": "x"}, "recording.token_text"),
+    (("recording", "token_text"), {"1": 5}, "recording.token_text"),
+    (("recording", "token_text"), {str(i): "x" for i in range(1000)}, "recording.token_text"),
+    (("recording", "confidences"), lambda r: [2.0] * len(r["output"]), "recording.confidences"),
+    (("recording", "callback"), "x", "recording fields differ"),
+    (("version",), True, "version True is not supported"),
+    (("version",), "1", "version '1' is not supported"),
+    (("format",), "other", '"format" must be'),
+    (("extra",), 1, "the top level fields differ"),
+    (("summary",), 5, "summary must be an object"),
+]
+
+
+@pytest.mark.parametrize("path, value, field", MUTATIONS, ids=[f"{'.'.join(map(str, p))}={f}"[:60]
+                                                                 for p, _, f in MUTATIONS])
+def test_each_hostile_field_is_refused_at_once_naming_it(path, value, field):
+    d = synthetic()
+    setter(path, value)(d)
+    refused(d, field)
+
+
+WRONG = [None, True, 1.5, -7, 10**30, "x", [], [1, "x"], {}, {"a": 1}]
+VALID = {  # (part, field, value) among WRONG that a valid trace may hold there
+    ("events", "target_top2", "[]"), ("events", "stop", "None"),
+    *{("events", name, "1.5") for name in ("draft_seconds", "target_seconds", "round_seconds", "elapsed")},
+    *{("baseline", name, "1.5") for name in ("draft_seconds", "target_seconds", "round_seconds", "elapsed")},
+    ("baseline", "target_top2", "[]"), ("baseline", "stop", "None"),
+    *{("baseline", name, "[]") for name in ("draft_tokens", "target_probs", "draft_probs")},
+    ("settings", "temperature", "1.5"), ("models", "target", "None"), ("models", "draft", "None"),
+    ("models", "dtype", "None"), ("models", "device", "None"),
+    ("recording", "draft_pass_seconds", "1.5"), ("recording", "target_pass_seconds", "1.5"),
+    ("recording", "output_pieces", "[]"), ("recording", "guess_pieces", "[]"),
+    ("recording", "token_text", "None"), ("recording", "token_text", "{}"),
+    ("recording", "confidences", "[]"), ("spans", "text", "'x'"), ("spans", "p", "None"),
+    ("spans", "q", "None"), ("settings", "chat", "True"),
+    *{("settings", name, "'x'") for name in ("pair", "target", "draft", "prompt")},
+    *{("models", name, "'x'") for name in ("target", "draft", "device")},
+}
+
+
+@pytest.mark.parametrize("part", ["events", "baseline", "spans", "settings", "models", "recording"])
+def test_wrong_types_in_every_field_are_refused_naming_it(part):
+    base, listed = synthetic(), part in ("events", "baseline", "spans")
+    where = {"events": "events[0]", "baseline": "baseline[0]", "spans": "spans"}.get(part, part)
+    for name in (base[part][0] if listed else base[part]):
+        for value in WRONG:
+            d = json.loads(json.dumps(base))
+            (d[part][0] if listed else d[part])[name] = value
+            try:
+                trace.loads(json.dumps(d))
+            except trace.TraceError as e:
+                assert (part, name, repr(value)) not in VALID and where in str(e), (name, value, e)
+            else:
+                assert (part, name, repr(value)) in VALID, (name, value)
+
+
+def test_deep_nesting_is_refused_before_parsing():
+    refused("[" * 100_000 + "]" * 100_000, "nested deeper than 16")
+    d = synthetic()
+    d["summary"] = {"x": json.loads("[" * 20 + "]" * 20)}
+    refused(d, "nested deeper than 16")
+    d["summary"] = {"x": "[" * 50}  # brackets inside strings do not count
+    assert trace.loads(json.dumps(d))
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_refused(constant):
+    text = json.dumps(synthetic()).replace('"elapsed": 0.035,', f'"elapsed": {constant},', 1)
+    refused(text, constant)
+
+
+def test_overflowing_floats_are_refused_naming_the_field():
+    text = json.dumps(synthetic()).replace('"draft_probs": [1.0, 1.0, 1.0]', '"draft_probs": [1e400, 1, 1]')
+    refused(text, "events[0].draft_probs")
+
+
+def test_huge_integers_are_refused():
+    text = json.dumps(synthetic()).replace('"round": 1, "k": 3,', f'"round": 1, "k": {"9" * 5000},')
+    message = refused(text, "not a valid specviz trace")
+    assert "digits" in message or "events[0].k" in message
+    text = json.dumps(synthetic()).replace('"round": 1, "k": 3,', f'"round": 1, "k": {"9" * 4000},')
+    refused(text, "events[0].k")
+
+
+@pytest.mark.parametrize("text", ["[]", '"trace"', "5", "null", "{nope", b"\xff\xfe{", "{}"])
+def test_non_objects_and_broken_json_are_refused(text):
+    refused(text, "not a valid specviz trace")
+
+
+def test_only_text_is_accepted():
+    with pytest.raises(trace.TraceError, match="expected JSON text"):
+        trace.loads({"format": "specviz-trace"})
+
+
+def test_over_the_size_cap_is_refused_at_once():
+    refused(" " * (trace.MAX_TRACE_BYTES + 1), f"the limit is {trace.MAX_TRACE_BYTES // 2**20} MiB")
+
+
+def test_too_many_rounds_and_tokens_are_refused():
+    d = synthetic(rounds=trace.MAX_ROUNDS + 1, k=0, baseline=False)
+    d["recording"] = None
+    d["settings"].pop("max_new_tokens")
+    refused(d, "events must be a list of 1..4096", seconds=5)
+    d = synthetic(rounds=2000, k=2, kept=lambda i: 2, baseline=False)
+    d["recording"] = None
+    d["settings"].pop("max_new_tokens")
+    refused(d, "events generate more than 4096 tokens", seconds=5)
+
+
+def test_long_ngram_recordings_are_refused_with_a_way_out():
+    d = synthetic(rounds=600, k=1, kept=lambda i: 1, prompt=10, baseline=False)
+    rec = d["recording"]
+    rec.update(proposer="ngram", guesses=[], guess_pieces=[], confidences=[])
+    message = refused(d, "recording is an n-gram recording too long to replay", seconds=5)
+    assert "set recording to null" in message
+    d["recording"] = None
+    assert trace.loads(json.dumps(d)).recording is None
+
+
+def test_ids_are_checked_against_a_given_vocabulary_and_positions():
+    text = json.dumps(synthetic())
+    with pytest.raises(trace.TraceError, match=r"events\[1\]\.draft_tokens"):
+        trace.loads(text, vocab_size=29)  # the prompt's ids are below 29, round 2 drafts 29
+    # the last round: 5 prompt tokens + 12 generated before it + 3 drafts + the target's token
+    with pytest.raises(trace.TraceError, match="needs up to 21 positions; the model has 20"):
+        trace.loads(text, vocab_size=300, max_positions=20)
+    t = trace.loads(text, vocab_size=300, max_positions=21)
+    with pytest.raises(trace.TraceError, match="id 81, outside the model.s vocabulary of 50"):
+        trace.check_model(t, 50)
+
+
+def test_html_from_a_hostile_trace_is_escaped():
+    d = synthetic(differ_at=4, text=XSS)
+    d["models"].update(target=XSS, draft=XSS, device=XSS)
+    d["settings"]["prompt"] = XSS
+    d["recording"]["token_text"] = {k: XSS for k in d["recording"]["token_text"]}
+    view = replay_view(trace.loads(json.dumps(d)))
+    assert "differ from token 4" in view.verdict_html and "on &lt;img src=x" in view.verdict_html
+    for name in ("text_html", "timeline_html", "stats_html", "verdict_html"):
+        html = getattr(view, name)
+        assert html and "<img" not in html, name
+    rec = view.trace.recording
+    for adaptive in (False, True):
+        text_html, numbers, _ = labview.explorer_views(rec, 2, adaptive, 3, [1] * len(rec.output))
+        assert "<img" not in text_html + numbers
+
+
+def test_verdict_escapes_dtype_and_device():
+    c = Comparison(False, 3, [(1, 2.0), (2, 1.0)], [(2, 2.0), (1, 1.0)], XSS, XSS, 0.1)
+
+    class Tok:
+        def decode(self, ids):
+            return XSS
+
+    html = verdict_html(c, Tok(), greedy=True)
+    assert "<img" not in html and html.count("&lt;img") == 7  # dtype twice, device, 4 tokens
+
+
+def test_token_html_escapes_text_and_attributes():
+    span = Span('"><img src=x onerror=alert(1)>', "accepted", 1, 1, 1, 0.5, 0.5)
+    html = to_html([span])
+    assert "<img" not in html and re.search(r'title="[^"<>]*"', html)
+
+
+def test_the_largest_trace_opens_in_bounded_time():
+    """4096 rounds (the most) filling the size cap, views and k explorer included. A hang guard,
+    not a benchmark: about 2 s here (docs/trace-format.md)."""
+    text = json.dumps(synthetic(rounds=trace.MAX_ROUNDS, k=3, kept=lambda i: 0, prompt=500,
+                                baseline=False), separators=(",", ":"))
+    assert 0.8 * trace.MAX_TRACE_BYTES < len(text) <= trace.MAX_TRACE_BYTES
+    start = time.perf_counter()
+    t = trace.loads(text)
+    loaded = time.perf_counter()
+    view = replay_view(t)
+    shown = time.perf_counter()
+    labview.explorer_views(t.recording, 3, False, 3, [len(e.new_tokens) for e in t.events])
+    done = time.perf_counter()
+    assert len(t.events) == trace.MAX_ROUNDS and view.text_html
+    assert loaded - start < 10 and shown - loaded < 10 and done - shown < 10
