@@ -270,7 +270,9 @@ def settings_from(values: dict, limits: Limits) -> RunSettings:
     text_limit = max(limits.max_prompt_chars, 1000)
     out = {name: _text(name, v.get(name), text_limit if name == "prompt" else 1000)
            for name in ("pair", "target", "draft", "proposer", "prompt", "dtype")}
-    out["pair"], out["proposer"] = out["pair"] or presets.EMBEDDED, out["proposer"] or "draft"
+    for name in ("pair", "proposer"):
+        if not out[name]:
+            raise ValueError(f"{name} is missing: pick one from the list")
     out["dtype"] = out["dtype"] or "auto"
     out["k"] = _int("k", v.get("k"))
     out["top_k"], out["seed"] = _int("top_k", v.get("top_k"), 0), _int("seed", v.get("seed"), 0)

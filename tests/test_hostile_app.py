@@ -1,0 +1,392 @@
+"""A public Space is hostile ground: every handler is callable with any arguments, every trace
+field is attacker-chosen, and one visitor must not crowd out the rest. These tests play the
+attacker against the app on tiny models (loopback only)."""
+
+import json
+import math
+import re
+import threading
+import time
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from specviz import presets
+from specviz.gate import BUSY, Busy, Gate
+from specviz.settings import Limits, RunSettings, from_query, markdown_text, settings_from
+
+FIELDS = ["pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
+          "max_new_tokens", "prompt", "chat", "dtype"]
+
+
+def args(**over):
+    s = {"pair": "tiny", "target": "", "draft": "", "proposer": "draft", "k": 3, "temperature": 0.0,
+         "top_p": 1.0, "top_k": 0, "seed": 0, "max_new_tokens": 8, "prompt": "def fibonacci(n):",
+         "chat": False, "dtype": "float32"} | over
+    return [s[name] for name in FIELDS]
+
+
+@pytest.fixture(scope="module")
+def demo(model_dirs):
+    from test_app import free_port
+
+    import app
+    from specviz.service import ModelStore
+
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
+    limits = Limits(max_new_tokens=200)
+    demo = app.build(store, limits, RunSettings(pair="tiny", chat=False, max_new_tokens=8, dtype="float32"))
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
+                **app.launch_options(limits))
+    demo.url = f"http://127.0.0.1:{port}/"
+    yield demo
+    demo.close()
+
+
+def client(demo):
+    from gradio_client import Client
+
+    return Client(demo.url, verbose=False)
+
+
+def raw_call(demo, api_name: str, values: list) -> str:
+    """POST values (NaN included: Python's JSON writes it, gradio_client refuses to) to the REST
+    API as an attacker would, and return the event stream's text."""
+    import httpx
+
+    body = json.dumps({"data": values})  # allow_nan: NaN goes out as the bare word NaN
+    r = httpx.post(f"{demo.url}gradio_api/call/{api_name}", content=body,
+                   headers={"content-type": "application/json"}, timeout=30)
+    if r.status_code != 200:
+        return f"event: error\ndata: HTTP {r.status_code}"
+    event = r.json()["event_id"]
+    return httpx.get(f"{demo.url}gradio_api/call/{api_name}/{event}", timeout=60).text
+
+
+def wait_until(condition, seconds: float = 20.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# --- every argument coerced at the boundary ---------------------------------------------------
+
+HOSTILE_RUN = [
+    ("k", None, "k is missing"), ("k", math.nan, "k must be a whole number"),
+    ("k", 10**30, r"k must be in 1\.\.16"), ("k", "four", "k must be a whole number"),
+    ("k", [4], "k must be a whole number, got list"), ("k", 2.5, "k must be a whole number"),
+    ("temperature", math.nan, "temperature must be a finite number"),
+    ("temperature", 10**30, r"temperature must be 0 \(greedy\) or in"),
+    ("temperature", 1e-30, r"temperature must be 0 \(greedy\) or in 0\.01"),
+    ("temperature", "hot", "temperature must be a number"), ("top_p", 0, r"top_p must be in \(0, 1\]"),
+    ("top_k", -1, "top_k must be in"), ("top_k", 10**30, "top_k must be in"),
+    ("seed", -1, r"seed must be in 0\.\.4294967295"), ("seed", 2**32, "seed must be in"),
+    ("seed", 10**30, "seed must be in"), ("max_new_tokens", 0, r"max new tokens must be in 1\.\.200"),
+    ("max_new_tokens", None, "max new tokens is missing"),
+    ("max_new_tokens", 10**30, "max new tokens must be in"),
+    ("prompt", None, "the prompt is empty"), ("prompt", 12345, "prompt must be text"),
+    ("prompt", {"text": "hi"}, "prompt must be text, got dict"),
+    ("prompt", "x" * 100_000, "prompt has 100000 characters"),
+    ("chat", "maybe", "chat must be true or false"), ("pair", None, "pair is missing"),
+    ("pair", 7, "pair must be text"), ("pair", "<img src=x>", "unknown pair '(&lt;|<)img src=x(&gt;|>)'"),
+    ("proposer", "evil", "unknown drafter 'evil'"), ("dtype", "float64", "dtype must be one of"),
+    ("pair", "qwen2.5-7b", "too large for this machine|unknown pair"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), HOSTILE_RUN)
+def test_settings_from_turns_any_hostile_value_into_a_message_naming_the_fix(field, value, message):
+    values = dict(zip(FIELDS, args(**{field: value}), strict=True))
+    limits = Limits(max_new_tokens=200)
+    with pytest.raises(ValueError, match=message):
+        settings_from(values, limits).check(limits, {"tiny"} | set(presets.BY_KEY))
+
+
+def test_every_model_endpoint_gives_a_clean_error_for_hostile_values_and_keeps_serving(demo):
+    from gradio_client.exceptions import AppError
+
+    c = client(demo)
+    for field, value, message in HOSTILE_RUN:
+        if isinstance(value, float) and math.isnan(value):
+            stream = raw_call(demo, "run", args(**{field: value}))
+            assert "event: error" in stream and re.search(message, stream), stream
+            continue
+        with pytest.raises(AppError, match=message):
+            c.predict(*args(**{field: value}), api_name="/run")
+    lab = [("example", math.nan, "trials", "trials must be a whole number"),
+           ("example", 10**30, "trials", r"trials must be in 1000\.\.1000000"),
+           (5, 2000, "source", "distributions must be one of"),
+           ("example", 2000, "variants", "variants must be a list"),
+           ("round", 2000, "round", "round must be a whole number")]
+    for source, trials, bad, message in lab:
+        variants = "exact" if bad == "variants" else ["exact"]
+        round_number = math.nan if bad == "round" else 1
+        stream = raw_call(demo, "lab", [source, round_number, trials, variants])
+        assert "event: error" in stream and re.search(message, stream), stream
+    for n, message in [(None, "samples is missing"), (math.nan, "samples must be a whole number"),
+                       (10**30, r"samples must be in 10\.\.200"), ([10], "whole number, got list")]:
+        stream = raw_call(demo, "e2e", [n, *args(temperature=1.0)])
+        assert "event: error" in stream and re.search(message, stream), stream
+    assert c.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
+
+
+def test_a_fourteen_thousand_token_prompt_is_refused_with_the_fix(demo):
+    from gradio_client.exceptions import AppError
+
+    prompt = "東京🙂" * 1300  # 3,900 characters, each 3-4 bytes: ~14,000 byte-level tokens
+    with pytest.raises(AppError, match=r"the prompt is 1\d{4} tokens; this deployment allows 2048 "
+                                       r"\(operators: SPECVIZ_MAX_PROMPT_TOKENS\): shorten it"):
+        client(demo).predict(*args(prompt=prompt), api_name="/run")
+
+
+def test_end_to_end_sampling_over_the_cap_is_refused(demo):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match=r"samples must be in 10\.\.200"):
+        client(demo).predict(2000, *args(temperature=1.0), api_name="/e2e")
+    result = client(demo).predict(10, *args(temperature=1.0, k=2), api_name="/e2e")
+    assert "10 samples each of 2 tokens" in result
+
+
+# --- fairness: the gate ----------------------------------------------------------------------
+
+
+def test_the_gate_lets_jobs_through_one_at_a_time_in_arrival_order():
+    gate, order = Gate(), []
+    first = gate.ticket("a")
+    waiting = [gate.ticket(s) for s in ("b", "c", "d")]
+    assert [gate.ahead(t) for t in waiting] == [1, 2, 3]
+
+    def job(ticket):
+        for _ in ticket.waiting(poll=0.05):
+            pass
+        order.append(ticket.session)
+        time.sleep(0.02)
+        ticket.release()
+
+    threads = [threading.Thread(target=job, args=(t,)) for t in reversed(waiting)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    assert order == []  # "a" still holds the model
+    first.release()
+    for t in threads:
+        t.join(5)
+    assert order == ["b", "c", "d"] and len(gate) == 0
+
+
+def test_a_second_job_from_the_same_session_is_refused_at_once():
+    gate = Gate()
+    with gate.ticket("visitor"):
+        with pytest.raises(Busy, match="busy: you already have a job waiting or running; wait for it or "
+                                       "press Stop"):
+            gate.ticket("visitor")
+        gate.ticket("someone else").release()
+    gate.ticket("visitor").release()  # free again once the first job ended
+
+
+def test_a_full_line_refuses_new_jobs_and_a_silent_waiter_loses_its_place():
+    gate = Gate(max_jobs=2, stale_after=0.2)
+    head, silent = gate.ticket("a"), gate.ticket("b")
+    with pytest.raises(Busy, match="2 jobs are already waiting"):
+        gate.ticket("c")
+    time.sleep(0.3)
+    head.touch()  # the holder is alive; "b" never polled
+    late = gate.ticket("c")
+    assert len(gate) == 2 and gate.ahead(late) == 1 and silent not in gate._line
+    with pytest.raises(Busy, match="lost"):
+        next(silent.waiting(poll=0.01))
+
+
+def test_closing_a_waiting_job_gives_its_place_back():
+    gate = Gate()
+    head = gate.ticket("a")
+
+    def handler():
+        with gate.ticket("b") as ticket:
+            yield from ticket.waiting(poll=0.05)
+
+    waiting = handler()
+    assert next(waiting) == 1 and len(gate) == 2
+    waiting.close()  # what Gradio does on Stop / cancel
+    assert len(gate) == 1
+    head.release()
+
+
+def test_over_the_app_a_second_job_is_busy_a_waiting_job_sees_its_place_and_stop_frees_it(demo):
+    from gradio_client.exceptions import AppError
+
+    gate = demo.specviz.gate
+    assert wait_until(lambda: len(gate) == 0)
+    holder = gate.ticket("another visitor")  # someone else's job holds the model
+    try:
+        c = client(demo)
+        job = c.submit(*args(), api_name="/run")
+        assert wait_until(lambda: len(job.outputs()) > 0)
+        assert job.outputs()[0][0].startswith("waiting for the model: 1 ahead of you")
+        started = time.monotonic()
+        with pytest.raises(AppError, match="busy: you already have a job waiting or running"):
+            c.predict(*args(), api_name="/run")
+        assert time.monotonic() - started < 5  # answered at once, not after the wait
+        with pytest.raises(AppError, match="busy"):
+            c.predict("example", 1, 2000, ["exact"], api_name="/lab")
+        job.cancel()  # Stop while waiting
+        assert wait_until(lambda: len(gate) == 1), "the cancelled job kept its place in line"
+    finally:
+        holder.release()
+    assert wait_until(lambda: len(gate) == 0)
+    assert client(demo).predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
+
+
+def test_a_page_load_without_run_takes_no_model_slot(demo):
+    loads = [fn for fn in demo.fns.values() if any(t[1] == "load" for t in fn.targets)]
+    assert loads and all(fn.concurrency_id != "model" for fn in loads)
+    model = [fn for fn in demo.fns.values() if fn.concurrency_id == "model"]
+    assert {fn.name for fn in model} == {"run", "auto_run", "rerun_float32", "lab_run", "e2e_run"}
+    auto = next(fn for fn in model if fn.name == "auto_run")
+    assert [t[1] for t in auto.targets] == ["change"]  # the autorun State: only run=1 sets it
+    stop = next(fn for fn in demo.fns.values() if fn.cancels)
+    assert set(stop.cancels) == {fn._id for fn in model}
+
+
+# --- links, messages and traces ---------------------------------------------------------------
+
+
+def test_a_link_with_html_or_markdown_gives_an_escaped_clipped_notice():
+    import app
+
+    params = {"<img src=x>": "1", "k": "![x](http://evil.example/a.png)" + "y" * 80,
+              "x" * 100: "1"}
+    _, notices, _ = from_query(params, RunSettings(), Limits(), presets.BY_KEY)
+    text = app.link_notice(notices)
+    assert "<img" not in text and "&lt;img src\\=x&gt;" in text
+    assert "![" not in text and "](" not in text and "\\!\\[x\\]\\(http" in text
+    assert "y" * 40 not in text and "x" * 40 not in text  # clipped to 40 characters
+    assert markdown_text("a_b*c") == "a\\_b\\*c"
+
+
+def test_large_presets_are_refused_on_a_small_machine_in_settings_links_and_the_list():
+    s = RunSettings(pair="llama-3.1-8b")
+    assert "SPECVIZ_ALLOW_LARGE_MODELS=1" in s.problems(Limits(), presets.BY_KEY)["pair"]
+    assert "pair" not in s.problems(Limits(allow_large=True), presets.BY_KEY)
+    back, notices, _ = from_query({"pair": "qwen2.5-7b"}, RunSettings(), Limits(), presets.BY_KEY)
+    assert back.pair == RunSettings().pair and "too large" in notices[0]
+    listed = dict((p.key, why) for p, why in presets.listing(allow_large=False))
+    assert all("too large" in listed[k] for k in ("qwen2.5-7b", "llama-3.1-8b", "pythia-6.9b"))
+    assert not any("too large" in (listed[k] or "") for k in ("gpt2", "smollm2-1.7b"))
+
+
+def test_messages_show_no_server_paths_and_no_html():
+    import app
+    from specviz.service import public_message
+
+    msg = public_message("cannot load model '/home/alice/models/secret-7b': missing ~/.cache/x/config.json")
+    assert msg == "cannot load model '…/secret-7b': missing …/config.json"
+    assert public_message("Qwen/Qwen2.5-7B-Instruct at 3.2 tokens/s, p/q") == \
+        "Qwen/Qwen2.5-7B-Instruct at 3.2 tokens/s, p/q"
+    error = app.user_error(ValueError("unknown pair '<img src=x onerror=alert(1)>' in /srv/app/x"))
+    assert "<img" not in error.message and "/srv" not in error.message and "&lt;img" in error.message
+
+
+def make_trace(demo, models=None, **over):
+    """A real run's trace from the app's own store, optionally claiming other models."""
+    from specviz.service import run_views
+
+    s = RunSettings(**(dict(pair="tiny", chat=False, max_new_tokens=8, prompt="def f", dtype="float32",
+                            k=3) | over))
+    trace = list(run_views(demo.specviz.store, s, demo.specviz.limits))[-1].trace
+    return replace(trace, models=trace.models | (models or {}))
+
+
+def test_replaying_a_trace_escapes_and_clips_its_model_names(demo):
+    from specviz.service import replay_view
+
+    trace = make_trace(demo, {"target": "<img src=x>![t](http://e/x.png)" + "z" * 200,
+                              "draft": "/home/bob/secret/draft"})
+    status = replay_view(trace).status
+    assert "<img" not in status and "![" not in status and "z" * 60 not in status
+    assert "/home" not in status and "secret" not in status
+
+
+def test_the_lab_refuses_a_round_from_a_trace_of_another_pair(demo, tmp_path):
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    c = client(demo)
+    good = tmp_path / "good.json"
+    good.write_text(make_trace(demo).to_json())
+    c.predict(handle_file(str(good)), api_name="/open_trace")
+    info = c.predict("round", 1, 2000, ["exact"], api_name="/lab")[0]
+    assert "round 1, draft position 1" in info
+    other = tmp_path / "other.json"
+    other.write_text(make_trace(demo, {"target": "someone/else-7b"}).to_json())
+    opened = c.predict(handle_file(str(other)), api_name="/open_trace")
+    assert opened[-1].startswith("Opened: Replay of a saved run: someone\\/else\\-7b")
+    with pytest.raises(AppError, match=r"this trace was made with someone/else-7b with .*: run it here "
+                                       r"first") as e:
+        c.predict("round", 1, 2000, ["exact"], api_name="/lab")
+    assert "/tmp" not in str(e.value)  # the loaded pair's folders are not shown
+
+
+def test_the_lab_bounds_a_rounds_prefix_and_checks_its_ids(demo):
+    from specviz import labview
+
+    store, limits = demo.specviz.store, demo.specviz.limits
+    trace = make_trace(demo)
+    pair = store.current()
+    with pytest.raises(ValueError, match="outside the loaded pair's vocabulary"):
+        labview.from_round(pair, replace(trace, prompt_ids=[pair.vocab_size + 5]), 1)
+    long = replace(trace, prompt_ids=[1] * 300)
+    with pytest.raises(ValueError, match="starts after 300 tokens; the lab reads at most 256"):
+        labview.from_round(pair, long, 1, max_tokens=limits.max_prompt_tokens + limits.max_new_tokens)
+    with pytest.raises(ValueError, match="prompt is 300 tokens; this deployment allows 100"):
+        labview.from_round(pair, long, 1, max_prompt_tokens=100)
+    with pytest.raises(ValueError, match="temperature"):
+        labview.from_round(pair, replace(trace, settings={"temperature": float("nan")}), 1)
+
+
+def test_an_uploaded_trace_leaves_memory_when_its_session_ends(demo, tmp_path):
+    from gradio_client import handle_file
+
+    shelf = demo.specviz.shelf
+    path = tmp_path / "t.json"
+    path.write_text(make_trace(demo).to_json())
+    c = client(demo)
+    c.predict(handle_file(str(path)), api_name="/open_trace")
+    c.predict(handle_file(str(path)), api_name="/open_trace")  # a session keeps only its newest
+    mine = [k for k, (owner, _, _) in shelf._items.items() if owner == c.session_hash]
+    assert len(mine) == 1
+    unload = next(fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets))
+    unload.fn(SimpleNamespace(session_hash=c.session_hash))  # what a closed tab triggers
+    assert shelf.get(mine[0]) is None
+    state = next(b for b in demo.blocks.values() if type(b).__name__ == "State" and b.time_to_live < 1e9)
+    assert state.delete_callback == shelf.drop  # Gradio's expiry frees the shelf too
+
+
+def test_the_shelf_holds_a_bounded_number_of_bytes():
+    from specviz.service import Shelf
+
+    shelf, trace = Shelf(max_bytes=1000), SimpleNamespace()
+    keys = [shelf.put(f"s{i}", trace, nbytes=300) for i in range(10)]
+    assert shelf.nbytes <= 1000 and len(shelf) == 3 and shelf.get(keys[-1]) is trace
+    assert shelf.get(keys[0]) is None and shelf.get(None) is None and shelf.get(["x"]) is None
+
+
+def test_uploads_over_the_size_limit_are_refused(demo, tmp_path):
+    from gradio_client import handle_file
+
+    from specviz.trace import MAX_TRACE_BYTES
+
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"format": "specviz-trace", "pad": "x" * (MAX_TRACE_BYTES + 10)}))
+    with pytest.raises(Exception, match="(?i)size|large|413|exceed"):
+        client(demo).predict(handle_file(str(big)), api_name="/open_trace")
+
+
+def test_busy_is_a_value_error_with_the_fix():
+    assert issubclass(Busy, ValueError) and "press Stop" in BUSY
