@@ -69,17 +69,20 @@ def test_bad_input_is_an_error_message_and_the_app_keeps_serving(app_url):
     assert client.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
 
 
-def test_cancel_stops_a_run(app_url):
+def test_cancel_stops_a_run_and_frees_the_model(app_url):
     from gradio_client import Client
 
     client = Client(app_url, verbose=False)
-    job = client.submit(*args(max_new_tokens=600, k=1, proposer="none"), api_name="/run")
-    for _ in job:
-        break
+    job = client.submit(*args(max_new_tokens=200, k=1, proposer="none"), api_name="/run")
+    for update in job:
+        if str(update[0]).startswith("Speculative run"):
+            break
     job.cancel()
     time.sleep(1.0)
     assert job.done()
     assert not any(str(o[0]).startswith("Done") for o in job.outputs())
+    # the model is free again: the same visitor's next run is not "busy"
+    assert client.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
 
 
 def test_share_link_round_trip():
@@ -122,7 +125,8 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url):
 
     OUT.mkdir(exist_ok=True)
     link = app_url + ("?pair=tiny&k=3&max_new_tokens=40&temperature=0&dtype=float32"
-                      "&prompt=def+fibonacci(n):&run=1&bogus=2")
+                      "&prompt=def+fibonacci(n):&run=1&bogus=2&%3Cimg%20src%3Dx%3E=1"
+                      "&top_k=!%5Bx%5D(http://127.0.0.1:9/x.png)")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1800})
@@ -131,6 +135,9 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url):
         page.wait_for_selector("#verdict .specviz-verdict", timeout=60_000)
         page.wait_for_selector(".js-plotly-plot", timeout=60_000)
         assert "bogus" in page.inner_text("body")  # the unknown parameter's notice
+        notice = page.locator(".prose.specviz-notice")
+        assert "'<img src=x>'" in notice.inner_text() and "![x](http" in notice.inner_text()
+        assert notice.locator("img").count() == 0 and notice.locator("a").count() == 0
         legend = page.inner_text(".specviz-legend")
         for fate in ("accepted", "rejected", "recovered", "bonus"):
             assert fate in legend
