@@ -295,7 +295,8 @@ def markdown(summary: dict, meta: dict) -> str:
                           + ("" if vs is None else f", {vs:.2f} vs hf"))
     rows = _speed_rows(summary, classes, cell)
     speed = [head] + [f"| {m} | " + " | ".join(cells) + " |" for m, cells in rows]
-    detail = ["| method | tokens/pass | α per token | draft / target / other time | peak RSS | greedy = target |",
+    detail = ["| method | tokens/pass | α per token | draft / target / other time | peak RSS "
+              "| greedy = target |",
               "| --- | --- | --- | --- | --- | --- |"]
     for method, rows in summary.items():
         r = rows["all"]

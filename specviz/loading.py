@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from . import quant
+from .lm import output_rows, rollback_window
 
 _PROBE = ["def fibonacci(n):\n    return n", "Hello, world! Ünïcödé 東京 🙂", "  \t\n x = [1, 2]"]
 
@@ -61,11 +62,10 @@ class Pair:
 
     @cached_property
     def vocab_size(self) -> int:
-        """Ids every model and the tokenizer know; the rest is embedding padding and masked."""
-        sizes = [len(self.tokenizer), self.target.get_output_embeddings().weight.shape[0]]
-        if self.draft is not None:
-            sizes.append(self.draft.get_output_embeddings().weight.shape[0])
-        return min(sizes)
+        """The target's vocabulary: ids both the tokenizer and the target know (rows past the
+        tokenizer are embedding padding, masked). p is always over all of it; a draft that knows
+        fewer ids gives the rest zero mass in q (see ModelProposer)."""
+        return min(len(self.tokenizer), output_rows(self.target))
 
     @cached_property
     def eos_ids(self) -> frozenset[int]:
@@ -78,6 +78,25 @@ class Pair:
     def max_positions(self) -> int | None:
         config = self.target.config
         return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+    @cached_property
+    def window(self) -> int | None:
+        """The most positions both caches can hold and still roll back (sliding-window layers
+        crop exactly only below their window); ValueError for caches that cannot roll back."""
+        windows = [rollback_window(self.target, self.target_name)]
+        if self.draft is not None:
+            windows.append(rollback_window(self.draft, self.draft_name or "the draft"))
+        return min((w for w in windows if w), default=None)
+
+    @property
+    def numerics(self) -> str:
+        """What the greedy verdict compares: the target's arithmetic, said plainly."""
+        from .lm import refinable
+
+        dtype = str(self.dtype).removeprefix("torch.")
+        head = (", final projection's top logits recomputed in float32" if refinable(self.target)
+                else "")
+        return f"target in {dtype}{head} on {self.device}; raw logits, no generation_config processors"
 
     def encode(self, prompt: str | list[int], chat: bool = False) -> list[int]:
         """A str prompt through the tokenizer (chat template if chat), or ids as they are."""
@@ -106,6 +125,12 @@ class Pair:
         if limit and prompt_tokens + max_new_tokens > limit:
             raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
                              f"exceeds {self.target_name}'s {limit} positions: shorten one of them")
+        from .engine import MAX_K  # the most a round may add to a cache beyond the output
+
+        if self.window and prompt_tokens + max_new_tokens + MAX_K >= self.window:
+            raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
+                             f"+ {MAX_K} drafts must stay below the {self.window}-token sliding "
+                             "window, where the cache can no longer roll back: shorten one of them")
 
 
 def _source(name: str) -> tuple[str, dict]:
@@ -199,5 +224,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
             names["draft"] = f"{names['draft']} ({label})"
     chat_default = bool(getattr(tokenizer, "chat_template", None)) and \
         "instruct" in names["target"].lower()
-    return Pair(target_model, tokenizer, draft_model, target_name=names["target"],
+    pair = Pair(target_model, tokenizer, draft_model, target_name=names["target"],
                 draft_name=names["draft"], chat_default=chat_default)
+    pair.window  # noqa: B018 - refuse caches that cannot roll back now, not at the first round
+    return pair

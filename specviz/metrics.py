@@ -96,7 +96,8 @@ class RunStats:
         (1 - α^(k_i+1)) / (1 - α) for each round's draft length k_i (a fixed-k run: its k)."""
         if not self.events:
             return 0.0
-        return sum(expected_tokens_per_pass(self.alpha, e.k) for e in self.events) / len(self.events)
+        alpha = self.alpha  # a property that sums over every round: once, not per round
+        return sum(expected_tokens_per_pass(alpha, e.k) for e in self.events) / len(self.events)
 
     @property
     def wall_seconds(self) -> float:
@@ -138,8 +139,9 @@ class RunStats:
         return {
             "new_tokens": self.new_tokens, "target_passes": self.target_passes,
             "draft_passes": self.draft_passes, "tokens_per_pass": self.tokens_per_pass,
-            "alpha": self.alpha,
-            "acceptance_rate": self.acceptance_rate, "rejections": self.rejections, "k": self.k, "acceptance_by_position": self.acceptance_by_position,
+            "alpha": self.alpha, "acceptance_rate": self.acceptance_rate,
+            "rejections": self.rejections, "k": self.k,
+            "acceptance_by_position": self.acceptance_by_position,
             "accepted_histogram": self.accepted_histogram,
             "predicted_tokens_per_pass": self.predicted_tokens_per_pass,
             "wall_seconds": self.wall_seconds, "tokens_per_second": self.tokens_per_second,

@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
+from torch import nn
 
-from .lm import CachedLM
+from .lm import CachedLM, input_rows, output_rows
 from .sampling import SamplingParams, process
 
 # Extra target-pass cost per verified token, as a fraction of a one-token pass (0.034 measured
@@ -156,18 +157,26 @@ class NgramProposer:
 
 
 class ModelProposer:
-    """A small causal LM drafts k tokens autoregressively, sampling from its processed q."""
+    """A small causal LM drafts k tokens autoregressively, sampling from its processed q.
+
+    q is over the target's vocabulary (vocab_size ids): ids the draft cannot produce get zero
+    mass. A context holding an id the draft cannot read gets no draft (the target goes alone)."""
 
     name = "draft"
 
     def __init__(self, model, vocab_size: int):
-        self.lm = CachedLM(model, vocab_size)
+        self.vocab_size = vocab_size
+        self.lm = CachedLM(model, min(vocab_size, output_rows(model)), refine=False)
+        self.readable = input_rows(model)
         self.stop = None  # optional: called with each token's confidence; True ends the draft
         self.report_confidences = False  # the adaptive drafter learns from them; plain drafts skip it
 
     @torch.inference_mode()
     def propose(self, ids, k, params, generator) -> Draft:
         start, passes = time.perf_counter(), self.lm.passes
+        if self.readable < self.vocab_size and max(ids) >= self.readable:
+            return Draft([], None, 0, time.perf_counter() - start, self.name)
+        pad = self.vocab_size - self.lm.vocab_size  # ids the draft cannot produce: q = 0
         tokens: list[int] = []
         qs: list[torch.Tensor] = []
         confidences: list[float] = []
@@ -179,7 +188,7 @@ class ModelProposer:
                 if report:  # the max softmax
                     confidences.append(float(1.0 / (logits - logits[tokens[-1]]).exp().sum()))
             else:
-                q = process(logits, params)  # [vocab]
+                q = nn.functional.pad(process(logits, params), (0, pad))  # [vocab]
                 qs.append(q)
                 tokens.append(int(torch.multinomial(q, 1, generator=generator)))
                 if report:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -21,6 +23,10 @@ class SamplingParams:
     def __post_init__(self):
         if not self.temperature >= 0:  # also catches NaN
             raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if 0 < self.temperature < MIN_TEMPERATURE or self.temperature > MAX_TEMPERATURE:
+            # logits / 1e-40 overflow to inf (softmax gives NaN); inf turns masked -inf into NaN
+            raise ValueError(f"temperature {self.temperature:g} is out of range: use 0 for greedy, "
+                             f"or a value in {MIN_TEMPERATURE:g}..{MAX_TEMPERATURE:g}")
         if not (isinstance(self.top_k, int) and self.top_k >= 0):
             raise ValueError(f"top_k must be an integer >= 0 (0 turns it off), got {self.top_k!r}")
         if not 0 < self.top_p <= 1:

@@ -30,3 +30,17 @@ def test_temperature_top_k_top_p_exact():
 def test_bad_settings_name_the_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SamplingParams(**kwargs)
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-5, float("inf"), 1e6])
+def test_temperatures_that_overflow_the_logits_are_refused_with_the_fix(temperature):
+    with pytest.raises(ValueError, match="use 0 for greedy"):
+        SamplingParams(temperature)
+
+
+def test_the_smallest_allowed_temperature_still_gives_a_distribution():
+    logits = torch.tensor([[80.0, 79.9999, -1e4, float("-inf")]])  # a masked logit and a wide one
+    probs = process(logits, SamplingParams(1e-4, top_k=3))
+    assert torch.isfinite(probs).all() and probs.sum().item() == pytest.approx(1.0)
+    probs = process(logits, SamplingParams(100.0, top_k=3))
+    assert torch.isfinite(probs).all() and probs[0, 3].item() == 0.0

@@ -1,0 +1,139 @@
+"""Exactness holes: a draft that knows fewer ids, caches that cannot roll back, low-precision ties."""
+
+import copy
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import specviz
+from specviz.lm import CachedLM, refine_top, rollback_window
+from specviz.loading import Pair
+from specviz.proposers import ModelProposer
+from specviz.sampling import SamplingParams, process
+
+from conftest import make_model
+
+
+PREFIX = list(range(5, 12))  # ids every model here can read
+
+
+@pytest.fixture(scope="module")
+def short_pair(pair):
+    """The tiny target, made to favour its last id, with a draft that has 16 fewer rows."""
+    vocab = pair.vocab_size
+    target = copy.deepcopy(pair.target)
+    with torch.no_grad():  # id vocab-1 becomes the favourite after PREFIX
+        h = target.base_model(torch.tensor([PREFIX])).last_hidden_state[0, -1]  # [d]
+        head = target.get_output_embeddings().weight  # [vocab, d]
+        head[vocab - 1] = h / h.dot(h) * (float((head @ h).max()) + 0.5)
+    draft = make_model("qwen2", vocab - 16, 4, pair.tokenizer.eos_token_id)
+    return Pair(target, pair.tokenizer, draft, "target", "short draft")
+
+
+def test_p_stays_over_the_targets_whole_vocabulary_with_a_short_draft(short_pair):
+    assert short_pair.vocab_size == len(short_pair.tokenizer)
+    drafter = ModelProposer(short_pair.draft, short_pair.vocab_size)
+    ids = list(range(5, 15))  # ids the short draft can read
+    draft = drafter.propose(ids, 3, SamplingParams(1.0), torch.Generator().manual_seed(0))
+    assert draft.q.shape == (3, short_pair.vocab_size)  # [k, vocab]
+    assert draft.q[:, -16:].sum() == 0 and torch.allclose(draft.q.sum(-1), torch.ones(3))
+    # a prompt holding ids the draft cannot read is valid: the target goes alone meanwhile
+    tail = [short_pair.vocab_size - 1, short_pair.vocab_size - 2]
+    events = list(specviz.generate(short_pair, ids + tail, k=3, max_new_tokens=6))
+    assert [t for e in events for t in e.new_tokens] == \
+        [t for e in specviz.generate(short_pair, ids + tail, proposer="none", max_new_tokens=6)
+         for t in e.new_tokens]
+    assert all(e.k == 0 for e in events)
+
+
+def test_short_draft_sampling_follows_the_targets_distribution(short_pair):
+    # 1000 runs of 2 tokens at temperature 1, top_k=3 (9 outcomes), where the target's favourite
+    # id is one the draft cannot produce: only the residual can emit it. chi-square p > 0.001.
+    pair, params = short_pair, SamplingParams(1.0, top_k=3)
+    ids = PREFIX
+    with torch.no_grad():
+        p1 = process(pair.target(torch.tensor([ids])).logits[0, -1, : pair.vocab_size], params)
+        first = p1.nonzero().flatten().tolist()
+        p2 = process(pair.target(torch.tensor([ids + [a] for a in first])).logits[:, -1, : pair.vocab_size],
+                     params)  # [3, vocab]
+    assert pair.vocab_size - 1 in first
+    joint = {(a, b): float(p1[a] * p2[i, b]) for i, a in enumerate(first)
+             for b in p2[i].nonzero().flatten().tolist()}
+    counts = dict.fromkeys(joint, 0)
+    for seed in range(1000):
+        events = specviz.generate(pair, ids, k=2, max_new_tokens=2, temperature=1.0, top_k=3, seed=seed)
+        counts[tuple(t for e in events for t in e.new_tokens)] += 1  # KeyError: a forbidden outcome
+    cells = list(joint)
+    expected = torch.tensor([joint[c] for c in cells], dtype=torch.float64)
+    stat = chisquare([counts[c] for c in cells], (expected / expected.sum() * 1000).numpy())
+    assert counts[next(c for c in cells if c[0] == pair.vocab_size - 1)] > 0
+    assert stat.pvalue > 0.001, stat
+
+
+def tiny(config_name: str, **extra):
+    import transformers
+
+    config = getattr(transformers, config_name)(**{
+        "vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2} | extra)
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def test_caches_that_cannot_roll_back_are_refused_at_load():
+    model = tiny("Qwen3NextConfig", layer_types=["linear_attention", "full_attention"])
+    with pytest.raises(ValueError, match="cannot be rolled back.*full-attention"):
+        rollback_window(model, "Qwen3-Next")
+    with pytest.raises(ValueError, match="cannot be rolled back"):
+        Pair(tiny("Qwen2Config"), None, model).window  # noqa: B018
+
+
+def test_sliding_window_models_run_below_their_window_and_refuse_beyond(pair):
+    sliding = tiny("Qwen2Config", vocab_size=pair.vocab_size, use_sliding_window=True,
+                   sliding_window=64, max_window_layers=0, max_position_embeddings=256)
+    slide_pair = Pair(sliding, pair.tokenizer, copy.deepcopy(sliding))
+    assert slide_pair.window == 64
+    ids = pair.encode("for i in range(10):")
+    out = list(specviz.generate(slide_pair, ids, k=4, max_new_tokens=64 - 33 - len(ids) - 1))
+    alone = list(specviz.generate(slide_pair, ids, proposer="none", max_new_tokens=64 - 33 - len(ids) - 1))
+    assert [t for e in out for t in e.new_tokens] == [t for e in alone for t in e.new_tokens]
+    with pytest.raises(ValueError, match="sliding window"):
+        specviz.generate(slide_pair, ids, k=4, max_new_tokens=64 - 32 - len(ids))
+
+
+def test_refined_head_equals_the_float32_head_on_the_candidates():
+    torch.manual_seed(0)
+    hidden = torch.randn(5, 32).bfloat16()  # [n, d]
+    weight = torch.randn(300, 32).bfloat16()  # [vocab, d]
+    weight[7] = weight[3]  # an exact tie in any precision
+    low = hidden @ weight.T  # [n, vocab], rounded to bf16
+    refined = refine_top(hidden, weight, low)
+    exact = hidden.float() @ weight.float().T
+    assert torch.equal(refined.argmax(-1), exact.argmax(-1))
+    top = exact.amax(-1, keepdim=True)
+    ulp = torch.exp2(torch.floor(torch.log2(top)) - 7)  # bf16's spacing at each row's maximum
+    near = (exact >= top - ulp).nonzero().tolist()  # every logit rounding could have put first
+    assert all(abs(refined[i, j] - exact[i, j]) < 1e-4 for i, j in near)
+    assert torch.equal(refined[low.float() < top - 2], low.float()[low.float() < top - 2])
+
+
+def test_refined_path_gives_the_models_own_logits_in_float32(pair):
+    ids = pair.encode("def fibonacci(n):")
+    plain, refined = CachedLM(pair.target, pair.vocab_size), CachedLM(pair.target, pair.vocab_size)
+    assert not refined.refine  # float32: nothing to refine
+    refined.refine = True  # force the base-model + head path
+    a, b = plain.forward(ids, last=3), refined.forward(ids, last=3)
+    assert torch.allclose(a, b, atol=1e-5) and torch.equal(a.argmax(-1), b.argmax(-1))
+    a, b = plain.forward(ids + [5, 6], last=2), refined.forward(ids + [5, 6], last=2)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_bfloat16_target_refines_and_keeps_the_greedy_promise(pair):
+    target = copy.deepcopy(pair.target).to(torch.bfloat16)
+    bf = Pair(target, pair.tokenizer, copy.deepcopy(pair.draft).to(torch.bfloat16))
+    assert CachedLM(target, bf.vocab_size).refine and "float32" in bf.numerics
+    for prompt in ("def fibonacci(n):", "for i in range(10):", "The quick brown fox"):
+        spec = [t for e in specviz.generate(bf, prompt, k=4, max_new_tokens=30) for t in e.new_tokens]
+        alone = [t for e in specviz.generate(bf, prompt, proposer="none", max_new_tokens=30)
+                 for t in e.new_tokens]
+        assert spec == alone, prompt
