@@ -12,11 +12,12 @@ import platform
 import statistics
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import psutil
 import torch
+from transformers import GenerationConfig
 
 from . import quant
 from .compare import first_difference
@@ -29,12 +30,13 @@ PROMPTS = Path(__file__).parent.parent / "assets" / "bench_prompts.json"
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 NGRAM_K = 8  # tokens an n-gram round may propose (specviz and transformers alike)
 ADAPTIVE_K = 16  # the most the adaptive drafter may draft in a round
+PLAIN_HEAD = "specviz-plainhead"  # specviz with the target's head in its own dtype
 
 
 @dataclass(frozen=True)
 class Record:
     method: str
-    family: str  # "specviz" or "transformers"
+    family: str  # "specviz", "transformers" or PLAIN_HEAD
     k: int | None
     prompt: int
     cls: str
@@ -103,9 +105,23 @@ class PassCounter:
         self._hook.remove()
 
 
+def plain_greedy(model) -> GenerationConfig:
+    """The model's generation config with every logits processor off, so `generate` computes
+    the same raw-logit greedy as specviz (a hub config may set repetition_penalty etc.)."""
+    config = copy.deepcopy(model.generation_config)
+    config.update(do_sample=False, temperature=None, top_k=None, top_p=None, min_p=None,
+                  typical_p=None, repetition_penalty=None, encoder_repetition_penalty=None,
+                  no_repeat_ngram_size=None, encoder_no_repeat_ngram_size=None, bad_words_ids=None,
+                  min_length=None, min_new_tokens=None, suppress_tokens=None,
+                  begin_suppress_tokens=None, sequence_bias=None, forced_bos_token_id=None,
+                  forced_eos_token_id=None, exponential_decay_length_penalty=None,
+                  renormalize_logits=None)
+    return config
+
+
 def hf_method(kind: str, k: int):
     def run(pair, ids, n):
-        kwargs = dict(max_new_tokens=n, do_sample=False)
+        kwargs = dict(max_new_tokens=n, generation_config=plain_greedy(pair.target))
         if kind == "assisted":
             config = pair.draft.generation_config
             config.num_assistant_tokens, config.num_assistant_tokens_schedule = k, "constant"
@@ -171,6 +187,11 @@ def methods(ks, names: set[str] | None, has_draft: bool,
     if names:
         table = {m: v for m, v in table.items()
                  if m in names or m.split(":")[0] in names or m.split("-")[0] in names}
+        for name in names & {"specviz:none-plainhead", "specviz:draft-4-plainhead"}:
+            # the target's head left in its own dtype (no float32 refinement): what it costs
+            run = specviz_method(name.split(":")[1].split("-")[0], 4)
+            table[name] = (PLAIN_HEAD, 4,
+                           lambda pair, ids, n, run=run: run(replace(pair, refine=False), ids, n))
     return table
 
 
@@ -184,26 +205,29 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
     encoded = [pair.encode(p["prompt"], chat=True) for p in prompts]
     list(generate(pair, encoded[0], proposer="draft" if pair.draft is not None else "ngram",
                   max_new_tokens=8))  # warm-up
-    reference: dict[int, list[int]] = {}
+    reference: dict[tuple[str, int], list[int]] = {}  # (family, prompt) -> target alone's output
     records = []
     for repeat in range(repeats):
         for i, (p, ids) in enumerate(zip(prompts, encoded, strict=True)):
             for name, (family, k, runner) in table.items():
                 with PeakRSS() as rss:
                     start = time.perf_counter()
-                    on = spec_pair if family == "specviz" or name.endswith("-qdraft") else pair
+                    on = spec_pair if family != "transformers" or name.endswith("-qdraft") else pair
                     tokens, details = runner(on, ids, max_new_tokens)
                     seconds = time.perf_counter() - start
-                if name in ("hf:target", "specviz:none") and i not in reference:
-                    reference[i] = tokens
-                diff = first_difference(tokens, reference[i]) if i in reference else None
+                if name in ("hf:target", "specviz:none", "specviz:none-plainhead") \
+                        and (family, i) not in reference:
+                    reference[family, i] = tokens  # each family against its own target alone
+                ref = reference.get((family, i))
+                diff = None if ref is None else first_difference(tokens, ref)
                 rec = Record(name, family, k, i, p["class"], repeat, len(tokens), seconds,
-                             peak_rss_gib=rss.peak / 2**30, matches_target=diff is None if i in reference
-                             else None, first_difference=diff, **details)
+                             peak_rss_gib=rss.peak / 2**30, matches_target=None if ref is None
+                             else diff is None, first_difference=diff, **details)
                 records.append(rec)
                 log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s"
                     f"{'' if rec.matches_target in (True, None) else f'  differs at {diff}'}")
-    return records, reference
+    texts = {i: t for (_, i), t in sorted(reference.items(), key=lambda r: r[0][0] == "transformers")}
+    return records, texts  # prompt -> the target alone's output (transformers' where it ran)
 
 
 def same_text_passes(pair, prompts, texts: dict[int, list[int]], max_new_tokens: int) -> dict:
@@ -296,7 +320,7 @@ def markdown(summary: dict, meta: dict) -> str:
     rows = _speed_rows(summary, classes, cell)
     speed = [head] + [f"| {m} | " + " | ".join(cells) + " |" for m, cells in rows]
     detail = ["| method | tokens/pass | α per token | draft / target / other time | peak RSS "
-              "| greedy = target |",
+              "| greedy = its family's target alone |",
               "| --- | --- | --- | --- | --- | --- |"]
     for method, rows in summary.items():
         r = rows["all"]

@@ -92,10 +92,11 @@ def cmd_run(args) -> int:
                "proposer": args.proposer, "text": pair.tokenizer.decode(stats.tokens)} | stats.summary()
     if args.compare_baseline:
         base = RunStats.of(generate(pair, prompt_ids, proposer="none", **settings))
-        same = compare(stats, base, pair.dtype, pair.device)
+        same = compare(stats, base, pair.dtype, pair.device, pair.numerics)
         summary |= {"baseline_tokens_per_second": base.tokens_per_second,
                     "speedup": stats.tokens_per_second / max(base.tokens_per_second, 1e-9),
-                    "identical_to_baseline": same.identical, "first_difference": same.position,
+                    "identical_to_baseline": same.identical, "compared": pair.numerics,
+                    "first_difference": same.position,
                     "verdict": same.verdict, "margin_speculative": same.margin(same.spec_top2),
                     "margin_baseline": same.margin(same.base_top2)}
     if args.json:
@@ -119,6 +120,7 @@ def cmd_run(args) -> int:
             f"{summary['margin_baseline']:.4g} baseline)")
         print(f"baseline: {summary['baseline_tokens_per_second']:.2f} tok/s, speedup "
               f"{summary['speedup']:.2f}x; output {same}")
+        print(f"compared: {pair.numerics}")
     return 0
 
 

@@ -51,6 +51,7 @@ class Comparison:
     dtype: str = ""
     device: str = ""
     threshold: float = 0.0  # near-tie margin bound in logits at this position
+    numerics: str = ""  # what was compared, in words (Pair.numerics)
 
     @staticmethod
     def margin(top2) -> float | None:
@@ -70,11 +71,13 @@ class Comparison:
         return "unexplained: please report"
 
 
-def compare(spec: RunStats, base: RunStats, dtype: torch.dtype, device: str) -> Comparison:
+def compare(spec: RunStats, base: RunStats, dtype: torch.dtype, device: str,
+            numerics: str = "") -> Comparison:
     pos = first_difference(spec.tokens, base.tokens)
     if pos is None:
-        return Comparison(True, dtype=str(dtype).removeprefix("torch."), device=str(device))
+        return Comparison(True, dtype=str(dtype).removeprefix("torch."), device=str(device),
+                          numerics=numerics)
     spec_top2, base_top2 = top2_at(spec, pos), top2_at(base, pos)
     scale = max(abs(t[0][1]) for t in (spec_top2, base_top2) if t) if (spec_top2 or base_top2) else 1.0
     return Comparison(False, pos, spec_top2, base_top2, str(dtype).removeprefix("torch."), str(device),
-                      NEAR_TIE_ULPS * ulp(scale, dtype))
+                      NEAR_TIE_ULPS * ulp(scale, dtype), numerics)

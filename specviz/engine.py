@@ -103,7 +103,7 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
 
 def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int,
             params: SamplingParams, seed: int) -> Iterator[RoundEvent]:
-    target = CachedLM(pair.target, pair.vocab_size)
+    target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine)
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     prompt_len, draft_passes, started = len(ids), 0, time.perf_counter()
     for round_ in range(1, max_new_tokens + 1):

@@ -51,6 +51,7 @@ class Pair:
     target_name: str = "target"
     draft_name: str | None = None
     chat_default: bool = False  # instruct models: apply the chat template by default
+    refine: bool = True  # recompute the target's top logits in float32 (see lm.refine_top)
 
     @property
     def device(self) -> torch.device:
@@ -94,8 +95,8 @@ class Pair:
         from .lm import refinable
 
         dtype = str(self.dtype).removeprefix("torch.")
-        head = (", final projection's top logits recomputed in float32" if refinable(self.target)
-                else "")
+        head = (", final projection's top logits recomputed in float32"
+                if self.refine and refinable(self.target) else "")
         return f"target in {dtype}{head} on {self.device}; raw logits, no generation_config processors"
 
     def encode(self, prompt: str | list[int], chat: bool = False) -> list[int]:

@@ -74,14 +74,16 @@ def verdict_html(comparison: Comparison | None, tokenizer, greedy: bool) -> str:
         return ('<div class="specviz-verdict sampled">Sampling (temperature &gt; 0): the two runs '
                 "draw different samples from the same distribution, so their texts differ by "
                 "design. The Exactness lab checks the distribution itself.</div>")
+    c, dtype, device = comparison, html.escape(str(comparison.dtype)), html.escape(str(comparison.device))
+    compared = (f'<br><span class="specviz-numerics">Compared: '
+                f"{html.escape(c.numerics or f'target in {c.dtype} on {c.device}')}.</span>")
     if comparison.identical:
         return ('<div class="specviz-verdict ok">✔ Identical: the speculative output is '
-                "token-for-token the target's own greedy output.</div>")
-    c, dtype, device = comparison, html.escape(str(comparison.dtype)), html.escape(str(comparison.device))
+                f"token-for-token the target's own greedy output.{compared}</div>")
     return (f'<div class="specviz-verdict diff">✘ The outputs differ from token {c.position}. '
             f"Verdict: <b>{html.escape(c.verdict)}</b>.<br>"
             f"speculative run's top-2 there: {_top2(c.spec_top2, tokenizer)}<br>"
             f"baseline run's top-2 there: {_top2(c.base_top2, tokenizer)}<br>"
             f"dtype {dtype} on {device}; near-tie bound {c.threshold:.3g} "
             f"(8 units in the last place of the logit in {dtype}). Re-run in float32 to "
-            "confirm a near-tie.</div>")
+            f"confirm a near-tie.{compared}</div>")

@@ -292,7 +292,7 @@ def test_too_many_rounds_and_tokens_are_refused():
 
 
 def test_long_ngram_recordings_are_refused_with_a_way_out():
-    d = synthetic(rounds=600, k=1, kept=lambda i: 1, prompt=10, baseline=False)
+    d = synthetic(rounds=1500, k=1, kept=lambda i: 1, prompt=10, baseline=False)  # 3000 tokens
     rec = d["recording"]
     rec.update(proposer="ngram", guesses=[], guess_pieces=[], confidences=[])
     message = refused(d, "recording is an n-gram recording too long to replay", seconds=5)

@@ -4,6 +4,7 @@ import copy
 
 import pytest
 import torch
+from conftest import make_model
 from scipy.stats import chisquare
 
 import specviz
@@ -11,9 +12,6 @@ from specviz.lm import CachedLM, refine_top, rollback_window
 from specviz.loading import Pair
 from specviz.proposers import ModelProposer
 from specviz.sampling import SamplingParams, process
-
-from conftest import make_model
-
 
 PREFIX = list(range(5, 12))  # ids every model here can read
 
