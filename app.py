@@ -397,7 +397,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         def free_session(request: gr.Request):
             shelf.drop_session(session_of(request))
 
-        model = dict(concurrency_limit=limits.queue_size, concurrency_id="model", preprocess=False)
+        # Model jobs start at once (no Gradio limit): the gate is the limit, so a busy visitor or a
+        # full line is answered at once, and waiting jobs show their place and can be stopped.
+        model = dict(concurrency_limit=None, concurrency_id="model", preprocess=False)
         autorun = gr.State(False)
         run_event = run_btn.click(run, controls, outputs, api_name="run", **model)
         pair.input(pair_changed, pair, chat, api_name=False, preprocess=False)
