@@ -24,7 +24,7 @@ import gradio as gr
 from specviz import lab, labview, presets
 from specviz.gate import Gate
 from specviz.render import legend_html
-from specviz.service import ModelStore, Shelf, View, continuations, public_message, replay_view, run_views
+from specviz.service import ModelStore, Shelf, View, continuations, replay_view, run_views
 from specviz.settings import (
     CUSTOM,
     DTYPES,
@@ -34,6 +34,7 @@ from specviz.settings import (
     coerce_int,
     from_query,
     markdown_text,
+    public_message,
     settings_from,
 )
 from specviz.trace import MAX_TRACE_BYTES, loads

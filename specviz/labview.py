@@ -54,8 +54,9 @@ def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_promp
     if pair is None:
         raise ValueError("no pair is loaded: run something first, then come back")
     made = trace.models if isinstance(trace.models, dict) else {}
-    here = {"target": pair.target_name, "draft": pair.draft_name,
-            "dtype": str(pair.dtype).removeprefix("torch.")}
+    from .service import pair_models  # the names a run here writes into its trace
+
+    here = {name: value for name, value in pair_models(pair).items() if name != "device"}
     if any(str(made.get(name)) != str(value) for name, value in here.items()):
         raise ValueError(f"this trace was made with {pair_name(made)}, but the loaded pair is "
                          f"{pair_name(here)}: "

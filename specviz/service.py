@@ -6,7 +6,6 @@ job here honours the operator's Limits: prompt tokens, samples, and a time budge
 
 from __future__ import annotations
 
-import re
 import secrets
 import threading
 import time
@@ -24,7 +23,7 @@ from .figures import all_figures
 from .loading import Pair, load_pair
 from .metrics import RunStats
 from .render import round_spans, to_html
-from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text
+from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text, public_message
 from .trace import Trace
 from .views import stats_html, timeline_html, verdict_html
 
@@ -175,16 +174,12 @@ class Shelf:
         return len(self._items)
 
 
-_PATH = re.compile(r"(?<![\w.:~/-])(?:~|/)[^\s'\"()<>,;]*")
-
-
-def public_message(text: str) -> str:
-    """A message fit for any visitor: server paths shortened to their last part (…/name)."""
-    def short(m: re.Match) -> str:
-        last = m.group(0).rstrip("/.").rsplit("/", 1)[-1]
-        return f"…/{last}" if last and last != "~" else "…"
-
-    return _PATH.sub(short, str(text))
+def pair_models(pair: Pair) -> dict:
+    """A trace's "models": the pair's names (a local folder shortened to its last part, so a
+    saved trace shows no server path), dtype and device."""
+    return {"target": public_message(pair.target_name),
+            "draft": None if pair.draft_name is None else public_message(pair.draft_name),
+            "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device)}
 
 
 def _over_budget(limits: Limits, what: str) -> str:
@@ -254,8 +249,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     kwargs = dict(k=s.k, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
                   top_k=s.top_k, top_p=s.top_p, seed=s.seed)
     greedy = s.temperature == 0
-    models = {"target": pair.target_name, "draft": pair.draft_name,
-              "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device)}
+    models = pair_models(pair)
     events, spans, context, plots = [], [], list(prompt_ids), _Every(PLOT_SECONDS)
     for event in generate(pair, prompt_ids, proposer=s.proposer, **kwargs):
         events.append(event)

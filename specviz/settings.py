@@ -77,6 +77,18 @@ def clip(value, n: int = SHOWN_CHARS) -> str:
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~:/=\"'])")
 
 
+_PATH = re.compile(r"(?<![\w.:~/-])(?:~|/)[^\s'\"()<>,;]*")
+
+
+def public_message(text: str) -> str:
+    """A message fit for any visitor: server paths shortened to their last part (…/name)."""
+    def short(m: re.Match) -> str:
+        last = m.group(0).rstrip("/.").rsplit("/", 1)[-1]
+        return f"…/{last}" if last and last != "~" else "…"
+
+    return _PATH.sub(short, str(text))
+
+
 def markdown_text(text: str) -> str:
     """Plain text for a gr.Markdown: HTML and Markdown (links, images, emphasis) show as typed."""
     return _MARKDOWN.sub(r"\\\1", html.escape(str(text), quote=False))

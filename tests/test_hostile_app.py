@@ -368,6 +368,19 @@ def test_an_uploaded_trace_leaves_memory_when_its_session_ends(demo, tmp_path):
     assert state.delete_callback == shelf.drop  # Gradio's expiry frees the shelf too
 
 
+def test_a_saved_trace_names_a_local_model_folder_by_its_last_part_only(demo):
+    trace = make_trace(demo)
+    assert trace.models["target"] == "…/target" and trace.models["draft"].startswith("…/draft")
+    assert "/tmp" not in trace.to_json()
+
+
+def test_uploads_and_downloads_are_cleaned_from_the_cache(demo):
+    import app
+
+    frequency, age = demo.delete_cache
+    assert demo.delete_cache == app.CLEAN_CACHE and frequency <= 600 and age <= 3600
+
+
 def test_the_shelf_holds_a_bounded_number_of_bytes():
     from specviz.service import Shelf
 
