@@ -153,6 +153,17 @@ def test_end_to_end_sampling_over_the_cap_is_refused(demo):
     assert "10 samples each of 2 tokens" in result
 
 
+def test_stop_cancels_the_end_to_end_check_and_frees_the_model(demo):
+    gate = demo.specviz.gate
+    assert wait_until(lambda: len(gate) == 0)
+    c = client(demo)
+    job = c.submit(200, *args(temperature=1.0, k=2, max_new_tokens=8), api_name="/e2e")
+    assert wait_until(lambda: any("Sampling: " in str(o) for o in job.outputs()), 60)
+    job.cancel()
+    assert wait_until(lambda: len(gate) == 0), "the cancelled check kept the model"
+    assert not any("samples each of 2 tokens" in str(o) for o in job.outputs())
+
+
 # --- fairness: the gate ----------------------------------------------------------------------
 
 

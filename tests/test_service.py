@@ -116,7 +116,7 @@ def test_end_to_end_sampling_obeys_the_sample_cap_and_the_time_limit(store):
     assert len(steps) == 1 and steps[0]["done"] == 1 and "Stopped the check after 1 of 40 samples" \
         in steps[0]["stopped"]
     steps = list(continuations(pair, s, 10))
-    assert [x["done"] for x in steps[:-1]] == [5, 10, 15, 20] and steps[-1]["final"]
+    assert [x["done"] for x in steps[:-1]] == list(range(1, 21)) and steps[-1]["final"]
 
 
 def test_an_ngram_round_in_the_lab_has_a_one_hot_q_on_the_drafted_token(store):
