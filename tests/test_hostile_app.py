@@ -254,6 +254,31 @@ def test_over_the_app_a_second_job_is_busy_a_waiting_job_sees_its_place_and_stop
     assert client(demo).predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
 
 
+@pytest.mark.parametrize("leave_while", ["waiting", "running"])
+def test_a_visitor_who_leaves_while_waiting_or_running_frees_the_model(demo, leave_while):
+    import httpx
+
+    gate, api = demo.specviz.gate, demo.url + "gradio_api"
+    assert wait_until(lambda: len(gate) == 0)
+    holder = gate.ticket("another visitor") if leave_while == "waiting" else None
+    fn_index = next(i for i, fn in demo.fns.items() if fn.name == "run")
+    session = f"leaver-{leave_while}"
+    values = args(proposer="none", k=1, max_new_tokens=200)
+    httpx.post(f"{api}/queue/join", json={"data": values, "fn_index": fn_index, "session_hash": session,
+                                          "event_data": None, "trigger_id": None}).raise_for_status()
+    sign = "waiting for the model" if leave_while == "waiting" else "Speculative run: round"
+    with httpx.stream("GET", f"{api}/queue/data?session_hash={session}", timeout=60) as stream:
+        for line in stream.iter_lines():
+            if sign in line:
+                break  # the tab closes: the connection drops
+    try:
+        assert wait_until(lambda: all(t.session != session for t in gate._line), 10)
+    finally:
+        if holder:
+            holder.release()
+    assert wait_until(lambda: len(gate) == 0)
+
+
 def test_a_page_load_without_run_takes_no_model_slot(demo):
     loads = [fn for fn in demo.fns.values() if any(t[1] == "load" for t in fn.targets)]
     assert loads and all(fn.concurrency_id != "model" for fn in loads)
