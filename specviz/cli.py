@@ -1,4 +1,4 @@
-"""python -m specviz run | prepare | presets | bench | costs."""
+"""python -m specviz run | prepare | presets | bench | costs | gpucheck."""
 
 from __future__ import annotations
 
@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .costs import add_costs_args
 
     add_costs_args(sub.add_parser("costs", help="draft and target pass costs, and a draft profile"))
+    from .gpucheck import add_gpucheck_args
+
+    add_gpucheck_args(sub.add_parser("gpucheck", help="eager against fast-path pass costs, on random-weight "
+                                                      "copies of the embedded pair; writes a cost profile"))
     return parser
 
 
@@ -152,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
             from .costs import cmd_costs
 
             return cmd_costs(args)
+        if args.command == "gpucheck":
+            from .gpucheck import cmd_gpucheck
+
+            return cmd_gpucheck(args)
         return commands[args.command](args)
     except ValueError as e:
         print(f"specviz: error: {e}", file=sys.stderr)

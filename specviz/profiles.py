@@ -1,0 +1,308 @@
+"""Cost profiles: what one draft pass and one target pass cost on some hardware, per code path.
+
+A profile is the JSON that `python -m specviz gpucheck` writes. It lets a recorded run be
+replayed onto other hardware: the rounds of a run fix how many draft passes it made and how
+many tokens each target pass verified, so its time on a profile is
+
+    seconds = draft passes * C_D + sum over rounds of C_T(tokens verified)
+
+with C_T interpolated linearly over the measured verify widths (extrapolated along the last
+segment past the widest). Round 1 also carries the prompt; a profile has no prefill cost, so
+round 1 counts as one pass of its verify width (on a GPU an eager pass is overhead-bound, so
+that is close; on a CPU it underestimates).
+
+Format (version 1; see docs/benchmarks.md, "GPU check and cost profiles"):
+
+    {"format": "specviz-costs", "version": 1, "name": "nvidia-h200-bf16", "created": "2026-11-30",
+     "quick": false, "note": "...",
+     "hardware": {"device": "cuda", "name": "NVIDIA H200", "memory_gib": 139.8, "cpus": 16,
+                  "copy_gbs": 4300.0},
+     "packages": {"torch": "2.11.0", "transformers": "5.17.0", "python": "3.12.3", "cuda": "13.0"},
+     "models": {"target": {"name": "...", "params": 1543714304, "weight_bytes": 3087428608,
+                           "dtype": "bfloat16"}, "draft": {...}},
+     "paths": {"eager": {"cache": "dynamic", "compiled": false, "draft_ms": 8.1,
+                         "target_ms": {"1": 9.0, "2": 9.1, "5": 9.3}},
+               "fast": {"cache": "static", "compiled": true, "draft_ms": 1.1, "target_ms": {...}}}}
+
+Profiles are data a user may upload: `load` checks every field (known keys only, bounded
+numbers and strings) and raises ValueError naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FORMAT, VERSION = "specviz-costs", 1
+SHIPPED = Path(__file__).parent.parent / "assets" / "profiles"
+MAX_BYTES = 64 << 10
+MAX_MS = 1e6  # a pass slower than 1000 s is not a measurement
+MAX_WIDTH = 64  # widest verify a profile may hold
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+TOP_KEYS = {"format", "version", "name", "created", "quick", "note", "hardware", "packages", "models",
+            "paths"}
+HARDWARE = {"device": str, "name": str, "memory_gib": float, "cpus": int, "copy_gbs": float}
+PACKAGES = {"torch", "transformers", "python", "cuda"}
+MODEL = {"name": str, "params": int, "weight_bytes": int, "dtype": str, "config": str}
+PATH = {"cache", "compiled", "dtype", "max_len", "draft_ms", "target_ms", "note"}
+
+
+@dataclass(frozen=True)
+class PathCosts:
+    """One code path's pass costs: C_D and C_T at each measured verify width (milliseconds)."""
+    cache: str  # "dynamic" or "static"
+    compiled: bool
+    draft_ms: float | None  # one 1-token draft pass (None: measured without a draft)
+    target_ms: tuple[tuple[int, float], ...]  # (verify width, ms), widths ascending, width 1 first
+    dtype: str = ""
+    max_len: int | None = None
+    note: str = ""
+
+    def target_seconds(self, width: int) -> float:
+        """C_T(width) in seconds: linear between measured widths, along the last segment past them."""
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ValueError(f"a verify width is a positive integer, got {width!r}")
+        ws = [w for w, _ in self.target_ms]
+        ms = [m for _, m in self.target_ms]
+        if width in ws:
+            return ms[ws.index(width)] / 1e3
+        if width > ws[-1]:
+            if len(ws) == 1:
+                return ms[0] / 1e3
+            slope = max(0.0, (ms[-1] - ms[-2]) / (ws[-1] - ws[-2]))
+            return (ms[-1] + slope * (width - ws[-1])) / 1e3
+        i = next(i for i, w in enumerate(ws) if w > width)
+        t = (width - ws[i - 1]) / (ws[i] - ws[i - 1])
+        return (ms[i - 1] + t * (ms[i] - ms[i - 1])) / 1e3
+
+    @property
+    def draft_seconds(self) -> float | None:
+        return None if self.draft_ms is None else self.draft_ms / 1e3
+
+    def to_dict(self) -> dict:
+        return {"cache": self.cache, "compiled": self.compiled, "dtype": self.dtype, "max_len": self.max_len,
+                "draft_ms": self.draft_ms, "target_ms": {str(w): m for w, m in self.target_ms},
+                "note": self.note}
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    hardware: dict
+    packages: dict
+    paths: dict[str, PathCosts]
+    models: dict = field(default_factory=dict)
+    created: str = ""
+    quick: bool = False
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        """One line for a menu or a report: name, hardware, packages."""
+        p = self.packages
+        quick = " (quick: tiny models)" if self.quick else ""
+        return (f"{self.name}: {self.hardware.get('name', '?')}, torch {p.get('torch', '?')}, "
+                f"transformers {p.get('transformers', '?')}{quick}")
+
+    def path(self, name: str) -> PathCosts:
+        if name not in self.paths:
+            raise ValueError(f"profile {self.name!r} has no {str(name)[:20]!r} path: "
+                             f"pick one of {', '.join(self.paths)}")
+        return self.paths[name]
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "name": self.name, "created": self.created,
+                "quick": self.quick, "note": self.note, "hardware": self.hardware, "packages": self.packages,
+                "models": self.models, "paths": {n: p.to_dict() for n, p in self.paths.items()}}
+
+
+# ---- validation: a profile is hostile input ------------------------------------------------
+
+def _text(value, where: str, limit: int = 200, empty: bool = True) -> str:
+    if not isinstance(value, str) or len(value) > limit or (not empty and not value) \
+            or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"profile field {where} must be a string of at most {limit} printable characters")
+    return value
+
+
+def _number(value, where: str, lo: float, hi: float, integer: bool = False) -> float | int:
+    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
+    if not ok or not math.isfinite(value) or not lo <= value <= hi:
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"profile field {where} must be {kind} in {lo:g}..{hi:g}, got {str(value)[:30]!r}")
+    return int(value) if integer else float(value)
+
+
+def _object(value, where: str, known: set[str], limit: int = 16) -> dict:
+    if not isinstance(value, dict) or len(value) > limit:
+        raise ValueError(f"profile field {where} must be an object of at most {limit} keys")
+    unknown = [str(k)[:30] for k in value if k not in known]
+    if unknown:
+        raise ValueError(f"profile field {where} has unknown keys {unknown[:3]}: known are {sorted(known)}")
+    return value
+
+
+def _path(name: str, raw) -> PathCosts:
+    where = f"paths.{name}"
+    raw = _object(raw, where, PATH)
+    cache = raw.get("cache", "dynamic")
+    if cache not in ("dynamic", "static"):
+        raise ValueError(f"profile field {where}.cache must be 'dynamic' or 'static'")
+    compiled = raw.get("compiled", False)
+    if not isinstance(compiled, bool):
+        raise ValueError(f"profile field {where}.compiled must be true or false")
+    draft = raw.get("draft_ms")
+    draft = None if draft is None else _number(draft, f"{where}.draft_ms", 1e-6, MAX_MS)
+    widths = _object(raw.get("target_ms"), f"{where}.target_ms", {str(w) for w in range(1, MAX_WIDTH + 1)},
+                     MAX_WIDTH)
+    costs = sorted((int(w), _number(ms, f"{where}.target_ms.{w}", 1e-6, MAX_MS)) for w, ms in widths.items())
+    if not costs or costs[0][0] != 1:
+        raise ValueError(f"profile field {where}.target_ms must hold width \"1\" (the target alone)")
+    max_len = raw.get("max_len")
+    max_len = None if max_len is None else _number(max_len, f"{where}.max_len", 1, 1 << 24, integer=True)
+    return PathCosts(cache, compiled, draft, tuple(costs), _text(raw.get("dtype", ""), f"{where}.dtype", 20),
+                     max_len, _text(raw.get("note", ""), f"{where}.note", 300))
+
+
+def from_dict(raw) -> Profile:
+    raw = _object(raw, "(top level)", TOP_KEYS)
+    if raw.get("format") != FORMAT or raw.get("version") != VERSION:
+        raise ValueError(f"not a cost profile: format must be {FORMAT!r} and version {VERSION}")
+    name = _text(raw.get("name"), "name", 64, empty=False)
+    if not NAME.match(name):
+        raise ValueError("profile field name must be lower-case letters, digits, '.', '_' or '-'")
+    hardware = _object(raw.get("hardware"), "hardware", set(HARDWARE))
+    hw = {}
+    for key, kind in HARDWARE.items():
+        if hardware.get(key) is None:
+            continue
+        hw[key] = (_text(hardware[key], f"hardware.{key}", 100) if kind is str else
+                   _number(hardware[key], f"hardware.{key}", 0, 1e7, integer=kind is int))
+    packages = {k: v if v is None else _text(v, f"packages.{k}", 60)
+                for k, v in _object(raw.get("packages"), "packages", PACKAGES).items()}
+    models = {}
+    for role, model in _object(raw.get("models", {}), "models", {"target", "draft"}).items():
+        model = _object(model, f"models.{role}", set(MODEL))
+        models[role] = {k: (_text(v, f"models.{role}.{k}", 200) if MODEL[k] is str else
+                            _number(v, f"models.{role}.{k}", 0, 1e15, integer=True))
+                        for k, v in model.items()}
+    paths = raw.get("paths")
+    if not isinstance(paths, dict) or not 1 <= len(paths) <= 8 \
+            or not all(isinstance(n, str) and NAME.match(n) for n in paths):
+        raise ValueError("profile field paths must map 1..8 path names (e.g. eager, fast) to their costs")
+    quick = raw.get("quick", False)
+    if not isinstance(quick, bool):
+        raise ValueError("profile field quick must be true or false")
+    return Profile(name, hw, packages, {n: _path(n, p) for n, p in paths.items()}, models,
+                   _text(raw.get("created", ""), "created", 40), quick,
+                   _text(raw.get("note", ""), "note", 500))
+
+
+def load(source: str | Path | bytes | dict) -> Profile:
+    """A profile from a file path, JSON text/bytes or a parsed dict; ValueError naming the field."""
+    if isinstance(source, dict):
+        return from_dict(source)
+    if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith("{")):
+        path = Path(source)
+        try:
+            if path.stat().st_size > MAX_BYTES:
+                raise ValueError(f"a cost profile is at most {MAX_BYTES >> 10} KiB")
+            source = path.read_bytes()
+        except OSError as e:
+            raise ValueError(f"cannot read the cost profile {path.name!r}: {e.strerror}") from None
+    if len(source) > MAX_BYTES:
+        raise ValueError(f"a cost profile is at most {MAX_BYTES >> 10} KiB")
+    try:
+        raw = json.loads(source)
+    except (ValueError, RecursionError):
+        raise ValueError("a cost profile must be JSON") from None
+    return from_dict(raw)
+
+
+def save(profile: Profile, path: str | Path) -> Path:
+    """Write a profile as JSON (validated first: what is saved loads back)."""
+    data = profile.to_dict()
+    from_dict(json.loads(json.dumps(data)))
+    path = Path(path)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def shipped(folder: Path = SHIPPED) -> list[str]:
+    """Names of the profiles shipped in assets/profiles/ (measured, never made up)."""
+    return sorted(p.stem for p in folder.glob("*.json") if NAME.match(p.stem))
+
+
+def load_shipped(name: str, folder: Path = SHIPPED) -> Profile:
+    """A shipped profile by name (a menu's value: only names in `shipped()` are accepted)."""
+    if not isinstance(name, str) or name not in shipped(folder):
+        raise ValueError(f"no shipped cost profile {str(name)[:40]!r}: "
+                         f"pick one of {', '.join(shipped(folder)) or '(none shipped)'}")
+    return load(folder / f"{name}.json")
+
+
+# ---- projection -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Passes:
+    """What a run asked of the models: draft passes, and target passes by tokens verified."""
+    draft: int
+    widths: dict[int, int]  # verify width (k+1) -> target passes of that width
+
+    @property
+    def target(self) -> int:
+        return sum(self.widths.values())
+
+
+def passes_of(run) -> Passes:
+    """Passes of an explorer Replay, a sequence of engine RoundEvents, or a Passes."""
+    if isinstance(run, Passes):
+        return run
+    if hasattr(run, "rounds") and hasattr(run, "recording"):  # explorer.Replay
+        return Passes(run.draft_passes, dict(Counter(r.k + 1 for r in run.rounds)))
+    events = list(run)
+    if events and not all(hasattr(e, "k") and hasattr(e, "draft_passes") for e in events):
+        raise ValueError("project() takes a k-explorer replay, a run's round events or a Passes")
+    draft = events[-1].draft_passes if events else 0  # cumulative in RoundEvent
+    return Passes(draft, dict(Counter(e.k + 1 for e in events)))
+
+
+def project(run, profile: Profile, path: str = "fast") -> float:
+    """Seconds the run would take on `profile`'s `path`: draft passes * C_D + sum of C_T(width)."""
+    costs = profile.path(path)
+    passes = passes_of(run)
+    if passes.draft and costs.draft_seconds is None:
+        raise ValueError(f"profile {profile.name!r} has no draft cost on its {path!r} path")
+    target = sum(n * costs.target_seconds(w) for w, n in passes.widths.items())
+    return target + passes.draft * (costs.draft_seconds or 0.0)
+
+
+# Tokens per target pass T(k) of each drafter, greedy, on the embedded pair: the "all" row (8
+# prompts, 2 repeats, 64 tokens, prefill pass counted) of docs/bench-cpu-2026-11-30.json,
+# summary["specviz:<drafter>"]["all"]["tokens_per_pass"]. They depend on the models and the
+# text, not the hardware, so a GPU run of the same pair drafts alike. (The specviz draft rows ran
+# an int4 draft; transformers' bf16 draft reached 3.93 at k=4 against 3.90.)
+CPU_TOKENS_PER_PASS = {"draft-1": 1.8745, "draft-2": 2.6199, "draft-3": 3.2701, "draft-4": 3.8957,
+                       "draft-6": 5.0337, "draft-8": 6.0541, "ngram-8": 1.4675}
+
+
+def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS_PER_PASS) -> list[dict]:
+    """Per drafter: time per token (k * C_D + C_T(k+1)) / T(k) and the speedup over C_T(1).
+
+    n-gram rounds cost no draft pass and verify up to k+1 tokens (fewer when the lookup finds a
+    shorter match): C_T(k+1) is the upper bound, so its speedup is a lower bound."""
+    costs = profile.path(path)
+    alone = costs.target_seconds(1)
+    rows = []
+    for drafter, tokens in rates.items():
+        k = int(drafter.rsplit("-", 1)[1])
+        draft = k * costs.draft_seconds if drafter.startswith("draft") and costs.draft_seconds else 0.0
+        per_token = (draft + costs.target_seconds(k + 1)) / tokens
+        rows.append({"drafter": drafter, "k": k, "tokens_per_pass": tokens, "ms_per_token": per_token * 1e3,
+                     "tokens_per_second": 1 / per_token, "speedup": alone / per_token})
+    return rows
