@@ -135,6 +135,40 @@ def test_every_model_endpoint_gives_a_clean_error_for_hostile_values_and_keeps_s
     assert c.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
 
 
+def call_hidden(demo, name: str, values: list, session: str) -> str:
+    """Call an event that has no API name (api_name=False) by its index, as anyone can, and
+    return its messages up to the one that completes it."""
+    import httpx
+
+    api = demo.url + "gradio_api"
+    fn_index = next(i for i, fn in demo.fns.items() if fn.name == name)
+    body = json.dumps({"data": values, "fn_index": fn_index, "session_hash": session,
+                       "event_data": None, "trigger_id": None})
+    httpx.post(f"{api}/queue/join", content=body, headers={"content-type": "application/json"},
+               timeout=30).raise_for_status()
+    lines = []
+    with httpx.stream("GET", f"{api}/queue/data?session_hash={session}", timeout=60) as stream:
+        for line in stream.iter_lines():
+            lines.append(line)
+            if "process_completed" in line:
+                break
+    return "\n".join(lines)
+
+
+def test_events_without_an_api_name_coerce_their_arguments_too(demo):
+    for i, (field, value, message) in enumerate([("k", math.nan, "k must be a whole number"),
+                                                 ("prompt", ["a"], "prompt must be text"),
+                                                 ("seed", 10**30, "seed must be in")]):
+        text = call_hidden(demo, "rerun_float32", args(**{field: value}), f"hidden-{i}")
+        assert '"success":false' in text.replace(" ", "") and re.search(message, text), text
+
+
+def test_the_auto_run_event_reads_run_from_the_servers_state_not_from_the_caller(demo):
+    gate = demo.specviz.gate
+    text = call_hidden(demo, "auto_run", [True, *args(k=math.nan)], "auto-run-caller")
+    assert '"success":true' in text.replace(" ", "") and "Done" not in text and len(gate) == 0
+
+
 def test_a_fourteen_thousand_token_prompt_is_refused_with_the_fix(demo):
     from gradio_client.exceptions import AppError
 
