@@ -28,8 +28,10 @@ class Ticket:
 
     def waiting(self, poll: float = 1.0) -> Iterator[int]:
         """Yield how many jobs are ahead, about every `poll` seconds, until this one holds the model."""
-        while (ahead := self.gate._wait(self, poll)) > 0:
+        timeout = 0.0  # the first answer at once, then one per poll
+        while (ahead := self.gate._wait(self, timeout)) > 0:
             yield ahead
+            timeout = poll
 
     def touch(self) -> None:
         self.seen = time.monotonic()
