@@ -22,9 +22,9 @@ from types import SimpleNamespace
 import gradio as gr
 
 from specviz import lab, labview, presets
-from specviz.gate import Gate
+from specviz.gate import Gate, Shelf
 from specviz.render import legend_html
-from specviz.service import ModelStore, Shelf, View, continuations, replay_view, run_views
+from specviz.service import ModelStore, View, continuations, replay_view, run_views
 from specviz.settings import (
     CUSTOM,
     DTYPES,

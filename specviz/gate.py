@@ -1,15 +1,19 @@
-"""A fair gate in front of the one loaded model: jobs hold it one at a time, in arrival order.
+"""Sharing one server among visitors: a fair gate in front of the model, and a bounded shelf
+for the traces they look at. Plain Python, no Gradio.
 
-Each visitor (a session) may have at most one job waiting or running; a second one is refused at
-once with Busy. A waiting job polls, so the app can yield "N ahead of you" and Stop can act while
-it waits. Plain Python, no Gradio: the app turns Busy (a ValueError) into a message.
+Gate: jobs hold the model one at a time, in arrival order. Each visitor (a session) may have at
+most one job waiting or running; a second one is refused at once with Busy (a ValueError the app
+shows as a message). A waiting job polls, so the app can yield "N ahead of you" and Stop can act
+while it waits.
 """
 
 from __future__ import annotations
 
 import itertools
+import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 
 BUSY = "busy: you already have a job waiting or running; wait for it or press Stop"
@@ -106,3 +110,53 @@ class Gate:
         if len(alive) != len(self._line):
             self._line[:] = alive
             self._cond.notify_all()
+
+
+class Shelf:
+    """Traces that visitors look at, held by the server; the page keeps only a key (a str).
+
+    The newest trace per session, at most max_bytes of trace JSON in all (least recently used
+    dropped first), so a crowd of visitors or of uploads cannot grow memory without bound. The
+    app drops a session's trace when its page closes (and when Gradio expires its state).
+    """
+
+    def __init__(self, max_bytes: int = 64 * 2**20):
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, tuple[str, object, int]] = OrderedDict()  # key: (session, ..)
+
+    def put(self, session: str | None, trace, nbytes: int | None = None) -> str:
+        nbytes = len(trace.to_json()) if nbytes is None else nbytes
+        session = session or f"anonymous-{secrets.token_hex(8)}"
+        key = f"trace-{secrets.token_urlsafe(12)}"
+        with self._lock:
+            for old in [k for k, (owner, _, _) in self._items.items() if owner == session]:
+                del self._items[old]
+            self._items[key] = (session, trace, nbytes)
+            while len(self._items) > 1 and self.nbytes > self.max_bytes:
+                self._items.popitem(last=False)
+        return key
+
+    def get(self, key) -> object | None:
+        with self._lock:
+            if not isinstance(key, str) or key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key][1]
+
+    def drop(self, key) -> None:
+        with self._lock:
+            if isinstance(key, str):
+                self._items.pop(key, None)
+
+    def drop_session(self, session: str | None) -> None:
+        with self._lock:
+            for key in [k for k, (owner, _, _) in self._items.items() if owner == session]:
+                del self._items[key]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(n for _, _, n in self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)

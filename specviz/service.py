@@ -6,7 +6,6 @@ job here honours the operator's Limits: prompt tokens, samples, and a time budge
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -122,56 +121,6 @@ class Baselines:
 
     def __len__(self) -> int:
         return len(self._runs)
-
-
-class Shelf:
-    """Traces that visitors look at, held by the server; the page keeps only a key (a str).
-
-    The newest trace per session, at most max_bytes of trace JSON in all (least recently used
-    dropped first), so a crowd of visitors or of uploads cannot grow memory without bound. The
-    app drops a session's trace when its page closes (and when Gradio expires its state).
-    """
-
-    def __init__(self, max_bytes: int = 64 * 2**20):
-        self.max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._items: OrderedDict[str, tuple[str, Trace, int]] = OrderedDict()  # key: (session, ..)
-
-    def put(self, session: str | None, trace: Trace, nbytes: int | None = None) -> str:
-        nbytes = len(trace.to_json()) if nbytes is None else nbytes
-        session = session or f"anonymous-{secrets.token_hex(8)}"
-        key = f"trace-{secrets.token_urlsafe(12)}"
-        with self._lock:
-            for old in [k for k, (owner, _, _) in self._items.items() if owner == session]:
-                del self._items[old]
-            self._items[key] = (session, trace, nbytes)
-            while len(self._items) > 1 and self.nbytes > self.max_bytes:
-                self._items.popitem(last=False)
-        return key
-
-    def get(self, key) -> Trace | None:
-        with self._lock:
-            if not isinstance(key, str) or key not in self._items:
-                return None
-            self._items.move_to_end(key)
-            return self._items[key][1]
-
-    def drop(self, key) -> None:
-        with self._lock:
-            if isinstance(key, str):
-                self._items.pop(key, None)
-
-    def drop_session(self, session: str | None) -> None:
-        with self._lock:
-            for key in [k for k, (owner, _, _) in self._items.items() if owner == session]:
-                del self._items[key]
-
-    @property
-    def nbytes(self) -> int:
-        return sum(n for _, _, n in self._items.values())
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 def pair_models(pair: Pair) -> dict:

@@ -452,7 +452,7 @@ def test_uploads_and_downloads_are_cleaned_from_the_cache(demo):
 
 
 def test_the_shelf_holds_a_bounded_number_of_bytes():
-    from specviz.service import Shelf
+    from specviz.gate import Shelf
 
     shelf, trace = Shelf(max_bytes=1000), SimpleNamespace()
     keys = [shelf.put(f"s{i}", trace, nbytes=300) for i in range(10)]
