@@ -15,11 +15,10 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-import psutil
 import torch
 from transformers import GenerationConfig
 
-from . import quant
+from . import profiles, quant
 from .compare import first_difference
 from .engine import generate
 from .loading import Pair
@@ -51,6 +50,12 @@ class Record:
     peak_rss_gib: float = 0.0
     matches_target: bool | None = None
     first_difference: int | None = None
+    draft_passes: int | None = None
+    widths: dict[int, int] | None = None  # target passes by tokens verified (k+1), for --profile
+
+    @property
+    def passes(self) -> profiles.Passes | None:
+        return None if self.widths is None else profiles.Passes(self.draft_passes or 0, self.widths)
 
     @property
     def tokens_per_second(self) -> float:
@@ -61,6 +66,8 @@ class PeakRSS:
     """Samples this process's resident memory every 20 ms while a method runs."""
 
     def __enter__(self):
+        import psutil  # not at import time: the CLI imports this module for any command
+
         self.peak, self._stop = 0, threading.Event()
         self._proc = psutil.Process()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -83,7 +90,9 @@ def specviz_method(proposer: str, k: int):
         stats = RunStats.of(generate(pair, ids, proposer=proposer, k=k, max_new_tokens=n))
         return stats.tokens, dict(target_passes=stats.target_passes, alpha=stats.alpha,
                                   draft_seconds=stats.draft_seconds, target_seconds=stats.target_seconds,
-                                  other_seconds=stats.overhead_seconds)
+                                  other_seconds=stats.overhead_seconds,
+                                  draft_passes=stats.draft_passes,
+                                  widths=profiles.passes_of(stats.events).widths)
     return run
 
 
@@ -131,7 +140,8 @@ def hf_method(kind: str, k: int):
             kwargs["prompt_lookup_num_tokens"] = k
         with torch.inference_mode(), PassCounter(pair.target) as counter:
             out = pair.target.generate(torch.tensor([ids], device=pair.device), **kwargs)
-        return out[0, len(ids):].tolist(), dict(target_passes=counter.passes)
+        alone = {1: counter.passes} if kind == "target" else None  # others' widths are not observed
+        return out[0, len(ids):].tolist(), dict(target_passes=counter.passes, draft_passes=0, widths=alone)
     return run
 
 
@@ -338,6 +348,52 @@ def markdown(summary: dict, meta: dict) -> str:
     return about + "\n\n" + "\n".join(speed) + "\n\n" + "\n".join(detail) + "\n"
 
 
+def projected(records: list[Record], profile: profiles.Profile) -> dict:
+    """{method: {path: {seconds, tokens_per_second, speedup}}}: this run's passes on a cost profile.
+
+    Each run's draft passes times the profile's C_D plus each target pass's C_T(tokens verified)
+    (profiles.project). Methods whose verify widths were not observed (transformers' assisted
+    generation and prompt lookup) are left out; speedups are over the family's target alone,
+    projected the same way."""
+    out: dict[str, dict] = {}
+    for method in dict.fromkeys(r.method for r in records):
+        rs = [r for r in records if r.method == method]
+        if any(r.passes is None for r in rs):
+            continue
+        tokens, rows = sum(r.tokens for r in rs), {}
+        for path in profile.paths:
+            try:
+                seconds = sum(profiles.project(r.passes, profile, path) for r in rs)
+            except ValueError:  # a draft method on a profile path without a draft cost
+                continue
+            rows[path] = {"seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0}
+        out[method] = rows
+    for method, rows in out.items():
+        base = out.get("specviz:none" if method.startswith("specviz") else "hf:target", {})
+        for path, row in rows.items():
+            if path in base and base[path]["tokens_per_second"]:
+                row["speedup"] = row["tokens_per_second"] / base[path]["tokens_per_second"]
+    return out
+
+
+def projected_table(rows: dict, profile: profiles.Profile) -> str:
+    """Markdown: projected seconds, tokens/s and speedup per method on each path of a profile."""
+    paths = list(profile.paths)
+    lines = [f"Projected onto the cost profile {profile.label} (this run's passes times the profile's "
+             "C_D and C_T(tokens verified); the prefill counts as one pass):", "",
+             "| method | " + " | ".join(paths) + " |", "|" + " --- |" * (len(paths) + 1)]
+    for method, by_path in rows.items():
+        cells = [f"{r['seconds']:.2f} s, {r['tokens_per_second']:.1f} tok/s, {r.get('speedup', 0):.2f}x"
+                 if (r := by_path.get(p)) else "-" for p in paths]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def load_profile(value: str) -> profiles.Profile:
+    """--profile: a shipped profile's name (assets/profiles/) or a profile file."""
+    return profiles.load_shipped(value) if value in profiles.shipped() else profiles.load(Path(value))
+
+
 def same_text_table(same_text: dict) -> str:
     """Markdown: target passes of each n-gram drafter on the target alone's text, per class."""
     classes = sorted(same_text)
@@ -364,6 +420,8 @@ def html_report(summary: dict, path: Path, title: str) -> None:
 
 
 def machine() -> dict:
+    import psutil
+
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpus": psutil.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
             "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -384,6 +442,8 @@ def add_bench_args(p) -> None:
     p.add_argument("--html", dest="html_path", help="write a plotly report here")
     p.add_argument("--markdown", dest="markdown_path", help="write markdown tables here")
     p.add_argument("--quick", action="store_true", help="one prompt per class, k=4, 32 tokens")
+    p.add_argument("--profile", help="also project each method onto a cost profile (a file written by "
+                                     "`gpucheck`, or a name in assets/profiles/)")
 
 
 def cmd_bench(args) -> int:
@@ -401,6 +461,7 @@ def cmd_bench(args) -> int:
         prompts = [p for p in prompts if not (p["class"] in seen or seen.add(p["class"]))]
         ks, args.max_new_tokens = (4,), min(args.max_new_tokens, 32)
     names = set(args.methods.split(",")) if args.methods else None
+    profile = load_profile(args.profile) if args.profile else None  # fail before the model load
     quantize, args.draft_quant = args.draft_quant, "none"
     pair = load_from_args(args)  # transformers runs the draft as loaded
     spec_pair = pair
@@ -416,6 +477,9 @@ def cmd_bench(args) -> int:
     print(table(summary))
     if same_text:
         print(same_text_table(same_text))
+    onto = projected(records, profile) if profile else None
+    if onto:
+        print(projected_table(onto, profile))
     meta = {"machine": machine(), "target": pair.target_name, "draft": pair.draft_name,
             "specviz_draft": spec_pair.draft_name,
             "dtype": str(pair.dtype), "device": str(pair.device), "max_new_tokens": args.max_new_tokens,
@@ -423,10 +487,12 @@ def cmd_bench(args) -> int:
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
             {"meta": meta, "summary": summary, "same_text_passes": same_text,
-             "records": [asdict(r) for r in records]}, indent=1))
+             "records": [asdict(r) for r in records]}
+            | ({"profile": profile.to_dict(), "projected": onto} if profile else {}), indent=1))
     if args.markdown_path:
         Path(args.markdown_path).write_text(markdown(summary, meta) + (
-            "\n" + same_text_table(same_text) + "\n" if same_text else ""))
+            "\n" + same_text_table(same_text) + "\n" if same_text else "") + (
+            "\n" + projected_table(onto, profile) + "\n" if onto else ""))
     if args.html_path:
         html_report(summary, Path(args.html_path), f"specviz bench: {pair.target_name}")
     return 0

@@ -115,15 +115,15 @@ def random_model(cfg, device: str, dtype: torch.dtype, seed: int):
     model.to_empty(device=device)
     gen = torch.Generator(device=device).manual_seed(seed)
     block = torch.randn(BLOCK, generator=gen, device=device) * getattr(cfg, "initializer_range", 0.02)
-    block = block.to(dtype)
+    twice = torch.cat([block, block]).to(dtype)  # twice[off:off + n] is the block rotated by off
     for i, (name, p) in enumerate(sorted(model.named_parameters())):
         if p.ndim == 1:
             p.fill_(1.0 if "norm" in name else 0.0)
             continue
-        src, flat = block.roll((i * 104_729) % BLOCK), p.view(-1)
+        off, flat = (i * 104_729) % BLOCK, p.view(-1)
         for start in range(0, flat.numel(), BLOCK):
             n = min(BLOCK, flat.numel() - start)
-            flat[start:start + n].copy_(src[:n])
+            flat[start:start + n].copy_(twice[off:off + n])
     for module in model.modules():  # non-parameter buffers (rotary inv_freq) were left empty
         if module._buffers:
             with torch.device(device):

@@ -7,7 +7,7 @@ import html
 import plotly.graph_objects as go
 import torch
 
-from . import explorer, lab
+from . import explorer, lab, profiles
 from .figures import BASE, SPEC, THEORY, _layout
 from .render import to_html
 from .sampling import SamplingParams, process
@@ -175,9 +175,33 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None) -
     return _layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency"), table
 
 
+def on_profile(rep: explorer.Replay, profile: profiles.Profile) -> str:
+    """One HTML line: the replay's predicted seconds and tokens/s on each path of a cost profile,
+    and the speedup over the target alone (one width-1 pass per token) on the same path."""
+    tokens = len(rep.recording.output)
+    alone = profiles.Passes(0, {1: tokens})
+    parts = []
+    for path in profile.paths:
+        try:
+            seconds, base = profiles.project(rep, profile, path), profiles.project(alone, profile, path)
+        except ValueError:  # no draft cost on this path
+            continue
+        parts.append(f"{html.escape(path)} {seconds:.3g} s ({tokens / seconds:.1f} tok/s, "
+                     f"{base / seconds:.2f}x the target alone)" if seconds else f"{html.escape(path)}: -")
+    return (f"<br>On {html.escape(profile.label)}: " + ("; ".join(parts) or "no path with a draft cost")
+            + ". Pass counts from this replay, costs from the profile; the prefill counts as one pass.")
+
+
 def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: int | None,
-                   measured_rounds: list[int] | None) -> tuple[str, str, go.Figure]:
-    """(re-laid text HTML, numbers HTML, curve figure) for k (or the adaptive policy)."""
+                   measured_rounds: list[int] | None,
+                   profile: profiles.Profile | str | None = None) -> tuple[str, str, go.Figure]:
+    """(re-laid text HTML, numbers HTML, curve figure) for k (or the adaptive policy).
+
+    profile: a cost profile, or the name of a shipped one (profiles.shipped(); a menu's value),
+    onto which the replay is projected: predicted seconds and tokens/s on its eager and fast
+    paths, and the curve's tokens/s on those paths instead of the recording's own costs."""
+    if not isinstance(profile, profiles.Profile):  # a menu value: only shipped names are accepted
+        profile = profiles.load_shipped(profile) if profile else None
     note = ""
     if adaptive and not rec.replays_adaptive:
         adaptive, note = False, ("<br>The adaptive policy drafts with the draft model: record a greedy "
@@ -199,12 +223,20 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
                f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {rep.predicted_seconds:.2f} s "
                f"(C_D={rec.draft_pass_seconds * 1000:.0f} ms, C_T={rec.target_pass_seconds * 1000:.0f} ms)."
-               f"{check}{note}</div>")
+               f"{on_profile(rep, profile) if profile else ''}{check}{note}</div>")
     fig = go.Figure()
     ks = [r.k for r in reps]
     fig.add_scatter(x=ks, y=[r.tokens_per_pass for r in reps], name="tokens per target pass", line_color=SPEC)
-    speed = [len(rec.output) / r.predicted_seconds if r.predicted_seconds else 0 for r in reps]
-    fig.add_scatter(x=ks, y=speed, name="predicted tokens / s", line_color=THEORY, yaxis="y2")
+    if profile is None:
+        speed = [len(rec.output) / r.predicted_seconds if r.predicted_seconds else 0 for r in reps]
+        fig.add_scatter(x=ks, y=speed, name="predicted tokens / s", line_color=THEORY, yaxis="y2")
+    for path in profile.paths if profile else ():
+        try:
+            speed = [len(rec.output) / s if (s := profiles.project(r, profile, path)) else 0 for r in reps]
+        except ValueError:  # no draft cost on this path
+            continue
+        fig.add_scatter(x=ks, y=speed, name=f"tokens / s on {profile.name[:40]}, {path}", yaxis="y2",
+                        line=dict(color=THEORY, dash="solid" if path == "fast" else "dot"))
     if measured_k is not None:
         hit = next((r for r in reps if r.k == measured_k), None)
         if hit:

@@ -205,16 +205,17 @@ def from_dict(raw) -> Profile:
 
 def load(source: str | Path | bytes | dict) -> Profile:
     """A profile from a file path, JSON text/bytes or a parsed dict; ValueError naming the field."""
-    if isinstance(source, dict):
-        return from_dict(source)
-    if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith("{")):
+    if not isinstance(source, (str, Path, bytes)):
+        return from_dict(source)  # a parsed value: refused unless it is a well-formed object
+    text = isinstance(source, str) and (source.lstrip()[:1] in ("{", "[") or len(source) > 4096)
+    if isinstance(source, Path) or (isinstance(source, str) and not text):
         path = Path(source)
         try:
             if path.stat().st_size > MAX_BYTES:
                 raise ValueError(f"a cost profile is at most {MAX_BYTES >> 10} KiB")
             source = path.read_bytes()
         except OSError as e:
-            raise ValueError(f"cannot read the cost profile {path.name!r}: {e.strerror}") from None
+            raise ValueError(f"cannot read the cost profile {path.name[:60]!r}: {e.strerror}") from None
     if len(source) > MAX_BYTES:
         raise ValueError(f"a cost profile is at most {MAX_BYTES >> 10} KiB")
     try:

@@ -1,0 +1,159 @@
+"""gpucheck: the quick CPU run's report, its profile, its goals, and its import path."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specviz import gpucheck, profiles
+from specviz.lm import CachedLM
+
+ROOT = Path(__file__).parent.parent
+# Runs the CLI in a fresh interpreter and lists the files that imported one of the app's packages
+# (transformers imports psutil itself when it is installed; specviz must not need it).
+PROBE = """
+import builtins, json, sys
+APP, importers, real_import = {"gradio", "plotly", "psutil"}, set(), builtins.__import__
+def spy(name, globals=None, *args, **kwargs):
+    if name.split(".")[0] in APP:
+        importers.add((globals or {}).get("__name__", "?").split(".")[0] + ":" + name.split(".")[0])
+    return real_import(name, globals, *args, **kwargs)
+builtins.__import__ = spy
+from specviz.cli import main
+code = main(sys.argv[1:])
+print("IMPORTED", json.dumps(sorted(importers)))
+sys.exit(code)
+"""
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """`python -m specviz gpucheck --device cpu --quick --json --out DIR` (about 30 s on 2 cores)."""
+    out = tmp_path_factory.mktemp("gpucheck")
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", PROBE, "gpucheck", "--device", "cpu", "--quick", "--json",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    return json.loads(lines[-2]), json.loads(lines[-1].removeprefix("IMPORTED ")), out
+
+
+def test_quick_check_imports_no_app_package(quick):
+    # torch + transformers (+ the stdlib) only: nothing of specviz's asks for gradio, plotly or psutil
+    assert not [m for m in quick[1] if m.startswith("specviz:") or not m.endswith(":psutil")], quick[1]
+
+
+def test_quick_report_has_every_section(quick):
+    report = quick[0]
+    assert report["format"] == "specviz-gpucheck" and report["settings"]["quick"] is True
+    assert report["bandwidth_gbs"] > 0 and report["bandwidth_limit_ms"] > 0
+    assert set(report["paths"]) == {"eager", "fast"}
+    assert report["paths"]["fast"]["cache"] == "static" and report["paths"]["fast"]["compiled"] is False
+    assert set(report["paths"]["eager"]["target_ms"]) == {"1", "2", "5"}
+    assert set(report["paths"]["fast"]["target_ms"]) == {"1", "5"}
+    assert all(report["paths"][p]["draft_ms"] > 0 for p in ("eager", "fast"))
+    for path in ("eager", "fast"):
+        assert [r["drafter"] for r in report["projection"][path]] == list(profiles.CPU_TOKENS_PER_PASS)
+        a = report["target_alone"][path]
+        assert math.isclose(a["over_limit"], a["ms"] / report["bandwidth_limit_ms"])
+    assert [g["met"] in (True, False) for g in report["goals"]] == [True] * 5
+    w = report["weights"]["target"]
+    assert w["read_per_pass"] < w["bytes"] and w["params"] > 0
+
+
+def test_quick_check_fast_path_is_identical_to_eager_in_float32(quick):
+    ident = quick[0]["identity"]
+    assert ident["eager_equals_cache_free"] and ident["fast_greedy_equals_eager"]
+    assert ident["fast_verify_equals_eager"] and ident["first_difference"] is None
+    assert ident["max_logit_difference"] < 1e-3
+    assert quick[0]["goals"][-1]["met"] is True
+
+
+def test_quick_check_writes_a_profile_that_loads_back(quick):
+    report, _, out = quick
+    name = report["profile"]["name"]
+    assert name.startswith("cpu-") and name.endswith("-bfloat16-quick")
+    loaded = profiles.load(out / f"{name}.json")
+    assert loaded.to_dict() == profiles.load(report["profile"]).to_dict()
+    assert loaded.quick and set(loaded.paths) == {"eager", "fast"}
+    assert loaded.path("eager").target_seconds(1) * 1e3 == report["paths"]["eager"]["target_ms"]["1"]
+    assert json.loads((out / "gpucheck.json").read_text())["goals"] == report["goals"]
+
+
+def test_text_report_says_met_or_not_for_every_goal(quick):
+    text = gpucheck.text(quick[0])
+    goals = [line for line in text.splitlines() if line.startswith("  ") and ("met" in line or "MET" in line)]
+    assert len(goals) == 5 and "goals (set for an H200):" in text
+    assert "projected (acceptance measured on CPU" in text and "draft-4" in text
+
+
+def hand_profile() -> profiles.Profile:
+    return profiles.Profile("hand", {"name": "x"}, {}, {
+        "eager": profiles.PathCosts("dynamic", False, 7.0, ((1, 8.0), (5, 8.4))),
+        "fast": profiles.PathCosts("static", True, 0.1, ((1, 1.0), (5, 1.2)))})
+
+
+def test_goals_match_a_hand_computation():
+    ident = {"eager_equals_cache_free": True, "fast_greedy_equals_eager": True,
+             "fast_verify_equals_eager": False}
+    s = gpucheck.summary(hand_profile(), read_bytes=2_000_000_000, bandwidth=4000.0, ident=ident, k=4)
+    assert math.isclose(s["bandwidth_limit_ms"], 0.5)  # 2 GB over 4000 GB/s
+    speedup, over, ratio = (g["value"] for g in s["goals"][:3])
+    assert math.isclose(speedup, 8.0) and math.isclose(over, 2.0) and math.isclose(ratio, 0.1)
+    t4 = profiles.CPU_TOKENS_PER_PASS["draft-4"]
+    assert math.isclose(s["goals"][3]["value"], 1.0 / ((4 * 0.1 + 1.2) / t4))  # 2.43x
+    assert [g["met"] for g in s["goals"]] == [True, True, True, True, False]  # the verify rounds differed
+    assert gpucheck.summary(hand_profile(), 1, 1.0, None, 4)["goals"][4]["met"] is None  # not measured
+
+
+def tiny(layers=3):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+
+
+def test_random_model_is_the_architecture_with_seeded_weights():
+    from transformers import AutoModelForCausalLM
+
+    ref = AutoModelForCausalLM.from_config(tiny())
+    a = gpucheck.random_model(tiny(), "cpu", torch.float32, seed=1)
+    b = gpucheck.random_model(tiny(), "cpu", torch.float32, seed=1)
+    assert {n: p.shape for n, p in a.named_parameters()} == {n: p.shape for n, p in ref.named_parameters()}
+    for (name, buf), (_, want) in zip(a.named_buffers(), ref.named_buffers(), strict=True):
+        assert torch.equal(buf, want), name  # rotary frequencies rebuilt, not left empty
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    head = a.get_output_embeddings().weight
+    assert len(torch.unique(head, dim=0)) == head.shape[0]  # no two rows alike
+    assert torch.isfinite(a(input_ids=torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_quick_configs_shrink_widths_but_keep_depths():
+    for role in gpucheck.ROLES:
+        full, small = gpucheck.config(role, False), gpucheck.config(role, True)
+        assert small.num_hidden_layers == full.num_hidden_layers in (24, 28)
+        assert small.hidden_size == 64 < full.hidden_size and small.vocab_size == 4096
+
+
+@torch.inference_mode()
+def test_verify_rounds_reproduce_greedy_through_rejections():
+    model = gpucheck.random_model(tiny(), "cpu", torch.float32, seed=2)
+    prompt = [5, 6, 7, 8]
+    reference, _ = gpucheck.greedy(CachedLM(model, 300), prompt, 15)
+    lm = CachedLM(model, 300)
+    assert gpucheck.verify_rounds(lm, prompt, reference, 3) == reference
+    assert lm.passes < 15  # several tokens a pass: drafts were kept
+
+
+def test_bad_arguments_are_refused():
+    from specviz.cli import main
+
+    assert main(["gpucheck", "--device", "cpu", "--repeats", "0"]) == 2
+    assert main(["gpucheck", "--device", "cpu", "--budget", "1"]) == 2
+    if not torch.cuda.is_available():
+        assert main(["gpucheck", "--device", "cuda"]) == 2
