@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from specviz import lab, labview, presets
+from specviz import lab, labview, presets, zerogpu
 from specviz.gate import Gate, Shelf
 from specviz.render import legend_html
 from specviz.service import ModelStore, View, continuations, replay_view, run_views
@@ -243,9 +243,13 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             s = replace(s, dtype=dtype) if dtype else s
             session = session_of(request)
 
+            @zerogpu.gpu(zerogpu.duration(s.max_new_tokens))  # a run, then its baseline
+            def views():  # on ZeroGPU in a worker with the GPU: plain values cross back
+                yield from run_views(store, s, limits)
+
             def job():
-                for view in run_views(store, s, limits):
-                    yield show(view, session)
+                for view in views():
+                    yield show(view, session)  # the shelf lives in this process
 
             waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
             yield from gated(request, waiting, job)
@@ -298,6 +302,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
 
+            @zerogpu.gpu(zerogpu.duration(limits.max_prompt_tokens, runs=1))  # one pass a model
             def job():
                 if source == "round":
                     pair = store.current()
@@ -324,6 +329,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
 
+            @zerogpu.gpu(zerogpu.duration(2 * n))  # n 2-token samples, speculative and alone
             def job():
                 if not store.is_loaded(s):
                     yield "<div class='specviz-lab'>Loading the pair…</div>"
@@ -451,12 +457,17 @@ def main(argv=None):
     args = parse_args(argv)
     limits = Limits.from_env()
     extra = {"command-line": (args.target, args.draft)} if args.target else {}
-    store = ModelStore(extra, device=args.device)
+    on_zerogpu = zerogpu.active()
+    store = ModelStore(extra, device="cuda" if on_zerogpu else args.device,
+                       fast=zerogpu.FAST if on_zerogpu else None, warm=not on_zerogpu)
     default = RunSettings(pair="command-line") if args.target else RunSettings()
     if args.target:
         default = replace(default, chat="instruct" in args.target.lower())
     demo = build(store, limits, default)
-    threading.Thread(target=preload, args=(store, default), daemon=True).start()
+    if on_zerogpu:  # ZeroGPU: models go to "cuda" in the main process, before the first job
+        preload(store, default)
+    else:
+        threading.Thread(target=preload, args=(store, default), daemon=True).start()
     demo.launch(server_name=args.host, server_port=args.port, css=(ASSETS / "style.css").read_text(),
                 theme=gr.themes.Soft(), **launch_options(limits))
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .acceptance import verify, verify_greedy
-from .lm import CachedLM
+from .lm import CachedLM, resolve_fast
 from .proposers import (
     AdaptiveProposer,
     HybridProposer,
@@ -61,7 +61,8 @@ class RoundEvent:
         return asdict(self) | {"overhead_seconds": self.overhead_seconds}
 
 
-def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3) -> Proposer:
+def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
+                  max_len: int | None = None) -> Proposer:
     if not isinstance(proposer, str):
         return proposer
     if proposer not in PROPOSERS:
@@ -73,7 +74,7 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3) -> Propos
         return NoProposer()
     if proposer == "ngram":
         return NgramProposer(ngram_size)
-    model = ModelProposer(pair.draft, pair.vocab_size)
+    model = ModelProposer(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, max_len))
     if proposer == "draft":
         return model
     if proposer == "adaptive":
@@ -97,13 +98,23 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     check_settings(k, max_new_tokens)
     ids = pair.encode(prompt, chat=chat)
     pair.check_length(len(ids), max_new_tokens)
-    drafter = make_proposer(pair, proposer, ngram_size)
+    max_len = len(ids) + max_new_tokens + k + 1  # the most either cache holds in this run
+    drafter = make_proposer(pair, proposer, ngram_size, max_len)
     return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed)
+
+
+def cache_kwargs(model, fast: str, max_len: int | None) -> dict:
+    """CachedLM arguments for a fast-path mode (lm.resolve_fast) and a run's length."""
+    cache, compiled = resolve_fast(fast, model)
+    return {"cache": cache, "compiled": compiled, "max_len": max_len}
 
 
 def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int,
             params: SamplingParams, seed: int) -> Iterator[RoundEvent]:
-    target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine)
+    max_len = len(ids) + max_new_tokens + k + 1
+    target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
+                      **cache_kwargs(pair.target, pair.fast, max_len))
+    target.compiled_widths = {1, k + 1}  # the baseline's step and a full verify
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     prompt_len, draft_passes, started = len(ids), 0, time.perf_counter()
     for round_ in range(1, max_new_tokens + 1):

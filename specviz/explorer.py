@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .detok import token_pieces
+from .lm import input_rows
 from .metrics import RunStats
 from .proposers import DraftLength, NgramProposer
 from .render import ACCEPTED, BONUS, RECOVERED, REJECTED, TARGET, Span
@@ -87,6 +88,9 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
     guesses: list[int] = []
     confidences: list[float] = []
     if proposer == "draft":
+        if max(prompt_ids + output) >= input_rows(pair.draft):
+            raise ValueError("the draft cannot read every token of this run: the k explorer cannot "
+                             "replay it")
         ids = torch.tensor([prompt_ids + output[:-1]], device=pair.device)
         logits = pair.draft(input_ids=ids, logits_to_keep=len(output)).logits[0]  # [n, vocab+]
         logits = logits[:, : pair.vocab_size].float()  # [n, vocab]

@@ -9,6 +9,7 @@ import torch
 
 from . import explorer, lab, profiles
 from .figures import BASE, SPEC, THEORY, _layout
+from .lm import input_rows
 from .render import to_html
 from .sampling import SamplingParams, process
 
@@ -99,8 +100,12 @@ def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_promp
         q = torch.zeros_like(p)
         q[drafted] = 1.0
     else:
-        logits_q = pair.draft(input_ids=ids, logits_to_keep=1).logits[0, -1, : pair.vocab_size]  # [vocab]
-        q = process(logits_q, params).double().cpu()  # [vocab]
+        if max(prefix) >= input_rows(pair.draft):
+            raise ValueError("the draft cannot read this round's context (an id past its vocabulary): "
+                             "it drafted nothing there; pick another round")
+        logits_q = pair.draft(input_ids=ids, logits_to_keep=1).logits[0, -1, : pair.vocab_size]  # [<=vocab]
+        q = process(logits_q, params).double().cpu()  # ids the draft cannot produce get q = 0:
+        q = torch.nn.functional.pad(q, (0, pair.vocab_size - len(q)))  # [vocab]
     note = (f"round {round_number}, draft position 1, temperature {temperature:g}"
             + (" (the run was greedy: one-hot p and q, so the lab looks at temperature 1)"
                if not run_temperature else "")

@@ -13,12 +13,16 @@ float32 from the same hidden state and weights: the argmax is then the float32 h
 
 from __future__ import annotations
 
+import logging
 import time
+import weakref
 
 import torch
 from torch import nn
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+log = logging.getLogger(__name__)
 
 # Architectures whose logits are exactly lm_head(last hidden state): no soft-capping or scaling.
 PLAIN_HEADS = {"qwen2", "qwen3", "llama", "mistral", "gpt2", "gpt_neox", "phi3", "olmo2"}
@@ -74,20 +78,91 @@ def refine_top(hidden: torch.Tensor, weight: torch.Tensor, logits: torch.Tensor)
     return out.scatter_(-1, idx, exact)
 
 
+FAST_PATHS = ("auto", "eager", "static", "compiled")
+# torch.compile settings of the compiled steps; the CPU tests swap in the "aot_eager" backend
+# (same graph capture, no C++ code generation: about 100 s a shape on 2 cores otherwise).
+COMPILE = {"mode": "reduce-overhead", "dynamic": False}
+
+
+def step(model, cache, input_ids: torch.Tensor, last: int, refine: bool) -> torch.Tensor:
+    """The model over input_ids [1, n] after the cache: the last hidden states [last, d] (refine)
+    or the logits [last, vocab+], in the model's dtype."""
+    if refine:
+        return model.base_model(input_ids=input_ids, cache=cache, use_cache=True).last_hidden_state[0, -last:]
+    return model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=last).logits[0, -last:]
+
+
+class _Slot:
+    """A model's reusable StaticCache and compiled step: compiled graphs (and CUDA graphs) stay
+    valid only while the cache keeps its addresses, so runs share one cache, one at a time."""
+
+    def __init__(self, model, max_len: int):
+        # one graph per (model, width): the app's k from 1 to 16 needs more than dynamo's default 8
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        self.step = torch.compile(step, **COMPILE)
+        self.capacity, self.in_use = max_len, False
+
+    @classmethod
+    def lease(cls, owner, model, max_len: int):
+        """(cache emptied, compiled step) for owner until it is collected; a busy or too small
+        slot is replaced (the new one compiles anew)."""
+        slot = _SLOTS.get(model)
+        if slot is None or slot.in_use or slot.capacity < max_len:
+            slot = _SLOTS[model] = cls(model, max(max_len, 1024))
+        slot.in_use = True
+        slot.cache.crop(-int(slot.cache.get_seq_length()))  # empty: moves the length to 0
+        weakref.finalize(owner, setattr, slot, "in_use", False)
+        return slot.cache, slot.step
+
+
+_SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its _Slot
+
+
+def resolve_fast(mode: str, model) -> tuple[str, bool]:
+    """(cache kind, compiled) for a fast-path mode on this model.
+
+    eager: DynamicCache, eager forwards (any model). static: preallocated StaticCache, rollback
+    moves a length. compiled: static, and the fixed-shape steps through torch.compile
+    (mode="reduce-overhead": CUDA graphs on CUDA). auto: compiled on CUDA, eager elsewhere
+    (on this CPU neither static nor compiled steps pay, see docs/benchmarks.md). Models whose
+    cache cannot be static (sliding-window layers) stay eager."""
+    if mode not in FAST_PATHS:
+        raise ValueError(f"fast path must be one of {', '.join(FAST_PATHS)}, got {mode!r}")
+    if mode == "auto":
+        mode = "compiled" if model.device.type == "cuda" else "eager"
+    if mode == "eager" or rollback_window(model) is not None:
+        return "dynamic", False
+    return "static", mode == "compiled"
+
+
 class CachedLM:
-    def __init__(self, model, vocab_size: int, refine: bool = True):
+    def __init__(self, model, vocab_size: int, refine: bool = True, cache: str = "dynamic",
+                 compiled: bool = False, max_len: int | None = None):
+        if cache not in ("dynamic", "static"):
+            raise ValueError(f"cache must be 'dynamic' or 'static', got {cache!r}")
         self.model = model
         self.vocab_size = vocab_size  # ids >= vocab_size are never produced (masked)
         self.device = model.device
-        self.cache = DynamicCache(config=model.config)
+        self.static = cache == "static"
         self.refine = refine and refinable(model)
+        self.compiled_widths: set[int] = {1}  # token counts a step may feed through the compiled step
+        self._step = None
+        if self.static:
+            self.max_len = max_len or min(model.config.max_position_embeddings, 4096)
+            if compiled:  # one cache and one compiled step per model, reused run after run
+                self.cache, self._step = _Slot.lease(self, model, self.max_len)
+            else:
+                self.cache = StaticCache(config=model.config, max_cache_len=self.max_len)
+        else:
+            self.cache = DynamicCache(config=model.config)
         self.tokens: list[int] = []
         self.passes = 0
         self.seconds = 0.0
 
     @property
     def cache_length(self) -> int:
-        return self.cache.get_seq_length()
+        return int(self.cache.get_seq_length())
 
     def rollback(self, ids: list[int]) -> None:
         """Crop the cache to the longest common prefix of its tokens and ids[:-1]."""
@@ -96,25 +171,40 @@ class CachedLM:
         while keep < limit and self.tokens[keep] == ids[keep]:
             keep += 1
         if keep < len(self.tokens):
-            self.cache.crop(keep - len(self.tokens))
+            self.cache.crop(keep - len(self.tokens))  # static: moves the length, no copy
             self.tokens = self.tokens[:keep]
-        assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
+        if not self.static:  # a static length lives on the device: reading it would sync
+            assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
+
+    def _forward(self, input_ids: torch.Tensor, last: int) -> torch.Tensor:
+        if self._step is not None and input_ids.shape[1] in self.compiled_widths:
+            try:
+                if hasattr(torch.compiler, "cudagraph_mark_step_begin"):
+                    torch.compiler.cudagraph_mark_step_begin()
+                out = self._step(self.model, self.cache, input_ids, last, self.refine)
+                return out.clone()  # graph outputs are buffers the next replay overwrites
+            except Exception as e:  # noqa: BLE001 - any capture failure: eager from now on
+                log.warning("specviz: compiled step failed (%s: %s); running eager from now on",
+                            type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                self._step = None
+                self.cache.crop(len(self.tokens) - self.cache_length)  # undo a partial write
+        return step(self.model, self.cache, input_ids, last, self.refine)
 
     def _logits(self, input_ids: torch.Tensor, last: int) -> torch.Tensor:
         """Logits [last, vocab_size] (float32) for input_ids [1, n] after the cache."""
+        out = self._forward(input_ids, last)
         if not self.refine:
-            out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=last)
-            return out.logits[0, -last:, : self.vocab_size].float()
-        hidden = self.model.base_model(input_ids=input_ids, cache=self.cache, use_cache=True)
-        hidden = hidden.last_hidden_state[0, -last:]  # [last, d]
+            return out[:, : self.vocab_size].float()
         weight = self.model.get_output_embeddings().weight[: self.vocab_size]  # [vocab, d]
-        return refine_top(hidden, weight, nn.functional.linear(hidden, weight))
+        return refine_top(out, weight, nn.functional.linear(out, weight))
 
     @torch.inference_mode()
     def forward(self, ids: list[int], last: int = 1) -> torch.Tensor:
         """Feed what the cache lacks of ids; return logits [last, vocab_size] (float32)."""
         self.rollback(ids[: len(ids) - last + 1])
         new = ids[len(self.tokens):]
+        if self.static and len(ids) > self.max_len:
+            raise ValueError(f"the static cache holds {self.max_len} positions, not {len(ids)}")
         start = time.perf_counter()
         logits = self._logits(torch.tensor([new], device=self.device), last)  # [last, vocab]
         if self.device.type == "cuda":
@@ -122,5 +212,6 @@ class CachedLM:
         self.seconds += time.perf_counter() - start
         self.passes += 1
         self.tokens = list(ids)
-        assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
+        if not self.static:
+            assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
         return logits

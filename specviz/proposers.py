@@ -186,9 +186,9 @@ class ModelProposer:
 
     name = "draft"
 
-    def __init__(self, model, vocab_size: int):
+    def __init__(self, model, vocab_size: int, **cache):
         self.vocab_size = vocab_size
-        self.lm = CachedLM(model, min(vocab_size, output_rows(model)), refine=False)
+        self.lm = CachedLM(model, min(vocab_size, output_rows(model)), refine=False, **cache)
         self.readable = input_rows(model)
         self.stop = None  # optional: called with each token's confidence; True ends the draft
         self.report_confidences = False  # the adaptive drafter learns from them; plain drafts skip it

@@ -45,9 +45,11 @@ class ModelStore:
     """Holds one loaded pair at a time (memory), keyed by what was asked; loads under a lock."""
 
     def __init__(self, extra_pairs: dict[str, tuple[str, str | None]] | None = None,
-                 device: str | None = None):
+                 device: str | None = None, fast: str | None = None, warm: bool = True):
         self.extra_pairs = dict(extra_pairs or {})  # operator pairs from the command line
         self.device = device
+        self.fast = fast  # the engine's fast path for every pair (None: the pair's own "auto")
+        self.warm = warm  # warm a loaded pair up with a short run (not where no GPU is attached yet)
         self._lock = threading.Lock()
         self._key: tuple | None = None
         self._pair: Pair | None = None
@@ -81,7 +83,10 @@ class ModelStore:
                     pair = load_pair(target, draft, device=self.device, dtype=dtype)
                 else:
                     pair = presets.load(s.pair, device=self.device, dtype=dtype)
-                warm_up(pair)
+                if self.fast:
+                    pair = replace(pair, fast=self.fast)
+                if self.warm:
+                    warm_up(pair)
                 self._pair, self._key = pair, self.key(s)
             return self._pair
 
@@ -235,14 +240,17 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
         note = (f" (baseline reused: the target alone with this pair, prompt and settings, "
                 f"measured {_when(measured_at)})")
     base = RunStats.of(base_events)
-    result = compare(spec, base, pair.dtype, pair.device)
+    result = compare(spec, base, pair.dtype, pair.device, pair.numerics)
     speedup = spec.tokens_per_second / max(base.tokens_per_second, 1e-9)
     view = _view(f"Done: {speedup:.2f}× the target alone{note}; greedy outputs {result.verdict}"
                  if greedy else f"Done: {speedup:.2f}× the target alone{note}", pair, spans, spec,
                  base, result, greedy)
     recording = None
     if greedy and s.proposer in EXPLORER_PROPOSERS:
-        recording = record(pair, prompt_ids, spec, s.proposer, s.max_new_tokens)
+        try:
+            recording = record(pair, prompt_ids, spec, s.proposer, s.max_new_tokens)
+        except ValueError:  # a draft that cannot read every token: no k explorer for this run
+            recording = None
     trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans), base.events, recording)
     yield replace(view, trace=trace)
 

@@ -113,3 +113,26 @@ def gpt2_pair(model_dirs):
 
     return specviz.load_pair(str(model_dirs["gpt2-target"]), str(model_dirs["gpt2-draft"]),
                              device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def static_pair(pair):
+    """The tiny pair on the static-cache path (preallocated caches, rollback moves a length)."""
+    from dataclasses import replace
+
+    return replace(pair, fast="static")
+
+
+@pytest.fixture(scope="session")
+def compiled_pair(pair):
+    """The tiny pair on the compiled path: static caches and torch.compile'd fixed-shape steps.
+    On this CPU the "aot_eager" backend captures the same graphs without generating C++ (the
+    inductor backend takes about 100 s a shape on 2 cores); on CUDA gpucheck runs the real one."""
+    import copy
+    from dataclasses import replace
+
+    from specviz import lm
+
+    lm.COMPILE = {"backend": "aot_eager", "dynamic": False}
+    return replace(pair, target=copy.deepcopy(pair.target), draft=copy.deepcopy(pair.draft),
+                   fast="compiled")

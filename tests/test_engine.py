@@ -26,7 +26,7 @@ def hf_greedy(pair, prompt, n):
     return out[0, len(ids):].tolist()
 
 
-@pytest.mark.parametrize("which", ["pair", "gpt2_pair"])
+@pytest.mark.parametrize("which", ["pair", "gpt2_pair", "static_pair"])
 @pytest.mark.parametrize("proposer", ["draft", "ngram", "hybrid", "adaptive"])
 def test_greedy_output_is_the_targets_own(which, proposer, request):
     pair = request.getfixturevalue(which)
@@ -59,7 +59,9 @@ def test_round_events_are_consistent(pair):
     assert events[-1].draft_passes == sum(e.k for e in events)
 
 
-def test_target_cache_holds_committed_minus_last_every_round(pair):
+@pytest.mark.parametrize("which", ["pair", "static_pair"])
+def test_target_cache_holds_committed_minus_last_every_round(which, request):
+    pair = request.getfixturevalue(which)
     prompt_len = len(pair.encode(PROMPT))
     for proposer in ["draft", "ngram", "none"]:
         done = 0
@@ -68,10 +70,11 @@ def test_target_cache_holds_committed_minus_last_every_round(pair):
             assert e.target_cache_length == prompt_len + done - 1
 
 
-def test_draft_cache_rolls_back_to_committed(pair):
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_draft_cache_rolls_back_to_committed(pair, cache):
     from specviz.proposers import ModelProposer
 
-    proposer = ModelProposer(pair.draft, pair.vocab_size)
+    proposer = ModelProposer(pair.draft, pair.vocab_size, cache=cache, max_len=64)
     ids = pair.encode(PROMPT)
     params, gen = SamplingParams(), torch.Generator().manual_seed(0)
     draft = proposer.propose(ids, 4, params, gen)
@@ -121,8 +124,10 @@ def exact_two_token_distribution(pair, ids, params):
     return joint
 
 
+@pytest.mark.parametrize("which", ["pair", "static_pair"])
 @pytest.mark.parametrize("proposer", ["draft", "ngram", "hybrid"])  # adaptive: see below
-def test_sampled_pairs_follow_the_targets_distribution(pair, proposer):
+def test_sampled_pairs_follow_the_targets_distribution(which, proposer, request):
+    pair = request.getfixturevalue(which)
     # 2000 runs of 2 tokens at temperature 1, top_k=4 (16 outcomes); chi-square p > 0.001.
     # A broken rule (correction drawn from p) fails this at p << 1e-6 (see test_acceptance).
     params = SamplingParams(1.0, top_k=4)
@@ -194,3 +199,38 @@ def test_adaptive_stop_rule_keeps_the_targets_distribution(pair):
     expected = torch.tensor([joint[c] for c in cells], dtype=torch.float64)
     stat = chisquare([counts[c] for c in cells], (expected / expected.sum() * 1200).numpy())
     assert stat.pvalue > 0.001, stat
+
+
+def test_compiled_steps_keep_the_greedy_output_and_the_caches(compiled_pair):
+    from specviz.lm import _SLOTS
+
+    pair = compiled_pair
+    pair.target.generation_config.eos_token_id = None
+    try:
+        prompt_len, done = len(pair.encode(PROMPT)), 0
+        events = run(pair, k=3, max_new_tokens=16)
+        for e in events:
+            done += len(e.new_tokens)
+            assert e.target_cache_length == prompt_len + done - 1
+        assert tokens(events) == hf_greedy(pair, PROMPT, 16)
+        # the second run reuses each model's cache and compiled step: no new slot
+        slots = dict(_SLOTS)
+        assert tokens(run(pair, k=3, max_new_tokens=16)) == tokens(events)
+        assert dict(_SLOTS) == slots and not any(s.in_use for s in slots.values())
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+
+
+def test_static_caches_roll_back_by_moving_a_length(static_pair):
+    from specviz.lm import CachedLM
+
+    lm = CachedLM(static_pair.target, static_pair.vocab_size, cache="static", max_len=64)
+    ids = static_pair.encode(PROMPT)
+    lm.forward(ids + [5, 6, 7], last=4)
+    keys = lm.cache.layers[0].keys
+    lm.rollback(ids + [5, 9])  # keep ids + [5]: crop two positions
+    assert lm.cache_length == len(ids) + 1 and lm.cache.layers[0].keys is keys  # same buffer
+    fresh = CachedLM(static_pair.target, static_pair.vocab_size)
+    assert torch.allclose(lm.forward(ids + [5, 9], last=2), fresh.forward(ids + [5, 9], last=2), atol=1e-5)
+    with pytest.raises(ValueError, match="static cache holds 64"):
+        lm.forward(list(range(65)))

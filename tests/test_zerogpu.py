@@ -1,0 +1,62 @@
+"""ZeroGPU: model work inside @spaces.GPU with a duration from the tokens; a no-op elsewhere."""
+
+import pytest
+
+from specviz import zerogpu
+
+
+def test_off_zerogpu_the_decorator_leaves_the_function_alone(monkeypatch):
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    fn = lambda: 1  # noqa: E731
+    assert not zerogpu.active() and zerogpu.gpu(60)(fn) is fn
+
+
+def test_duration_grows_with_the_tokens_and_is_capped():
+    assert zerogpu.duration(64) == int(20 + 0.1 * 64 * 2)  # a run and its baseline: 32 s
+    assert zerogpu.duration(100, runs=1) == 30
+    assert zerogpu.duration(10_000) == zerogpu.MAX_SECONDS
+
+
+def test_on_zerogpu_jobs_ask_spaces_for_their_duration(monkeypatch):
+    import spaces
+
+    asked = []
+
+    def fake_gpu(duration=None):
+        asked.append(duration)
+        return lambda fn: fn
+
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setattr(spaces, "GPU", fake_gpu)
+    assert zerogpu.active()
+    assert zerogpu.gpu(zerogpu.duration(64))(sum)([1, 2]) == 3
+    assert asked == [32]
+
+
+def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, model_dirs):
+    """A run on a ZeroGPU deployment: the model generator is wrapped, with the run's duration."""
+    import app
+    from specviz.service import ModelStore
+    from specviz.settings import Limits, RunSettings
+
+    asked = []
+    monkeypatch.setattr(zerogpu, "gpu", lambda seconds: asked.append(seconds) or (lambda fn: fn))
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
+                       fast=zerogpu.FAST, warm=False)
+    default = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def f", dtype="float32")
+    demo = app.build(store, Limits(), default)
+    run = next(f.fn for f in demo.fns.values() if f.api_name == "run")
+    values = [getattr(default, n) for n in ("pair", "target", "draft", "proposer", "k", "temperature",
+                                            "top_p", "top_k", "seed", "max_new_tokens", "prompt",
+                                            "chat", "dtype")]
+    outputs = list(run(None, None, *values))
+    assert outputs[-1][0].startswith("Done") and asked == [zerogpu.duration(12)]
+    assert store.current().fast == "static"
+
+
+@pytest.mark.parametrize("text", ["suggested_hardware: zero-a10g", "spaces=="])
+def test_the_space_is_set_up_for_zerogpu(text):
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    assert text in (root / "README.md").read_text() + (root / "requirements.txt").read_text()
