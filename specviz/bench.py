@@ -118,13 +118,13 @@ def plain_greedy(model) -> GenerationConfig:
     """The model's generation config with every logits processor off, so `generate` computes
     the same raw-logit greedy as specviz (a hub config may set repetition_penalty etc.)."""
     config = copy.deepcopy(model.generation_config)
-    config.update(do_sample=False, temperature=None, top_k=None, top_p=None, min_p=None,
-                  typical_p=None, repetition_penalty=None, encoder_repetition_penalty=None,
-                  no_repeat_ngram_size=None, encoder_no_repeat_ngram_size=None, bad_words_ids=None,
-                  min_length=None, min_new_tokens=None, suppress_tokens=None,
-                  begin_suppress_tokens=None, sequence_bias=None, forced_bos_token_id=None,
-                  forced_eos_token_id=None, exponential_decay_length_penalty=None,
-                  renormalize_logits=None)
+    # neutral values, not None: generate fills a None from the model's own config
+    config.update(do_sample=False, temperature=1.0, top_k=0, top_p=1.0, typical_p=1.0,
+                  repetition_penalty=1.0, encoder_repetition_penalty=1.0, no_repeat_ngram_size=0,
+                  encoder_no_repeat_ngram_size=0, min_length=0, min_new_tokens=0,
+                  bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None,
+                  sequence_bias=None, forced_bos_token_id=None, forced_eos_token_id=None,
+                  exponential_decay_length_penalty=None, renormalize_logits=False)
     return config
 
 

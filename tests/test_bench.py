@@ -99,3 +99,24 @@ def test_lookup_rules_are_transformers_and_specviz_ngram(pair):
     # transformers: the earliest match of the last 2, then 1 tokens; everything that followed
     assert rules["hf:lookup-8"](ids, 8) == [1, 2, 3, 5] and rules["hf:lookup-8"](ids, 2) == [1, 2]
     assert rules["specviz:ngram-8"](ids, 8) == [1, 2, 3, 5]
+
+
+def test_transformers_greedy_is_compared_without_the_models_logits_processors(pair):
+    """A hub config may set repetition_penalty; generate would apply it, specviz does not. The
+    bench's generate runs with every processor off, so both compute the same raw greedy."""
+    import specviz
+
+    config = pair.target.generation_config
+    config.repetition_penalty, config.no_repeat_ngram_size = 1.5, 2
+    try:
+        ids = pair.encode("for i in range(10):")
+        hf, _ = bench.hf_method("target", 0)(pair, ids, 24)
+        ours = [t for e in specviz.generate(pair, ids, proposer="none", max_new_tokens=24)
+                for t in e.new_tokens]
+        assert hf == ours[: len(hf)] and len(hf) >= min(len(ours), 24)
+        with_processors = pair.target.generate(__import__("torch").tensor([ids]), max_new_tokens=24,
+                                               do_sample=False)[0, len(ids):].tolist()
+        assert with_processors != hf  # the model's own config would have changed the text
+        assert config.repetition_penalty == 1.5  # the model's config is left as it was
+    finally:
+        config.repetition_penalty, config.no_repeat_ngram_size = 1.0, 0
