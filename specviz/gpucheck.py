@@ -43,6 +43,7 @@ from .lm import CachedLM
 
 CONFIGS = Path(__file__).parent.parent / "assets" / "configs"
 ROLES = {"target": "qwen2.5-coder-1.5b-instruct", "draft": "qwen2.5-coder-0.5b-instruct"}
+IDENTITY_KEYS = ("eager_equals_cache_free", "fast_greedy_equals_eager", "fast_verify_equals_eager")
 BLOCK = 1_048_583  # a prime: random weights tile one seeded block of this many values
 QUICK_SHAPE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
                    vocab_size=4096)  # --quick: tiny widths, the real depths (28 and 24 layers)
@@ -68,8 +69,8 @@ class Settings:
     def for_device(cls, device: str, quick: bool = False, **overrides) -> Settings:
         s = cls(device, quick, compile=device == "cuda")
         if device != "cuda":
-            s = replace(s, repeats=5, context=64, eager_widths=(1, 2, 3, 5, 9, 17), identity_tokens=16,
-                        copy_mib=256, budget=600.0)
+            s = replace(s, repeats=3, context=64, eager_widths=(1, 2, 3, 5, 9, 17), identity_tokens=16,
+                        copy_mib=256, budget=900.0)
         if quick:
             s = replace(s, repeats=3, context=16, eager_widths=(1, 2, 5), fast_widths=(1, 5),
                         identity_tokens=12, copy_mib=min(s.copy_mib, 64), real=False, budget=120.0)
@@ -140,15 +141,15 @@ def weight_bytes(model) -> tuple[int, int]:
     return total, total - embed.numel() * embed.element_size()
 
 
-def real_models(device: str, dtype: torch.dtype) -> dict | None:
+def real_models(device: str, dtype: torch.dtype, roles=("target", "draft")) -> dict | None:
     """The embedded pair from its cache ({role: model}), or None when it is not built here."""
     from . import embedded
 
     models = {"target": embedded.TARGET, "draft": embedded.DRAFT}
     if not all(embedded.is_cached(m) for m in models.values()):
         return None
-    return {role: AutoModelForCausalLM.from_pretrained(embedded.cache_dir(m), dtype=dtype).to(device).eval()
-            for role, m in models.items()}
+    return {role: AutoModelForCausalLM.from_pretrained(embedded.cache_dir(models[role]), dtype=dtype)
+            .to(device).eval() for role in roles}
 
 
 # ---- measurements --------------------------------------------------------------------------
@@ -205,17 +206,21 @@ def pass_ms(lm, ctx: list[int], width: int, repeats: int, warmup: int, device: s
     return 1e3 * statistics.median(times)
 
 
-def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skipped: list, label: str) -> dict:
-    """{cache, compiled, draft_ms, target_ms: {width: ms}, compiled_ok} for one path."""
+def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skipped: list, label: str,
+              into: dict | None = None) -> dict:
+    """{cache, compiled, draft_ms, target_ms: {width: ms}, seconds: {width: wall s}, compiled_ok} for
+    one path; `into` extends an earlier result with more widths. A width is skipped when the time
+    left is under 3x the costliest width so far (on CUDA a width's first use compiles its step)."""
     vocab = models["target"].config.vocab_size
     ctx = [(11 * i + 5) % vocab for i in range(s.context)]
-    max_len = s.context + max(widths) + 2
-    warmup = 3 if path == "fast" and s.compile else 1
-    out: dict = {"cache": "dynamic" if path == "eager" else "static",
-                 "compiled": path == "fast" and s.compile, "dtype": s.dtype, "max_len": max_len,
-                 "target_ms": {}}
+    all_widths = s.eager_widths if path == "eager" else s.fast_widths
+    max_len = s.context + max(all_widths) + 2
+    warmup = 3 if path == "fast" and s.compile else 1  # capture, then graph warm-up, then replay
+    out = into or {"cache": "dynamic" if path == "eager" else "static",
+                   "compiled": path == "fast" and s.compile, "dtype": s.dtype, "max_len": max_len,
+                   "target_ms": {}, "seconds": {}}
     alive = []
-    if "draft" in models:
+    if "draft" in models and "draft_ms" not in out:
         lm = cached_lm(models["draft"], vocab, path, s, max_len, refine=False)
         lm.forward(ctx)
         out["draft_ms"] = pass_ms(lm, ctx, 1, s.repeats, warmup, s.device, vocab)
@@ -223,15 +228,15 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
     lm = cached_lm(models["target"], vocab, path, s, max_len, widths)
     lm.forward(ctx)
     for w in widths:
-        first = time.perf_counter()
-        if out["target_ms"] and clock.left() < 3 * getattr(time_path, "last_cost", 0.0):
+        if out["target_ms"] and clock.left() < 3 * max(out["seconds"].values()):
             skipped.append(f"{label} {path}: target width {w} (time budget)")
             continue
+        start = time.perf_counter()
         out["target_ms"][w] = pass_ms(lm, ctx, w, s.repeats, warmup, s.device, vocab)
-        time_path.last_cost = time.perf_counter() - first
+        out["seconds"][w] = round(time.perf_counter() - start, 2)
     alive.append(getattr(lm, "_step", None) is not None)
-    if out["compiled"]:
-        out["compiled_ok"] = all(alive)  # False: a capture failed and the path fell back to eager
+    if out["compiled"]:  # False: a capture failed and the path fell back to eager steps
+        out["compiled_ok"] = out.get("compiled_ok", True) and all(alive)
     return out
 
 
@@ -285,13 +290,44 @@ def identity(model, s: Settings, seed: int = 3) -> dict:
     max_len = len(prompt) + n + k + 2
     fast = cached_lm(model, vocab, "fast", s, max_len, (1, k + 1))
     fast_out, fast_rows = greedy(fast, prompt, n)
+    compiled_ok = getattr(fast, "_step", None) is not None
+    del fast  # frees the model's compiled slot (specviz.lm reuses one cache and graph per model)
     spec = cached_lm(model, vocab, "fast", s, max_len, (1, k + 1))
     spec_out = verify_rounds(spec, prompt, eager_out, k)
     first = next((i for i, (a, b) in enumerate(zip(fast_out, eager_out, strict=True)) if a != b), None)
     return result | {"fast_greedy_equals_eager": fast_out == eager_out, "first_difference": first,
                      "fast_verify_equals_eager": spec_out == eager_out,
                      "max_logit_difference": float((fast_rows - eager_rows).abs().max()),
-                     "compiled_ok": getattr(fast, "_step", None) is not None if s.compile else None}
+                     "compiled_ok": compiled_ok and getattr(spec, "_step", None) is not None
+                     if s.compile else None}
+
+
+@torch.inference_mode()
+def preflight(device: str) -> None:
+    """Two layers through CachedLM on each cache kind, against a cache-free forward: a ValueError
+    in seconds, not minutes in, when this specviz and this transformers disagree (transformers
+    5.17 ignores the forward argument `cache=`, and its static layers cannot crop)."""
+    import transformers
+
+    cfg = config("target", quick=True)
+    cfg.num_hidden_layers, cfg.layer_types = 2, cfg.layer_types[:2]
+    model = random_model(cfg, device, torch.float32, seed=5)
+    prompt, tail = list(range(1, 9)), [9, 10, 11]
+    want = model(input_ids=torch.tensor([prompt + tail], device=device)).logits[0, -3:].float()  # [3, vocab]
+    for kind in ("dynamic", "static") if fast_available() else ("dynamic",):
+        try:
+            extra = {"cache": kind, "max_len": 32} if kind == "static" else {}
+            lm = CachedLM(model, cfg.vocab_size, **extra)
+            lm.forward(prompt)
+            lm.forward(prompt + [20, 21], last=2)  # written, then rolled back by the next call
+            error = float((lm.forward(prompt + tail, last=3) - want).abs().max())
+        except Exception as e:  # noqa: BLE001 - any failure here is the message
+            raise ValueError(f"specviz's {kind} cache fails with transformers {transformers.__version__} "
+                             f"here ({type(e).__name__}: {str(e)[:200]})") from e
+        if not error < 1e-3:
+            raise ValueError(f"specviz's {kind} cache gives wrong logits with transformers "
+                             f"{transformers.__version__} here (max difference {error:.3g} from a forward "
+                             "without cache): its cache is not being filled or rolled back")
 
 
 # ---- the check -----------------------------------------------------------------------------
@@ -319,6 +355,21 @@ def packages() -> dict:
             "python": platform.python_version(), "cuda": torch.version.cuda}
 
 
+def loadavg() -> float | None:
+    """The 1-minute load average (other processes sharing the CPU slow its timings)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):
+        return None
+
+
+def load_note(load: list) -> str:
+    if None in load:
+        return ""
+    return (f"; load average {load[0]:.1f} at the start, {load[1]:.1f} at the end, on "
+            f"{os.cpu_count()} CPUs (above the CPU count, other work shared them)")
+
+
 def slug(text: str) -> str:
     out = "".join(c if c.isalnum() else "-" for c in text.lower())
     return "-".join(p for p in out.split("-") if p)[:50]
@@ -332,7 +383,8 @@ def run(s: Settings, log=print) -> dict:
         for name in ("cache_size_limit", "recompile_limit"):  # one graph per shape and model
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
-    clock, skipped = Clock(s.budget), []
+    clock, skipped, load = Clock(s.budget), [], [loadavg()]
+    preflight(s.device)
     dtype = getattr(torch, s.dtype)
     bandwidth = copy_bandwidth(s.device, s.copy_mib)
     log(f"copy bandwidth: {bandwidth:.1f} GB/s (read + write, {s.copy_mib} MiB)")
@@ -342,21 +394,33 @@ def run(s: Settings, log=print) -> dict:
     paths_ok = ["eager"] + (["fast"] if fast_available() else [])
     if not fast_available():
         skipped.append("fast path: this specviz's CachedLM has no cache= option")
-    paths = {}
-    for path in paths_ok:
-        widths = s.eager_widths if path == "eager" else s.fast_widths
-        paths[path] = time_path(models, path, s, clock, widths, skipped, "random")
-        log(f"{path}: draft {paths[path]['draft_ms']:.2f} ms, target " + ", ".join(
-            f"{w}: {ms:.2f}" for w, ms in sorted(paths[path]["target_ms"].items())) + " ms")
-    del models
-    result = {"identity": None, "real": None}
-    if clock.left() > 0.25 * s.budget or s.quick:
+    def logged(path: str) -> dict:
+        c = paths[path]
+        log(f"{path}: draft {c['draft_ms']:.3f} ms, target " + ", ".join(
+            f"{w}: {ms:.3f}" for w, ms in sorted(c["target_ms"].items())) + " ms")
+        return c
+
+    # priority: every eager width, the fast widths the goals read (1 and k+1), the identity check,
+    # then the other fast widths while the budget lasts
+    paths = {"eager": time_path(models, "eager", s, clock, s.eager_widths, skipped, "random")}
+    logged("eager")
+    first = tuple(w for w in s.fast_widths if w in (1, s.k + 1))
+    if "fast" in paths_ok:
+        paths["fast"] = time_path(models, "fast", s, clock, first, skipped, "random")
+        logged("fast")
+    result = {"identity": None, "real": None, "real_identity": None}
+    if clock.left() > 0.2 * s.budget or s.quick:
         model32 = random_model(cfgs["target"], s.device, torch.float32, seed=0)
         result["identity"] = identity(model32, s)
         del model32
-        log(f"identity (float32): {result['identity']}")
+        log(f"identity (float32): {json.dumps(result['identity'])}")
     else:
         skipped.append("float32 identity check (time budget)")
+    rest = tuple(w for w in s.fast_widths if w not in first)
+    if "fast" in paths_ok and rest:
+        time_path(models, "fast", s, clock, rest, skipped, "random", into=paths["fast"])
+        logged("fast")
+    del models
     if s.real and clock.left() > 0.4 * s.budget:
         real = real_models(s.device, dtype)
         if real is None:
@@ -365,10 +429,18 @@ def run(s: Settings, log=print) -> dict:
             quick = replace(s, fast_widths=(1, s.k + 1), eager_widths=(1, s.k + 1))
             result["real"] = {p: time_path(real, p, quick, clock, quick.fast_widths, skipped, "real")
                               for p in paths_ok}
-            log(f"real pair: {result['real']}")
+            log(f"real pair: {json.dumps(result['real'])}")
             del real
+            if clock.left() > 0.25 * s.budget:
+                target32 = real_models(s.device, torch.float32, roles=("target",))["target"]
+                result["real_identity"] = identity(target32, s)
+                log(f"real target identity (float32): {json.dumps(result['real_identity'])}")
+                del target32
+            else:
+                skipped.append("real pair: float32 identity check (time budget)")
     elif s.real:
         skipped.append("real pair (time budget)")
+    load.append(loadavg())
     hw = hardware(s.device, bandwidth)
     name = slug(("" if s.device == "cuda" else "cpu-") + hw["name"].split(",")[0]
                 + f"-{s.dtype}" + ("-quick" if s.quick else ""))
@@ -383,12 +455,14 @@ def run(s: Settings, log=print) -> dict:
                         "config": f"assets/configs/{ROLES[role]}/config.json"} for role in ROLES}
     command = "python -m specviz gpucheck --device " + s.device + (" --quick" if s.quick else "")
     profile = profiles.Profile(name, hw, packages(), costs, described, datetime.date.today().isoformat(),
-                               s.quick, f"measured by `{command}`")
+                               s.quick, f"measured by `{command}`" + load_note(load))
     report = {"format": "specviz-gpucheck", "version": 1, "settings": dict(vars(s)),
               "seconds": round(clock.elapsed, 1), "skipped": skipped, "bandwidth_gbs": bandwidth,
               "weights": {r: {"params": n, "bytes": t, "read_per_pass": p} for r, (n, t, p) in sizes.items()},
-              "paths": paths, **result, "profile": profile.to_dict()}
-    return report | summary(profile, sizes["target"][2], bandwidth, result["identity"], s.k)
+              "paths": paths, **result, "profile": profile.to_dict(), "load_average": load}
+    both = [r for r in (result["identity"], result["real_identity"]) if r]
+    ident = None if not both else {k: all(r.get(k) for r in both) for k in IDENTITY_KEYS if k in both[0]}
+    return report | summary(profile, sizes["target"][2], bandwidth, ident, s.k)
 
 
 def summary(profile: profiles.Profile, read_bytes: int, bandwidth: float, ident: dict | None, k: int) -> dict:
@@ -409,8 +483,7 @@ def summary(profile: profiles.Profile, read_bytes: int, bandwidth: float, ident:
         fast.draft_seconds / fast.target_seconds(1)
     same = None
     if ident and "fast_greedy_equals_eager" in ident:
-        same = all(ident[key] for key in ("fast_greedy_equals_eager", "fast_verify_equals_eager",
-                                          "eager_equals_cache_free"))
+        same = all(ident[key] for key in IDENTITY_KEYS)
     goals = [goal("target alone: fast path >= 4x faster than eager", speedup,
                   speedup is not None and speedup >= 4),
              goal("target alone on the fast path within 3x of the bandwidth limit",
@@ -438,6 +511,10 @@ def text(report: dict) -> str:
         how = f"{path['cache']} cache" + (", compiled" if path["compiled"] else "")
         lines.append(f"{name} ({how}): C_D {path['draft_ms']:.3f} ms; C_T by width: "
                      + ", ".join(f"{w}: {ms:.3f}" for w, ms in path["target_ms"].items()) + " ms")
+        if path["compiled"]:  # what each width's first use (its capture) cost, with its timing
+            measured = report["paths"][name]
+            lines.append(f"  {name}: seconds per width, capture included: {measured['seconds']}; "
+                         f"captures ok: {measured.get('compiled_ok')}")
     for name, a in report["target_alone"].items():
         lines.append(f"target alone, {name}: {a['ms']:.3f} ms/token, {a['tokens_per_second']:.1f} tok/s, "
                      f"{a['over_limit']:.1f}x the bandwidth limit")
@@ -449,7 +526,9 @@ def text(report: dict) -> str:
         lines.append(f"  {row[0]['drafter']:10}" + "".join(
             f"{r['ms_per_token']:14.3f}{r['speedup']:15.2f}x" for r in row))
     if report.get("identity"):
-        lines.append(f"identity (float32): {json.dumps(report['identity'])}")
+        lines.append(f"identity (float32, random weights): {json.dumps(report['identity'])}")
+    if report.get("real_identity"):
+        lines.append(f"identity (float32, the real target): {json.dumps(report['real_identity'])}")
     if report.get("real"):
         for name, path in report["real"].items():
             lines.append(f"real pair, {name}: C_D {path.get('draft_ms', 0):.3f} ms; C_T "

@@ -157,3 +157,14 @@ def test_bad_arguments_are_refused():
     assert main(["gpucheck", "--device", "cpu", "--budget", "1"]) == 2
     if not torch.cuda.is_available():
         assert main(["gpucheck", "--device", "cuda"]) == 2
+
+
+def test_preflight_refuses_a_transformers_that_drops_the_cache(monkeypatch):
+    """transformers 5.17 silently ignores the forward argument `cache=`: simulated here."""
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
+
+    gpucheck.preflight("cpu")  # this transformers: fine
+    forward = Qwen2Model.forward
+    monkeypatch.setattr(Qwen2Model, "forward", lambda self, *a, cache=None, **kw: forward(self, *a, **kw))
+    with pytest.raises(ValueError, match="dynamic cache fails with transformers"):
+        gpucheck.preflight("cpu")
