@@ -59,3 +59,27 @@ def test_iid_prediction_matches_the_measured_tokens_per_pass():
     assert stats.alpha == pytest.approx(0.8, abs=0.01)
     assert stats.predicted_tokens_per_pass == pytest.approx(stats.tokens_per_pass, rel=0.03)
     assert stats.acceptance_rate < 0.65  # accepted / drafted: about 0.59, the wrong input
+
+
+def test_the_stats_table_shows_the_hand_computed_figures():
+    import dataclasses
+
+    from specviz.figures import k_prediction
+    from specviz.views import stats_html
+
+    spec = run([(4, 4), (4, 1), (4, 0)])  # 8 tokens in 3 passes; 5 kept of 12 drafted, 2 refusals
+    timed = [dataclasses.replace(e, elapsed=1.0 * e.round, draft_seconds=0.25, target_seconds=0.5,
+                                 round_seconds=1.0, stop="length" if e.round == 3 else None)
+             for e in spec.events]
+    spec = RunStats.of(timed)
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), elapsed=0.5 * i,
+                                            stop="length" if i == 8 else None) for i in range(1, 9)])
+    html = stats_html(spec, base)
+    a = 5 / 7
+    for shown in ("<td>8</td><td>8</td>", "<td>3</td><td>8</td>", "<td>2.67</td><td>1.00</td>",
+                  f"<td>{a:.1%}</td>", f"<td>{5 / 12:.1%}</td>", f"{(1 - a ** 5) / (1 - a):.2f} /pass",
+                  "<td>3.00 s</td><td>4.00 s</td>", "<td>2.67</td><td>2.00</td>",
+                  "draft 0.75 s · target 1.50 s · other 0.750 s", "<b>1.33×</b>"):
+        assert shown in html, shown
+    curve = k_prediction(spec).data[0]  # the i.i.d. curve over k at the per-token α
+    assert curve.y[3] == pytest.approx((1 - a ** 5) / (1 - a)) and curve.x[3] == 4
