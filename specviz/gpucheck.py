@@ -394,6 +394,7 @@ def run(s: Settings, log=print) -> dict:
     paths_ok = ["eager"] + (["fast"] if fast_available() else [])
     if not fast_available():
         skipped.append("fast path: this specviz's CachedLM has no cache= option")
+
     def logged(path: str) -> dict:
         c = paths[path]
         log(f"{path}: draft {c['draft_ms']:.3f} ms, target " + ", ".join(

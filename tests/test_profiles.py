@@ -1,0 +1,240 @@
+"""Cost profiles: exact projections against hand computations, round trips, hostile files refused."""
+
+import copy
+import json
+import math
+
+import pytest
+
+from specviz import bench, explorer, labview, profiles
+from specviz.bench import Record
+
+# eager: C_D 2 ms, C_T 10 / 14 / 18 ms at widths 1 / 3 / 5; fast: no draft cost measured
+PROFILE = {
+    "format": "specviz-costs", "version": 1, "name": "hand-made", "created": "2026-11-30", "quick": False,
+    "note": "made up for the tests",
+    "hardware": {"device": "cuda", "name": "Test GPU", "memory_gib": 80.0, "cpus": 8, "copy_gbs": 3000.0},
+    "packages": {"torch": "2.11.0", "transformers": "5.17.0", "python": "3.12.3", "cuda": "13.0"},
+    "models": {"target": {"name": "t", "params": 10, "weight_bytes": 20, "dtype": "bfloat16"}},
+    "paths": {"eager": {"cache": "dynamic", "compiled": False, "draft_ms": 2.0,
+                        "target_ms": {"1": 10.0, "3": 14.0, "5": 18.0}},
+              "fast": {"cache": "static", "compiled": True, "draft_ms": None, "target_ms": {"1": 1.0}}},
+}
+
+
+def profile():
+    return profiles.load(copy.deepcopy(PROFILE))
+
+
+def test_target_cost_interpolates_over_verify_width():
+    eager = profile().path("eager")
+    assert [round(eager.target_seconds(w) * 1e3, 9) for w in (1, 2, 3, 4, 5)] == [10, 12, 14, 16, 18]
+    assert round(eager.target_seconds(7) * 1e3, 9) == 22  # past the widest: the last segment's slope
+    assert profile().path("fast").target_seconds(9) == 1e-3  # one width: flat
+    with pytest.raises(ValueError, match="positive integer"):
+        eager.target_seconds(0)
+
+
+def hand_recording():
+    # the target's output and the draft's guess at each position; the draft is wrong at position 1
+    return explorer.Recording("draft", [7, 8], [1, 2, 3, 4, 5, 6], [1, 9, 3, 4, 5, 6], 0.5, 1.0, 6)
+
+
+def test_projection_of_a_replay_matches_a_hand_computation():
+    rep = explorer.replay(hand_recording(), 2)
+    # round 1 drafts [1, 9]: keeps 1, width 3; round 2 drafts [3, 4]: keeps both, width 3;
+    # round 3 has a budget of 0 drafts (6 - 5 - 1): width 1
+    assert [(r.k, r.accepted, r.committed) for r in rep.rounds] == [(2, 1, 2), (2, 2, 3), (0, 0, 1)]
+    assert profiles.passes_of(rep) == profiles.Passes(4, {3: 2, 1: 1})
+    assert math.isclose(profiles.project(rep, profile(), "eager"), (4 * 2 + 2 * 14 + 10) / 1e3)
+    with pytest.raises(ValueError, match="no draft cost"):
+        profiles.project(rep, profile(), "fast")
+    with pytest.raises(ValueError, match="pick one of eager, fast"):
+        profiles.project(rep, profile(), "graphed")
+
+
+def test_projection_of_engine_events_counts_their_passes(pair):
+    import specviz
+
+    events = list(specviz.generate(pair, "def fibonacci(n):", proposer="draft", k=3, max_new_tokens=12))
+    expect = sum(profile().path("eager").target_seconds(e.k + 1) for e in events) \
+        + events[-1].draft_passes * 2e-3
+    assert math.isclose(profiles.project(events, profile(), "eager"), expect)
+    assert profiles.passes_of(events).target == len(events)
+
+
+def test_projection_table_per_drafter_matches_a_hand_computation():
+    rows = {r["drafter"]: r for r in profiles.projection(profile(), "eager")}
+    t4 = profiles.CPU_TOKENS_PER_PASS["draft-4"]
+    assert math.isclose(rows["draft-4"]["ms_per_token"], (4 * 2 + 18) / t4)
+    assert math.isclose(rows["draft-4"]["speedup"], 10 / ((4 * 2 + 18) / t4))
+    ngram = profiles.CPU_TOKENS_PER_PASS["ngram-8"]
+    assert math.isclose(rows["ngram-8"]["ms_per_token"], (18 + 4 * 2) / ngram)  # C_T(9), no draft
+    fast = {r["drafter"]: r for r in profiles.projection(profile(), "fast")}
+    assert math.isclose(fast["draft-1"]["speedup"], profiles.CPU_TOKENS_PER_PASS["draft-1"])  # no C_D
+
+
+def test_tokens_per_pass_are_the_shipped_cpu_benchmarks():
+    data = json.loads((profiles.SHIPPED.parent.parent / "docs" / "bench-cpu-2026-11-30.json").read_text())
+    for drafter, tokens in profiles.CPU_TOKENS_PER_PASS.items():
+        assert abs(data["summary"][f"specviz:{drafter}"]["all"]["tokens_per_pass"] - tokens) < 1e-4
+
+
+def test_profile_round_trips_through_a_file(tmp_path):
+    p = profile()
+    path = profiles.save(p, tmp_path / "x.json")
+    assert profiles.load(path) == p and profiles.load(path.read_text()) == p
+    assert profiles.load(path.read_bytes()).to_dict() == p.to_dict()
+    assert profiles.shipped(tmp_path) == ["x"] and profiles.load_shipped("x", tmp_path) == p
+
+
+def test_shipped_profiles_load_and_have_both_paths():
+    names = profiles.shipped()
+    assert names, "ship the measured profile(s) in assets/profiles/"
+    for name in names:
+        p = profiles.load_shipped(name)
+        assert set(p.paths) == {"eager", "fast"} and not p.quick and p.path("eager").draft_ms
+        assert p.name == name
+
+
+def mutate(path: list, value):
+    data = copy.deepcopy(PROFILE)
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+HOSTILE = {
+    "NaN cost": mutate(["paths", "eager", "target_ms", "1"], float("nan")),
+    "infinite cost": mutate(["paths", "eager", "target_ms", "3"], float("inf")),
+    "negative cost": mutate(["paths", "eager", "draft_ms", ], -1.0),
+    "zero cost": mutate(["paths", "eager", "target_ms", "1"], 0),
+    "huge cost": mutate(["paths", "eager", "target_ms", "1"], 1e300),
+    "bool cost": mutate(["paths", "eager", "target_ms", "1"], True),
+    "string cost": mutate(["paths", "eager", "target_ms", "1"], "10"),
+    "no width 1": mutate(["paths", "eager", "target_ms", "1"], KeyError),
+    "width 0": mutate(["paths", "eager", "target_ms", "0"], 1.0),
+    "width 65": mutate(["paths", "eager", "target_ms", "65"], 1.0),
+    "width text": mutate(["paths", "eager", "target_ms", "wide"], 1.0),
+    "unknown top key": mutate(["extra"], 1),
+    "unknown path key": mutate(["paths", "eager", "script"], "x"),
+    "unknown hardware key": mutate(["hardware", "owner"], "x"),
+    "unknown package": mutate(["packages", "gradio"], "6"),
+    "unknown model role": mutate(["models", "judge"], {}),
+    "bad cache": mutate(["paths", "eager", "cache"], "paged"),
+    "compiled not bool": mutate(["paths", "eager", "compiled"], "yes"),
+    "no paths": mutate(["paths"], {}),
+    "too many paths": mutate(["paths"], {f"p{i}": {"target_ms": {"1": 1.0}} for i in range(9)}),
+    "path name with a slash": mutate(["paths"], {"../x": {"target_ms": {"1": 1.0}}}),
+    "path not an object": mutate(["paths", "eager"], [1, 2]),
+    "name with markup": mutate(["name"], "<b>x</b>"),
+    "empty name": mutate(["name"], ""),
+    "control character": mutate(["hardware", "name"], "GPU\x1b[31m"),
+    "long note": mutate(["note"], "x" * 501),
+    "wrong format": mutate(["format"], "specviz-trace"),
+    "version 2": mutate(["version"], 2),
+    "quick not bool": mutate(["quick"], 1),
+    "negative cpus": mutate(["hardware", "cpus"], -1),
+    "float params": mutate(["models", "target", "params"], 1.5),
+    "top level list": [PROFILE],
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_profiles_are_refused_naming_the_problem(case):
+    with pytest.raises(ValueError, match="profile|cost profile"):
+        profiles.load(HOSTILE[case])
+    with pytest.raises(ValueError):  # the same through the JSON text path
+        profiles.load(json.dumps(HOSTILE[case]))
+
+
+def test_hostile_files_are_refused(tmp_path):
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(PROFILE | {"note": "x" * 70_000}))
+    for source, match in [(big, "at most 64 KiB"), (tmp_path / "missing.json", "cannot read"),
+                          ("{not json", "must be JSON"), ("[" * 100_000 + "]" * 100_000, "KiB|JSON"),
+                          ("[" * 30_000, "JSON")]:
+        with pytest.raises(ValueError, match=match):
+            profiles.load(source)
+    for name in ("../etc/passwd", "hand-made", None, 3, ["x"]):
+        with pytest.raises(ValueError, match="no shipped cost profile"):
+            profiles.load_shipped(name, tmp_path)
+
+
+def test_explorer_views_project_the_replay_onto_a_profile():
+    rec = hand_recording()
+    _, numbers, fig = labview.explorer_views(rec, 2, False, None, None, profile())
+    assert "On hand-made: Test GPU, torch 2.11.0, transformers 5.17.0" in numbers
+    # eager: 46 ms for 6 tokens (130.4 tok/s); the target alone: 6 passes of 10 ms = 60 ms
+    assert "eager 0.046 s (130.4 tok/s, 1.30x the target alone)" in numbers
+    assert "fast" not in numbers.split("On hand-made")[1]  # no draft cost on fast: left out
+    names = [t.name for t in fig.data]
+    assert "tokens / s on hand-made, eager" in names and "predicted tokens / s" not in names
+    eager = next(t for t in fig.data if t.name == "tokens / s on hand-made, eager")
+    k2 = list(eager.x).index(2)
+    assert math.isclose(eager.y[k2], 6 / 0.046)
+
+
+def test_explorer_views_take_shipped_names_only():
+    rec = hand_recording()
+    plain = labview.explorer_views(rec, 2, False, None, None)
+    assert labview.explorer_views(rec, 2, False, None, None, "")[1] == plain[1]
+    with pytest.raises(ValueError, match="no shipped cost profile"):
+        labview.explorer_views(rec, 2, False, None, None, "../../docs/x")
+    with pytest.raises(ValueError, match="no shipped cost profile"):
+        labview.explorer_views(rec, 2, False, None, None, {"paths": {}})
+    name = profiles.shipped()[0]
+    assert f"On {name}:" in labview.explorer_views(rec, 2, False, None, None, name)[1]
+
+
+def test_profile_text_is_escaped_in_the_explorer():
+    hostile = profiles.load(mutate(["hardware", "name"], "<img src=x onerror=alert(1)>"))
+    numbers = labview.explorer_views(hand_recording(), 2, False, None, None, hostile)[1]
+    assert "<img" not in numbers and "&lt;img" in numbers
+
+
+def brec(method, family, tokens, draft, widths):
+    return Record(method, family, None, 0, "edit", 0, tokens, 1.0, draft_passes=draft, widths=widths)
+
+
+def test_bench_projection_matches_a_hand_computation():
+    records = [brec("specviz:none", "specviz", 6, 0, {1: 6}),
+               brec("specviz:draft-2", "specviz", 6, 4, {3: 2, 1: 1}),
+               brec("hf:target", "transformers", 6, 0, {1: 6}),
+               brec("hf:assisted-2", "transformers", 6, 0, None)]
+    out = bench.projected(records, profile())
+    assert set(out) == {"specviz:none", "specviz:draft-2", "hf:target"}  # assisted: widths not observed
+    assert math.isclose(out["specviz:draft-2"]["eager"]["seconds"], 0.046)
+    assert math.isclose(out["specviz:draft-2"]["eager"]["speedup"], 0.060 / 0.046)
+    assert "fast" not in out["specviz:draft-2"]
+    assert math.isclose(out["specviz:none"]["fast"]["seconds"], 0.006)
+    table = bench.projected_table(out, profile())
+    assert "| specviz:draft-2 | 0.05 s, 130.4 tok/s, 1.30x | - |" in table
+
+
+def test_bench_records_passes_and_projects_onto_a_profile_file(model_dirs, tmp_path):
+    from specviz.cli import main
+
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps([{"class": "code", "prompt": "def fibonacci(n):"}]))
+    path = profiles.save(profile(), tmp_path / "gpu.json")
+    out = tmp_path / "b.json"
+    rc = main(["bench", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+               "--dtype", "float32", "--device", "cpu", "--prompts", str(prompts), "--ks", "2",
+               "--max-new-tokens", "8", "--methods", "hf:target,specviz:none,specviz:draft-2",
+               "--json", str(out), "--markdown", str(tmp_path / "b.md"), "--profile", str(path)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    draft = next(r for r in data["records"] if r["method"] == "specviz:draft-2")
+    seconds = draft["draft_passes"] * 2e-3 + sum(
+        n * profile().path("eager").target_seconds(int(w)) for w, n in draft["widths"].items())
+    assert math.isclose(data["projected"]["specviz:draft-2"]["eager"]["seconds"], seconds)
+    alone = next(r for r in data["records"] if r["method"] == "hf:target")
+    assert data["projected"]["hf:target"]["eager"]["seconds"] == pytest.approx(alone["target_passes"] * 0.010)
+    assert "Projected onto the cost profile hand-made" in (tmp_path / "b.md").read_text()
+    assert main(["bench", "--profile", str(tmp_path / "nope.json")]) == 2  # refused before any load
