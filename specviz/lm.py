@@ -13,6 +13,8 @@ float32 from the same hidden state and weights: the argmax is then the float32 h
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import time
 import weakref
@@ -84,12 +86,26 @@ FAST_PATHS = ("auto", "eager", "static", "compiled")
 COMPILE = {"mode": "reduce-overhead", "dynamic": False}
 
 
-def step(model, cache, input_ids: torch.Tensor, last: int, refine: bool) -> torch.Tensor:
+def step(model, cache, input_ids: torch.Tensor, last: int, refine: bool, kv: str = "cache") -> torch.Tensor:
     """The model over input_ids [1, n] after the cache: the last hidden states [last, d] (refine)
     or the logits [last, vocab+], in the model's dtype."""
+    # kv: the forward argument that takes the cache (cache_argument), decided outside any graph
     if refine:
-        return model.base_model(input_ids=input_ids, cache=cache, use_cache=True).last_hidden_state[0, -last:]
-    return model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=last).logits[0, -last:]
+        out = model.base_model(input_ids=input_ids, use_cache=True, **{kv: cache})
+        return out.last_hidden_state[0, -last:]
+    return model(input_ids=input_ids, use_cache=True, logits_to_keep=last, **{kv: cache}).logits[0, -last:]
+
+
+@functools.cache
+def _cache_argument(forward_class: type) -> str:
+    params = inspect.signature(forward_class.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_argument(model) -> str:
+    """The forward argument that takes the KV cache: `cache` (transformers 5.24 and later) or
+    `past_key_values` (earlier releases, e.g. 5.17, which silently ignore `cache=`)."""
+    return _cache_argument(type(model))
 
 
 class _Slot:
@@ -146,6 +162,7 @@ class CachedLM:
         self.device = model.device
         self.static = cache == "static"
         self.refine = refine and refinable(model)
+        self.kv = cache_argument(model.base_model if self.refine else model)
         self.compiled_widths: set[int] = {1}  # token counts a step may feed through the compiled step
         self._step = None
         if self.static:
@@ -181,14 +198,14 @@ class CachedLM:
             try:
                 if hasattr(torch.compiler, "cudagraph_mark_step_begin"):
                     torch.compiler.cudagraph_mark_step_begin()
-                out = self._step(self.model, self.cache, input_ids, last, self.refine)
+                out = self._step(self.model, self.cache, input_ids, last, self.refine, self.kv)
                 return out.clone()  # graph outputs are buffers the next replay overwrites
             except Exception as e:  # noqa: BLE001 - any capture failure: eager from now on
                 log.warning("specviz: compiled step failed (%s: %s); running eager from now on",
                             type(e).__name__, str(e).splitlines()[0] if str(e) else "")
                 self._step = None
                 self.cache.crop(len(self.tokens) - self.cache_length)  # undo a partial write
-        return step(self.model, self.cache, input_ids, last, self.refine)
+        return step(self.model, self.cache, input_ids, last, self.refine, self.kv)
 
     def _logits(self, input_ids: torch.Tensor, last: int) -> torch.Tensor:
         """Logits [last, vocab_size] (float32) for input_ids [1, n] after the cache."""

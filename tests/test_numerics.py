@@ -135,3 +135,25 @@ def test_bfloat16_target_refines_and_keeps_the_greedy_promise(pair):
         alone = [t for e in specviz.generate(bf, prompt, proposer="none", max_new_tokens=30)
                  for t in e.new_tokens]
         assert spec == alone, prompt
+
+
+def test_models_that_take_past_key_values_get_the_cache_there(pair):
+    """transformers before 5.24 (e.g. 5.17, on the GPU check's machine) name the forward
+    argument past_key_values and silently ignore cache=: the cache must go by the right name."""
+    from specviz.lm import cache_argument
+
+    class OldStyle(type(pair.target)):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None, logits_to_keep=0, **kw):
+            return super().forward(input_ids=input_ids, cache=past_key_values, use_cache=use_cache,
+                                   logits_to_keep=logits_to_keep)
+
+    old = copy.deepcopy(pair.target)
+    old.__class__ = OldStyle
+    assert cache_argument(old) == "past_key_values" and cache_argument(pair.target) == "cache"
+    ids = pair.encode("def fibonacci(n):")
+    for cache in ("dynamic", "static"):
+        lm = CachedLM(old, pair.vocab_size, cache=cache, max_len=64)
+        ref = CachedLM(pair.target, pair.vocab_size)
+        lm.forward(ids)
+        assert lm.cache_length == len(ids)  # the cache was filled, not ignored
+        assert torch.allclose(lm.forward(ids + [5, 6], last=2), ref.forward(ids + [5, 6], last=2), atol=1e-5)
