@@ -478,6 +478,8 @@ def summary(profile: profiles.Profile, read_bytes: int, bandwidth: float, ident:
     fast = profile.paths.get("fast")
     eager = profile.paths["eager"]
     at_k = next((r for r in projection.get("fast", []) if r["drafter"] == f"draft-{k}"), None)
+    if fast is not None and k + 1 not in dict(fast.target_ms):
+        at_k = None  # C_T(k+1) not measured (time budget): an extrapolation is no verdict
 
     def goal(text: str, value, met) -> dict:
         return {"goal": text, "value": value, "met": None if value is None else bool(met)}

@@ -168,3 +168,11 @@ def test_preflight_refuses_a_transformers_that_drops_the_cache(monkeypatch):
     monkeypatch.setattr(Qwen2Model, "forward", lambda self, *a, cache=None, **kw: forward(self, *a, **kw))
     with pytest.raises(ValueError, match="dynamic cache fails with transformers"):
         gpucheck.preflight("cpu")
+
+
+def test_a_goal_without_its_measured_width_is_not_judged():
+    p = hand_profile()
+    only_one = profiles.PathCosts("static", True, 0.1, p.paths["fast"].target_ms[:1])
+    short = profiles.Profile("hand", {}, {}, {"eager": p.paths["eager"], "fast": only_one})
+    goals = gpucheck.summary(short, 1, 1.0, None, 4)["goals"]
+    assert goals[3]["value"] is None and goals[3]["met"] is None  # C_T(5) was skipped
