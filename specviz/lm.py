@@ -30,6 +30,23 @@ log = logging.getLogger(__name__)
 PLAIN_HEADS = {"qwen2", "qwen3", "llama", "mistral", "gpt2", "gpt_neox", "phi3", "olmo2"}
 
 
+def crop(cache, remove: int) -> None:
+    """Remove the last -remove positions (remove <= 0) from every layer of a cache.
+
+    transformers before 5.24 (e.g. 5.17) give static layers no crop; theirs, as 5.24's, is just
+    moving the length the next write starts at, which is done here by hand."""
+    assert remove <= 0, remove
+    if all(hasattr(layer, "crop") for layer in cache.layers):
+        cache.crop(remove)
+        return
+    for layer in cache.layers:
+        if not hasattr(layer, "cumulative_length"):
+            raise ValueError(f"{type(layer).__name__} cache layers cannot roll back in this "
+                             "transformers: upgrade to 5.24 or later")
+        if remove and getattr(layer, "is_initialized", True):
+            layer.cumulative_length.sub_(-remove)
+
+
 def output_rows(model) -> int:
     """How many token ids the model can produce (rows of its output projection)."""
     head = model.get_output_embeddings()
@@ -127,7 +144,7 @@ class _Slot:
         if slot is None or slot.in_use or slot.capacity < max_len:
             slot = _SLOTS[model] = cls(model, max(max_len, 1024))
         slot.in_use = True
-        slot.cache.crop(-int(slot.cache.get_seq_length()))  # empty: moves the length to 0
+        crop(slot.cache, -int(slot.cache.get_seq_length()))  # empty: moves the length to 0
         weakref.finalize(owner, setattr, slot, "in_use", False)
         return slot.cache, slot.step
 
@@ -188,7 +205,7 @@ class CachedLM:
         while keep < limit and self.tokens[keep] == ids[keep]:
             keep += 1
         if keep < len(self.tokens):
-            self.cache.crop(keep - len(self.tokens))  # static: moves the length, no copy
+            crop(self.cache, keep - len(self.tokens))  # static: moves the length, no copy
             self.tokens = self.tokens[:keep]
         if not self.static:  # a static length lives on the device: reading it would sync
             assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
@@ -204,7 +221,7 @@ class CachedLM:
                 log.warning("specviz: compiled step failed (%s: %s); running eager from now on",
                             type(e).__name__, str(e).splitlines()[0] if str(e) else "")
                 self._step = None
-                self.cache.crop(len(self.tokens) - self.cache_length)  # undo a partial write
+                crop(self.cache, len(self.tokens) - self.cache_length)  # undo a partial write
         return step(self.model, self.cache, input_ids, last, self.refine, self.kv)
 
     def _logits(self, input_ids: torch.Tensor, last: int) -> torch.Tensor:

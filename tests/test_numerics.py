@@ -157,3 +157,17 @@ def test_models_that_take_past_key_values_get_the_cache_there(pair):
         lm.forward(ids)
         assert lm.cache_length == len(ids)  # the cache was filled, not ignored
         assert torch.allclose(lm.forward(ids + [5, 6], last=2), ref.forward(ids + [5, 6], last=2), atol=1e-5)
+
+
+def test_static_layers_without_crop_roll_back_by_their_length(static_pair, monkeypatch):
+    """transformers 5.17's StaticLayer has no crop: the rollback moves its length by hand."""
+    from transformers.cache_utils import StaticLayer
+
+    monkeypatch.delattr(StaticLayer, "crop")
+    ids = static_pair.encode("def fibonacci(n):")
+    lm = CachedLM(static_pair.target, static_pair.vocab_size, cache="static", max_len=64)
+    ref = CachedLM(static_pair.target, static_pair.vocab_size)
+    lm.forward(ids + [5, 6, 7], last=4)
+    lm.rollback(ids + [5, 9])
+    assert lm.cache_length == len(ids) + 1
+    assert torch.allclose(lm.forward(ids + [5, 9], last=2), ref.forward(ids + [5, 9], last=2), atol=1e-5)
