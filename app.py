@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from specviz import lab, labview, presets, zerogpu
+from specviz import lab, labview, presets, profiles, zerogpu
 from specviz.gate import Gate, Shelf
 from specviz.render import legend_html
 from specviz.service import ModelStore, View, continuations, replay_view, run_views
@@ -181,6 +181,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             with gr.Row():
                 ex_k = gr.Slider(1, UI_MAX_K, value=4, step=1, label="k")
                 ex_adaptive = gr.Checkbox(False, label="adaptive-k policy instead")
+                ex_profile = gr.Dropdown(
+                    [("recorded costs (this run)", "")]
+                    + [(profiles.load_shipped(n).label, n) for n in profiles.shipped()],
+                    value="", label="project onto a cost profile")
             ex_numbers = gr.HTML(elem_id="explorer-numbers")
             ex_text = gr.HTML(elem_id="explorer-tokens")
             ex_plot = gr.Plot(label="every k")
@@ -351,11 +355,13 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
                              job)
 
-        def explore(k_value, adaptive, key):
+        def explore(k_value, adaptive, profile, key):
             try:
                 k_value = coerce_int("k", k_value, 1, UI_MAX_K)
                 if not isinstance(adaptive, bool):
                     raise ValueError("adaptive must be true or false")
+                if profile not in ("", None, *profiles.shipped()):
+                    raise ValueError("pick a cost profile from the list")
             except ValueError as e:
                 raise user_error(e) from None
             trace = shelf.get(key)
@@ -364,9 +370,13 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                        "drafter first (or open a trace): the explorer replays that run.</div>")
                 return msg, "", None
             measured = [len(e.new_tokens) for e in trace.events]
-            html_text, numbers, fig = labview.explorer_views(
-                trace.recording, k_value, adaptive, int(trace.settings.get("k", 0)) or None,
-                measured if trace.settings.get("proposer") in ("draft", "ngram") else None)
+            try:
+                html_text, numbers, fig = labview.explorer_views(
+                    trace.recording, k_value, adaptive, int(trace.settings.get("k", 0)) or None,
+                    measured if trace.settings.get("proposer") in ("draft", "ngram") else None,
+                    profile or None)
+            except ValueError as e:
+                raise user_error(e) from None
             return numbers, html_text, fig
 
         def explorer_k(key):
@@ -420,11 +430,12 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         e2e_event = e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name="e2e", **model)
         stop_btn.click(None, None, None, api_name=False,
                        cancels=[run_event, auto_event, rerun_event, lab_event, e2e_event])
-        for trigger in (ex_k.input, ex_adaptive.change):
-            trigger(explore, [ex_k, ex_adaptive, last], [ex_numbers, ex_text, ex_plot], api_name=False,
+        explore_inputs = [ex_k, ex_adaptive, ex_profile, last]
+        for trigger in (ex_k.input, ex_adaptive.change, ex_profile.change):
+            trigger(explore, explore_inputs, [ex_numbers, ex_text, ex_plot], api_name=False,
                     preprocess=False)
         last.change(explorer_k, last, ex_k, api_name=False).then(
-            explore, [ex_k, ex_adaptive, last], [ex_numbers, ex_text, ex_plot], api_name=False,
+            explore, explore_inputs, [ex_numbers, ex_text, ex_plot], api_name=False,
             preprocess=False)
         save_btn.click(save, last, save_file, api_name=False)
         open_file.upload(open_trace, open_file, [*outputs, replay_status], api_name="open_trace")

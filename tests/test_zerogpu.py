@@ -60,3 +60,21 @@ def test_the_space_is_set_up_for_zerogpu(text):
 
     root = Path(__file__).parent.parent
     assert text in (root / "README.md").read_text() + (root / "requirements.txt").read_text()
+
+
+def test_the_k_explorer_takes_only_shipped_cost_profiles(model_dirs):
+    import gradio as gr
+
+    import app
+    from specviz import profiles
+    from specviz.service import ModelStore
+    from specviz.settings import Limits, RunSettings
+
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
+    demo = app.build(store, Limits(), RunSettings(pair="tiny", chat=False))
+    explore = next(f.fn for f in demo.fns.values() if f.name == "explore")
+    with pytest.raises(gr.Error, match="cost profile from the list"):
+        explore(4, False, "../../etc/passwd", None)
+    assert profiles.shipped()  # the CPU profile measured here
+    numbers, text, fig = explore(4, False, profiles.shipped()[0], None)  # no run yet: a hint
+    assert "Run at temperature 0" in numbers and fig is None
