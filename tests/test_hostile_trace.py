@@ -330,14 +330,17 @@ def test_html_from_a_hostile_trace_is_escaped():
 
 
 def test_verdict_escapes_dtype_and_device():
-    c = Comparison(False, 3, [(1, 2.0), (2, 1.0)], [(2, 2.0), (1, 1.0)], XSS, XSS, 0.1)
+    c = Comparison(False, 3, [(1, 2.0), (2, 1.0)], [(2, 2.0), (1, 1.0)], XSS, XSS, 0.1, numerics=XSS)
 
     class Tok:
         def decode(self, ids):
             return XSS
 
     html = verdict_html(c, Tok(), greedy=True)
-    assert "<img" not in html and html.count("&lt;img") == 7  # dtype twice, device, 4 tokens
+    assert "<img" not in html and html.count("&lt;img") == 8  # dtype twice, device, 4 tokens, numerics
+    c = Comparison(False, 3, [(1, 2.0), (2, 1.0)], [(2, 2.0), (1, 1.0)], XSS, XSS, 0.1)
+    html = verdict_html(c, Tok(), greedy=True)  # no numerics: "target in <dtype> on <device>"
+    assert "<img" not in html and html.count("&lt;img") == 9
 
 
 def test_token_html_escapes_text_and_attributes():

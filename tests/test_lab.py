@@ -64,11 +64,12 @@ def test_lab_on_a_round_of_a_real_run(pair):
     import specviz
     from specviz import labview
     from specviz.render import all_spans
+    from specviz.service import pair_models
     from specviz.trace import Trace
 
     ids = pair.encode("def f")
     events = tuple(specviz.generate(pair, ids, k=3, max_new_tokens=12, temperature=0.8, seed=1))
-    t = Trace({"temperature": 0.8, "top_k": 0, "top_p": 1.0}, {}, ids, events,
+    t = Trace({"temperature": 0.8, "top_k": 0, "top_p": 1.0}, pair_models(pair), ids, events,
               tuple(all_spans(events, pair.tokenizer, ids)))
     p, q, labels, drafted, note = labview.from_round(pair, t, 1)
     assert drafted == events[0].draft_tokens[0] and "temperature 0.8" in note
