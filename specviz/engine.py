@@ -98,9 +98,13 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     check_settings(k, max_new_tokens)
     ids = pair.encode(prompt, chat=chat)
     pair.check_length(len(ids), max_new_tokens)
-    max_len = len(ids) + max_new_tokens + k + 1  # the most either cache holds in this run
-    drafter = make_proposer(pair, proposer, ngram_size, max_len)
+    drafter = make_proposer(pair, proposer, ngram_size, run_length(ids, max_new_tokens, k))
     return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed)
+
+
+def run_length(ids: list[int], max_new_tokens: int, k: int) -> int:
+    """The most positions either cache holds in a run: the prompt, the output, a round's drafts."""
+    return len(ids) + max_new_tokens + k + 1
 
 
 def cache_kwargs(model, fast: str, max_len: int | None) -> dict:
@@ -111,9 +115,8 @@ def cache_kwargs(model, fast: str, max_len: int | None) -> dict:
 
 def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int,
             params: SamplingParams, seed: int) -> Iterator[RoundEvent]:
-    max_len = len(ids) + max_new_tokens + k + 1
     target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
-                      **cache_kwargs(pair.target, pair.fast, max_len))
+                      **cache_kwargs(pair.target, pair.fast, run_length(ids, max_new_tokens, k)))
     target.compiled_widths = {1, k + 1}  # the baseline's step and a full verify
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     prompt_len, draft_passes, started = len(ids), 0, time.perf_counter()
