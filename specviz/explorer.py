@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .detok import token_pieces
+from .engine import MAX_K
 from .lm import input_rows
 from .metrics import RunStats
 from .proposers import DraftLength, NgramProposer
@@ -146,8 +147,8 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
     if not rec.replays_adaptive:
         raise ValueError("the adaptive policy replays draft-model recordings with confidences: "
                          "record a greedy run of the draft drafter")
-    if not 1 <= k_max <= 32:
-        raise ValueError(f"k must be in 1..32, got {k_max}")
+    if not 1 <= k_max <= MAX_K:
+        raise ValueError(f"k must be in 1..{MAX_K}, got {k_max}")
     rule = DraftLength(rec.draft_pass_seconds or 1e-9, rec.target_pass_seconds or 1e-9)
     lookup, pos, rounds = NgramProposer(rec.ngram_size), 0, []
     while pos < len(rec.output):
