@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .acceptance import verify, verify_greedy
+from .acceptance import Verdict, verify, verify_greedy
 from .lm import CachedLM, resolve_fast
 from .proposers import (
     AdaptiveProposer,
@@ -22,10 +22,12 @@ from .proposers import (
     Proposer,
 )
 from .sampling import SamplingParams, process
+from .tree import TreeNode, TreeVerdict, walk
+from .treedraft import BRANCHING, MAX_NODES, TreeProposer, check_tree_settings
 
 MAX_K = 32
-PROPOSERS = ("draft", "ngram", "none", "hybrid", "adaptive")
-NEEDS_DRAFT = ("draft", "hybrid", "adaptive")
+PROPOSERS = ("draft", "ngram", "none", "hybrid", "adaptive", "tree")
+NEEDS_DRAFT = ("draft", "hybrid", "adaptive", "tree")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,15 @@ class RoundEvent:
     stop: str | None  # "eos", "length" or None (more rounds follow)
     target_top2: list[list[tuple[int, float]]] = field(default_factory=list)
     # ^ per verified position (k+1 of them): the target's two largest raw logits as (id, logit)
+    tree: tuple[TreeNode, ...] = ()
+    # ^ a tree round's every verified node (parent, token, depth, p, q, score, fate); chain
+    #   rounds leave it empty. A tree round's draft_tokens, accepted, probs and top2 describe the
+    #   walked branch: the accepted path, then the first refused child and its first children.
+
+    @property
+    def nodes(self) -> int:
+        """Drafted tokens the target verified this round: the tree's nodes, or k."""
+        return len(self.tree) if self.tree else self.k
 
     @property
     def overhead_seconds(self) -> float:
@@ -62,7 +73,8 @@ class RoundEvent:
 
 
 def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
-                  max_len: int | None = None) -> Proposer:
+                  max_len: int | None = None, nodes: int | None = None,
+                  branching: int = BRANCHING) -> Proposer:
     if not isinstance(proposer, str):
         return proposer
     if proposer not in PROPOSERS:
@@ -74,6 +86,9 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
         return NoProposer()
     if proposer == "ngram":
         return NgramProposer(ngram_size)
+    if proposer == "tree":
+        return TreeProposer(pair.draft, pair.vocab_size, nodes, branching,
+                            **cache_kwargs(pair.draft, pair.fast, max_len))
     model = ModelProposer(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, max_len))
     if proposer == "draft":
         return model
@@ -91,19 +106,27 @@ def check_settings(k: int, max_new_tokens: int) -> None:
 
 def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft", k: int = 4,
              max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
-             top_p: float = 1.0, seed: int = 0, chat: bool = False,
-             ngram_size: int = 3) -> Iterator[RoundEvent]:
-    """Speculative decoding on pair; yields one RoundEvent per target forward pass."""
+             top_p: float = 1.0, seed: int = 0, chat: bool = False, ngram_size: int = 3,
+             nodes: int | None = None, branching: int = BRANCHING) -> Iterator[RoundEvent]:
+    """Speculative decoding on pair; yields one RoundEvent per target forward pass.
+
+    proposer="tree" drafts a token tree of depth k: `nodes` caps the nodes verified per round
+    (unset: sized each round from the measured verify cost), `branching` is each expanded
+    node's number of children."""
     params = SamplingParams(float(temperature), int(top_k), float(top_p))
     check_settings(k, max_new_tokens)
+    check_tree_settings(nodes, branching)
     ids = pair.encode(prompt, chat=chat)
     pair.check_length(len(ids), max_new_tokens)
-    drafter = make_proposer(pair, proposer, ngram_size, run_length(ids, max_new_tokens, k))
-    return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed)
+    room = max(MAX_NODES, branching * k) if proposer == "tree" else k  # a round's drafted positions
+    length = run_length(ids, max_new_tokens, room)
+    drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)
+    return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length)
 
 
 def run_length(ids: list[int], max_new_tokens: int, k: int) -> int:
-    """The most positions either cache holds in a run: the prompt, the output, a round's drafts."""
+    """The most positions either cache holds in a run: the prompt, the output, a round's drafts
+    (k of a chain, or a tree's nodes)."""
     return len(ids) + max_new_tokens + k + 1
 
 
@@ -113,10 +136,24 @@ def cache_kwargs(model, fast: str, max_len: int | None) -> dict:
     return {"cache": cache, "compiled": compiled, "max_len": max_len}
 
 
+def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],
+                 params: SamplingParams, generator: torch.Generator):
+    """One target pass over a drafted tree; (TreeVerdict, its chain-shaped Verdict, the rows
+    [k+1, vocab] of the walked branch's positions)."""
+    logits = target.forward_tree(ids, [n.token for n in tree], [n.parent for n in tree])  # [1+N, vocab]
+    judged: TreeVerdict = walk(tree, logits if params.greedy else process(logits, params),
+                               generator, params.greedy)
+    chain = judged.display_chain()
+    nodes = judged.nodes
+    verdict = Verdict(judged.accepted, judged.token, tuple(nodes[i].p for i in chain),
+                      tuple(nodes[i].q for i in chain))
+    return judged, verdict, [nodes[i].token for i in chain], logits[[0] + [1 + i for i in chain]]
+
+
 def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int,
-            params: SamplingParams, seed: int) -> Iterator[RoundEvent]:
+            params: SamplingParams, seed: int, length: int | None = None) -> Iterator[RoundEvent]:
     target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
-                      **cache_kwargs(pair.target, pair.fast, run_length(ids, max_new_tokens, k)))
+                      **cache_kwargs(pair.target, pair.fast, length or run_length(ids, max_new_tokens, k)))
     target.compiled_widths = {1, k + 1}  # the baseline's step and a full verify
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     prompt_len, draft_passes, started = len(ids), 0, time.perf_counter()
@@ -126,18 +163,22 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         # 1. Draft: at most what the budget can still use (the target adds one token itself).
         draft = drafter.propose(ids, min(k, max_new_tokens - position - 1), params, generator)
         draft_passes += draft.passes
-        # 2. Verify: one target pass over the uncached tail and the drafts.
-        target_before = target.seconds
-        logits = target.forward(ids + draft.tokens, last=len(draft.tokens) + 1)  # [k+1, vocab]
-        tokens = torch.tensor(draft.tokens, dtype=torch.long, device=logits.device)  # [k]
-        top = logits.topk(2, dim=-1)  # values, indices: [k+1, 2]
-        # 3. The rule: greedy compares argmaxes; sampling is Algorithm 1.
-        if params.greedy:
-            verdict = verify_greedy(tokens, logits.argmax(-1))
+        # 2. Verify: one target pass over the uncached tail and the drafts (a chain or a tree).
+        # 3. The rule: greedy compares argmaxes; sampling is Algorithm 1 (tree.walk for trees).
+        target_before, judged, drafted = target.seconds, None, draft.tokens
+        if draft.tree:
+            judged, verdict, drafted, logits = _verify_tree(target, ids, draft.tree, params, generator)
+            target.keep(list(judged.path))  # gather the accepted path; the other nodes go
         else:
-            verdict = verify(tokens, draft.q, process(logits, params), generator)
+            logits = target.forward(ids + draft.tokens, last=len(draft.tokens) + 1)  # [k+1, vocab]
+            tokens = torch.tensor(draft.tokens, dtype=torch.long, device=logits.device)  # [k]
+            if params.greedy:
+                verdict = verify_greedy(tokens, logits.argmax(-1))
+            else:
+                verdict = verify(tokens, draft.q, process(logits, params), generator)
+        top = logits.topk(2, dim=-1)  # values, indices: [k+1, 2]
         # 4. Commit the accepted prefix and the target's token, stop at EOS or the budget.
-        new = draft.tokens[: verdict.accepted] + [verdict.token]
+        new = drafted[: verdict.accepted] + [verdict.token]
         new = new[: max_new_tokens - position]
         stop = "length" if position + len(new) >= max_new_tokens else None
         for i, t in enumerate(new):
@@ -148,7 +189,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         target.rollback(ids)
         now = time.perf_counter()
         yield RoundEvent(
-            round=round_, k=len(draft.tokens), draft_tokens=list(draft.tokens),
+            round=round_, k=len(drafted), draft_tokens=list(drafted),
             accepted=verdict.accepted, token=verdict.token, kind=verdict.kind, new_tokens=new,
             target_probs=list(verdict.target_probs), draft_probs=list(verdict.draft_probs),
             target_passes=target.passes, draft_passes=draft_passes,
@@ -156,6 +197,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             round_seconds=now - round_start, elapsed=now - started, position=position,
             source=draft.source, target_cache_length=target.cache_length, stop=stop,
             target_top2=[list(zip(i, v, strict=True))
-                         for i, v in zip(top.indices.tolist(), top.values.tolist(), strict=True)])
+                         for i, v in zip(top.indices.tolist(), top.values.tolist(), strict=True)],
+            tree=judged.nodes if judged else ())
         if stop:
             return

@@ -24,6 +24,8 @@ from torch import nn
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+from .tree import mask as tree_mask
+
 log = logging.getLogger(__name__)
 
 # Architectures whose logits are exactly lm_head(last hidden state): no soft-capping or scaling.
@@ -103,14 +105,17 @@ FAST_PATHS = ("auto", "eager", "static", "compiled")
 COMPILE = {"mode": "reduce-overhead", "dynamic": False}
 
 
-def step(model, cache, input_ids: torch.Tensor, last: int, refine: bool, kv: str = "cache") -> torch.Tensor:
+def step(model, cache, input_ids: torch.Tensor, last: int, refine: bool, kv: str = "cache",
+         **tree) -> torch.Tensor:
     """The model over input_ids [1, n] after the cache: the last hidden states [last, d] (refine)
-    or the logits [last, vocab+], in the model's dtype."""
+    or the logits [last, vocab+], in the model's dtype. tree: attention_mask and position_ids
+    of a tree pass (tree.mask)."""
     # kv: the forward argument that takes the cache (cache_argument), decided outside any graph
     if refine:
-        out = model.base_model(input_ids=input_ids, use_cache=True, **{kv: cache})
+        out = model.base_model(input_ids=input_ids, use_cache=True, **{kv: cache}, **tree)
         return out.last_hidden_state[0, -last:]
-    return model(input_ids=input_ids, use_cache=True, logits_to_keep=last, **{kv: cache}).logits[0, -last:]
+    return model(input_ids=input_ids, use_cache=True, logits_to_keep=last, **{kv: cache},
+                 **tree).logits[0, -last:]
 
 
 @functools.cache
@@ -191,6 +196,7 @@ class CachedLM:
         else:
             self.cache = DynamicCache(config=model.config)
         self.tokens: list[int] = []
+        self.slots: list[tuple[int, int]] = []  # tree nodes cached after tokens: (token, parent slot)
         self.passes = 0
         self.seconds = 0.0
 
@@ -200,6 +206,7 @@ class CachedLM:
 
     def rollback(self, ids: list[int]) -> None:
         """Crop the cache to the longest common prefix of its tokens and ids[:-1]."""
+        self.drop_slots()
         keep = 0
         limit = min(len(self.tokens), len(ids) - 1)
         while keep < limit and self.tokens[keep] == ids[keep]:
@@ -210,7 +217,68 @@ class CachedLM:
         if not self.static:  # a static length lives on the device: reading it would sync
             assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
 
-    def _forward(self, input_ids: torch.Tensor, last: int) -> torch.Tensor:
+    def drop_slots(self) -> None:
+        """Forget the tree nodes cached after the committed tokens."""
+        if self.slots:
+            crop(self.cache, -len(self.slots))
+            self.slots = []
+
+    @torch.inference_mode()
+    def keep(self, path: list[int]) -> None:
+        """Commit the tree slots `path` (a chain from the root, in order): the cache then holds
+        tokens + their tokens, gathered into place, and no other node."""
+        base, n = len(self.tokens), len(path)
+        if n:
+            idx = torch.tensor(path, device=self.device) + base
+            for layer in self.cache.layers:
+                for kv in (layer.keys, layer.values):  # [batch, kv_heads, seq, head_dim]
+                    kv[:, :, base:base + n] = kv.index_select(2, idx)
+        crop(self.cache, n - len(self.slots))
+        self.tokens = self.tokens + [self.slots[j][0] for j in path]
+        self.slots = []
+        if not self.static:
+            assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
+
+    @torch.inference_mode()
+    def forward_tree(self, ids: list[int], tokens: list[int], parents: list[int]) -> torch.Tensor:
+        """Feed what the cache lacks of ids, then tree nodes in one pass.
+
+        tokens[i] is drafted after slot parents[i] (-1: after ids[-1]; j: slot j, cached earlier
+        or fed in this call). Slots number the nodes cached after ids, in order, so this call's
+        nodes become slots len(self.slots).. . Each node attends to ids and its own ancestors, at
+        position len(ids) - 1 + depth. Returns logits [r + len(tokens), vocab_size] (float32):
+        when ids had an uncached tail (r = 1), first the row after ids[-1], then a row per node.
+        Call keep(path) or rollback afterwards."""
+        if ids != self.tokens:  # a new round: earlier nodes go, the uncached tail is fed
+            self.rollback(ids)
+        tail = ids[len(self.tokens):]
+        first = len(self.slots)
+        every = [parent for _, parent in self.slots] + list(parents)
+        depth: list[int] = []
+        for parent in every:
+            depth.append(1 if parent < 0 else depth[parent] + 1)
+        kv_length = self.max_len if self.static else len(ids) + len(every)
+        dtype = self.model.dtype
+        attention = tree_mask(every, first, len(ids), kv_length, dtype, self.device, len(tail))
+        positions = list(range(len(self.tokens), len(ids))) + [len(ids) - 1 + d for d in depth[first:]]
+        if self.static and len(ids) + len(every) > self.max_len:
+            raise ValueError(f"the static cache holds {self.max_len} positions, not {len(ids) + len(every)}")
+        start = time.perf_counter()
+        last = min(len(tail), 1) + len(tokens)
+        logits = self._logits(torch.tensor([tail + list(tokens)], device=self.device), last,
+                              attention_mask=attention,
+                              position_ids=torch.tensor([positions], device=self.device))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.seconds += time.perf_counter() - start
+        self.passes += 1
+        self.tokens = list(ids)
+        self.slots += list(zip(tokens, parents, strict=True))
+        return logits
+
+    def _forward(self, input_ids: torch.Tensor, last: int, **tree) -> torch.Tensor:
+        if tree:  # tree passes vary in shape and mask: eager
+            return step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
         if self._step is not None and input_ids.shape[1] in self.compiled_widths:
             try:
                 if hasattr(torch.compiler, "cudagraph_mark_step_begin"):
@@ -224,9 +292,9 @@ class CachedLM:
                 crop(self.cache, len(self.tokens) - self.cache_length)  # undo a partial write
         return step(self.model, self.cache, input_ids, last, self.refine, self.kv)
 
-    def _logits(self, input_ids: torch.Tensor, last: int) -> torch.Tensor:
+    def _logits(self, input_ids: torch.Tensor, last: int, **tree) -> torch.Tensor:
         """Logits [last, vocab_size] (float32) for input_ids [1, n] after the cache."""
-        out = self._forward(input_ids, last)
+        out = self._forward(input_ids, last, **tree)
         if not self.refine:
             return out[:, : self.vocab_size].float()
         weight = self.model.get_output_embeddings().weight[: self.vocab_size]  # [vocab, d]

@@ -36,6 +36,7 @@ class Draft:
     seconds: float = 0.0
     source: str = ""  # which drafter proposed it ("draft", "ngram", "none")
     confidences: tuple[float, ...] = ()  # the draft's top probability at each drafted position
+    tree: tuple | None = None  # tree.TreeNode, parents first: a token tree (tokens: its first branch)
 
 
 class Proposer(Protocol):

@@ -1,0 +1,165 @@
+"""Token trees: the drafted tree, its attention mask, and the exact rule that walks it.
+
+Tensors and numbers only. A tree's nodes are listed parents first; node i holds a token drafted
+after its parent (parent -1: after the last committed token, the root), at depth 1 + the
+parent's. The target verifies all nodes in one pass: row 0 of its output is the root's
+distribution, row 1 + i node i's.
+
+The rule (deterministic candidates, as in EAGLE-2 / SpecInfer's one-hot case): at a node, try
+its children in the draft's order. With the current distribution r (at first the target's
+processed p), accept child x with probability r(x); on a refusal remove x from r and
+renormalise, then try the next. The first accepted child becomes the node; if none is, the
+target's token is drawn from what is left of r ("recovered"). At a leaf it is drawn from p
+("bonus"). Each try is Algorithm 1 with a one-hot q, so the committed tokens follow the target's
+distribution exactly. Greedy: follow the child equal to the target's argmax, else emit it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from .acceptance import BONUS, RECOVERED
+
+ACCEPTED, REJECTED, UNREACHED = "accepted", "rejected", "unreached"
+FATES = (ACCEPTED, REJECTED, UNREACHED)
+
+
+@dataclass(frozen=True)
+class TreeNode:
+    parent: int  # index of the parent node; -1: a child of the last committed token
+    token: int
+    depth: int  # 1 for the root's children
+    q: float  # the draft's probability of token after its parent (temperature 1 when greedy)
+    score: float  # cumulative draft probability: the product of q from the root
+    p: float = 0.0  # the target's processed probability of token after its parent (verified)
+    fate: str = ""  # accepted / rejected / unreached once verified; "" while only drafted
+
+
+@dataclass(frozen=True)
+class TreeVerdict:
+    path: tuple[int, ...]  # accepted node indices, root downwards
+    token: int  # the target's own token after the path
+    kind: str  # "recovered" (the path ends at a node with children) or "bonus" (at a leaf)
+    nodes: tuple[TreeNode, ...]  # the tree with p and fate filled in
+
+    @property
+    def accepted(self) -> int:
+        return len(self.path)
+
+    def display_chain(self) -> list[int]:
+        """The walked branch as a chain round shows it: the accepted path, then (after a
+        refusal) the first refused child and its first children down to a leaf."""
+        chain = list(self.path)
+        node = self.path[-1] if self.path else -1
+        first = next((i for i, n in enumerate(self.nodes) if n.parent == node), None)
+        while first is not None:
+            chain.append(first)
+            first = next((i for i, n in enumerate(self.nodes) if n.parent == first), None)
+        return chain
+
+
+def children(nodes: tuple[TreeNode, ...] | list[TreeNode]) -> dict[int, list[int]]:
+    """parent index (-1: the root) -> its children's indices, in the draft's order."""
+    out: dict[int, list[int]] = {}
+    for i, n in enumerate(nodes):
+        out.setdefault(n.parent, []).append(i)
+    return out
+
+
+def check(nodes: list[TreeNode] | tuple[TreeNode, ...]) -> None:
+    """Parents come first, depths follow them, and siblings carry distinct tokens."""
+    seen: set[tuple[int, int]] = set()
+    for i, n in enumerate(nodes):
+        assert -1 <= n.parent < i, (i, n.parent)
+        assert n.depth == (1 if n.parent < 0 else nodes[n.parent].depth + 1), (i, n.depth)
+        assert (n.parent, n.token) not in seen, (i, n.token)
+        seen.add((n.parent, n.token))
+
+
+def ancestors(nodes, i: int) -> list[int]:
+    """Node i and its ancestors, root downwards."""
+    out = []
+    while i >= 0:
+        out.append(i)
+        i = nodes[i].parent
+    return out[::-1]
+
+
+def mask(parents: list[int], first: int, context: int, kv_length: int, dtype: torch.dtype,
+         device=None, tail: int = 0) -> torch.Tensor:
+    """Additive attention mask [1, 1, tail + m, kv_length] for feeding `tail` context tokens,
+    then the tree slots first..len(parents)-1, after `context - tail` cached positions.
+
+    Slot j sits at position context + j; parents[j] is its parent's slot (-1: the root). Tail
+    rows are causal; slot j sees the whole context, its ancestors and itself (0), nothing else
+    (the dtype's minimum)."""
+    m, start = len(parents) - first, context - tail
+    out = torch.full((1, 1, tail + m, kv_length), torch.finfo(dtype).min, dtype=dtype, device=device)
+    for r in range(tail):
+        out[0, 0, r, : start + r + 1] = 0
+    out[0, 0, tail:, :context] = 0
+    for r, slot in enumerate(range(first, len(parents)), start=tail):
+        while slot >= 0:
+            out[0, 0, r, context + slot] = 0
+            slot = parents[slot]
+    return out
+
+
+def walk(nodes: tuple[TreeNode, ...], p: torch.Tensor, generator: torch.Generator | None,
+         greedy: bool) -> TreeVerdict:
+    """The rule over a verified tree. p [1 + len(nodes), vocab]: row 0 the root's processed
+    target distribution, row 1 + i node i's (greedy: the raw logits, only their argmax is read).
+    """
+    kids = children(nodes)
+    probs = p if not greedy else None
+    argmax = p.argmax(-1).tolist() if greedy else None  # [1 + nodes]
+    fate = [UNREACHED] * len(nodes)
+    target_p = [0.0] * len(nodes)
+    path: list[int] = []
+    node = -1
+    while True:
+        row = node + 1
+        tried = kids.get(node, [])
+        if greedy:
+            for c in tried:
+                target_p[c] = float(nodes[c].token == argmax[row])
+            nxt = next((c for c in tried if nodes[c].token == argmax[row]), None)
+            for c in tried:
+                fate[c] = ACCEPTED if c == nxt else REJECTED
+            token = argmax[row]
+        else:
+            r = probs[row].clone()  # [vocab]
+            for c in tried:
+                target_p[c] = float(probs[row, nodes[c].token])
+            nxt = None
+            for c in tried:
+                x = nodes[c].token
+                u = float(torch.rand(1, generator=generator, device=p.device))
+                if u < float(r[x]):
+                    nxt = c
+                    break
+                fate[c] = REJECTED
+                r[x] = 0.0
+                total = float(r.sum())
+                r = r / total if total > 1e-12 else probs[row].clone()
+            if nxt is not None:
+                fate[nxt] = ACCEPTED
+            token = None if nxt is not None else int(torch.multinomial(r, 1, generator=generator))
+        if nxt is None:
+            kind = RECOVERED if tried else BONUS
+            filled = tuple(replace(n, p=target_p[i], fate=fate[i]) for i, n in enumerate(nodes))
+            return TreeVerdict(tuple(path), int(token), kind, filled)
+        path.append(nxt)
+        node = nxt
+
+
+def wrong_walk(nodes: tuple[TreeNode, ...], p: torch.Tensor, generator: torch.Generator) -> int:
+    """A known-wrong tree rule for the exactness lab, depth 1 only: every child is tried against
+    the unchanged p (no renormalisation after a refusal) and a full refusal draws from p.
+    It over-produces the drafted candidates. Returns the first committed token."""
+    for c in children(nodes).get(-1, []):
+        if float(torch.rand(1, generator=generator)) < float(p[0, nodes[c].token]):
+            return nodes[c].token
+    return int(torch.multinomial(p[0], 1, generator=generator))

@@ -1,0 +1,199 @@
+"""The tree drafter: a dynamic draft tree (EAGLE-2) from a small causal LM.
+
+Each round, depth 1 takes the draft's `branching` most likely tokens after the context. At each
+further depth the `branching` most promising frontier nodes (by cumulative draft probability,
+the product of q from the root) are expanded together in one batched draft pass with a tree
+attention mask, each into its `branching` most likely children. The tree the target verifies is
+the top of all drafted nodes by cumulative probability (parents always rank above children), at
+most `nodes` of them; by default the size is chosen each round from the measured verify cost.
+
+Candidates are the draft's top tokens, deterministic given the context, so the rule in tree.py
+(one-hot tries with renormalisation) keeps the output exact at any temperature.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from statistics import fmean
+
+import torch
+
+from .lm import CachedLM, input_rows, output_rows
+from .proposers import VERIFY_SLOPE, Draft
+from .sampling import SamplingParams, process
+from .tree import TreeNode, check
+
+MAX_NODES = 64
+MAX_BRANCHING = 8
+BRANCHING = 3
+
+
+def check_tree_settings(nodes: int | None, branching: int) -> None:
+    if nodes is not None and not (isinstance(nodes, int) and 1 <= nodes <= MAX_NODES):
+        raise ValueError(f"tree nodes must be an integer in 1..{MAX_NODES}, or unset to size the tree "
+                         f"from the measured verify cost; got {nodes!r}")
+    if not (isinstance(branching, int) and 1 <= branching <= MAX_BRANCHING):
+        raise ValueError(f"tree branching must be an integer in 1..{MAX_BRANCHING}, got {branching!r}")
+
+
+class VerifyCost:
+    """Target seconds per round against nodes verified, T(n) = a + b * n: least squares over the
+    run's last WINDOW rounds. Until two sizes have been seen, b = VERIFY_SLOPE * a."""
+
+    WINDOW = 32
+
+    def __init__(self, prior_slope: float = VERIFY_SLOPE):
+        self.prior = prior_slope
+        self.seen: deque[tuple[int, float]] = deque(maxlen=self.WINDOW)
+
+    def observe(self, nodes: int, seconds: float) -> None:
+        self.seen.append((nodes, seconds))
+
+    def fit(self) -> tuple[float, float] | None:
+        """(a, b) in seconds: a pass over the context's last token alone, and one more node."""
+        if not self.seen:
+            return None
+        n = [float(x) for x, _ in self.seen]
+        t = [s for _, s in self.seen]
+        mn, mt = fmean(n), fmean(t)
+        var = fmean([(x - mn) ** 2 for x in n])
+        if var > 0:
+            b = max(0.0, fmean([(x - mn) * (y - mt) for x, y in zip(n, t, strict=True)]) / var)
+            a = mt - b * mn
+            if a > 0:
+                return a, b
+        a = mt / (1 + self.prior * mn)
+        return a, self.prior * a
+
+    def slope(self) -> float:
+        """b / a: one more verified node as a fraction of a one-token pass."""
+        fit = self.fit()
+        return self.prior if fit is None else fit[1] / fit[0]
+
+
+class TreeProposer:
+    """Drafts a token tree of depth k (see the module text). `nodes` fixes the node budget;
+    unset, a node is verified only while its calibrated cumulative probability (the chance it
+    is reached and kept) exceeds what its verify cost would buy at the run's own rate:
+    c * score > R * slope, R being tokens per one-token target pass so far, slope the measured
+    cost of one more node (VerifyCost), c = nodes kept / scores summed (prior 1)."""
+
+    name = "tree"
+
+    def __init__(self, model, vocab_size: int, nodes: int | None = None, branching: int = BRANCHING,
+                 **cache):
+        check_tree_settings(nodes, branching)
+        self.budget, self.branching = nodes, branching
+        self.vocab_size = vocab_size
+        self.lm = CachedLM(model, min(vocab_size, output_rows(model)), refine=False, **cache)
+        self.readable = input_rows(model)
+        self.cost = VerifyCost()
+        self.kept, self.predicted = 2.0, 2.0  # c = kept / predicted
+        self.tokens, self.seconds = 0, 0.0  # the run so far (from round 2), for R
+        self.warm = False  # round 1 paid both prefills: its costs are not a fair sample
+        self.last = None  # ids, drafted nodes, slot of each fed node, chosen nodes, started, ended
+
+    def calibrated(self, score: float) -> float:
+        return min(1.0, score * self.kept / self.predicted)
+
+    def bar(self) -> float:
+        """R * slope: the tokens one more verified node's cost would buy at the run's rate."""
+        fit = self.cost.fit()
+        rate = 1.5 if fit is None or self.seconds <= 0 else self.tokens / (self.seconds / fit[0])
+        return rate * self.cost.slope()
+
+    def _learn(self, ids: list[int]) -> None:
+        if self.last is None:
+            return
+        before, drafted, slot_of, chosen, started, ended = self.last
+        self.last = None
+        if ids[: len(before)] != before:
+            self.lm.drop_slots()
+            return
+        grown = ids[len(before):]
+        path, node = [], -1  # the committed tokens' way through everything drafted
+        for t in grown:
+            node = next((i for i, n in enumerate(drafted) if n.parent == node and n.token == t), None)
+            if node is None:
+                break
+            path.append(node)
+        fed = []  # the draft's cache keeps the nodes it fed along that way
+        for i in path:
+            if i not in slot_of:
+                break
+            fed.append(slot_of[i])
+        self.lm.keep(fed)
+        if not self.warm:
+            self.warm = True
+            return
+        now = time.perf_counter()
+        self.cost.observe(len(chosen), now - ended)
+        verified = set(chosen)
+        self.kept += next((j for j, i in enumerate(path) if i not in verified), len(path))
+        self.predicted += sum(drafted[i].score for i in chosen)
+        self.tokens, self.seconds = self.tokens + len(grown), self.seconds + now - started
+
+    def _expand(self, drafted: list[TreeNode], parents: list[int], logits: torch.Tensor,
+                params: SamplingParams) -> None:
+        """Append the top `branching` children of each parent; logits [len(parents), vocab]."""
+        q = logits.softmax(-1) if params.greedy else process(logits, params)  # [m, vocab]
+        top = q.topk(min(self.branching, q.shape[-1]), dim=-1)  # [m, branching]
+        for parent, values, tokens in zip(parents, top.values.tolist(), top.indices.tolist(), strict=True):
+            base, depth = (1.0, 1) if parent < 0 else (drafted[parent].score, drafted[parent].depth + 1)
+            drafted += [TreeNode(parent, t, depth, v, base * v) for v, t in zip(values, tokens, strict=True)
+                        if v > 0]
+
+    def _choose(self, drafted: list[TreeNode], bar: float) -> list[int]:
+        """The verified nodes: the best by score with their parents, in drafted order."""
+        cap = self.budget or MAX_NODES
+        chosen: set[int] = set()
+        for i in sorted(range(len(drafted)), key=lambda i: (-drafted[i].score, drafted[i].depth, i)):
+            if len(chosen) >= cap or (self.budget is None and chosen
+                                      and self.calibrated(drafted[i].score) <= bar):
+                break
+            if drafted[i].parent < 0 or drafted[i].parent in chosen:
+                chosen.add(i)
+        return sorted(chosen)
+
+    def _frontier(self, drafted: list[TreeNode], depth: int, bar: float) -> list[int]:
+        """The nodes at depth worth expanding: the best `branching`, each able to still make the
+        tree (fewer than the budget rank above it; unset budget: it pays on its own)."""
+        best = sorted((i for i, n in enumerate(drafted) if n.depth == depth),
+                      key=lambda i: -drafted[i].score)[: self.branching]
+        scores = sorted((n.score for n in drafted), reverse=True)
+        cap = self.budget or MAX_NODES
+        return [i for i in best if (len(scores) <= cap or drafted[i].score >= scores[cap - 1])
+                and (self.budget is not None or self.calibrated(drafted[i].score) > bar)]
+
+    @torch.inference_mode()
+    def propose(self, ids, k, params, generator) -> Draft:
+        started, passes = time.perf_counter(), self.lm.passes
+        self._learn(ids)
+        if k < 1 or (self.readable < self.vocab_size and max(ids) >= self.readable):
+            return Draft([], None, 0, time.perf_counter() - started, self.name)
+        bar = self.bar()
+        drafted: list[TreeNode] = []
+        slot_of: dict[int, int] = {}  # drafted node -> its slot in the draft's cache
+        self._expand(drafted, [-1], self.lm.forward(ids, last=1), params)
+        for depth in range(1, k):
+            frontier = self._frontier(drafted, depth, bar)
+            if not frontier:
+                break
+            for i in frontier:
+                slot_of[i] = len(self.lm.slots) + frontier.index(i)
+            logits = self.lm.forward_tree(ids, [drafted[i].token for i in frontier],
+                                          [slot_of.get(drafted[i].parent, -1) for i in frontier])
+            self._expand(drafted, frontier, logits, params)  # logits [len(frontier), vocab]
+        chosen = self._choose(drafted, bar)
+        index = {i: j for j, i in enumerate(chosen)}
+        tree = tuple(TreeNode(drafted[i].parent if drafted[i].parent < 0 else index[drafted[i].parent],
+                              drafted[i].token, drafted[i].depth, drafted[i].q, drafted[i].score)
+                     for i in chosen)
+        check(tree)
+        self.last = (list(ids), drafted, slot_of, chosen, started, time.perf_counter())
+        chain, node = [], -1  # the draft's favourite branch, for chain-shaped consumers
+        while (node := next((j for j, n in enumerate(tree) if n.parent == node), None)) is not None:
+            chain.append(tree[node].token)
+        return Draft(chain, None, self.lm.passes - passes, time.perf_counter() - started, self.name,
+                     tree=tree)
