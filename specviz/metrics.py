@@ -91,9 +91,27 @@ class RunStats:
         return {n: counts.get(n, 0) for n in range(self.k + 1)}
 
     @property
-    def predicted_tokens_per_pass(self) -> float:
+    def is_tree(self) -> bool:
+        """Some round verified a token tree (proposer="tree")."""
+        return any(e.tree for e in self.events)
+
+    @property
+    def nodes_verified(self) -> int:
+        """Drafted tokens the target verified: every tree node, or each chain round's k."""
+        return sum(e.nodes for e in self.events)
+
+    @property
+    def accepted_per_node(self) -> float:
+        """accepted / nodes verified: what a verified position bought (a chain: acceptance_rate)."""
+        return self.accepted / self.nodes_verified if self.nodes_verified else 0.0
+
+    @property
+    def predicted_tokens_per_pass(self) -> float | None:
         """The i.i.d. prediction at the measured α: the mean over rounds of
-        (1 - α^(k_i+1)) / (1 - α) for each round's draft length k_i (a fixed-k run: its k)."""
+        (1 - α^(k_i+1)) / (1 - α) for each round's draft length k_i (a fixed-k run: its k).
+        None for a tree run: the chain formula says nothing of trees."""
+        if self.is_tree:
+            return None
         if not self.events:
             return 0.0
         alpha = self.alpha  # a property that sums over every round: once, not per round
@@ -140,7 +158,8 @@ class RunStats:
             "new_tokens": self.new_tokens, "target_passes": self.target_passes,
             "draft_passes": self.draft_passes, "tokens_per_pass": self.tokens_per_pass,
             "alpha": self.alpha, "acceptance_rate": self.acceptance_rate,
-            "rejections": self.rejections, "k": self.k,
+            "rejections": self.rejections, "k": self.k, "nodes_verified": self.nodes_verified,
+            "accepted_per_node": self.accepted_per_node,
             "acceptance_by_position": self.acceptance_by_position,
             "accepted_histogram": self.accepted_histogram,
             "predicted_tokens_per_pass": self.predicted_tokens_per_pass,
