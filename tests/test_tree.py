@@ -1,0 +1,218 @@
+"""Token trees: the mask, the gather, the rule, the sizing, and the engine's two promises."""
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import specviz
+from specviz.lm import CachedLM
+from specviz.sampling import SamplingParams, process
+from specviz.tree import ACCEPTED, REJECTED, UNREACHED, TreeNode, ancestors, check, mask, walk
+from specviz.treedraft import TreeProposer, VerifyCost
+
+PROMPTS = ["def fibonacci(n):\n    if n < 2:", "The quick brown fox", "for i in range(10):\n",
+           "class Stack:\n    def push(self, x):"]
+
+
+def tokens(events):
+    return [t for e in events for t in e.new_tokens]
+
+
+def node(parent, token, depth, q=0.5, score=0.5):
+    return TreeNode(parent, token, depth, q, score)
+
+
+# A hand-made tree: root -> 7 (0), 9 (1); 7 -> 3 (2), 4 (3); 3 -> 5 (4)
+TREE = (node(-1, 7, 1), node(-1, 9, 1), node(0, 3, 2), node(0, 4, 2), node(2, 5, 3))
+
+
+def test_mask_lets_each_node_see_the_context_its_ancestors_and_itself():
+    parents = [n.parent for n in TREE]
+    m = mask(parents, 0, 4, 4 + 5, torch.float32, tail=2)[0, 0] == 0  # [2 + 5, 9] visible
+    assert m[0].tolist() == [1, 1, 1, 0, 0, 0, 0, 0, 0]  # tail rows are causal
+    assert m[1].tolist() == [1, 1, 1, 1, 0, 0, 0, 0, 0]
+    for i in range(5):
+        seen = {4 + j for j in ancestors(TREE, i)}
+        assert m[2 + i].tolist() == [j < 4 or j in seen for j in range(9)], i
+    # Nodes fed later see earlier slots as ancestors: feed slot 4 alone after slots 0..3.
+    later = mask(parents, 4, 4, 16, torch.float32)[0, 0] == 0  # [1, 16]
+    assert later[0].nonzero().flatten().tolist() == [0, 1, 2, 3, 4, 6, 8]
+
+
+@pytest.mark.parametrize("which", ["pair", "gpt2_pair"])
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_tree_pass_gives_each_node_the_logits_of_its_own_path(which, cache, request):
+    pair = request.getfixturevalue(which)
+    ids = pair.encode(PROMPTS[0])
+    lm = CachedLM(pair.target, pair.vocab_size, cache=cache, max_len=128)
+    lm.forward(ids[:-3])  # a cached context, then a 3-token tail and the tree in one pass
+    rows = lm.forward_tree(ids, [n.token for n in TREE], [n.parent for n in TREE])  # [1 + 5, vocab]
+    fresh = CachedLM(pair.target, pair.vocab_size)
+    assert torch.allclose(rows[0], fresh.forward(ids)[0], atol=1e-4)
+    for i in range(len(TREE)):
+        path = [TREE[j].token for j in ancestors(TREE, i)]
+        expected = CachedLM(pair.target, pair.vocab_size).forward(ids + path)[0]
+        assert torch.allclose(rows[1 + i], expected, atol=1e-4), i
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_keeping_a_path_leaves_the_cache_a_plain_forward_would(pair, cache):
+    ids = pair.encode(PROMPTS[1])
+    lm = CachedLM(pair.target, pair.vocab_size, cache=cache, max_len=128)
+    lm.forward_tree(ids, [n.token for n in TREE], [n.parent for n in TREE])
+    lm.keep([0, 2, 4])  # 7 -> 3 -> 5
+    assert lm.tokens == ids + [7, 3, 5] and lm.slots == []
+    assert lm.cache_length == len(ids) + 3
+    after = lm.forward(ids + [7, 3, 5, 11])[0]  # feeds only 11 on the gathered cache
+    expected = CachedLM(pair.target, pair.vocab_size).forward(ids + [7, 3, 5, 11])[0]
+    assert torch.allclose(after, expected, atol=1e-4)
+
+
+def test_greedy_walk_follows_the_targets_argmax_down_the_tree():
+    logits = torch.full((6, 12), -1.0)  # rows: root, then each node
+    for row, best in [(0, 7), (1, 3), (3, 8), (5, 2)]:
+        logits[row, best] = 1.0
+    verdict = walk(TREE, logits, None, greedy=True)
+    assert verdict.path == (0, 2) and verdict.token == 8 and verdict.kind == "recovered"
+    assert [n.fate for n in verdict.nodes] == [ACCEPTED, REJECTED, ACCEPTED, REJECTED, REJECTED]
+    assert [n.p for n in verdict.nodes] == [1.0, 0.0, 1.0, 0.0, 0.0]
+    assert verdict.display_chain() == [0, 2, 4]  # the path, then the refused first child
+    logits[3, 5], logits[3, 8] = 2.0, -1.0  # now 5 is the target's choice: a leaf, bonus
+    verdict = walk(TREE, logits, None, greedy=True)
+    assert verdict.path == (0, 2, 4) and verdict.token == 2 and verdict.kind == "bonus"
+    assert verdict.nodes[3].fate == REJECTED and verdict.nodes[1].fate == REJECTED
+
+
+def test_sampled_walk_marks_tried_refused_and_untried_children():
+    p = torch.zeros(6, 12)
+    p[0, 9] = 1.0  # the root's first child (7) has p = 0: refused for sure; 9 then has all the mass
+    p[2, 6] = 1.0
+    verdict = walk(TREE, p, torch.Generator().manual_seed(0), greedy=False)
+    assert verdict.path == (1,) and verdict.token == 6 and verdict.kind == "bonus"
+    assert [n.fate for n in verdict.nodes] == [REJECTED, ACCEPTED, UNREACHED, UNREACHED, UNREACHED]
+    assert [n.p for n in verdict.nodes][:2] == [0.0, 1.0]
+
+
+def test_refusing_every_child_draws_from_p_without_them():
+    # 2000 walks at the root of children 7 and 9, p = 0.25 each; the rest, 0.5 on 1 and 0.0 on 2.
+    # Output: 7 w.p. 0.25, 9 w.p. 0.75 * (0.25 / 0.75) = 0.25, 1 w.p. 0.5. Chi-square p > 0.001.
+    tree = (node(-1, 7, 1), node(-1, 9, 1))
+    p = torch.zeros(3, 12)
+    p[0, [7, 9, 1]] = torch.tensor([0.25, 0.25, 0.5])
+    p[1:, 0] = 1.0  # after an accepted child (a leaf): the bonus token
+    gen = torch.Generator().manual_seed(1)
+    counts = torch.zeros(12)
+    for _ in range(2000):
+        v = walk(tree, p, gen, greedy=False)
+        counts[v.path and tree[v.path[0]].token or v.token] += 1
+    assert counts[[7, 9, 1]].sum() == 2000
+    stat = chisquare(counts[[7, 9, 1]].numpy(), [500, 500, 1000])
+    assert stat.pvalue > 0.001, stat
+
+
+def test_verify_cost_fits_a_line_and_falls_back_to_the_prior():
+    cost = VerifyCost(prior_slope=0.04)
+    assert cost.fit() is None and cost.slope() == 0.04
+    cost.observe(4, 0.30)
+    assert cost.fit() == pytest.approx((0.30 / 1.16, 0.04 * 0.30 / 1.16))  # one size: the prior
+    for n, t in [(1, 0.2 + 0.05 * 1), (9, 0.2 + 0.05 * 9), (4, 0.2 + 0.05 * 4)]:
+        cost.observe(n, t)
+    cost.seen.popleft()
+    assert cost.fit() == pytest.approx((0.2, 0.05)) and cost.slope() == pytest.approx(0.25)
+
+
+def test_node_budget_keeps_the_best_scores_with_their_parents(pair):
+    proposer = TreeProposer(pair.draft, pair.vocab_size, nodes=3)
+    drafted = [node(-1, 1, 1, score=0.5), node(-1, 2, 1, score=0.3), node(0, 3, 2, score=0.45),
+               node(2, 4, 3, score=0.05), node(1, 5, 2, score=0.29)]
+    assert proposer._choose(drafted, bar=0.0) == [0, 1, 2]
+    sized = TreeProposer(pair.draft, pair.vocab_size)  # unset budget: the calibrated score pays
+    assert sized._choose(drafted, bar=0.295) == [0, 1, 2]
+    assert sized._choose(drafted, bar=0.4) == [0, 2]
+    assert sized._choose(drafted, bar=0.9) == [0]  # at least the best node
+
+
+@pytest.mark.parametrize("which", ["pair", "gpt2_pair", "static_pair"])
+def test_greedy_tree_output_is_the_targets_own(which, request):
+    pair = request.getfixturevalue(which)
+    pair.target.generation_config.eos_token_id = None  # run the full budget in both
+    try:
+        for prompt in PROMPTS:
+            ids = pair.encode(prompt)
+            expected = pair.target.generate(torch.tensor([ids]), max_new_tokens=30, do_sample=False,
+                                            min_new_tokens=30)[0, len(ids):].tolist()
+            for k, nodes, branching in [(1, None, 3), (2, 4, 2), (4, None, 3), (4, 64, 4),
+                                        (6, 12, 1), (3, 1, 8)]:
+                events = list(specviz.generate(pair, prompt, proposer="tree", k=k, nodes=nodes,
+                                               branching=branching, max_new_tokens=30))
+                assert tokens(events) == expected, (prompt, k, nodes, branching)
+                assert all(len(e.tree) <= (nodes or 64) for e in events)
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+
+
+@pytest.mark.parametrize("which", ["pair", "static_pair"])
+def test_both_caches_hold_exactly_the_committed_path_every_round(which, request):
+    pair = request.getfixturevalue(which)
+    ids = pair.encode(PROMPTS[0])
+    drafter = specviz.engine.make_proposer(pair, "tree", max_len=256, nodes=10)
+    from specviz.engine import _rounds
+
+    events = _rounds(pair, drafter, ids, 4, 25, SamplingParams(1.0), 3, 256)
+    done = []
+    for e in events:
+        done += e.new_tokens
+        assert e.target_cache_length == len(ids) + len(done) - 1
+        check(e.tree)
+        assert [e.tree[i].token for i in range(len(e.tree)) if e.tree[i].fate == ACCEPTED] \
+            == e.draft_tokens[: e.accepted] == e.new_tokens[: e.accepted]
+        lm = drafter.lm  # before learning: the context it drafted from, then its fed nodes
+        assert lm.tokens == (ids + done)[: len(lm.tokens)]
+        assert lm.cache_length == len(lm.tokens) + len(lm.slots)
+        drafter._learn(ids + done)  # what its next propose does first (then a no-op there)
+        assert lm.slots == [] and lm.tokens == (ids + done)[: len(lm.tokens)]
+        assert lm.cache_length == len(lm.tokens)
+
+
+def exact_three_token_distribution(pair, ids, params):
+    """P(t1, t2, t3) of the target alone under params (top-k support): {(t1, t2, t3): prob}."""
+    out = {(): 1.0}
+    with torch.no_grad():
+        for _ in range(3):
+            prefixes = list(out)
+            batch = torch.tensor([ids + list(x) for x in prefixes])
+            probs = process(pair.target(batch).logits[:, -1, : pair.vocab_size], params)
+            out = {x + (t,): out[x] * float(probs[r, t]) for r, x in enumerate(prefixes)
+                   for t in probs[r].nonzero().flatten().tolist()}
+    return out
+
+
+@pytest.mark.parametrize("which", ["pair", "static_pair"])
+def test_sampled_tree_runs_follow_the_targets_distribution(which, request):
+    pair = request.getfixturevalue(which)
+    # 2400 runs of 3 tokens at temperature 1, top_k=3 (27 outcomes), depth 2, 6 nodes, branching
+    # 2: chi-square p > 0.001. The wrong tree rule is shown to fail in tests/test_lab.py.
+    params = SamplingParams(1.0, top_k=3)
+    prompt = "The dog. The dog"
+    ids = pair.encode(prompt)
+    joint = exact_three_token_distribution(pair, ids, params)
+    cells = sorted(joint)
+    counts = dict.fromkeys(cells, 0)
+    for seed in range(2400):
+        out = tokens(specviz.generate(pair, prompt, proposer="tree", k=2, nodes=6, branching=2,
+                                      max_new_tokens=3, temperature=1.0, top_k=3, seed=seed))
+        counts[tuple(out)] += 1
+    assert sum(counts.values()) == 2400
+    total = sum(joint.values())
+    expected = [joint[c] / total * 2400 for c in cells]
+    stat = chisquare([counts[c] for c in cells], expected)
+    assert stat.pvalue > 0.001, stat
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"nodes": 0}, "tree nodes"), ({"nodes": 65}, "tree nodes"), ({"branching": 0}, "branching"),
+    ({"branching": 9}, "branching"), ({"nodes": 2.5}, "tree nodes"),
+])
+def test_bad_tree_settings_are_clear_value_errors(pair, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        list(specviz.generate(pair, PROMPTS[0], proposer="tree", **kwargs))
