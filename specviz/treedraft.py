@@ -39,9 +39,10 @@ def check_tree_settings(nodes: int | None, branching: int) -> None:
 
 class VerifyCost:
     """Target seconds per round against nodes verified, T(n) = a + b * n: least squares over the
-    run's last WINDOW rounds. Until two sizes have been seen, b = VERIFY_SLOPE * a."""
+    run's last WINDOW rounds. Until MIN_ROUNDS rounds spanning MIN_SPREAD sizes have been seen (a
+    line through two noisy points can say anything), b = VERIFY_SLOPE * a."""
 
-    WINDOW = 32
+    WINDOW, MIN_ROUNDS, MIN_SPREAD = 32, 3, 4
 
     def __init__(self, prior_slope: float = VERIFY_SLOPE):
         self.prior = prior_slope
@@ -58,7 +59,7 @@ class VerifyCost:
         t = [s for _, s in self.seen]
         mn, mt = fmean(n), fmean(t)
         var = fmean([(x - mn) ** 2 for x in n])
-        if var > 0:
+        if len(n) >= self.MIN_ROUNDS and max(n) - min(n) >= self.MIN_SPREAD:
             b = max(0.0, fmean([(x - mn) * (y - mt) for x, y in zip(n, t, strict=True)]) / var)
             a = mt - b * mn
             if a > 0:

@@ -115,9 +115,11 @@ def test_verify_cost_fits_a_line_and_falls_back_to_the_prior():
     assert cost.fit() is None and cost.slope() == 0.04
     cost.observe(4, 0.30)
     assert cost.fit() == pytest.approx((0.30 / 1.16, 0.04 * 0.30 / 1.16))  # one size: the prior
+    cost.observe(5, 0.28)  # two rounds a node apart: still the prior, not a line through noise
+    assert cost.slope() == 0.04
+    cost.seen.clear()
     for n, t in [(1, 0.2 + 0.05 * 1), (9, 0.2 + 0.05 * 9), (4, 0.2 + 0.05 * 4)]:
         cost.observe(n, t)
-    cost.seen.popleft()
     assert cost.fit() == pytest.approx((0.2, 0.05)) and cost.slope() == pytest.approx(0.25)
 
 
