@@ -2,6 +2,11 @@
 
 Methods run interleaved (repeat > prompt > method) in one process, so machine drift hits all
 alike. Greedy only: every method's output is compared with the target alone's.
+
+Token trees (`specviz:tree-<depth>[-n<nodes>][-b<branching>]`; no -n: sized each round from the
+measured verify cost) run beside the chain at the same depth (`specviz:draft-<depth>`), and the
+summary holds their ratios tree / chain in tokens per target pass and tokens per second, with
+issue 13's goals (TREE_GOALS) marked pass or fail per class.
 """
 
 from __future__ import annotations
@@ -9,9 +14,11 @@ from __future__ import annotations
 import copy
 import json
 import platform
+import re
 import statistics
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -20,16 +27,21 @@ from transformers import GenerationConfig
 
 from . import profiles, quant
 from .compare import first_difference
-from .engine import generate
+from .engine import MAX_K, generate
 from .loading import Pair
 from .metrics import RunStats
 from .proposers import kept_of
+from .treedraft import BRANCHING, check_tree_settings
 
 PROMPTS = Path(__file__).parent.parent / "assets" / "bench_prompts.json"
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 NGRAM_K = 8  # tokens an n-gram round may propose (specviz and transformers alike)
 ADAPTIVE_K = 16  # the most the adaptive drafter may draft in a round
 PLAIN_HEAD = "specviz-plainhead"  # specviz with the target's head in its own dtype
+TREE_NAME = re.compile(r"specviz:tree-(\d+)(?:-n(\d+))?(?:-b(\d+))?")
+# Issue 13: at depth 4 a tree reaches >= 1.1x the chain's tokens per target pass (k=4) in every
+# prompt class, and >= 0.95x its tokens per second at the same depth.
+TREE_GOALS = {"depth": 4, "tokens_per_pass": 1.1, "tokens_per_second": 0.95}
 
 
 @dataclass(frozen=True)
@@ -51,7 +63,9 @@ class Record:
     matches_target: bool | None = None
     first_difference: int | None = None
     draft_passes: int | None = None
-    widths: dict[int, int] | None = None  # target passes by tokens verified (k+1), for --profile
+    widths: dict[int, int] | None = None  # target passes by tokens verified (1 + k or 1 + nodes)
+    nodes_verified: int | None = None  # drafted tokens the target verified (tree nodes, or each k)
+    accepted: int | None = None  # drafted tokens kept
 
     @property
     def passes(self) -> profiles.Passes | None:
@@ -85,15 +99,43 @@ class PeakRSS:
         self.peak = max(self.peak, self._proc.memory_info().rss)
 
 
-def specviz_method(proposer: str, k: int):
+def specviz_method(proposer: str, k: int, **tree):
+    """tree: nodes and branching of proposer="tree"."""
     def run(pair, ids, n):
-        stats = RunStats.of(generate(pair, ids, proposer=proposer, k=k, max_new_tokens=n))
+        stats = RunStats.of(generate(pair, ids, proposer=proposer, k=k, max_new_tokens=n, **tree))
         return stats.tokens, dict(target_passes=stats.target_passes, alpha=stats.alpha,
                                   draft_seconds=stats.draft_seconds, target_seconds=stats.target_seconds,
                                   other_seconds=stats.overhead_seconds,
-                                  draft_passes=stats.draft_passes,
-                                  widths=profiles.passes_of(stats.events).widths)
+                                  draft_passes=stats.draft_passes, widths=widths_of(stats.events),
+                                  nodes_verified=stats.nodes_verified, accepted=stats.accepted)
     return run
+
+
+def widths_of(events) -> dict[int, int]:
+    """Target passes by tokens verified: 1 + the round's nodes (a chain's k, a tree's nodes)."""
+    return dict(Counter(e.nodes + 1 for e in events))
+
+
+def tree_method(name: str) -> tuple[int, int | None, int] | None:
+    """(depth, nodes or None, branching) of `specviz:tree-<depth>[-n<nodes>][-b<branching>]`;
+    None for any other name; ValueError for a tree name out of range."""
+    m = TREE_NAME.fullmatch(name)
+    if m is None:
+        return None
+    depth, nodes = int(m[1]), None if m[2] is None else int(m[2])
+    branching = BRANCHING if m[3] is None else int(m[3])
+    if not 1 <= depth <= MAX_K:
+        raise ValueError(f"{name}: a tree's depth must be in 1..{MAX_K}")
+    try:
+        check_tree_settings(nodes, branching)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    return depth, nodes, branching
+
+
+def tree_name(depth: int, nodes: int | None = None, branching: int = BRANCHING) -> str:
+    return (f"specviz:tree-{depth}" + ("" if nodes is None else f"-n{nodes}")
+            + ("" if branching == BRANCHING else f"-b{branching}"))
 
 
 class PassCounter:
@@ -179,9 +221,13 @@ def lookup_rules(pair, prompt: list[int], max_new_tokens: int) -> dict:
             f"hf:lookup-{NGRAM_K}": lookup}
 
 
-def methods(ks, names: set[str] | None, has_draft: bool,
-            quant_draft: bool = False) -> dict[str, tuple[str, int | None, object]]:
-    """{name: (family, k, runner)} in a fixed order; names filters by name or family prefix."""
+def methods(ks, names: set[str] | None, has_draft: bool, quant_draft: bool = False,
+            tree_nodes=()) -> dict[str, tuple[str, int | None, object]]:
+    """{name: (family, k, runner)} in a fixed order; names filters by name or family prefix.
+
+    Trees: specviz:tree-k (sized from the measured cost) for each k, and specviz:tree-k-n<N> for
+    each fixed budget in tree_nodes; any other tree shape by its name in `names`. Each selected
+    tree brings the chain at its depth (specviz:draft-<depth>), which its ratios compare with."""
     table = {"hf:target": ("transformers", None, hf_method("target", 0)),
              "specviz:none": ("specviz", None, specviz_method("none", 1)),
              f"hf:lookup-{NGRAM_K}": ("transformers", NGRAM_K, hf_method("lookup", NGRAM_K)),
@@ -192,6 +238,8 @@ def methods(ks, names: set[str] | None, has_draft: bool,
             if quant_draft and k == 4:  # transformers on specviz's quantized draft, for transparency
                 table[f"hf:assisted-{k}-qdraft"] = ("transformers", k, hf_method("assisted", k))
             table[f"specviz:draft-{k}"] = ("specviz", k, specviz_method("draft", k))
+            for nodes in (None, *tree_nodes):
+                table[tree_name(k, nodes)] = ("specviz", k, specviz_method("tree", k, nodes=nodes))
         table[f"specviz:hybrid-{NGRAM_K}"] = ("specviz", NGRAM_K, specviz_method("hybrid", NGRAM_K))
         table["specviz:adaptive"] = ("specviz", ADAPTIVE_K, specviz_method("adaptive", ADAPTIVE_K))
     if names:
@@ -202,19 +250,43 @@ def methods(ks, names: set[str] | None, has_draft: bool,
             run = specviz_method(name.split(":")[1].split("-")[0], 4)
             table[name] = (PLAIN_HEAD, 4,
                            lambda pair, ids, n, run=run: run(replace(pair, refine=False), ids, n))
+        for name in sorted(names):
+            shape = tree_method(name)
+            if shape and has_draft and name not in table:
+                depth, nodes, branching = shape
+                runner = specviz_method("tree", depth, nodes=nodes, branching=branching)
+                table[name] = ("specviz", depth, runner)
+    for name, (_, depth, _) in list(table.items()):
+        chain = f"specviz:draft-{depth}"
+        if tree_method(name) and chain not in table:
+            table[chain] = ("specviz", depth, specviz_method("draft", depth))
     return table
 
 
+def check_methods(names: set[str], ks, tree_nodes=()) -> None:
+    """ValueError for a --methods entry that selects nothing (checked before the models load)."""
+    known = methods(ks, None, True, True, tree_nodes)
+    for name in sorted(names):
+        if tree_method(name) or name in ("specviz:none-plainhead", "specviz:draft-4-plainhead"):
+            continue
+        if not any(name in (m, m.split(":")[0], m.split("-")[0]) for m in known):
+            raise ValueError(f"--methods: {name[:40]!r} selects no method: give names (specviz:draft-4, "
+                             "specviz:tree-4-n16), families (hf, specviz) or kinds (specviz:tree); a "
+                             "draft-k or assisted-k name needs its k in --ks")
+
+
 def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None,
-              log=None, spec_pair=None) -> tuple[list[Record], dict[int, list[int]]]:
+              log=None, spec_pair=None, tree_nodes=()) -> tuple[list[Record], dict[int, list[int]]]:
     """Records of every run, and the target alone's output per prompt index (when a baseline
     ran). spec_pair: the pair specviz methods run on (e.g. with a quantized draft)."""
     spec_pair = spec_pair or pair
     log = log or (lambda line: print(line, flush=True))
-    table = methods(ks, names, pair.draft is not None, spec_pair.draft is not pair.draft)
+    table = methods(ks, names, pair.draft is not None, spec_pair.draft is not pair.draft, tree_nodes)
     encoded = [pair.encode(p["prompt"], chat=True) for p in prompts]
     list(generate(pair, encoded[0], proposer="draft" if pair.draft is not None else "ngram",
                   max_new_tokens=8))  # warm-up
+    if any(tree_method(name) for name in table):
+        list(generate(spec_pair, encoded[0], proposer="tree", max_new_tokens=8))  # the tree paths too
     reference: dict[tuple[str, int], list[int]] = {}  # (family, prompt) -> target alone's output
     records = []
     for repeat in range(repeats):
@@ -270,7 +342,14 @@ def summarize(records: list[Record]) -> dict:
                 row |= {"alpha": statistics.fmean(r.alpha for r in rs),
                         "draft_share": sum(r.draft_seconds for r in rs) / seconds,
                         "target_share": sum(r.target_seconds for r in rs) / seconds,
-                        "other_share": sum(r.other_seconds for r in rs) / seconds}
+                        "other_share": sum(r.other_seconds for r in rs) / seconds,
+                        "draft_seconds": sum(r.draft_seconds for r in rs),
+                        "target_seconds": sum(r.target_seconds for r in rs),
+                        "other_seconds": sum(r.other_seconds for r in rs)}
+            if rs[0].nodes_verified is not None and rs[0].target_passes is not None:
+                nodes = sum(r.nodes_verified for r in rs)
+                row |= {"nodes_per_round": nodes / sum(r.target_passes for r in rs),
+                        "accepted_per_node": sum(r.accepted for r in rs) / nodes if nodes else 0.0}
             out[method][cls] = row
     for method, rows in out.items():
         base = out.get("specviz:none" if method.startswith("specviz") else "hf:target", {})
@@ -297,11 +376,115 @@ def counterparts(method: str, out: dict) -> list[str]:
     """
     if method.startswith("specviz:draft-"):
         return [m for m in ["hf:assisted-" + method.rsplit("-", 1)[1]] if m in out]
+    if tree_method(method):
+        return [m for m in [f"hf:assisted-{tree_method(method)[0]}"] if m in out]
     if method.startswith("specviz:ngram"):
         return [m for m in [f"hf:lookup-{NGRAM_K}"] if m in out]
     if method.startswith(("specviz:hybrid", "specviz:adaptive")):
         return [m for m in out if m.startswith(("hf:assisted-", "hf:lookup-")) and not m.endswith("-qdraft")]
     return []
+
+
+def tree_vs_chain(summary: dict) -> dict:
+    """{tree method: {chain, depth, nodes, branching, classes: {class: ratios}, verdicts}}: each
+    tree against the chain at its depth, per class, as issue 13's goals read them:
+    tokens_per_pass = tree's tokens per target pass / chain's, tokens_per_second likewise, each
+    with _ok against TREE_GOALS. The verdicts (tokens_per_pass_ok, tokens_per_second_ok) hold in
+    every prompt class ("all" aside); `goal_depth` marks the depth the issue states them at."""
+    out = {}
+    for method, rows in summary.items():
+        shape = tree_method(method)
+        chain = shape and summary.get(f"specviz:draft-{shape[0]}")
+        if not chain:
+            continue
+        classes = {}
+        for cls, row in rows.items():
+            base = chain.get(cls, {})
+            if not base.get("tokens_per_pass") or not base.get("tokens_per_second") \
+                    or "tokens_per_pass" not in row:
+                continue
+            tpp = row["tokens_per_pass"] / base["tokens_per_pass"]
+            tps = row["tokens_per_second"] / base["tokens_per_second"]
+            classes[cls] = {"tokens_per_pass": tpp, "tokens_per_second": tps,
+                            "tokens_per_pass_ok": tpp >= TREE_GOALS["tokens_per_pass"],
+                            "tokens_per_second_ok": tps >= TREE_GOALS["tokens_per_second"]}
+        named = [c for c in classes if c != "all"] or list(classes)
+        held = {goal: bool(named) and all(classes[c][goal] for c in named)
+                for goal in ("tokens_per_pass_ok", "tokens_per_second_ok")}
+        out[method] = {"chain": f"specviz:draft-{shape[0]}", "depth": shape[0], "nodes": shape[1],
+                       "branching": shape[2], "goal_depth": shape[0] == TREE_GOALS["depth"],
+                       "classes": classes} | held
+    return out
+
+
+def tree_table(trees: dict, summary: dict) -> str:
+    """Markdown: each tree against the chain at its depth, per class, with pass/fail."""
+    ok = lambda b: "pass" if b else "FAIL"  # noqa: E731
+    lines = [f"Token trees against the chain at the same depth (issue 13's goals, stated at depth "
+             f"{TREE_GOALS['depth']}: tokens per target pass >= {TREE_GOALS['tokens_per_pass']:.2f}x the "
+             f"chain's in every class; tok/s >= {TREE_GOALS['tokens_per_second']:.2f}x):", "",
+             "| tree | class | tokens/pass tree / chain | ratio | tok/s tree / chain | ratio | nodes/round "
+             "tree / chain | accepted/node | tree's draft / target / other s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for method, t in trees.items():
+        for cls, r in t["classes"].items():
+            tree, chain = summary[method][cls], summary[t["chain"]][cls]
+            lines.append(
+                f"| {method} | {cls} | {tree['tokens_per_pass']:.2f} / {chain['tokens_per_pass']:.2f} | "
+                f"{r['tokens_per_pass']:.2f}x {ok(r['tokens_per_pass_ok'])} | "
+                f"{tree['tokens_per_second']:.2f} / {chain['tokens_per_second']:.2f} | "
+                f"{r['tokens_per_second']:.2f}x {ok(r['tokens_per_second_ok'])} | "
+                f"{tree.get('nodes_per_round', 0):.1f} / {chain.get('nodes_per_round', 0):.1f} | "
+                f"{tree.get('accepted_per_node', 0):.2f} | {tree.get('draft_seconds', 0):.2f} / "
+                f"{tree.get('target_seconds', 0):.2f} / {tree.get('other_seconds', 0):.3f} |")
+        goal = "" if t["goal_depth"] else f" (the goals are stated at depth {TREE_GOALS['depth']})"
+        lines.append(f"| {method} | every class{goal} | | {ok(t['tokens_per_pass_ok'])} | | "
+                     f"{ok(t['tokens_per_second_ok'])} | | | |")
+    return "\n".join(lines)
+
+
+def per_prompt(records: list[Record]) -> dict[str, dict[int, dict]]:
+    """{method: {prompt: row}} over the repeats: tokens per target pass, tok/s, nodes verified per
+    round and the draft / target / other seconds (specviz methods)."""
+    out: dict[str, dict[int, dict]] = {}
+    for method in dict.fromkeys(r.method for r in records):
+        out[method] = {}
+        for prompt in sorted({r.prompt for r in records if r.method == method}):
+            rs = [r for r in records if r.method == method and r.prompt == prompt]
+            tokens, seconds = sum(r.tokens for r in rs), sum(r.seconds for r in rs)
+            row = {"class": rs[0].cls, "runs": len(rs), "tokens": tokens, "seconds": seconds,
+                   "tokens_per_second": tokens / seconds if seconds else 0.0}
+            if rs[0].target_passes is not None:
+                row["tokens_per_pass"] = tokens / max(sum(r.target_passes for r in rs), 1)
+                if rs[0].nodes_verified is not None:
+                    row["nodes_per_round"] = sum(r.nodes_verified for r in rs) / max(
+                        sum(r.target_passes for r in rs), 1)
+            if rs[0].draft_seconds is not None:
+                row |= {"draft_seconds": sum(r.draft_seconds for r in rs),
+                        "target_seconds": sum(r.target_seconds for r in rs),
+                        "other_seconds": sum(r.other_seconds for r in rs)}
+            out[method][prompt] = row
+    return out
+
+
+def per_prompt_table(prompts: dict, methods: list[str]) -> str:
+    """Markdown: the given methods prompt by prompt."""
+    lines = ["Per prompt (summed over the repeats):", "",
+             "| method | prompt | class | tokens/pass | tok/s | nodes/round | draft / target / other s |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for method in methods:
+        for prompt, r in prompts.get(method, {}).items():
+            split = (f"{r['draft_seconds']:.2f} / {r['target_seconds']:.2f} / {r['other_seconds']:.3f}"
+                     if "draft_seconds" in r else "-")
+            nodes = f"{r['nodes_per_round']:.1f}" if "nodes_per_round" in r else "-"
+            lines.append(f"| {method} | #{prompt} | {r['class']} | {r.get('tokens_per_pass', 0):.2f} | "
+                         f"{r['tokens_per_second']:.2f} | {nodes} | {split} |")
+    return "\n".join(lines)
+
+
+def _times(ratio: float | None) -> str:
+    """A speedup as shown: "1.23x", or "-" where its baseline did not run."""
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def _speed_rows(summary: dict, classes: list[str], cell) -> list[tuple[str, list[str]]]:
@@ -314,7 +497,7 @@ def table(summary: dict) -> str:
     classes = [c for c in next(iter(summary.values()))]
     lines = [f"{'method':22}" + "".join(f"{c:>24}" for c in classes),
              f"{'':22}" + "".join(f"{'tok/s  speedup  vs hf':>24}" for _ in classes)]
-    cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):8.2f} {r.get('speedup', 0):7.2f}x "  # noqa: E731
+    cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):8.2f} {_times(r.get('speedup')):>8} "  # noqa: E731
                           f"{'  - ' if vs is None else f'{vs:.2f}':>6}")
     for method, cells in _speed_rows(summary, classes, cell):
         lines.append(f"{method:22}" + "".join(f"{c:>24}" for c in cells))
@@ -325,20 +508,21 @@ def markdown(summary: dict, meta: dict) -> str:
     """Tables for docs/benchmarks.md: speed by class, then the 'all' row's details."""
     classes = [c for c in next(iter(summary.values())) if c != "all"] + ["all"]
     head = "| method | " + " | ".join(classes) + " |\n|" + " --- |" * (len(classes) + 1)
-    cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):.2f} tok/s, {r.get('speedup', 0):.2f}x"  # noqa: E731
+    cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):.2f} tok/s, {_times(r.get('speedup'))}"  # noqa: E731
                           + ("" if vs is None else f", {vs:.2f} vs hf"))
     rows = _speed_rows(summary, classes, cell)
     speed = [head] + [f"| {m} | " + " | ".join(cells) + " |" for m, cells in rows]
-    detail = ["| method | tokens/pass | α per token | draft / target / other time | peak RSS "
+    detail = ["| method | tokens/pass | α per token | nodes/round | draft / target / other time | peak RSS "
               "| greedy = its family's target alone |",
-              "| --- | --- | --- | --- | --- | --- |"]
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for method, rows in summary.items():
         r = rows["all"]
         split = (f"{r['draft_share']:.0%} / {r['target_share']:.0%} / {r['other_share']:.1%}"
                  if "draft_share" in r else "-")
         tpp = f"{r['tokens_per_pass']:.2f}" if "tokens_per_pass" in r else "-"
         alpha = f"{r['alpha']:.2f}" if "alpha" in r else "-"
-        detail.append(f"| {method} | {tpp} | {alpha} | {split} | {r['peak_rss_gib']:.1f} GiB | "
+        nodes = f"{r['nodes_per_round']:.1f}" if "nodes_per_round" in r else "-"
+        detail.append(f"| {method} | {tpp} | {alpha} | {nodes} | {split} | {r['peak_rss_gib']:.1f} GiB | "
                       f"{r['matches_target']}/{r['runs']} |")
     m = meta["machine"]
     about = (f"{meta['target']} with draft {meta['draft']} (specviz: {meta.get('specviz_draft')}), "
@@ -352,9 +536,11 @@ def projected(records: list[Record], profile: profiles.Profile) -> dict:
     """{method: {path: {seconds, tokens_per_second, speedup}}}: this run's passes on a cost profile.
 
     Each run's draft passes times the profile's C_D plus each target pass's C_T(tokens verified)
-    (profiles.project). Methods whose verify widths were not observed (transformers' assisted
-    generation and prompt lookup) are left out; speedups are over the family's target alone,
-    projected the same way."""
+    (profiles.project): 1 + k for a chain round, 1 + nodes for a tree round (widths_of); a tree's
+    batched draft pass (one per depth) counts as one C_D. Methods whose verify widths were not
+    observed (transformers' assisted generation and prompt lookup) are left out; speedups are over
+    the family's target alone, projected the same way; a tree's vs_chain is its tokens/s over the
+    chain's at its depth on the same path."""
     out: dict[str, dict] = {}
     for method in dict.fromkeys(r.method for r in records):
         rs = [r for r in records if r.method == method]
@@ -373,6 +559,9 @@ def projected(records: list[Record], profile: profiles.Profile) -> dict:
         for path, row in rows.items():
             if path in base and base[path]["tokens_per_second"]:
                 row["speedup"] = row["tokens_per_second"] / base[path]["tokens_per_second"]
+            chain = out.get(f"specviz:draft-{tree_method(method)[0]}", {}) if tree_method(method) else {}
+            if path in chain and chain[path]["tokens_per_second"]:
+                row["vs_chain"] = row["tokens_per_second"] / chain[path]["tokens_per_second"]
     return out
 
 
@@ -380,10 +569,12 @@ def projected_table(rows: dict, profile: profiles.Profile) -> str:
     """Markdown: projected seconds, tokens/s and speedup per method on each path of a profile."""
     paths = list(profile.paths)
     lines = [f"Projected onto the cost profile {profile.label} (this run's passes times the profile's "
-             "C_D and C_T(tokens verified); the prefill counts as one pass):", "",
+             "C_D and C_T(tokens verified: 1 + k a chain round, 1 + nodes a tree round; a tree's "
+             "batched draft pass counts one C_D); the prefill counts as one pass):", "",
              "| method | " + " | ".join(paths) + " |", "|" + " --- |" * (len(paths) + 1)]
     for method, by_path in rows.items():
-        cells = [f"{r['seconds']:.2f} s, {r['tokens_per_second']:.1f} tok/s, {r.get('speedup', 0):.2f}x"
+        cells = [f"{r['seconds']:.2f} s, {r['tokens_per_second']:.1f} tok/s, {_times(r.get('speedup'))}"
+                 + (f", {r['vs_chain']:.2f}x chain" if "vs_chain" in r else "")
                  if (r := by_path.get(p)) else "-" for p in paths]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -433,9 +624,13 @@ def add_bench_args(p) -> None:
 
     _add_model_args(p)
     p.add_argument("--prompts", default=str(PROMPTS), help="JSON list of {class, prompt}")
-    p.add_argument("--methods", help="comma list: names (specviz:draft-4), families (hf, specviz) "
-                                     "or kinds (specviz:draft)")
-    p.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="k values for draft methods")
+    p.add_argument("--methods", help="comma list: names (specviz:draft-4, specviz:tree-4, "
+                                     "specviz:tree-4-n16-b4), families (hf, specviz) or kinds "
+                                     "(specviz:draft, specviz:tree)")
+    p.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)),
+                   help="k values for draft methods (and tree depths)")
+    p.add_argument("--tree-nodes", default="", help="comma list of fixed tree budgets: adds "
+                                                    "specviz:tree-<k>-n<nodes> for each k")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--json", dest="json_path", help="write records and summary here")
@@ -452,15 +647,20 @@ def cmd_bench(args) -> int:
     try:
         prompts = json.loads(Path(args.prompts).read_text())
         ks = tuple(int(k) for k in args.ks.split(","))
+        tree_nodes = tuple(int(n) for n in args.tree_nodes.split(",") if n.strip())
     except (OSError, ValueError) as e:
-        raise ValueError(f"bad --prompts or --ks: {e}") from e
-    if any(not 1 <= k <= 32 for k in ks) or args.max_new_tokens < 1 or args.repeats < 1:
-        raise ValueError("--ks must be in 1..32, --max-new-tokens and --repeats >= 1")
+        raise ValueError(f"bad --prompts, --ks or --tree-nodes: {e}") from e
+    if any(not 1 <= k <= MAX_K for k in ks) or args.max_new_tokens < 1 or args.repeats < 1:
+        raise ValueError(f"--ks must be in 1..{MAX_K}, --max-new-tokens and --repeats >= 1")
+    for nodes in tree_nodes:
+        check_tree_settings(nodes, BRANCHING)
     if args.quick:
         seen: set[str] = set()
         prompts = [p for p in prompts if not (p["class"] in seen or seen.add(p["class"]))]
         ks, args.max_new_tokens = (4,), min(args.max_new_tokens, 32)
     names = set(args.methods.split(",")) if args.methods else None
+    if names:
+        check_methods(names, ks, tree_nodes)
     profile = load_profile(args.profile) if args.profile else None  # fail before the model load
     quantize, args.draft_quant = args.draft_quant, "none"
     pair = load_from_args(args)  # transformers runs the draft as loaded
@@ -471,10 +671,16 @@ def cmd_bench(args) -> int:
         spec_pair = Pair(pair.target, pair.tokenizer, draft, pair.target_name,
                          f"{pair.draft_name} ({label})", pair.chat_default)
     records, texts = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names,
-                               spec_pair=spec_pair)
+                               spec_pair=spec_pair, tree_nodes=tree_nodes)
     summary = summarize(records)
+    trees, prompt_rows = tree_vs_chain(summary), per_prompt(records)
+    shown = list(dict.fromkeys(m for t, row in trees.items() for m in (t, row["chain"])))
+    tree_text = (tree_table(trees, summary) + "\n\n" + per_prompt_table(prompt_rows, shown)
+                 if trees else "")
     same_text = same_text_passes(pair, prompts, texts, args.max_new_tokens)
     print(table(summary))
+    if tree_text:
+        print(tree_text)
     if same_text:
         print(same_text_table(same_text))
     onto = projected(records, profile) if profile else None
@@ -483,14 +689,16 @@ def cmd_bench(args) -> int:
     meta = {"machine": machine(), "target": pair.target_name, "draft": pair.draft_name,
             "specviz_draft": spec_pair.draft_name,
             "dtype": str(pair.dtype), "device": str(pair.device), "max_new_tokens": args.max_new_tokens,
-            "repeats": args.repeats, "ks": list(ks)}
+            "repeats": args.repeats, "ks": list(ks), "tree_nodes": list(tree_nodes)}
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
             {"meta": meta, "summary": summary, "same_text_passes": same_text,
+             "tree_goals": TREE_GOALS, "tree_vs_chain": trees, "per_prompt": prompt_rows,
              "records": [asdict(r) for r in records]}
             | ({"profile": profile.to_dict(), "projected": onto} if profile else {}), indent=1))
     if args.markdown_path:
         Path(args.markdown_path).write_text(markdown(summary, meta) + (
+            "\n" + tree_text + "\n" if tree_text else "") + (
             "\n" + same_text_table(same_text) + "\n" if same_text else "") + (
             "\n" + projected_table(onto, profile) + "\n" if onto else ""))
     if args.html_path:

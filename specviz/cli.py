@@ -7,6 +7,7 @@ import json
 import sys
 
 from .engine import MAX_K, PROPOSERS
+from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,7 +28,12 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proposer", choices=PROPOSERS, default="draft")
-    p.add_argument("--k", type=int, default=4, help=f"tokens drafted per round, 1..{MAX_K}")
+    p.add_argument("--k", type=int, default=4, help=f"tokens drafted per round, 1..{MAX_K} "
+                                                     "(a tree's depth with --proposer tree)")
+    p.add_argument("--nodes", type=int, help=f"tree: nodes verified per round, 1..{MAX_NODES} (default: "
+                                             "sized each round from the measured verify cost)")
+    p.add_argument("--branching", type=int, help=f"tree: children of each expanded node, "
+                                                 f"1..{MAX_BRANCHING} (default {BRANCHING})")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -78,22 +84,32 @@ def cmd_run(args) -> int:
     from .metrics import RunStats
     from .render import all_spans, to_ansi
     from .sampling import SamplingParams
+    from .treedraft import check_tree_settings
 
     check_settings(args.k, args.max_new_tokens)  # fail before the slow model load
     SamplingParams(args.temperature, args.top_k, args.top_p)
+    tree = args.proposer == "tree"
+    if not tree and (args.nodes is not None or args.branching is not None):
+        raise ValueError("--nodes and --branching shape a token tree: add --proposer tree")
+    branching = BRANCHING if args.branching is None else args.branching
+    check_tree_settings(args.nodes, branching)
     pair = load_from_args(args)
     settings = dict(k=args.k, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                     top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat,
                     ngram_size=args.ngram)
+    shape = dict(nodes=args.nodes, branching=branching) if tree else {}
     prompt_ids = pair.encode(args.prompt, chat=args.chat)
     events = []
-    for event in generate(pair, prompt_ids, proposer=args.proposer, **settings):
+    for event in generate(pair, prompt_ids, proposer=args.proposer, **settings, **shape):
         events.append(event)
         if args.json:
             print(json.dumps({"type": "round"} | event.to_dict()), flush=True)
     stats = RunStats.of(events)
     summary = {"type": "summary", "target": pair.target_name, "draft": pair.draft_name,
                "proposer": args.proposer, "text": pair.tokenizer.decode(stats.tokens)} | stats.summary()
+    if tree:
+        summary |= {"nodes": args.nodes, "branching": branching,
+                    "nodes_per_round": stats.nodes_verified / max(len(events), 1)}
     if args.compare_baseline:
         base = RunStats.of(generate(pair, prompt_ids, proposer="none", **settings))
         same = compare(stats, base, pair.dtype, pair.device, pair.numerics)
@@ -111,9 +127,9 @@ def cmd_run(args) -> int:
     print()
     print(f"{stats.new_tokens} tokens in {stats.target_passes} target passes "
           f"({stats.tokens_per_pass:.2f} per pass), {stats.draft_passes} draft passes; "
-          f"per-token acceptance α {stats.alpha:.1%} (i.i.d. prediction "
-          f"{stats.predicted_tokens_per_pass:.2f}/pass), accepted/drafted {stats.acceptance_rate:.1%}")
-    print(f"acceptance by position: {', '.join(f'{a:.0%}' for a in stats.acceptance_by_position)}")
+          + run_line(stats))
+    print(f"acceptance by position{' along the walked branch' if stats.is_tree else ''}: "
+          f"{', '.join(f'{a:.0%}' for a in stats.acceptance_by_position)}")
     print(f"{stats.wall_seconds:.2f} s, {stats.tokens_per_second:.2f} tok/s "
           f"(draft {stats.draft_seconds:.2f} s, target {stats.target_seconds:.2f} s, "
           f"other {stats.overhead_seconds:.3f} s)")
@@ -126,6 +142,19 @@ def cmd_run(args) -> int:
               f"{summary['speedup']:.2f}x; output {same}")
         print(f"compared: {pair.numerics}")
     return 0
+
+
+def run_line(stats) -> str:
+    """The acceptance part of the run summary: a chain's α with its i.i.d. prediction; a tree's
+    nodes verified and what each bought (the chain formula says nothing of trees)."""
+    if stats.is_tree:
+        rounds = len(stats.events)
+        return (f"{stats.nodes_verified} tree nodes verified ({stats.nodes_verified / max(rounds, 1):.1f} "
+                f"per round), {stats.accepted} accepted: {stats.accepted_per_node:.3f} accepted per node")
+    predicted = stats.predicted_tokens_per_pass
+    return (f"per-token acceptance α {stats.alpha:.1%}"
+            + ("" if predicted is None else f" (i.i.d. prediction {predicted:.2f}/pass)")
+            + f", accepted/drafted {stats.acceptance_rate:.1%}")
 
 
 def cmd_presets(args) -> int:

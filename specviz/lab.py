@@ -2,6 +2,18 @@
 
 Tensors and numbers only. Every variant has a closed-form output distribution (`predicted`)
 and a vectorised simulation (`simulate`), so the page and the tests compare the two.
+
+The tree variants look at a depth-1 token tree: the root's children are b deterministic
+candidates (by default the draft's top-b under q, as the tree drafter picks them), tried in
+order (tree.walk / tree.wrong_walk). With c_1..c_b and m_i = p(c_1) + ... + p(c_i):
+
+    tree_exact: c_i is kept with probability p(c_i) / (1 - m_{i-1}) once c_1..c_{i-1} were
+        refused, so P(c_i) = (1 - m_{i-1}) * p(c_i) / (1 - m_{i-1}) = p(c_i); all refused
+        (probability 1 - m_b), the token is drawn from p without the candidates, renormalised:
+        P(x) = (1 - m_b) * p(x) / (1 - m_b) = p(x). The output is p exactly.
+    tree_no_renormalise: each c_i is tried against the unchanged p and a full refusal draws
+        from p: with R = prod_j (1 - p(c_j)), P(c_i) = prod_{j<i} (1 - p(c_j)) p(c_i) + R p(c_i),
+        P(x) = R p(x) for any other x: the candidates are over-produced.
 """
 
 from __future__ import annotations
@@ -24,7 +36,14 @@ VARIANTS = {
     "mismatched_q": "wrong: x drafted at twice the temperature (q^½), ratio and residual use q",
     "accept_if_target_argmax": "wrong: keep x only if it is the target's argmax, else sample p",
     "poor_q": "looks wrong, is exact: a uniform q with the right rule (only acceptance drops)",
+    "tree_exact": "the tree rule at depth 1: the draft's top-b tried in order, each kept with prob r(x); "
+                  "a refused x leaves r (r(x) = 0, renormalised); none kept: draw from r",
+    "tree_no_renormalise": "wrong: each of the draft's top-b tried against the unchanged p; none kept: "
+                           "draw from p",
 }
+TREE_VARIANTS = ("tree_exact", "tree_no_renormalise")
+TREE_BRANCHING = 3  # candidates of a depth-1 tree by default: treedraft.BRANCHING
+MAX_TREE_CANDIDATES = 8  # a tree node's most children: treedraft.MAX_BRANCHING
 
 
 @dataclass(frozen=True)
@@ -70,8 +89,64 @@ def _q_for(variant: str, q: torch.Tensor) -> torch.Tensor:
     return torch.full_like(q, 1.0 / len(q)) if variant == "poor_q" else q
 
 
-def predicted(variant: str, p: torch.Tensor, q: torch.Tensor, q_draw: torch.Tensor | None = None):
-    """The exact distribution [vocab] of the emitted token under a variant."""
+def tree_candidates(q: torch.Tensor, branching: int = TREE_BRANCHING) -> list[int]:
+    """The draft's top-`branching` tokens under q [vocab] (those with q > 0), most likely first:
+    a depth-1 tree's candidates, as the tree drafter picks them."""
+    top = q.topk(min(branching, len(q)))
+    return [int(i) for v, i in zip(top.values.tolist(), top.indices.tolist(), strict=True) if v > 0]
+
+
+def _check_candidates(candidates, vocab: int) -> list[int]:
+    out = [int(c) for c in candidates]
+    if not 1 <= len(out) <= MAX_TREE_CANDIDATES or len(set(out)) != len(out) \
+            or not all(0 <= c < vocab for c in out):
+        raise ValueError(f"tree candidates must be 1..{MAX_TREE_CANDIDATES} distinct token ids in "
+                         f"0..{vocab - 1}")
+    return out
+
+
+def predicted_tree(variant: str, p: torch.Tensor, candidates: list[int]) -> torch.Tensor:
+    """The exact distribution [vocab] of the first token under a tree variant (module text)."""
+    c = torch.tensor(_check_candidates(candidates, len(p)))  # [b]
+    if variant == "tree_exact":
+        return p.clone()
+    if variant != "tree_no_renormalise":
+        raise ValueError(f"unknown tree variant {variant!r}: choose one of {', '.join(TREE_VARIANTS)}")
+    refused = 1 - p[c]  # [b]
+    before = torch.cat([refused.new_ones(1), refused.cumprod(0)[:-1]])  # [b]: prod_{j<i} (1 - p(c_j))
+    out = p * refused.prod()  # [vocab]: the full refusal's draw from p
+    out[c] += before * p[c]
+    return out
+
+
+def simulate_tree(variant: str, p: torch.Tensor, candidates: list[int], n: int,
+                  generator: torch.Generator) -> torch.Tensor:
+    """n vectorised depth-1 tree rounds; counts [vocab] of the first committed token."""
+    c = torch.tensor(_check_candidates(candidates, len(p)))  # [b]
+    if variant == "tree_exact":  # r after refusing c_1..c_{i-1}: p(c_i) / (1 - m_{i-1})
+        left = 1 - torch.cat([p.new_zeros(1), p[c].cumsum(0)[:-1]])  # [b]
+        keep = torch.where(left > 1e-12, p[c] / left.clamp_min(1e-300), torch.ones_like(left))
+        rest = p.clone()
+        rest[c] = 0
+        rest = rest if float(rest.sum()) > 1e-12 else p  # the candidates hold all of p: never drawn
+    elif variant == "tree_no_renormalise":
+        keep, rest = p[c], p
+    else:
+        raise ValueError(f"unknown tree variant {variant!r}: choose one of {', '.join(TREE_VARIANTS)}")
+    u = torch.rand(n, len(c), generator=generator, dtype=p.dtype)  # [n, b]
+    kept = u < keep  # [n, b]
+    first = torch.where(kept.any(1), kept.int().argmax(1), -1)  # [n]: the first kept candidate, or -1
+    fix = torch.multinomial(rest, n, replacement=True, generator=generator)  # [n]
+    out = torch.where(first >= 0, c[first.clamp_min(0)], fix)  # [n]
+    return torch.bincount(out, minlength=len(p)).to(p.dtype)  # [vocab]
+
+
+def predicted(variant: str, p: torch.Tensor, q: torch.Tensor, q_draw: torch.Tensor | None = None,
+              candidates: list[int] | None = None):
+    """The exact distribution [vocab] of the emitted token under a variant. Tree variants try
+    `candidates` (default: the draft's top TREE_BRANCHING under q)."""
+    if variant in TREE_VARIANTS:
+        return predicted_tree(variant, p, tree_candidates(q) if candidates is None else candidates)
     q = _q_for(variant, q)
     keep = torch.where(q > 0, (p / q).clamp(max=1.0), torch.zeros_like(p))  # [vocab]
     if variant in ("exact", "poor_q"):
@@ -94,10 +169,13 @@ def predicted(variant: str, p: torch.Tensor, q: torch.Tensor, q_draw: torch.Tens
 
 
 def simulate(variant: str, p: torch.Tensor, q: torch.Tensor, n: int, generator: torch.Generator,
-             q_draw: torch.Tensor | None = None) -> torch.Tensor:
+             q_draw: torch.Tensor | None = None, candidates: list[int] | None = None) -> torch.Tensor:
     """n vectorised one-token rounds; returns counts [vocab] of the emitted token."""
     if not 1 <= n <= 10_000_000:
         raise ValueError(f"trials must be in 1..10^7, got {n}")
+    if variant in TREE_VARIANTS:
+        return simulate_tree(variant, p, tree_candidates(q) if candidates is None else candidates, n,
+                             generator)
     q = _q_for(variant, q)
     vocab = len(p)
     if variant == "argmax_draft":
@@ -128,14 +206,14 @@ class CheckResult:
     seconds: float
 
 
-def check(variant: str, p, q, n: int, seed: int = 0, q_draw=None) -> CheckResult:
+def check(variant: str, p, q, n: int, seed: int = 0, q_draw=None, candidates=None) -> CheckResult:
     import time
 
     p, q = torch.as_tensor(p, dtype=torch.float64), torch.as_tensor(q, dtype=torch.float64)
     p, q = p / p.sum(), q / q.sum()
     q_draw = None if q_draw is None else torch.as_tensor(q_draw, dtype=torch.float64)
     start = time.perf_counter()
-    counts = simulate(variant, p, q, n, torch.Generator().manual_seed(seed), q_draw)
+    counts = simulate(variant, p, q, n, torch.Generator().manual_seed(seed), q_draw, candidates)
     seconds = time.perf_counter() - start
-    return CheckResult(variant, n, counts / n, predicted(variant, p, q, q_draw), tv(counts / n, p),
-                       chi_square_pvalue(counts, p), seconds)
+    return CheckResult(variant, n, counts / n, predicted(variant, p, q, q_draw, candidates),
+                       tv(counts / n, p), chi_square_pvalue(counts, p), seconds)

@@ -156,21 +156,44 @@ def masses_html(p, q, drafted: int, label: str, note: str = "") -> str:
             f"Σ min(p, q) = 1 − TV(p, q) = <b>{m.expected_acceptance:.4f}</b>.</div>")
 
 
-def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None) -> tuple[go.Figure, str]:
-    """Run each variant n times; empirical distributions against p, with TV and chi-square."""
+def tree_root(trace, round_number: int) -> list[int]:
+    """The root's candidates a tree round verified (its depth-1 nodes, in the draft's order): what
+    the lab's tree variants should try for that round. [] for a chain round or a bad number."""
+    events = getattr(trace, "events", ())
+    if isinstance(round_number, bool) or not isinstance(round_number, int) \
+            or not 1 <= round_number <= len(events):
+        return []
+    nodes = getattr(events[round_number - 1], "tree", ()) or ()
+    return [n.token for n in nodes if getattr(n, "parent", None) == -1
+            and isinstance(getattr(n, "token", None), int)][: lab.MAX_TREE_CANDIDATES]
+
+
+def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
+                candidates: list[int] | None = None) -> tuple[go.Figure, str]:
+    """Run each variant n times; empirical distributions against p, with TV and chi-square.
+
+    candidates: the tree variants' depth-1 candidates (tree_root of a tree round); default the
+    draft's top lab.TREE_BRANCHING under q."""
     if not 1_000 <= n <= 1_000_000:
         raise ValueError("trials must be between 1,000 and 1,000,000")
     variants = [v for v in variants if v in lab.VARIANTS] or ["exact"]
+    candidates = list(dict.fromkeys(c for c in candidates or () if isinstance(c, int) and 0 <= c < len(p)))
+    candidates = candidates[: lab.MAX_TREE_CANDIDATES] or None
+    tried = lab.tree_candidates(q) if candidates is None else candidates
+    named = ", ".join(labels[i] if labels else repr(tokenizer.decode([i])) if tokenizer is not None
+                      else str(i) for i in tried)
     ids, names = _top(p, q, labels, tokenizer)
     x = names + (["other"] if len(ids) < len(p) else [])
     fig = go.Figure()
     fig.add_bar(name="target p", x=x, y=_bars(ids, names, {"p": p})[0][1], marker_color=SPEC)
     rows = []
     for v in variants:
-        r = lab.check(v, p, q, n, seed=seed, q_draw=flatten(q) if v == "mismatched_q" else None)
+        r = lab.check(v, p, q, n, seed=seed, q_draw=flatten(q) if v == "mismatched_q" else None,
+                      candidates=candidates)
         fig.add_bar(name=v, x=x, y=_bars(ids, names, {v: r.empirical})[0][1])
         verdict = "matches p" if r.pvalue_vs_p > 1e-3 else "<b>biased</b>"
-        rows.append(f"<tr><td>{v}</td><td>{html.escape(lab.VARIANTS[v])}</td><td>{r.tv_to_p:.4f}</td>"
+        what = lab.VARIANTS[v] + (f" (candidates: {named})" if v in lab.TREE_VARIANTS else "")
+        rows.append(f"<tr><td>{v}</td><td>{html.escape(what)}</td><td>{r.tv_to_p:.4f}</td>"
                     f"<td>{r.pvalue_vs_p:.3g}</td><td>{verdict}</td><td>{r.seconds:.2f} s</td></tr>")
     fig.update_layout(barmode="group")
     table = ("<table class='specviz-stats'><thead><tr><th>variant</th><th>what it does</th><th>TV to p</th>"

@@ -270,7 +270,8 @@ def passes_of(run) -> Passes:
     if events and not all(hasattr(e, "k") and hasattr(e, "draft_passes") for e in events):
         raise ValueError("project() takes a k-explorer replay, a run's round events or a Passes")
     draft = events[-1].draft_passes if events else 0  # cumulative in RoundEvent
-    return Passes(draft, dict(Counter(e.k + 1 for e in events)))
+    # a round verifies its last token and its drafts: k of a chain, every node of a tree
+    return Passes(draft, dict(Counter(getattr(e, "nodes", e.k) + 1 for e in events)))
 
 
 def project(run, profile: Profile, path: str = "fast") -> float:

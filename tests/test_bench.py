@@ -1,8 +1,11 @@
 """The benchmark's bookkeeping (exact, on synthetic records) and a tiny end-to-end run."""
 
 import json
+import math
 
-from specviz import bench
+import pytest
+
+from specviz import bench, costs, profiles
 from specviz.bench import Record
 
 
@@ -48,7 +51,8 @@ def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
     data = json.loads(out.read_text())
     methods = {r["method"] for r in data["records"]}
     assert {"hf:target", "specviz:none", "hf:assisted-2", "specviz:draft-2", "specviz:ngram-8",
-            "hf:lookup-8", "specviz:hybrid-8", "specviz:adaptive", "hf:assisted-4-qdraft"} - methods \
+            "hf:lookup-8", "specviz:hybrid-8", "specviz:adaptive", "specviz:tree-2",
+            "hf:assisted-4-qdraft"} - methods \
         == {"hf:assisted-4-qdraft"}  # quantized-draft counterpart only when k=4 is benchmarked
     # float32 tiny models: every method reproduces the target alone exactly
     assert all(r["matches_target"] for r in data["records"])
@@ -77,8 +81,9 @@ def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["draft_ms"]) == {"none", "int8", "int4"}
-    assert [int(n) for n in out["target_ms"]] == [1, 2, 3, 5, 9, 17]
+    assert [int(n) for n in out["target_ms"]] == [1, 2, 3, 5, 9, 17, 33, 65]
     assert all(ms > 0 for ms in [*out["draft_ms"].values(), *out["target_ms"].values()])
+    assert out["verify_fit"] == costs.verify_fit(out["target_ms"])
     rc = main(["costs", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
                "--dtype", "float32", "--device", "cpu", "--repeats", "1", "--profile"])
     assert rc == 0 and "Self CPU" in capsys.readouterr().out
@@ -120,3 +125,151 @@ def test_transformers_greedy_is_compared_without_the_models_logits_processors(pa
         assert config.repetition_penalty == 1.5  # the model's config is left as it was
     finally:
         config.repetition_penalty, config.no_repeat_ngram_size = 1.0, 0
+
+
+# ---- token trees --------------------------------------------------------------------------------
+
+def test_tree_method_names_parse_select_and_bring_their_chain():
+    assert bench.tree_method("specviz:tree-4") == (4, None, 3)
+    assert bench.tree_method("specviz:tree-4-n16") == (4, 16, 3)
+    assert bench.tree_method("specviz:tree-4-n16-b4") == (4, 16, 4)
+    assert bench.tree_method("specviz:tree-2-b1") == (2, None, 1)
+    assert bench.tree_method("specviz:draft-4") is None and bench.tree_method("specviz:tree-4x") is None
+    for bad in ("specviz:tree-0", "specviz:tree-33", "specviz:tree-4-n0", "specviz:tree-4-n65",
+                "specviz:tree-4-b9"):
+        with pytest.raises(ValueError, match="specviz:tree-"):
+            bench.tree_method(bad)
+    for shape in [(4, None, 3), (4, 16, 3), (3, 8, 2)]:
+        assert bench.tree_method(bench.tree_name(*shape)) == shape
+    every = bench.methods((4,), None, True, tree_nodes=(16,))
+    assert {"specviz:tree-4", "specviz:tree-4-n16"} <= set(every) and every["specviz:tree-4"][1] == 4
+    assert not any(m.startswith("specviz:tree") for m in bench.methods((4,), None, False))
+    # a tree named alone brings the chain at its depth, whatever --ks holds
+    assert set(bench.methods((2,), {"specviz:tree-4-n8-b2"}, True)) == {"specviz:tree-4-n8-b2",
+                                                                        "specviz:draft-4"}
+    assert set(bench.methods((4,), {"specviz:tree"}, True)) == {"specviz:tree-4", "specviz:draft-4"}
+    bench.check_methods({"hf", "specviz:tree", "specviz:tree-7-n3", "specviz:draft-4"}, (4,))
+    for bad in ("specviz:nonsense", "specviz:draft-5", "hf:assisted-6"):
+        with pytest.raises(ValueError, match="selects no method"):
+            bench.check_methods({bad}, (4,))
+
+
+def trec(method, cls, tokens, seconds, passes, nodes, prompt=0, widths=None, draft=0):
+    return Record(method, "specviz", 4, prompt, cls, 0, tokens, seconds, target_passes=passes, alpha=0.5,
+                  draft_seconds=1.0, target_seconds=seconds - 1.5, other_seconds=0.5, nodes_verified=nodes,
+                  accepted=tokens - passes, widths=widths, draft_passes=draft)
+
+
+def test_tree_against_the_chain_ratios_and_verdicts_are_exact():
+    records = [trec("specviz:draft-4", "edit", 60, 10.0, 20, 80),
+               trec("specviz:draft-4", "chat", 60, 12.0, 30, 120, prompt=1),
+               trec("specviz:tree-4", "edit", 60, 10.5, 15, 150),
+               trec("specviz:tree-4", "chat", 60, 12.0, 28, 280, prompt=1)]
+    s = bench.summarize(records)
+    t = bench.tree_vs_chain(s)["specviz:tree-4"]
+    edit, chat, every = t["classes"]["edit"], t["classes"]["chat"], t["classes"]["all"]
+    # edit: 4.0 against 3.0 tokens per pass; 60 / 10.5 against 6.0 tok/s
+    assert edit["tokens_per_pass"] == pytest.approx(4 / 3) and edit["tokens_per_pass_ok"]
+    assert edit["tokens_per_second"] == pytest.approx(10 / 10.5) and edit["tokens_per_second_ok"]
+    # chat: 60 / 28 against 2.0 tokens per pass = 1.071 < 1.1; same tok/s
+    assert chat["tokens_per_pass"] == pytest.approx(30 / 28) and not chat["tokens_per_pass_ok"]
+    assert chat["tokens_per_second"] == pytest.approx(1.0) and chat["tokens_per_second_ok"]
+    # all: 120 / 43 against 120 / 50 passes; 22 against 22.5 seconds
+    assert every["tokens_per_pass"] == pytest.approx(50 / 43)
+    assert every["tokens_per_second"] == pytest.approx(22 / 22.5)
+    assert (t["chain"], t["depth"], t["nodes"], t["branching"], t["goal_depth"]) \
+        == ("specviz:draft-4", 4, None, 3, True)
+    assert not t["tokens_per_pass_ok"] and t["tokens_per_second_ok"]  # chat fails goal (a)
+    row = s["specviz:tree-4"]["edit"]
+    assert row["nodes_per_round"] == 10.0 and row["accepted_per_node"] == pytest.approx(45 / 150)
+    assert (row["draft_seconds"], row["target_seconds"], row["other_seconds"]) == (1.0, 9.0, 0.5)
+    assert s["specviz:draft-4"]["edit"]["nodes_per_round"] == 4.0
+    text = bench.tree_table(bench.tree_vs_chain(s), s)
+    assert ("| specviz:tree-4 | edit | 4.00 / 3.00 | 1.33x pass | 5.71 / 6.00 | 0.95x pass | 10.0 / 4.0 "
+            "| 0.30 | 1.00 / 9.00 / 0.500 |") in text
+    assert "| specviz:tree-4 | chat | 2.14 / 2.00 | 1.07x FAIL | 5.00 / 5.00 | 1.00x pass |" in text
+    assert "| specviz:tree-4 | every class | | FAIL | | pass | | | |" in text
+    rows = bench.per_prompt(records)
+    assert rows["specviz:tree-4"][1] == {"class": "chat", "runs": 1, "tokens": 60, "seconds": 12.0,
+                                         "tokens_per_second": 5.0, "tokens_per_pass": 60 / 28,
+                                         "nodes_per_round": 10.0, "draft_seconds": 1.0,
+                                         "target_seconds": 10.5, "other_seconds": 0.5}
+    assert "| specviz:tree-4 | #1 | chat | 2.14 | 5.00 | 10.0 | 1.00 / 10.50 / 0.500 |" in \
+        bench.per_prompt_table(rows, ["specviz:tree-4"])
+    # no chain at the depth: no ratios
+    assert bench.tree_vs_chain(bench.summarize(records[2:])) == {}
+
+
+# eager: C_D 2 ms, C_T 10 / 14 / 18 ms at widths 1 / 3 / 5 (past 5: +2 ms a token)
+PROFILE = {"format": "specviz-costs", "version": 1, "name": "hand-made", "hardware": {}, "packages": {},
+           "paths": {"eager": {"draft_ms": 2.0, "target_ms": {"1": 10.0, "3": 14.0, "5": 18.0}}}}
+
+
+def test_tree_projection_verifies_one_plus_nodes_a_round():
+    # a tree run: 2 rounds of 8 nodes (width 9: 18 + 4 * 2 = 26 ms), 6 batched draft passes;
+    # the chain at depth 4: 3 rounds of width 5 (18 ms), 12 draft passes; 12 tokens each
+    records = [trec("specviz:draft-4", "edit", 12, 1.0, 3, 12, widths={5: 3}, draft=12),
+               trec("specviz:tree-4", "edit", 12, 1.0, 2, 16, widths={9: 2}, draft=6)]
+    out = bench.projected(records, profiles.load(PROFILE))
+    assert math.isclose(out["specviz:tree-4"]["eager"]["seconds"], 6 * 0.002 + 2 * 0.026)
+    assert math.isclose(out["specviz:draft-4"]["eager"]["seconds"], 12 * 0.002 + 3 * 0.018)
+    assert math.isclose(out["specviz:tree-4"]["eager"]["vs_chain"], 0.078 / 0.064)
+    assert "vs_chain" not in out["specviz:draft-4"]["eager"]
+    assert "187.5 tok/s, -, 1.22x chain" in bench.projected_table(out, profiles.load(PROFILE))
+
+
+def test_tree_bench_on_tiny_models_reports_the_goal_ratios(model_dirs, tmp_path, capsys):
+    from specviz.cli import main
+
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps([{"class": "code", "prompt": "def fibonacci(n):"},
+                                   {"class": "text", "prompt": "The dog. The dog."}]))
+    out, md = tmp_path / "b.json", tmp_path / "b.md"
+    path = profiles.save(profiles.load(PROFILE), tmp_path / "gpu.json")
+    rc = main(["bench", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+               "--dtype", "float32", "--device", "cpu", "--prompts", str(prompts), "--ks", "3",
+               "--methods", "specviz:none,specviz:tree-3,specviz:tree-3-n6-b2", "--max-new-tokens", "12",
+               "--json", str(out), "--markdown", str(md), "--profile", str(path)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert {r["method"] for r in data["records"]} == {"specviz:none", "specviz:draft-3", "specviz:tree-3",
+                                                     "specviz:tree-3-n6-b2"}
+    assert all(r["matches_target"] for r in data["records"])  # greedy trees write the target's text
+    s, trees = data["summary"], data["tree_vs_chain"]
+    assert set(trees) == {"specviz:tree-3", "specviz:tree-3-n6-b2"} and data["tree_goals"] == bench.TREE_GOALS
+    for name, t in trees.items():
+        assert t["chain"] == "specviz:draft-3" and not t["goal_depth"]
+        assert set(t["classes"]) == {"code", "text", "all"}
+        for cls, r in t["classes"].items():
+            assert r["tokens_per_pass"] == pytest.approx(s[name][cls]["tokens_per_pass"]
+                                                         / s["specviz:draft-3"][cls]["tokens_per_pass"])
+            assert r["tokens_per_second"] == pytest.approx(s[name][cls]["tokens_per_second"]
+                                                           / s["specviz:draft-3"][cls]["tokens_per_second"])
+            assert r["tokens_per_pass_ok"] == (r["tokens_per_pass"] >= 1.1)
+    for r in data["records"]:  # every round verifies 1 + its nodes; a fixed budget caps them
+        assert sum(r["widths"].values()) == r["target_passes"]
+        assert sum((int(w) - 1) * n for w, n in r["widths"].items()) == r["nodes_verified"]
+        if r["method"] == "specviz:tree-3-n6-b2":
+            assert max(int(w) for w in r["widths"]) <= 7
+    assert data["per_prompt"]["specviz:tree-3"]["0"]["nodes_per_round"] > 0
+    assert "vs_chain" in data["projected"]["specviz:tree-3"]["eager"]
+    for text in (printed, md.read_text()):
+        assert "Token trees against the chain at the same depth" in text and "Per prompt" in text
+        assert "| specviz:tree-3-n6-b2 | every class" in text
+
+
+def test_costs_verify_slope_is_the_least_squares_fit_of_pass_times():
+    # exactly linear: 10 ms + 0.5 ms a verified token -> slope 0.05
+    fit = costs.verify_fit({1: 10.0, 2: 10.5, 3: 11.0, 5: 12.0, 9: 14.0})
+    assert fit["pass_ms"] == pytest.approx(10.0) and fit["per_token_ms"] == pytest.approx(0.5)
+    assert fit["slope"] == pytest.approx(0.05)
+    # by hand: n = 0, 1, 3 (mean 4/3), T = 10, 12, 13 (mean 35/3); cov = (4/3*5/3 - 1/3*1/3 + 5/3*4/3) / 3
+    # = 13/9, var = (16/9 + 1/9 + 25/9) / 3 = 14/9: b = 13/14, a = 35/3 - 13/14 * 4/3 = 73/7
+    fit = costs.verify_fit({"1": 10.0, "2": 12.0, "4": 13.0})  # JSON's string keys
+    assert fit["per_token_ms"] == pytest.approx(13 / 14) and fit["pass_ms"] == pytest.approx(73 / 7)
+    assert fit["slope"] == pytest.approx(13 / 146)
+    # falling times: b is held at 0; one width alone: no slope to fit
+    assert costs.verify_fit({1: 10.0, 3: 9.0}) == {"pass_ms": 9.5, "per_token_ms": 0.0, "slope": 0.0}
+    with pytest.raises(ValueError, match="two widths"):
+        costs.verify_fit({1: 10.0})

@@ -80,3 +80,85 @@ def test_lab_on_a_round_of_a_real_run(pair):
     assert "matches p" in table
     with pytest.raises(ValueError, match="round in 1.."):
         labview.from_round(pair, t, 99)
+
+
+# ---- token trees at depth 1 -------------------------------------------------------------------
+# The hand example: p = [0.5, 0.3, 0.2], candidates [1, 2] tried in that order.
+TREE_P, TREE_C = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), [1, 2]
+
+
+def test_tree_variants_closed_form_on_the_hand_example():
+    close = lambda a, b: torch.allclose(a, torch.tensor(b, dtype=torch.float64), atol=1e-12)  # noqa: E731
+    assert close(lab.predicted_tree("tree_exact", TREE_P, TREE_C), [0.5, 0.3, 0.2])
+    # no renormalisation: R = (1 - 0.3)(1 - 0.2) = 0.56 of the rounds refuse both and draw from p:
+    # c1 = 1: 0.3 + 0.56 * 0.3 = 0.468; c2 = 2: 0.7 * 0.2 + 0.56 * 0.2 = 0.252; token 0: 0.56 * 0.5
+    assert close(lab.predicted_tree("tree_no_renormalise", TREE_P, TREE_C), [0.28, 0.468, 0.252])
+    # through `predicted`, the candidates default to the draft's top-3 under q: on the built-in
+    # example A, B, C in q's order (0.6, 0.3, 0.1), R = 0.8 * 0.5 * 0.7 = 0.28:
+    # A: 0.2 + 0.28 * 0.2; B: 0.8 * 0.5 + 0.28 * 0.5; C: 0.8 * 0.5 * 0.3 + 0.28 * 0.3
+    assert lab.tree_candidates(Q) == [0, 1, 2] and lab.tree_candidates(Q, 2) == [0, 1]
+    assert close(lab.predicted("tree_no_renormalise", P, Q), [0.256, 0.54, 0.204])
+    assert close(lab.predicted("tree_exact", P, Q), lab.EXAMPLE_P)
+    assert lab.tree_candidates(torch.tensor([0.0, 0.7, 0.3])) == [1, 2]  # q = 0 is never drafted
+    with pytest.raises(ValueError, match="distinct token ids"):
+        lab.predicted_tree("tree_exact", TREE_P, [1, 1])
+    assert lab.TREE_BRANCHING == __import__("specviz.treedraft").treedraft.BRANCHING
+
+
+# N = 10^6 vectorised trials, as for the chain variants: TV noise ~1e-3; the wrong tree rule's
+# bias here is TV 0.22 (0.096 on the built-in example), each detected with p-value < 1e-9.
+@pytest.mark.parametrize("p, q, candidates", [(TREE_P, TREE_P, TREE_C), (P, Q, None)])
+def test_tree_rule_simulation_reproduces_p_and_the_wrong_one_is_detected(p, q, candidates):
+    exact = lab.check("tree_exact", p, q, N, seed=3, candidates=candidates)
+    assert exact.tv_to_p < 0.005 and exact.pvalue_vs_p > 1e-4
+    wrong = lab.check("tree_no_renormalise", p, q, N, seed=4, candidates=candidates)
+    assert wrong.tv_to_p > 0.05 and wrong.pvalue_vs_p < 1e-9
+    assert lab.tv(wrong.empirical, wrong.predicted) < 0.005
+
+
+def test_tree_walk_itself_follows_p_at_depth_one():
+    """tree.walk (the engine's rule) on the hand example, 10,000 rounds: chi-square p-value above
+    1e-3 against p; tree.wrong_walk (5,000 rounds) is rejected against p (p-value < 1e-9) and
+    matches its own prediction (p-value above 1e-3)."""
+    from specviz.tree import TreeNode, walk, wrong_walk
+
+    nodes = (TreeNode(-1, 1, 1, 0.6, 0.6), TreeNode(-1, 2, 1, 0.4, 0.4))
+    rows = torch.stack([TREE_P, torch.full((3,), 1 / 3, dtype=torch.float64),
+                        torch.full((3,), 1 / 3, dtype=torch.float64)])  # [1 + 2 nodes, vocab]
+    gen = torch.Generator().manual_seed(5)
+    counts = torch.zeros(3, dtype=torch.float64)
+    for _ in range(10_000):
+        v = walk(nodes, rows, gen, greedy=False)
+        counts[nodes[v.path[0]].token if v.path else v.token] += 1  # the first committed token
+    assert lab.chi_square_pvalue(counts, TREE_P) > 1e-3
+    wrong = torch.zeros(3, dtype=torch.float64)
+    for _ in range(5_000):
+        wrong[wrong_walk(nodes, rows, gen)] += 1
+    assert lab.chi_square_pvalue(wrong, TREE_P) < 1e-9
+    assert lab.chi_square_pvalue(wrong, lab.predicted_tree("tree_no_renormalise", TREE_P, TREE_C)) > 1e-3
+
+
+def test_lab_on_a_tree_round_of_a_real_run(pair):
+    import html
+
+    import specviz
+    from specviz import labview
+    from specviz.render import all_spans
+    from specviz.service import pair_models
+    from specviz.trace import Trace
+
+    ids = pair.encode("def f")
+    events = tuple(specviz.generate(pair, ids, proposer="tree", k=3, nodes=8, branching=2,
+                                    max_new_tokens=12, temperature=0.8, seed=1))
+    t = Trace({"temperature": 0.8, "top_k": 0, "top_p": 1.0}, pair_models(pair), ids, events,
+              tuple(all_spans(events, pair.tokenizer, ids)))
+    p, q, labels, drafted, note = labview.from_round(pair, t, 1)
+    root = labview.tree_root(t, 1)
+    assert root == [n.token for n in events[0].tree if n.parent == -1] and len(root) == 2
+    assert labview.tree_root(t, 99) == [] and labview.tree_root(t, True) == []
+    # the root's candidates are the draft's top-2 under the q the lab recomputes
+    assert lab.tree_candidates(q, 2) == root
+    _, table = labview.monte_carlo(p, q, labels, 20_000, ["tree_exact"], tokenizer=pair.tokenizer,
+                                   candidates=root)
+    named = ", ".join(repr(pair.tokenizer.decode([c])) for c in root)
+    assert "matches p" in table and html.escape(f"candidates: {named}") in table

@@ -63,6 +63,17 @@ def test_projection_of_engine_events_counts_their_passes(pair):
     assert profiles.passes_of(events).target == len(events)
 
 
+def test_projection_of_a_tree_run_charges_every_verified_node(pair):
+    import specviz
+
+    events = list(specviz.generate(pair, "def fibonacci(n):", proposer="tree", k=3, nodes=7,
+                                   max_new_tokens=12))
+    assert any(len(e.tree) > e.k for e in events)  # wider than its walked branch
+    expect = sum(profile().path("eager").target_seconds(len(e.tree) + 1) for e in events) \
+        + events[-1].draft_passes * 2e-3
+    assert math.isclose(profiles.project(events, profile(), "eager"), expect)
+
+
 def test_projection_table_per_drafter_matches_a_hand_computation():
     rows = {r["drafter"]: r for r in profiles.projection(profile(), "eager")}
     t4 = profiles.CPU_TOKENS_PER_PASS["draft-4"]

@@ -1,0 +1,90 @@
+"""The CLI's run summary for token trees, checked against hand computations and the JSON."""
+
+import json
+import re
+from dataclasses import replace
+
+import pytest
+
+from specviz.cli import main, run_line
+from specviz.engine import RoundEvent
+from specviz.metrics import RunStats
+from specviz.tree import TreeNode
+
+
+def models(model_dirs):
+    return ["--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+            "--dtype", "float32", "--device", "cpu"]
+
+
+def event(number: int, accepted: int, tree: tuple[TreeNode, ...] = (), k: int = 2) -> RoundEvent:
+    return RoundEvent(round=number, k=k, draft_tokens=list(range(k)), accepted=accepted, token=0,
+                      kind="recovered", new_tokens=list(range(accepted + 1)), target_probs=[1.0] * k,
+                      draft_probs=[1.0] * k, target_passes=number, draft_passes=number, draft_seconds=0.0,
+                      target_seconds=0.0, round_seconds=0.0, elapsed=1.0, position=0, source="tree",
+                      target_cache_length=0, stop=None, tree=tree)
+
+
+def test_run_line_of_a_constructed_tree_run_and_a_chain_run():
+    n = TreeNode(-1, 5, 1, 0.5, 0.5)
+    tree_a = (n, replace(n, token=6), replace(n, parent=0, depth=2))  # 3 nodes
+    tree_b = tree_a + (replace(n, token=7), replace(n, parent=1, depth=2))  # 5 nodes
+    stats = RunStats.of([event(1, 2, tree_a), event(2, 0, tree_b)])
+    # 8 nodes over 2 rounds; 2 + 0 accepted: 2 / 8 = 0.250 accepted per node; no chain prediction
+    assert run_line(stats) == "8 tree nodes verified (4.0 per round), 2 accepted: 0.250 accepted per node"
+    chain = RunStats.of([event(1, 2), event(2, 0)])  # α = 2 / 3; i.i.d. at k=2: 1 + α + α²
+    assert run_line(chain) == ("per-token acceptance α 66.7% (i.i.d. prediction 2.11/pass), "
+                               "accepted/drafted 50.0%")
+
+
+def test_cli_run_tree_json_counts_nodes_and_matches_the_target_alone(model_dirs, capsys):
+    rc = main(["run", *models(model_dirs), "--proposer", "tree", "--k", "3", "--nodes", "6",
+               "--branching", "2", "--max-new-tokens", "12", "--json", "--compare-baseline", "def f"])
+    assert rc == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rounds, summary = lines[:-1], lines[-1]
+    assert all(len(r["tree"]) <= 6 for r in rounds) and len(rounds[0]["tree"]) == 6
+    nodes = sum(len(r["tree"]) for r in rounds)
+    assert summary["nodes_verified"] == nodes and summary["nodes"] == 6 and summary["branching"] == 2
+    assert summary["accepted_per_node"] == pytest.approx(sum(r["accepted"] for r in rounds) / nodes)
+    assert summary["nodes_per_round"] == pytest.approx(nodes / len(rounds))
+    assert summary["predicted_tokens_per_pass"] is None
+    assert summary["identical_to_baseline"] is True and summary["new_tokens"] == 12
+
+
+def test_cli_run_tree_text_prints_what_the_json_says(model_dirs, capsys):
+    argv = ["run", *models(model_dirs), "--proposer", "tree", "--k", "3", "--nodes", "6",
+            "--max-new-tokens", "12", "def f"]
+    assert main(argv + ["--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "i.i.d. prediction" not in out and "None" not in out
+    m = re.search(r"(\d+) tree nodes verified \(([\d.]+) per round\), (\d+) accepted: ([\d.]+) accepted "
+                  r"per node", out)
+    assert m, out
+    rounds = summary["target_passes"]
+    assert int(m[1]) == summary["nodes_verified"] and float(m[2]) == round(int(m[1]) / rounds, 1)
+    assert int(m[3]) == round(summary["accepted_per_node"] * int(m[1]))
+    assert float(m[4]) == round(int(m[3]) / int(m[1]), 3)
+    # sized from the measured cost (no --nodes): a summary, still no chain prediction
+    assert main(argv[:7] + argv[9:]) == 0
+    out = capsys.readouterr().out
+    assert "tree nodes verified" in out and "i.i.d. prediction" not in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--proposer", "tree", "--nodes", "0", "x"], ["run", "--proposer", "tree", "--nodes", "65", "x"],
+    ["run", "--proposer", "tree", "--branching", "9", "x"], ["run", "--nodes", "8", "x"],
+    ["run", "--proposer", "ngram", "--branching", "2", "x"],
+    ["bench", "--methods", "specviz:tree-4-n0"], ["bench", "--methods", "specviz:tree-0"],
+    ["bench", "--methods", "specviz:nonsense-4"], ["bench", "--tree-nodes", "65"],
+    ["costs", "--repeats", "0"],
+])
+def test_bad_tree_arguments_fail_before_loading_with_one_line(argv, capsys):
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("specviz: error:"), err
