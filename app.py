@@ -21,10 +21,18 @@ from types import SimpleNamespace
 
 import gradio as gr
 
-from specviz import lab, labview, presets, profiles, zerogpu
+from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf
 from specviz.render import legend_html
-from specviz.service import ModelStore, View, continuations, replay_view, run_views
+from specviz.service import (
+    ModelStore,
+    View,
+    continuations,
+    explorer_refusal,
+    replay_view,
+    run_views,
+    tree_round,
+)
 from specviz.settings import (
     CUSTOM,
     DTYPES,
@@ -38,6 +46,7 @@ from specviz.settings import (
     settings_from,
 )
 from specviz.trace import MAX_TRACE_BYTES, loads
+from specviz.treedraft import MAX_BRANCHING, MAX_NODES
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
@@ -118,9 +127,18 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     draft = gr.Textbox(default.draft, label="Custom draft (optional)")
                 proposer = gr.Radio([("draft model", "draft"), ("n-gram lookup", "ngram"),
                                      ("hybrid (n-gram, else draft)", "hybrid"),
-                                     ("adaptive k", "adaptive"), ("none (baseline)", "none")],
+                                     ("adaptive k", "adaptive"), ("token tree", "tree"),
+                                     ("none (baseline)", "none")],
                                     value=default.proposer, label="Drafter")
-                k = gr.Slider(1, UI_MAX_K, value=default.k, step=1, label="k (tokens drafted per round)")
+                k = gr.Slider(1, UI_MAX_K, value=default.k, step=1,
+                              label="k (tokens drafted per round; the token tree's depth)")
+                with gr.Accordion("Token tree (the 'token tree' drafter only)", open=False):
+                    nodes = gr.Slider(0, MAX_NODES, value=default.nodes, step=1,
+                                      label="tree nodes per round (token tree only)",
+                                      info="0 sizes each round's tree from the measured verify cost")
+                    branching = gr.Slider(1, MAX_BRANCHING, value=default.branching, step=1,
+                                          label="tree branching (token tree only)",
+                                          info="children of each expanded node")
                 with gr.Accordion("Sampling", open=False):
                     temperature = gr.Slider(0, 2, value=default.temperature, step=0.05,
                                             label="temperature (0 = greedy)")
@@ -146,6 +164,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 text = gr.HTML(elem_id="tokens")
                 verdict = gr.HTML(elem_id="verdict")
                 stats = gr.HTML(elem_id="stats")
+                with gr.Accordion("Token tree", open=True, elem_id="tree-panel"):
+                    tree_view = gr.HTML(treeview.chain_html(), elem_id="tree", css_template=treeview.CSS)
+                    tree_slider = gr.Slider(1, 2, value=1, step=1, label="round (playback)",
+                                            visible=False, elem_id="tree-round")
+                    tree_overview = gr.HTML(elem_id="tree-overview", css_template=treeview.CSS)
+                    with gr.Row():
+                        fig_tree_nodes = gr.Plot(label="accepted against nodes", visible=False)
+                        fig_tree_chain = gr.Plot(label="tree against chain", visible=False)
                 with gr.Row():
                     fig_tpp, fig_cum = gr.Plot(label="tokens per pass"), gr.Plot(label="cumulative")
                 with gr.Row():
@@ -197,11 +223,12 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             replay_status = gr.Markdown()
 
         controls = [pair, target, draft, proposer, k, temperature, top_p, top_k, seed,
-                    max_new_tokens, prompt, chat, dtype]
+                    max_new_tokens, prompt, chat, dtype, nodes, branching]
         names = ["pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
-                 "max_new_tokens", "prompt", "chat", "dtype"]
+                 "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching"]
         assert sorted(names) == sorted(SETTING_NAMES)
-        outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time, last]
+        outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time,
+                   tree_view, tree_slider, tree_overview, fig_tree_nodes, fig_tree_chain, last]
 
         def settings_of(values) -> RunSettings:
             if len(values) != len(names):
@@ -231,13 +258,30 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         def wait_text(ahead: int) -> str:
             return f"waiting for the model: {ahead} ahead of you (Stop leaves the line)"
 
-        def show(view: View, session):
+        def tree_outputs(view: View, final: bool) -> list:
+            """The tree panel: the round's tree, the playback slider (usable once the run is kept),
+            the overview and the tree plots; a chain run shows only the note."""
+            if view.spec is None:  # loading: the page keeps what it shows
+                return [gr.skip()] * 5
+            if not view.is_tree:
+                hidden = gr.update(visible=False)
+                return [view.tree_html, hidden, gr.update(value="", visible=False), hidden, hidden]
+            rounds = len(view.spec.events)
+            slider = gr.update(visible=True, minimum=1, maximum=max(rounds, 2), value=rounds,
+                               interactive=final)
+            f = view.figures
+            plots = [gr.update(value=f[name], visible=True) if name in f else gr.skip()
+                     for name in ("tree_nodes", "tree_chain")]
+            return [view.tree_html, slider, gr.update(value=view.tree_overview, visible=True), *plots]
+
+        def show(view: View, session, final: bool | None = None):
             f = view.figures
             key = shelf.put(session, view.trace) if view.trace is not None else gr.skip()
             plots = [f.get(name, gr.skip()) for name in
                      ("tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time")]
+            final = view.trace is not None if final is None else final
             return (view.status, view.text_html, view.verdict_html, view.stats_html,
-                    view.timeline_html, *plots, key)
+                    view.timeline_html, *plots, *tree_outputs(view, final), key)
 
         def run_stream(values, request, dtype=None):
             try:
@@ -247,8 +291,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             s = replace(s, dtype=dtype) if dtype else s
             session = session_of(request)
 
-            @zerogpu.gpu(zerogpu.duration(s.max_new_tokens))  # a run, then its baseline
-            def views():  # on ZeroGPU in a worker with the GPU: plain values cross back
+            @zerogpu.gpu(zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2))
+            def views():  # a run, its baseline (a tree run: and the chain); plain values cross back
                 yield from run_views(store, s, limits)
 
             def job():
@@ -314,10 +358,13 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                         pair, trace, round_number, limits.max_prompt_tokens + limits.max_new_tokens,
                         limits.max_prompt_tokens)
                     tok = pair.tokenizer
+                    candidates = labview.tree_root(trace, round_number) or None  # a tree round's own
                 else:
                     (p, q, labels, drafted), note, tok = labview.example(), "built-in example", None
+                    candidates = None
                 label = labels[drafted] if labels else repr(tok.decode([drafted]))
-                mc, table = labview.monte_carlo(p, q, labels, trials, variants, tokenizer=tok)
+                mc, table = labview.monte_carlo(p, q, labels, trials, variants, tokenizer=tok,
+                                                candidates=candidates)
                 yield (labview.masses_html(p, q, drafted, label, note),
                        labview.masses_figure(p, q, labels, tok), mc, table)
 
@@ -365,10 +412,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
             trace = shelf.get(key)
-            if trace is None or trace.recording is None:
-                msg = ("<div class='specviz-lab'>Run at temperature 0 with the draft model or n-gram "
-                       "drafter first (or open a trace): the explorer replays that run.</div>")
-                return msg, "", None
+            if (why := explorer_refusal(trace)) is not None:
+                return f"<div class='specviz-lab'>{html.escape(why)}</div>", "", None
             measured = [len(e.new_tokens) for e in trace.events]
             try:
                 html_text, numbers, fig = labview.explorer_views(
@@ -378,6 +423,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
             return numbers, html_text, fig
+
+        def play_tree(round_number, key):
+            """The tree playback: one round of the kept run (no model call)."""
+            try:
+                round_number = coerce_int("round", round_number, 1, 1_000_000)
+                return tree_round(shelf.get(key), round_number, store.current())
+            except ValueError as e:
+                raise user_error(e) from None
 
         def explorer_k(key):
             trace = shelf.get(key)
@@ -408,7 +461,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
             key = shelf.put(session_of(request), trace, nbytes=len(data))
-            return (*show(replace(view, trace=None), None)[:-1], key,
+            return (*show(replace(view, trace=None), None, final=True)[:-1], key,
                     f"Opened: {view.status}. See the Run tab and the k explorer.")
 
         def free_session(request: gr.Request):
@@ -437,6 +490,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         last.change(explorer_k, last, ex_k, api_name=False).then(
             explore, explore_inputs, [ex_numbers, ex_text, ex_plot], api_name=False,
             preprocess=False)
+        tree_slider.input(play_tree, [tree_slider, last], [tree_view, tree_overview], api_name=False,
+                          preprocess=False, trigger_mode="always_last")
         save_btn.click(save, last, save_file, api_name=False)
         open_file.upload(open_trace, open_file, [*outputs, replay_status], api_name="open_trace")
         demo.unload(free_session)

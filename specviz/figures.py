@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+
 import plotly.graph_objects as go
 
 from .metrics import RunStats
@@ -54,8 +57,11 @@ def acceptance_by_position(spec: RunStats) -> go.Figure:
                    "P(kept | 1..i-1 kept)")
 
 
-def k_prediction(spec: RunStats) -> go.Figure:
-    """(1 - α^(k+1))/(1 - α) over k at the measured α, the measured point, and break-even."""
+def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = None) -> go.Figure:
+    """(1 - α^(k+1))/(1 - α) over k at the measured α, the measured point, and break-even.
+    A tree run gets no chain prediction: its measured point at depth k, and the chain's there."""
+    if spec.is_tree:
+        return _tree_points(spec, chain, k or spec.k)
     ks = list(range(1, MAX_K_PLOT + 1))
     fig = go.Figure(go.Scatter(x=ks, y=[expected_tokens_per_pass(spec.alpha, k) for k in ks],
                                name=f"i.i.d. prediction at α={spec.alpha:.2f}", line_color=THEORY))
@@ -70,14 +76,69 @@ def k_prediction(spec: RunStats) -> go.Figure:
                    "tokens per target pass")
 
 
+def _tree_points(spec: RunStats, chain: RunStats | None, k: int) -> go.Figure:
+    fig = go.Figure()
+    for stats, name, color in ((spec, "this tree run", SPEC), (chain, "the chain at the same k", BASE)):
+        if stats and stats.events:
+            fig.add_scatter(x=[k], y=[stats.tokens_per_pass], mode="markers", name=name,
+                            marker=dict(size=12, color=color, symbol="diamond"))
+    fig.add_annotation(text="the i.i.d. chain prediction is not for trees", showarrow=False,
+                       xref="paper", yref="paper", x=0.5, y=0.95)
+    return _layout(fig, f"Tokens per pass at k={k}: measured", "k (the tree's depth)",
+                   "tokens per target pass")
+
+
+def tree_nodes(spec: RunStats) -> go.Figure:
+    """Each tree round's accepted length against the nodes it verified; a marker's area grows
+    with the rounds at that point."""
+    counts = Counter((e.nodes, e.accepted) for e in spec.events if e.tree)
+    points = sorted(counts.items())
+    fig = go.Figure(go.Scatter(
+        x=[x for (x, _), _ in points], y=[y for (_, y), _ in points], mode="markers", name="rounds",
+        marker=dict(size=[6 + 4 * math.sqrt(n) for _, n in points], color=SPEC, opacity=0.7),
+        text=[f"{n} round{'s' * (n != 1)}" for _, n in points],
+        hovertemplate="%{x} nodes, %{y} accepted: %{text}<extra></extra>"))
+    trees = [e for e in spec.events if e.tree]
+    if trees:
+        mean = sum(e.accepted for e in trees) / len(trees)
+        fig.add_hline(y=mean, line_dash="dot", line_color=THEORY,
+                      annotation_text=f"mean accepted {mean:.2f}")
+    return _layout(fig, "Accepted against nodes verified", "nodes verified in the round",
+                   "drafted tokens accepted")
+
+
+def tree_vs_chain(spec: RunStats, chain: RunStats | None, k: int | None = None) -> go.Figure:
+    """Tokens per target pass of the tree run and of the chain drafter at the same depth k."""
+    names, values, colors = ["token tree"], [spec.tokens_per_pass], [SPEC]
+    if chain is not None and chain.events:
+        names.append(f"chain (draft model, k={k or chain.k})")
+        values.append(chain.tokens_per_pass)
+        colors.append(BASE)
+    fig = go.Figure(go.Bar(x=names, y=values, marker_color=colors, text=[f"{v:.2f}" for v in values],
+                           textposition="auto", name="tokens per target pass"))
+    fig.add_hline(y=1.0, line_dash="dash", line_color=BASE, annotation_text="target alone",
+                  annotation_position="bottom right")
+    if len(names) == 1:
+        fig.add_annotation(text="no chain run to compare (it follows a live tree run)", showarrow=False,
+                           xref="paper", yref="paper", x=0.5, y=0.95)
+    depth = f" (k={k})" if k else ""
+    return _layout(fig, f"Tree against chain{depth}", "drafter", "tokens per target pass")
+
+
 def tokens_over_time(spec: RunStats, base: RunStats | None) -> go.Figure:
     return _both_runs(spec, base, lambda e: e.elapsed, "lines", "Tokens against wall-clock time",
                       "seconds")
 
 
-def all_figures(spec: RunStats, base: RunStats | None) -> dict[str, go.Figure]:
-    return {"tokens_per_pass": tokens_per_pass(spec),
-            "cumulative": cumulative_tokens(spec, base),
-            "acceptance": acceptance_by_position(spec),
-            "k_prediction": k_prediction(spec),
-            "time": tokens_over_time(spec, base)}
+def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = None,
+                k: int | None = None) -> dict[str, go.Figure]:
+    """The run's figures; a tree run adds "tree_nodes" and "tree_chain" (chain: the chain drafter
+    at the same depth k, when it has run)."""
+    figures = {"tokens_per_pass": tokens_per_pass(spec),
+               "cumulative": cumulative_tokens(spec, base),
+               "acceptance": acceptance_by_position(spec),
+               "k_prediction": k_prediction(spec, chain, k),
+               "time": tokens_over_time(spec, base)}
+    if spec.is_tree:
+        figures |= {"tree_nodes": tree_nodes(spec), "tree_chain": tree_vs_chain(spec, chain, k)}
+    return figures

@@ -1,4 +1,5 @@
-"""What the app runs: load pairs once, stream a speculative run then the baseline as views.
+"""What the app runs: load pairs once, stream a speculative run then the baseline as views
+(after a token-tree run, the chain drafter at the same depth as well, for the comparison).
 
 Plain values out (HTML strings, plotly figures); the app only wires them to components. Every
 job here honours the operator's Limits: prompt tokens, samples, and a time budget per job.
@@ -14,14 +15,14 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from . import presets
+from . import presets, treeview
 from .compare import Comparison, compare
 from .engine import NEEDS_DRAFT, RoundEvent, generate
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .loading import Pair, load_pair
 from .metrics import RunStats
-from .render import round_spans, to_html
+from .render import Span, round_spans, to_html
 from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text, public_message
 from .trace import Trace
 from .views import stats_html, timeline_html, verdict_html
@@ -39,6 +40,13 @@ class View:
     base: RunStats | None = None
     comparison: Comparison | None = None
     trace: Trace | None = None
+    tree_html: str = ""  # the last round's token tree (or the note that chain runs have none)
+    tree_overview: str = ""  # every round of a tree run on one line
+    chain: RunStats | None = None  # a tree run's comparison: the chain drafter at the same k
+
+    @property
+    def is_tree(self) -> bool:
+        return self.spec is not None and self.spec.is_tree
 
 
 class ModelStore:
@@ -54,6 +62,7 @@ class ModelStore:
         self._key: tuple | None = None
         self._pair: Pair | None = None
         self.baselines = Baselines()
+        self.chains = Baselines()  # a tree run's comparison: the chain drafter at the same k
 
     @property
     def known_pairs(self) -> set[str]:
@@ -95,6 +104,11 @@ class ModelStore:
         every sampling setting (temperature, top-k, top-p, seed) and the length."""
         return (self.key(s), pair.target_name, str(pair.dtype), str(pair.device), tuple(prompt_ids),
                 s.temperature, s.top_k, s.top_p, s.seed, s.max_new_tokens)
+
+    def chain_key(self, pair: Pair, s: RunSettings, prompt_ids: list[int]) -> tuple:
+        """What decides the chain drafter's run beside a tree run: the baseline's key, the draft
+        and k (the tree's depth)."""
+        return (*self.baseline_key(pair, s, prompt_ids), pair.draft_name, s.k)
 
 
 class Baselines:
@@ -150,11 +164,70 @@ def warm_up(pair: Pair) -> None:
 PLOT_SECONDS = 1.0  # while a run streams, rebuild the plots at most this often (each costs ~0.1 s)
 
 
-def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, plots=True) -> View:
+def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, plots=True, chain=None,
+          k=None, text_of=None) -> View:
     """plots=False leaves View.figures empty: the page keeps the plots it shows."""
-    return View(status, to_html(spans), timeline_html(spans, spec), stats_html(spec, base),
-                verdict_html(comparison, pair.tokenizer, greedy), all_figures(spec, base) if plots else {},
-                spec, base, comparison)
+    tree_html, overview = treeview.tree_views(spec.events, text_of or token_text(pair.tokenizer),
+                                              greedy=greedy)
+    return View(status, to_html(spans), timeline_html(spans, spec), stats_html(spec, base, chain),
+                verdict_html(comparison, pair.tokenizer, greedy),
+                all_figures(spec, base, chain, k) if plots else {}, spec, base, comparison, None,
+                tree_html, overview, chain)
+
+
+def token_text(tokenizer=None, spans: tuple[Span, ...] | list[Span] = (), vocab_size: int | None = None,
+               known: dict | None = None):
+    """text_of(token id) for the tree views: the tokenizer's text of the token alone where one is
+    given (ids below vocab_size), else a text the run's spans or recording showed, else ⟨id⟩."""
+    texts = {s.token: s.text for s in spans}
+    texts.update({int(t): x for t, x in (known or {}).items()})
+    cache: dict[int, str] = {}
+
+    def text_of(token: int) -> str:
+        if token not in cache:
+            if tokenizer is not None and (vocab_size is None or 0 <= token < vocab_size):
+                cache[token] = tokenizer.decode([token], skip_special_tokens=False)
+            else:
+                cache[token] = texts.get(token, f"⟨{token}⟩")
+        return cache[token]
+
+    return text_of
+
+
+def trace_text(trace: Trace, pair: Pair | None = None):
+    """text_of for a trace's tree views: the loaded pair's tokenizer when this pair made the trace
+    (same target, draft and dtype, as the lab asks), else the texts the trace itself holds."""
+    made = trace.models if isinstance(trace.models, dict) else {}
+    if pair is not None:
+        here = {name: value for name, value in pair_models(pair).items() if name != "device"}
+        if all(str(made.get(name)) == str(value) for name, value in here.items()):
+            return token_text(pair.tokenizer, vocab_size=pair.vocab_size)
+    recording = trace.recording
+    return token_text(None, trace.spans, known=recording.token_text if recording else None)
+
+
+def tree_round(trace: Trace | None, round_number, pair: Pair | None = None) -> tuple[str, str]:
+    """(round HTML, overview HTML) of a kept run's tree round: the playback. ValueError naming the
+    fix for a missing run or a round out of range."""
+    if trace is None:
+        raise ValueError("no run yet: run the token tree drafter first (or open a trace)")
+    if not trace.stats.is_tree:
+        return treeview.chain_html(), ""
+    greedy = trace.settings.get("temperature", 0) == 0
+    return treeview.tree_views(trace.events, trace_text(trace, pair), round_number, greedy)
+
+
+def explorer_refusal(trace: Trace | None) -> str | None:
+    """Why the k explorer cannot replay this run, or None when it can. A tree run is never
+    replayed at other depths: the recording replays a chain drafter's guesses."""
+    if trace is not None and (trace.settings.get("proposer") == "tree" or trace.stats.is_tree):
+        return ("This run drafted token trees: the k explorer replays chain runs only (the draft model "
+                "or the n-gram drafter), so tree runs are not replayed at other depths. Run the draft "
+                "model at temperature 0 to explore k.")
+    if trace is None or trace.recording is None:
+        return ("Run at temperature 0 with the draft model or n-gram drafter first (or open a trace): "
+                "the explorer replays that run.")
+    return None
 
 
 class _Every:
@@ -187,10 +260,11 @@ def _when(measured_at: float) -> str:
 
 def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[View]:
     """Load (if needed), stream the speculative run, then the baseline; ValueError on bad input.
+    After a tree run, the chain drafter at the same k runs too, for the comparison.
 
-    The baseline is reused when one with the same key (ModelStore.baseline_key) was measured
-    before. The job stops with a clear status once it has run limits.max_job_seconds (the clock
-    starts when the pair is loaded).
+    The baseline (and the chain) is reused when one with the same key (ModelStore.baseline_key,
+    chain_key) was measured before. The job stops with a clear status once it has run
+    limits.max_job_seconds (the clock starts when the pair is loaded).
     """
     s.check(limits, store.known_pairs)
     if not store.is_loaded(s):
@@ -204,8 +278,11 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                   top_k=s.top_k, top_p=s.top_p, seed=s.seed)
     greedy = s.temperature == 0
     models = pair_models(pair)
+    text_of = token_text(pair.tokenizer)  # one memo for the run's tree views
+    views = dict(greedy=greedy, k=s.k, text_of=text_of)
     events, spans, context, plots = [], [], list(prompt_ids), _Every(PLOT_SECONDS)
-    for event in generate(pair, prompt_ids, proposer=s.proposer, **kwargs):
+    for event in generate(pair, prompt_ids, proposer=s.proposer, nodes=s.tree_nodes, branching=s.branching,
+                          **kwargs):
         events.append(event)
         spans += round_spans(event, pair.tokenizer, context)  # only this round's tokens decoded
         context += event.new_tokens
@@ -213,11 +290,11 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
             trace = Trace(asdict(s), models, prompt_ids, tuple(events), tuple(spans))
             made = len(context) - len(prompt_ids)
             yield replace(_view(_over_budget(limits, f"the speculative run after {made} tokens (no "
-                                             "baseline)"), pair, spans, RunStats.of(events),
-                                greedy=greedy), trace=trace)
+                                             "baseline)"), pair, spans, RunStats.of(events), **views),
+                          trace=trace)
             return
         yield _view(f"Speculative run: round {event.round}", pair, spans, RunStats.of(events),
-                    greedy=greedy, plots=plots())
+                    plots=plots(), **views)
     spec, key = RunStats.of(events), store.baseline_key(pair, s, prompt_ids)
     reused = store.baselines.get(key)
     if reused is None:
@@ -228,11 +305,11 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                 trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans))
                 yield replace(_view(_over_budget(limits, f"the baseline after {event.round} tokens (no "
                                                  "speedup or identity check)"), pair, spans, spec,
-                                    RunStats.of(base_events), greedy=greedy), trace=trace)
+                                    RunStats.of(base_events), **views), trace=trace)
                 return
             if event.round % 4 == 0:
                 yield _view(f"Baseline (target alone): {event.round} tokens", pair, spans, spec,
-                            RunStats.of(base_events), greedy=greedy, plots=plots())
+                            RunStats.of(base_events), plots=plots(), **views)
         store.baselines.put(key, tuple(base_events), time.time())
         note = ""
     else:
@@ -242,9 +319,31 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     base = RunStats.of(base_events)
     result = compare(spec, base, pair.dtype, pair.device, pair.numerics)
     speedup = spec.tokens_per_second / max(base.tokens_per_second, 1e-9)
-    view = _view(f"Done: {speedup:.2f}× the target alone{note}; greedy outputs {result.verdict}"
-                 if greedy else f"Done: {speedup:.2f}× the target alone{note}", pair, spans, spec,
-                 base, result, greedy)
+    status = (f"Done: {speedup:.2f}× the target alone{note}; greedy outputs {result.verdict}"
+              if greedy else f"Done: {speedup:.2f}× the target alone{note}")
+    chain = None
+    if s.proposer == "tree":  # the chain drafter at the same depth, for the comparison
+        key = store.chain_key(pair, s, prompt_ids)
+        if (reused := store.chains.get(key)) is not None:
+            chain = RunStats.of(reused[0])
+            status += f" (chain comparison reused, measured {_when(reused[1])})"
+        else:
+            chain_events = []
+            for event in generate(pair, prompt_ids, proposer="draft", **kwargs):
+                chain_events.append(event)
+                if event.stop is None and time.monotonic() > deadline:
+                    status += ". " + _over_budget(limits, f"the chain comparison after "
+                                                          f"{event.position + len(event.new_tokens)} tokens")
+                    break
+                yield _view(f"Chain drafter at k={s.k}, for the comparison: round {event.round}", pair,
+                            spans, spec, base, result, plots=plots(), **views)
+            else:
+                store.chains.put(key, tuple(chain_events), time.time())
+                chain = RunStats.of(chain_events)
+        if chain is not None:
+            status += (f". Tokens per target pass: tree {spec.tokens_per_pass:.2f}, chain at k={s.k} "
+                       f"{chain.tokens_per_pass:.2f}")
+    view = _view(status, pair, spans, spec, base, result, chain=chain, **views)
     recording = None
     if greedy and s.proposer in EXPLORER_PROPOSERS:
         try:
@@ -265,9 +364,12 @@ def replay_view(trace: Trace) -> View:
     result = compare(spec, base, dtype, trace.models.get("device", "")) if base else None
     verdict = verdict_html(result, _NoTokenizer(trace), greedy) if result else ""
     names = [markdown_text(public_message(clip(trace.models.get(m), 60))) for m in ("target", "draft")]
+    k = trace.settings.get("k")
+    tree_html, overview = treeview.tree_views(spec.events, trace_text(trace), greedy=greedy)
     return View(f"Replay of a saved run: {names[0]} with {names[1]}",
                 to_html(list(trace.spans)), timeline_html(list(trace.spans), spec), stats_html(spec, base),
-                verdict, all_figures(spec, base), spec, base, result, trace)
+                verdict, all_figures(spec, base, k=k if type(k) is int else None), spec, base, result,
+                trace, tree_html, overview)
 
 
 class _NoTokenizer:
@@ -296,7 +398,8 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
     prompt_ids = _prompt_ids(pair, s, limits)
     pair.check_length(len(prompt_ids), tokens)
     deadline = time.monotonic() + limits.max_job_seconds
-    kwargs = dict(k=s.k, max_new_tokens=tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
+    kwargs = dict(k=s.k, max_new_tokens=tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                  nodes=s.tree_nodes, branching=s.branching)
     counts, seconds, done = {}, {}, 0
     for proposer in (s.proposer, "none"):
         start, c = time.perf_counter(), Counter()

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 from . import presets
 from .engine import PROPOSERS
+from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
 
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 UI_MAX_K = 16
@@ -109,6 +110,13 @@ class RunSettings:
     prompt: str = DEFAULT_PROMPT
     chat: bool = True
     dtype: str = "auto"  # "auto" (per device), "float32", "bfloat16", "float16"
+    nodes: int = 0  # the token tree's nodes per round: 0 sizes it each round from the verify cost
+    branching: int = BRANCHING  # the token tree: children of each expanded node
+
+    @property
+    def tree_nodes(self) -> int | None:
+        """generate's `nodes`: None (0 here) sizes each round's tree from the measured cost."""
+        return self.nodes or None
 
     def problems(self, limits: Limits, known_pairs) -> dict[str, str]:
         """{field: message naming the fix} for anything a user can get wrong."""
@@ -141,6 +149,11 @@ class RunSettings:
         elif len(self.prompt) > limits.max_prompt_chars:
             out["prompt"] = (f"the prompt has {len(self.prompt)} characters; this deployment "
                              f"allows {limits.max_prompt_chars}: shorten it")
+        if not 0 <= self.nodes <= MAX_NODES:
+            out["nodes"] = (f"tree nodes must be in 0..{MAX_NODES} (0 sizes each round's tree from the "
+                            f"measured verify cost), got {clip(self.nodes)}")
+        if not 1 <= self.branching <= MAX_BRANCHING:
+            out["branching"] = f"tree branching must be in 1..{MAX_BRANCHING}, got {clip(self.branching)}"
         if self.dtype not in DTYPES:
             out["dtype"] = f"dtype must be one of {', '.join(DTYPES)}, got {clip(self.dtype)!r}"
         if not 1 <= self.max_new_tokens <= limits.max_new_tokens:
@@ -163,6 +176,10 @@ class RunSettings:
         values["chat"] = int(self.chat)
         if self.dtype == "auto":
             values.pop("dtype")
+        if self.proposer != "tree":  # a chain link stays short; a tree link names both knobs
+            for name, default in (("nodes", 0), ("branching", BRANCHING)):
+                if values[name] == default:
+                    values.pop(name)
         return urlencode(values)
 
 
@@ -289,6 +306,8 @@ def settings_from(values: dict, limits: Limits) -> RunSettings:
     out["k"] = _int("k", v.get("k"))
     out["top_k"], out["seed"] = _int("top_k", v.get("top_k"), 0), _int("seed", v.get("seed"), 0)
     out["max_new_tokens"] = _int("max new tokens", v.get("max_new_tokens"))
+    out["nodes"] = _int("tree nodes", v.get("nodes"), 0)
+    out["branching"] = _int("tree branching", v.get("branching"), BRANCHING)
     out["temperature"] = _float("temperature", 0.0 if v.get("temperature") is None else v["temperature"])
     out["top_p"] = _float("top_p", 1.0 if v.get("top_p") is None else v["top_p"])
     out["chat"] = _bool("chat", False if v.get("chat") is None else v["chat"])

@@ -11,13 +11,18 @@ import gc
 import json
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from itertools import accumulate, islice
+from itertools import accumulate, islice, pairwise, starmap
+from operator import ge
+
+import torch
 
 from .engine import MAX_K, PROPOSERS, RoundEvent
 from .explorer import EXPLORER_PROPOSERS, Recording
 from .metrics import RunStats
 from .render import LEGEND, Span
 from .settings import DTYPES, UI_MAX_K, RunSettings
+from .tree import ACCEPTED, FATES, REJECTED, UNREACHED, TreeNode
+from .treedraft import MAX_BRANCHING, MAX_NODES
 
 FORMAT, VERSION = "specviz-trace", 1
 # Limits (docs/trace-format.md). Every field of an opened trace is untrusted: each is typed and
@@ -30,6 +35,9 @@ MAX_VOCAB = 2**20  # token ids are below this (below vocab_size when loads is gi
 MAX_POSITIONS = 2**20  # prompt + generated tokens, and the target's cache length
 MAX_DEPTH = 16  # JSON nesting; a valid trace nests 6 deep (target_top2 pairs)
 MAX_PASSES = MAX_ROUNDS * (MAX_K + 1)  # cumulative target or draft passes
+# A tree round holds at most MAX_NODES (64) nodes, drafted at most MAX_K deep; the byte cap, not
+# the round count, bounds a tree trace: 4 MiB holds about 45,000 of the smallest nodes.
+SCORE_SLACK = 1e-6  # a node's score against its parent's score times its q (float rounding)
 MAX_SECONDS = 1e6  # any recorded duration
 MAX_LOGIT = 1e9  # |logit| in target_top2
 MAX_TEXT_CHARS = 1000  # one token's display text (spans, recording pieces and token_text)
@@ -66,10 +74,31 @@ class Trace:
     def to_json(self) -> str:
         return json.dumps({
             "format": FORMAT, "version": VERSION, "settings": self.settings, "models": self.models,
-            "prompt_ids": self.prompt_ids, "events": [asdict(e) for e in self.events],
-            "baseline": [asdict(e) for e in self.baseline],
+            "prompt_ids": self.prompt_ids, "events": [_event_dict(e) for e in self.events],
+            "baseline": [_event_dict(e) for e in self.baseline],
             "spans": [asdict(s) for s in self.spans], "summary": self.stats.summary(),
-            "recording": self.recording.to_dict() if self.recording else None})
+            "recording": self.recording.to_dict() if self.recording else None},
+            separators=(",", ":"))
+
+
+def _event_dict(e: RoundEvent) -> dict:
+    """A chain round keeps the shape it had before trees (no "tree" key), so its traces still
+    open in readers that predate trees; a tree round adds "tree", a list of node objects."""
+    d = asdict(e)
+    if not e.tree:
+        del d["tree"]
+        return d
+    # A tree round carries up to 64 nodes: its probabilities are float32 values, which 9
+    # significant digits carry exactly (not 17), so a 512-token run of 64-node rounds fits the cap.
+    for node in d["tree"]:
+        node.update((name, _short(node[name])) for name in ("p", "q", "score"))
+    d["target_probs"] = [_short(x) for x in d["target_probs"]]
+    d["draft_probs"] = [_short(x) for x in d["draft_probs"]]
+    return d
+
+
+def _short(x: float) -> float:
+    return float(f"{x:.9g}")
 
 
 class TraceError(ValueError):
@@ -166,7 +195,12 @@ def _keys(d, where: str, allowed, required=()) -> dict:
 
 
 _EVENT_FIELDS = [f.name for f in fields(RoundEvent)]
-_EVENT_KEYS = frozenset(_EVENT_FIELDS), frozenset(_EVENT_FIELDS) - {"target_top2"}
+_EVENT_OPTIONAL = ("target_top2", "tree")  # absent: no rows / a chain round (older traces)
+_EVENT_KEYS = tuple(frozenset(_EVENT_FIELDS) - set(absent)  # dict_keys compare equal to sets
+                    for absent in ((), ("target_top2",), ("tree",), _EVENT_OPTIONAL))
+_EVENT_REQUIRED = [name for name in _EVENT_FIELDS if name not in _EVENT_OPTIONAL]
+_NODE_FIELDS = [f.name for f in fields(TreeNode)]
+_NODE_KEYS = frozenset(_NODE_FIELDS)
 _SECONDS = ("draft_seconds", "target_seconds", "round_seconds", "elapsed")
 
 
@@ -184,6 +218,102 @@ def _top2(v, where: str, k: int, vocab: int) -> list[list[tuple[int, float]]]:
     return [[(a, float(b)), (c, float(e))] for a, b, c, e in zip(*[iter(flat)] * 4, strict=True)]
 
 
+def _tree(v, w: str, d: dict, vocab: int) -> tuple[TreeNode, ...]:
+    """A tree round's verified nodes (none for a chain round), d being its checked event: a
+    tree listed parents first, fates that a walk of the rule leaves, and the event's chain-shaped
+    fields (k, draft_tokens, accepted, kind, probs) describing its walked branch. Checked a
+    column at a time where possible: a trace holds up to about 45,000 nodes."""
+    where = f"{w}.tree"
+    raw = _list(v, where, 0, MAX_NODES, "tree nodes")
+    if not raw:
+        if d["source"] == "tree" and d["k"]:
+            _fail(where, "must hold the verified nodes: a round of the tree drafter that drafted")
+        return ()
+    if d["source"] != "tree":
+        _fail(where, "must be empty: only the tree drafter's rounds (source 'tree') verify a tree")
+    for i, node in enumerate(raw):
+        if type(node) is not dict or node.keys() != _NODE_KEYS:
+            _keys(node, f"{where}[{i}]", _NODE_FIELDS, _NODE_FIELDS)
+    column = {name: [node[name] for node in raw] for name in _NODE_FIELDS}
+    parents, tokens, depths, fates = (column[name] for name in ("parent", "token", "depth", "fate"))
+    m = len(raw)
+    _ids(tokens, f"{where}[].token", vocab, 0, m)
+    for name in ("p", "q", "score"):
+        _nums(column[name], f"{where}[].{name}", m, 0.0, 1.0 + PROB_SLACK)
+    if not set(map(type, fates)) <= {str} or not set(fates) <= set(FATES):
+        _fail(f"{where}[].fate", f"must be one of {', '.join(FATES)}")
+    # Whole columns first; the loops below run only to name the node that failed.
+    if not set(map(type, parents)) <= {int} or min(parents) < -1 or any(map(ge, parents, range(m))):
+        for i, parent in enumerate(parents):
+            _int(parent, f"{where}[{i}].parent", -1, i - 1)  # parents come first
+    ext = depths + [0]  # ext[-1]: the root's depth
+    if not set(map(type, depths)) <= {int} or max(depths) > MAX_K or \
+            [ext[parent] + 1 for parent in parents] != depths:
+        for i, parent in enumerate(parents):
+            if _int(depths[i], f"{where}[{i}].depth", 1, MAX_K) != ext[parent] + 1:
+                _fail(f"{where}[{i}].depth", f"must be {ext[parent] + 1}: its parent's depth + 1 "
+                                             "(1 at the root)")
+    if len(set(zip(parents, tokens, strict=True))) < m:
+        seen: set[tuple[int, int]] = set()
+        for i, pair in enumerate(zip(parents, tokens, strict=True)):
+            if pair in seen:
+                _fail(f"{where}[{i}].token", "must differ from its siblings' tokens")
+            seen.add(pair)
+    q, score, p = (list(map(float, column[name])) for name in ("q", "score", "p"))
+    ext = score + [1.0]  # ext[-1]: the root's score
+    for i, (s, parent, x) in enumerate(zip(score, parents, q, strict=True)):
+        if abs(s - ext[parent] * x) > SCORE_SLACK:
+            _fail(f"{where}[{i}].score", "must be its parent's score × its q (1 × q at the root)")
+    kids: dict[int, list[int]] = {i: [] for i in range(-1, m)}  # parent -> children, in order
+    for i, parent in enumerate(parents):
+        kids[parent].append(i)
+    # The walk: accepted nodes are a chain from the root; a tried (accepted or refused) child's
+    # parent is on it, and at each such node the tries come first, in the draft's order; the
+    # round ends at the chain's last node, whose children were all refused.
+    path = [i for i, fate in enumerate(fates) if fate == ACCEPTED]
+    n, k, draft = d["accepted"], d["k"], d["draft_tokens"]
+    if len(path) != n:
+        _fail(f"{where}[].fate", f"must mark {n} nodes accepted (the event's accepted), got {len(path)}")
+    if [parents[i] for i in path] != ([-1] + path)[:n]:
+        _fail(f"{where}[].fate", "must mark accepted a chain of nodes down from the root")
+    if [tokens[i] for i in path] != draft[:n]:
+        _fail(f"{where}[].token", "of the accepted nodes must be draft_tokens[:accepted]")
+    end = path[-1] if path else -1
+    for node in (-1, *path):
+        for before, after in pairwise(kids[node]):
+            if fates[before] == UNREACHED and fates[after] != UNREACHED:
+                _fail(f"{where}[{after}].fate", "cannot follow an unreached sibling: children are "
+                                                "tried in the draft's order")
+    for c in kids[end]:
+        if fates[c] != REJECTED:
+            _fail(f"{where}[{c}].fate", "must be 'rejected': the round ended at its parent, so "
+                                        "every child there was refused")
+    stray = next((i for i, fate in enumerate(fates)
+                  if fate == REJECTED and parents[i] != -1 and fates[parents[i]] != ACCEPTED), None)
+    if stray is not None:
+        _fail(f"{where}[{stray}].fate", "must be 'unreached': only children of the root or of an "
+                                        "accepted node are tried")
+    if (d["kind"] == "bonus") != (not kids[end]):
+        _fail(f"{w}.kind", "must be 'bonus' exactly when the last accepted node (or the root) has "
+                           "no children")
+    chain, node = list(path), end  # the walked branch: then the first refused child, and its
+    while kids[node]:  # first children down to a leaf
+        node = kids[node][0]
+        chain.append(node)
+    if len(chain) != k or [tokens[i] for i in chain] != draft:
+        _fail(f"{w}.draft_tokens", "must be the tree's walked branch: the accepted nodes, then the "
+                                   "first refused child and its first children down to a leaf")
+    for name, values, letter in (("target_probs", p, "p"), ("draft_probs", q, "q")):
+        if d[name] != [values[i] for i in chain]:
+            _fail(f"{w}.{name}", f"must be the walked branch's {letter}, node by node")
+    q, score, p = _float32(q), _float32(score), _float32(p)  # saved to 9 digits: the exact values
+    return tuple(starmap(TreeNode, zip(parents, tokens, depths, q, score, p, fates, strict=True)))
+
+
+def _float32(values: list[float]) -> list[float]:
+    return torch.tensor(values, dtype=torch.float32).tolist()
+
+
 def _events(raw, where: str, lo: int, vocab: int) -> tuple[RoundEvent, ...]:
     """Events of one run: rounds 1, 2, ...; position = tokens committed before the round."""
     _list(raw, where, lo, MAX_ROUNDS, "round events")
@@ -191,7 +321,7 @@ def _events(raw, where: str, lo: int, vocab: int) -> tuple[RoundEvent, ...]:
     for i, d in enumerate(raw):
         w = f"{where}[{i}]"
         if type(d) is not dict or d.keys() not in _EVENT_KEYS:
-            _keys(d, w, _EVENT_FIELDS, _EVENT_KEYS[1])
+            _keys(d, w, _EVENT_FIELDS, _EVENT_REQUIRED)
         if d["round"] != i + 1 or type(d["round"]) is not int:
             _fail(f"{w}.round", f"must be {i + 1}: rounds count 1, 2, ...")
         k = _int(d["k"], f"{w}.k", 0, MAX_K)
@@ -217,8 +347,10 @@ def _events(raw, where: str, lo: int, vocab: int) -> tuple[RoundEvent, ...]:
         if d["stop"] not in (None, "eos", "length"):
             _fail(f"{w}.stop", "must be null, 'eos' or 'length'")
         top2 = _top2(d.get("target_top2", []), f"{w}.target_top2", k, vocab)
+        tree = _tree(d.get("tree", []), w, d, vocab)
+        probs = {name: _float32(d[name]) for name in ("target_probs", "draft_probs")} if tree else {}
         out.append(RoundEvent(**{**d, **{name: float(d[name]) for name in _SECONDS},
-                                 "target_top2": top2}))
+                                 "target_top2": top2, "tree": tree, **probs}))
         position, passes = position + len(new), now
         if position > MAX_NEW_TOKENS:
             _fail(where, f"generate more than {MAX_NEW_TOKENS} tokens")
@@ -307,8 +439,12 @@ def _recording(d, prompt_ids: list[int], tokens: list[int], vocab: int) -> Recor
                      confidences)
 
 
-_SETTING_TYPES = {f.name: getattr(f.type, "__name__", str(f.type)) for f in fields(RunSettings)}
+# The tree drafter's two settings are typed here too, so tree traces open whether or not this
+# specviz's RunSettings lists them (older traces simply lack them).
+_SETTING_TYPES = {f.name: getattr(f.type, "__name__", str(f.type)) for f in fields(RunSettings)} | {
+    "nodes": "int", "branching": "int"}
 _SETTING_RULES = {
+    "nodes": (0, MAX_NODES), "branching": (1, MAX_BRANCHING),  # nodes 0: sized each round
     "proposer": PROPOSERS, "dtype": DTYPES, "prompt": MAX_PROMPT_CHARS,
     "k": (1, UI_MAX_K), "top_k": (0, MAX_VOCAB), "seed": (-(2**63), 2**64 - 1),
     "max_new_tokens": (1, MAX_NEW_TOKENS), "temperature": (0.0, MAX_TEMPERATURE), "top_p": (0.0, 1.0),
@@ -410,11 +546,12 @@ def check_model(t: Trace, vocab_size: int, max_positions: int | None = None) -> 
     """Refuse an opened trace that does not fit a model, before feeding its ids to one: every id
     a model would read below vocab_size, and prompt plus output within max_positions."""
     runs = (t.events, t.baseline)
-    top = max([max(t.prompt_ids)] + [max(e.new_tokens + e.draft_tokens) for run in runs for e in run])
+    top = max([max(t.prompt_ids)] + [max(e.new_tokens + e.draft_tokens + [n.token for n in e.tree])
+                                     for run in runs for e in run])
     if top >= vocab_size:
         raise TraceError(f"this trace holds token id {top}, outside the model's vocabulary of "
                          f"{vocab_size}: it was made with another tokenizer")
-    longest = len(t.prompt_ids) + max(e.position + e.k + 1 for run in runs for e in run)  # verified
+    longest = len(t.prompt_ids) + max(e.position + e.nodes + 1 for run in runs for e in run)  # verified
     if max_positions is not None and longest > max_positions:
         raise TraceError(f"this trace needs up to {longest} positions; the model has {max_positions}")
 

@@ -140,9 +140,11 @@ class TreeProposer:
         """Append the top `branching` children of each parent; logits [len(parents), vocab]."""
         q = logits.softmax(-1) if params.greedy else process(logits, params)  # [m, vocab]
         top = q.topk(min(self.branching, q.shape[-1]), dim=-1)  # [m, branching]
-        for parent, values, tokens in zip(parents, top.values.tolist(), top.indices.tolist(), strict=True):
+        for row, parent in enumerate(parents):
             base, depth = (1.0, 1) if parent < 0 else (drafted[parent].score, drafted[parent].depth + 1)
-            drafted += [TreeNode(parent, t, depth, v, base * v) for v, t in zip(values, tokens, strict=True)
+            scores = (base * top.values[row]).tolist()  # float32, like q: 9 digits carry it exactly
+            drafted += [TreeNode(parent, t, depth, v, s) for v, s, t in
+                        zip(top.values[row].tolist(), scores, top.indices[row].tolist(), strict=True)
                         if v > 0]
 
     def _choose(self, drafted: list[TreeNode], bar: float) -> list[int]:

@@ -24,39 +24,65 @@ def timeline_html(spans: list[Span], stats: RunStats) -> str:
         chips = by_round.get(e.round, [])
         drafts = "".join(_chip(s) for s in chips if s.position)
         own = "".join(_chip(s) for s in chips if not s.position)
-        rows.append(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{e.accepted}/{e.k}</td>"
+        nodes = f" of {e.nodes} nodes" if e.tree else ""  # a tree round: its walked branch shown
+        rows.append(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{e.accepted}/{e.k}{nodes}</td>"
                     f"<td>{own or '(cut)'}</td><td>{len(e.new_tokens)}</td></tr>")
     return ('<table class="specviz-timeline"><thead><tr><th>round</th><th>drafted</th>'
             '<th>kept</th><th>target</th><th>tokens</th></tr></thead><tbody>'
             + "".join(reversed(rows)) + "</tbody></table>")
 
 
-def _row(label: str, spec: str, base: str = "") -> str:
-    return f"<tr><th>{label}</th><td>{spec}</td><td>{base}</td></tr>"
+def _row(label: str, spec: str, base: str = "", *more: str) -> str:
+    return f"<tr><th>{label}</th><td>{spec}</td><td>{base}</td>" + "".join(
+        f"<td>{m}</td>" for m in more) + "</tr>"
 
 
-def stats_html(spec: RunStats, base: RunStats | None = None) -> str:
+def _predicted(stats: RunStats) -> str:
+    if stats.is_tree:
+        return "— (not for trees)"
+    return f"{stats.predicted_tokens_per_pass:.2f} /pass" if stats.drafted else "—"
+
+
+def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | None = None) -> str:
+    """The counters, speculative beside the target alone; a tree run adds the tokens it verified
+    and a column for the chain drafter at the same depth (chain, once it has run)."""
     b = base if base and base.events else None
+    tree = spec.is_tree
+    c = chain if tree and chain and chain.events else None
+
+    def row(label: str, of, base_text: str = "") -> str:
+        """of(stats): a speculative run's cell (the tree's, then the chain's beside it)."""
+        return _row(label, of(spec), base_text, *([of(c) if c else ""] if tree else []))
+
     rows = [
-        _row("tokens", f"{spec.new_tokens}", f"{b.new_tokens}" if b else ""),
-        _row("target passes", f"{spec.target_passes}", f"{b.target_passes}" if b else ""),
-        _row("draft passes", f"{spec.draft_passes}", "0" if b else ""),
-        _row("tokens per target pass", f"{spec.tokens_per_pass:.2f}", "1.00" if b else ""),
-        _row("per-token acceptance α = accepted / (accepted + rejections)",
-             f"{spec.alpha:.1%}" if spec.drafted else "—", ""),
-        _row("acceptance rate = accepted / drafted", f"{spec.acceptance_rate:.1%}" if spec.drafted else "—"),
-        _row("i.i.d. prediction (1 − α^(k+1))/(1 − α)",
-             f"{spec.predicted_tokens_per_pass:.2f} /pass" if spec.drafted else "—"),
-        _row("elapsed", f"{spec.wall_seconds:.2f} s", f"{b.wall_seconds:.2f} s" if b else ""),
-        _row("tokens / s", f"{spec.tokens_per_second:.2f}", f"{b.tokens_per_second:.2f}" if b else ""),
-        _row("time split", f"draft {spec.draft_seconds:.2f} s · target {spec.target_seconds:.2f} s · "
-                           f"other {spec.overhead_seconds:.3f} s", ""),
+        row("tokens", lambda r: f"{r.new_tokens}", f"{b.new_tokens}" if b else ""),
+        row("target passes", lambda r: f"{r.target_passes}", f"{b.target_passes}" if b else ""),
+        row("draft passes", lambda r: f"{r.draft_passes}", "0" if b else ""),
+        row("tokens per target pass", lambda r: f"{r.tokens_per_pass:.2f}", "1.00" if b else ""),
+    ]
+    if tree:
+        rows += [row("drafted tokens verified (tree nodes; a chain: k a round)",
+                     lambda r: f"{r.nodes_verified}"),
+                 row("accepted per verified token", lambda r: f"{r.accepted_per_node:.1%}")]
+    rows += [
+        row("per-token acceptance α = accepted / (accepted + rejections)",
+            lambda r: f"{r.alpha:.1%}" if r.drafted else "—"),
+        row("acceptance rate = accepted / drafted",
+            lambda r: f"{r.acceptance_rate:.1%}" if r.drafted else "—"),
+        row("i.i.d. prediction (1 − α^(k+1))/(1 − α)", _predicted),
+        row("elapsed", lambda r: f"{r.wall_seconds:.2f} s", f"{b.wall_seconds:.2f} s" if b else ""),
+        row("tokens / s", lambda r: f"{r.tokens_per_second:.2f}", f"{b.tokens_per_second:.2f}" if b else ""),
+        row("time split", lambda r: f"draft {r.draft_seconds:.2f} s · target {r.target_seconds:.2f} s · "
+                                    f"other {r.overhead_seconds:.3f} s"),
     ]
     if b and b.stop and spec.stop:
-        speedup = spec.tokens_per_second / max(b.tokens_per_second, 1e-9)
-        rows.append(_row("speedup", f"<b>{speedup:.2f}×</b>", "1.00×"))
-    return ('<table class="specviz-stats"><thead><tr><th></th><th>speculative</th>'
-            '<th>baseline (target alone)</th></tr></thead><tbody>' + "".join(rows) + "</tbody></table>")
+        alone = max(b.tokens_per_second, 1e-9)
+        rows.append(row("speedup", lambda r: f"<b>{r.tokens_per_second / alone:.2f}×</b>" if r.stop else "",
+                        "1.00×"))
+    columns = ("<th>token tree</th><th>baseline (target alone)</th><th>chain (draft model, same k)</th>"
+               if tree else "<th>speculative</th><th>baseline (target alone)</th>")
+    return (f'<table class="specviz-stats"><thead><tr><th></th>{columns}</tr></thead><tbody>'
+            + "".join(rows) + "</tbody></table>")
 
 
 def _top2(top2, tokenizer) -> str:

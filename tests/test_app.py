@@ -38,7 +38,7 @@ def app_url(model_dirs):
 def args(**over):
     s = {"pair": "tiny", "target": "", "draft": "", "proposer": "draft", "k": 4, "temperature": 0.0,
          "top_p": 1.0, "top_k": 0, "seed": 0, "max_new_tokens": 24, "prompt": "def fibonacci(n):",
-         "chat": False, "dtype": "auto"} | over
+         "chat": False, "dtype": "auto", "nodes": 0, "branching": 3} | over
     return list(s.values())
 
 
@@ -49,11 +49,13 @@ def test_run_streams_rounds_then_the_full_result(app_url):
     job = client.submit(*args(dtype="float32"), api_name="/run")  # float32: no bf16 near-ties
     updates = list(job)
     assert len(updates) >= 5
-    status, text, verdict, stats, timeline, *figures = updates[-1]
+    status, text, verdict, stats, timeline, *figures, tree, _, overview, _, _ = updates[-1]
     assert status.startswith("Done") and "identical" in status
     assert text.count('class="tok ') >= 24 and "Identical" in verdict
     assert "tokens per target pass" in stats and "speedup" in stats
-    assert "<table" in timeline and all(f and f["type"] == "plotly" for f in figures)
+    assert "<table" in timeline and len(figures) == 5 and all(f and f["type"] == "plotly" for f in figures)
+    assert "Token trees appear when the drafter is &#x27;token tree&#x27;" in tree
+    assert overview["visible"] is False and not overview["value"]  # a chain run: the panel's note only
 
 
 def test_bad_input_is_an_error_message_and_the_app_keeps_serving(app_url):
@@ -115,6 +117,57 @@ def test_custom_models_need_the_operator_switch():
         RunSettings(prompt="x" * 11).check(Limits(max_prompt_chars=10), presets.BY_KEY)
 
 
+def link_params(s: RunSettings) -> dict[str, str]:
+    from urllib.parse import parse_qsl
+
+    return dict(parse_qsl(s.to_query()))
+
+
+def test_a_tree_link_carries_nodes_and_branching_and_a_chain_link_stays_short():
+    tree = RunSettings(pair="gpt2", proposer="tree", k=6, nodes=12, branching=4)
+    params = link_params(tree)
+    assert (params["proposer"], params["nodes"], params["branching"]) == ("tree", "12", "4")
+    assert from_query(params, RunSettings(), Limits(), presets.BY_KEY) == (tree, [], False)
+    sized = RunSettings(proposer="tree")  # nodes 0: sized each round; both knobs still named
+    assert (link_params(sized)["nodes"], link_params(sized)["branching"]) == ("0", "3")
+    assert "nodes" not in link_params(RunSettings()) and "branching" not in link_params(RunSettings())
+    odd = RunSettings(nodes=5)  # a chain run keeps a changed knob for the next tree run
+    assert from_query(link_params(odd), RunSettings(), Limits(), presets.BY_KEY)[0] == odd
+    assert RunSettings().tree_nodes is None and RunSettings(nodes=5).tree_nodes == 5
+
+
+@pytest.mark.parametrize(("params", "notice"), [
+    ({"nodes": "65"}, "tree nodes must be in 0..64 (0 sizes each round's tree from the measured verify "
+                      "cost), got 65"),
+    ({"nodes": "-1"}, "tree nodes must be in 0..64"), ({"nodes": "1e3"}, "nodes='1e3': not a valid int"),
+    ({"nodes": "<img src=x>"}, "nodes='<img src=x>': not a valid int"),
+    ({"branching": "9"}, "tree branching must be in 1..8, got 9"), ({"branching": "0"}, "got 0"),
+    ({"branching": "9" * 60}, "tree branching must be in 1..8, got " + "9" * 39 + "…"),
+    ({"branching": "nan"}, "branching='nan': not a valid int"),
+])
+def test_bad_tree_link_values_are_ignored_with_a_notice_naming_the_fix(params, notice):
+    s, notices, _ = from_query({"proposer": "tree", "nodes": "16", "branching": "2"} | params,
+                               RunSettings(), Limits(), presets.BY_KEY)
+    good = {"nodes": 16, "branching": 2}
+    bad = next(iter(params))
+    assert s.proposer == "tree" and getattr(s, bad) == getattr(RunSettings(), bad)
+    assert all(getattr(s, name) == value for name, value in good.items() if name != bad)
+    assert len(notices) == 1 and notice in notices[0], notices
+
+
+def test_tree_settings_from_a_page_or_an_api_call():
+    from specviz.settings import settings_from
+
+    base = {"pair": "gpt2", "proposer": "tree", "k": 4, "max_new_tokens": 8, "prompt": "x"}
+    s = settings_from(base | {"nodes": "24", "branching": 5.0}, Limits())
+    assert (s.nodes, s.branching, s.tree_nodes) == (24, 5, 24)
+    s = settings_from(base, Limits())  # absent: sized each round, three children a node
+    assert (s.nodes, s.branching, s.tree_nodes) == (0, 3, None)
+    assert s.problems(Limits(), presets.BY_KEY) == {}
+    bad = RunSettings(nodes=65, branching=9).problems(Limits(), presets.BY_KEY)
+    assert set(bad) == {"nodes", "branching"}
+
+
 def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -161,8 +214,34 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url):
         assert "0.6000" in page.inner_text("#lab-info")
         page.wait_for_selector("#lab-mc .js-plotly-plot", timeout=30_000)
         page.screenshot(path=str(OUT / "lab.png"), full_page=True)
+
+        # A token-tree link: the tree panel shows the round's nodes with their tooltips.
+        page.goto(app_url + "?pair=tiny&proposer=tree&k=4&nodes=12&branching=3&max_new_tokens=40"
+                            "&temperature=0&dtype=float32&prompt=def+fibonacci(n):&run=1")
+        page.wait_for_function("(document.querySelector('#status')?.innerText || '').startsWith('Done')",
+                               timeout=120_000)
+        assert "chain at k=4" in page.inner_text("#status")
+        nodes = page.locator("#tree .tree-node[data-node]")
+        assert 1 <= nodes.count() <= 12 and page.locator("#tree .tok.accepted").count() >= 1
+        title = nodes.first.get_attribute("title")
+        assert " at depth 1; p=" in title and "  q=" in title and "cumulative q=" in title
+        rounds = page.locator("#tree-overview tbody tr").count()
+        assert rounds >= 2 and f"Round {rounds} of {rounds}" in page.inner_text("#tree")
+        assert "chain (draft model, same k)" in page.inner_text("#stats")
+        number = page.locator("#tree-round input[type=number]")  # playback: round 1
+        number.fill("1")
+        number.press("Enter")
+        page.wait_for_selector('#tree .specviz-tree[data-round="1"]', timeout=30_000)
+        assert "Round 1 of" in page.inner_text("#tree")
+        cells = [row.split("\t") for row in page.locator("#tree-overview tbody tr").all_inner_texts()]
+        kept = next((c[0] for c in cells if c[3] != "0"), str(rounds))  # a round that kept drafts
+        number.fill(kept)
+        number.press("Enter")
+        page.wait_for_selector(f'#tree .specviz-tree[data-round="{kept}"]', timeout=30_000)
+        page.locator("#tree .tree-node[data-node]").first.hover()
+        page.locator("#tree-panel").screenshot(path=str(OUT / "tree.png"))
         browser.close()
-    assert (OUT / "app.png").stat().st_size > 10_000
+    assert (OUT / "app.png").stat().st_size > 10_000 and (OUT / "tree.png").stat().st_size > 10_000
 
 
 

@@ -17,13 +17,13 @@ from specviz.gate import BUSY, Busy, Gate
 from specviz.settings import Limits, RunSettings, from_query, markdown_text, settings_from
 
 FIELDS = ["pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
-          "max_new_tokens", "prompt", "chat", "dtype"]
+          "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching"]
 
 
 def args(**over):
     s = {"pair": "tiny", "target": "", "draft": "", "proposer": "draft", "k": 3, "temperature": 0.0,
          "top_p": 1.0, "top_k": 0, "seed": 0, "max_new_tokens": 8, "prompt": "def fibonacci(n):",
-         "chat": False, "dtype": "float32"} | over
+         "chat": False, "dtype": "float32", "nodes": 0, "branching": 3} | over
     return [s[name] for name in FIELDS]
 
 
@@ -96,6 +96,11 @@ HOSTILE_RUN = [
     ("pair", 7, "pair must be text"), ("pair", "<img src=x>", "unknown pair '(&lt;|<)img src=x(&gt;|>)'"),
     ("proposer", "evil", "unknown drafter 'evil'"), ("dtype", "float64", "dtype must be one of"),
     ("pair", "qwen2.5-7b", "too large for this machine|unknown pair"),
+    ("nodes", 65, r"tree nodes must be in 0\.\.64 \(0 sizes each round's tree from the measured verify"),
+    ("nodes", -1, r"tree nodes must be in 0\.\.64"), ("nodes", math.nan, "tree nodes must be a whole number"),
+    ("nodes", "many", "tree nodes must be a whole number"), ("nodes", [8], "whole number, got list"),
+    ("branching", 0, r"tree branching must be in 1\.\.8, got 0"), ("branching", 10**30, "tree branching"),
+    ("branching", 2.5, "tree branching must be a whole number"),
 ]
 
 
@@ -160,6 +165,15 @@ def test_events_without_an_api_name_coerce_their_arguments_too(demo):
                                                  ("prompt", ["a"], "prompt must be text"),
                                                  ("seed", 10**30, "seed must be in")]):
         text = call_hidden(demo, "rerun_float32", args(**{field: value}), f"hidden-{i}")
+        assert '"success":false' in text.replace(" ", "") and re.search(message, text), text
+
+
+def test_the_tree_playback_coerces_its_round_and_needs_a_run(demo):
+    for i, (round_number, key, message) in enumerate([
+            (math.nan, None, "round must be a whole number"), ([1], None, "whole number, got list"),
+            (10**30, None, r"round must be in 1\.\.1000000"), (1, "trace-forged", "no run yet"),
+            (1, {"key": 1}, "no run yet")]):
+        text = call_hidden(demo, "play_tree", [round_number, key], f"playback-{i}")
         assert '"success":false' in text.replace(" ", "") and re.search(message, text), text
 
 
@@ -371,6 +385,20 @@ def make_trace(demo, models=None, **over):
                             k=3) | over))
     trace = list(run_views(demo.specviz.store, s, demo.specviz.limits))[-1].trace
     return replace(trace, models=trace.models | (models or {}))
+
+
+def test_a_tree_trace_with_hostile_token_text_is_escaped_and_not_replayed_in_the_explorer(demo):
+    from specviz.service import explorer_refusal, replay_view, tree_round
+
+    xss = "<img src=x onerror=alert(1)>"
+    trace = make_trace(demo, proposer="tree", nodes=6, branching=2)
+    trace = replace(trace, spans=tuple(replace(span, text=xss) for span in trace.spans),
+                    models=trace.models | {"target": "someone/else"})  # not the loaded pair: span text
+    view = replay_view(trace)
+    assert view.is_tree and view.tree_html.count('class="tok ') >= 2
+    for text in (view.tree_html, view.tree_overview, *tree_round(trace, 1, demo.specviz.store.current())):
+        assert "<img" not in text and "&lt;img" in text
+    assert "not replayed at other depths" in explorer_refusal(trace)
 
 
 def test_replaying_a_trace_escapes_and_clips_its_model_names(demo):

@@ -70,6 +70,36 @@ def _span(text, fate, token, round_, position):
             "p": p, "q": None if p is None else 1.0}
 
 
+KEPT_FATES = {  # nodes 0..5 of a synthetic tree round that kept n drafts (a walk of the rule)
+    0: "rejected rejected unreached unreached unreached unreached",
+    1: "accepted unreached rejected rejected unreached unreached",
+    2: "accepted unreached accepted unreached rejected unreached",
+    3: "accepted unreached accepted unreached accepted unreached",
+}
+
+
+def tree_synthetic(rounds=6, extra=0, **kw):
+    """synthetic() as a run of the tree drafter at k = 3. Each round verifies the tree
+    root -> a (0), b (1); a -> c (2), d (3); c -> e (4); b -> f (5) and `extra` more leaves;
+    a, c, e are its draft_tokens: the walked branch, whatever the round kept."""
+    d = synthetic(rounds=rounds, k=3, baseline=False, **kw)
+    d["settings"].update(proposer="tree", nodes=0, branching=3)
+    d["recording"] = None  # the k explorer replays chain runs only
+    for e in d["events"]:
+        (a, c, x), n = e["draft_tokens"], e["accepted"]
+        b, w = (a + 100) % 300, (c + 100) % 300
+        shape = [(-1, a, 1, 1.0, 1.0), (-1, b, 1, 0.25, 0.25), (0, c, 2, 1.0, 1.0),
+                 (0, w, 2, 0.25, 0.25), (2, x, 3, 1.0, 1.0)]
+        shape += [(1, (b + 1 + j) % 300, 2, 0.5, 0.125) for j in range(1 + extra)]
+        fates = KEPT_FATES[n].split() + ["unreached"] * extra
+        kept = {0: n > 0, 2: n > 1, 4: n > 2}
+        e["source"], e["tree"] = "tree", [
+            {"parent": parent, "token": token, "depth": depth, "q": q, "score": score,
+             "p": 1.0 if kept.get(i) else 0.0, "fate": fate}
+            for i, ((parent, token, depth, q, score), fate) in enumerate(zip(shape, fates, strict=True))]
+    return d
+
+
 def refused(d_or_text, field: str, seconds: float = 1.0) -> str:
     """loads refuses it at once with a TraceError whose message names field."""
     text = d_or_text if isinstance(d_or_text, (str, bytes)) else json.dumps(d_or_text)
@@ -91,6 +121,13 @@ def test_huge_k_in_an_event_is_refused_at_once():
     d = synthetic()
     d["events"][0]["k"] = 10**12
     refused(d, "events[0].k must be an integer in 0..32")
+
+
+def test_the_synthetic_tree_trace_is_valid_and_shows():
+    t = trace.loads(json.dumps(tree_synthetic()))
+    assert [e.accepted for e in t.events] == [1, 2, 3, 0, 1, 2]
+    assert [len(e.tree) for e in t.events] == [6] * 6 and t.stats.nodes_verified == 36
+    assert t.settings["nodes"] == 0 and replay_view(t).text_html
 
 
 def setter(path, value):
@@ -167,6 +204,12 @@ MUTATIONS = [  # (path, bad value, field named in the message)
     (("settings", "proposer"), "rm -rf", "settings.proposer"),
     (("settings", "dtype"), XSS, "settings.dtype"),
     (("settings", "__init__"), 1, "settings fields differ"),
+    (("settings", "nodes"), 65, "settings.nodes must be an integer in 0..64"),
+    (("settings", "nodes"), -1, "settings.nodes"),
+    (("settings", "nodes"), "8", "settings.nodes"),
+    (("settings", "branching"), 0, "settings.branching must be an integer in 1..8"),
+    (("settings", "branching"), 9, "settings.branching"),
+    (("settings", "branching"), True, "settings.branching"),
     (("models",), "x", "models must be an object"),
     (("models", "device"), 5, "models.device"),
     (("models", "device"), "x" * 1000, "models.device"),
@@ -201,6 +244,124 @@ def test_each_hostile_field_is_refused_at_once_naming_it(path, value, field):
     d = synthetic()
     setter(path, value)(d)
     refused(d, field)
+
+
+def node(r, i):
+    """A change to node i of round r's tree: node(0, 1)(token=5), or a function of the node."""
+    def change(**values):
+        def apply(d):
+            n = d["events"][r]["tree"][i]
+            n.update({k: v(n) if callable(v) else v for k, v in values.items()})
+        return apply
+    return change
+
+
+def tree_of(r, fn):
+    def apply(d):
+        d["events"][r]["tree"] = fn(d["events"][r]["tree"])
+    return apply
+
+
+def leaf(parent, token, depth, fate="unreached"):
+    return {"parent": parent, "token": token, "depth": depth, "q": 1.0, "score": 1.0, "p": 0.0,
+            "fate": fate}
+
+
+# Round 0 kept 1 draft (its path ends at node 0), round 1 kept 2 (ends at node 2, recovered),
+# round 2 kept all 3 (ends at the leaf 4, bonus), round 3 none.
+TREE_MUTATIONS = [  # (change, field named in the message)
+    # shape and types
+    (tree_of(0, lambda t: {}), "events[0].tree must be a list of 0..64 tree nodes"),
+    (tree_of(0, lambda t: t + [leaf(1, 200 + j, 2) for j in range(59)]),
+     "events[0].tree must be a list of 0..64"),
+    (tree_of(0, lambda t: [[]] + t[1:]), "events[0].tree[0] must be an object"),
+    (node(0, 1)(onload="x"), "events[0].tree[1] fields differ"),
+    (tree_of(0, lambda t: [{k: v for k, v in n.items() if k != "fate"} for n in t]),
+     "events[0].tree[0] fields differ from parent, token, depth, q, score, p, fate: missing fate"),
+    # the tree: parents first, depths follow them, siblings distinct
+    (node(0, 0)(parent=0), "events[0].tree[0].parent must be an integer in -1..-1"),
+    (node(0, 2)(parent=5), "events[0].tree[2].parent must be an integer in -1..1"),
+    (node(0, 1)(parent=-2), "events[0].tree[1].parent"),
+    (node(0, 2)(parent=1.0), "events[0].tree[2].parent"),
+    (node(0, 2)(depth=3), "events[0].tree[2].depth must be 2"),
+    (node(0, 0)(depth=0), "events[0].tree[0].depth"),
+    (node(0, 0)(depth=True), "events[0].tree[0].depth"),
+    (tree_of(0, lambda t: t + [leaf(4 if j == 0 else 5 + j, 7, 4 + j) for j in range(30)]),
+     "events[0].tree[35].depth must be an integer in 1..32"),  # 33 deep: past MAX_K
+    (node(0, 1)(token=lambda n: 2**20), "events[0].tree[].token"),
+    (node(0, 1)(token=-1), "events[0].tree[].token"),
+    (node(0, 1)(token="7"), "events[0].tree[].token"),
+    (tree_of(0, lambda t: t[:2] + [dict(t[2], token=t[3]["token"])] + t[3:]),
+     "events[0].tree[3].token must differ from its siblings"),
+    # the numbers: probabilities, and score the product of q from the root
+    (node(0, 1)(p=1.5), "events[0].tree[].p"),
+    (node(0, 1)(q=-0.1), "events[0].tree[].q"),
+    (node(0, 1)(score="0.25"), "events[0].tree[].score"),
+    (node(0, 5)(score=0.25), "events[0].tree[5].score must be its parent's score × its q"),
+    (node(0, 1)(q=0.5), "events[0].tree[1].score"),
+    # the fates: the rule's walk
+    (node(0, 1)(fate="<script>"), "events[0].tree[].fate must be one of accepted, rejected, unreached"),
+    (node(0, 1)(fate=""), "events[0].tree[].fate"),
+    (node(0, 1)(fate=["accepted"]), "events[0].tree[].fate"),
+    (node(0, 1)(fate="accepted"), "events[0].tree[].fate must mark 1 nodes accepted"),
+    (node(1, 2)(fate="rejected"), "events[1].tree[].fate must mark 2 nodes accepted"),
+    (tree_of(2, lambda t: [dict(n, fate={3: "accepted", 4: "unreached"}.get(i, n["fate"]))
+                           for i, n in enumerate(t)]), "events[2].tree[].fate must mark accepted a chain"),
+    (node(0, 0)(token=lambda n: n["token"] + 50),
+     "events[0].tree[].token of the accepted nodes must be draft_tokens"),
+    (node(0, 3)(fate="unreached"),
+     "events[0].tree[3].fate must be 'rejected': the round ended at its parent"),
+    (node(0, 5)(fate="rejected"), "events[0].tree[5].fate must be 'unreached'"),
+    (node(3, 2)(fate="rejected"), "events[3].tree[2].fate must be 'unreached'"),
+    (tree_of(0, lambda t: t + [leaf(-1, 250, 1, "rejected")]),
+     "events[0].tree[6].fate cannot follow an unreached sibling"),
+    # the chain-shaped fields describe the walked branch
+    (tree_of(2, lambda t: t + [leaf(4, 250, 4, "rejected")]), "events[2].kind must be 'bonus' exactly when"),
+    (tree_of(1, lambda t: t[:4] + [dict(t[5], parent=1)]), "events[1].kind must be 'bonus' exactly when"),
+    (tree_of(0, lambda t: t[:4] + [t[5]]), "events[0].draft_tokens must be the tree's walked branch"),
+    (node(0, 4)(token=lambda n: n["token"] + 50), "events[0].draft_tokens must be the tree's walked branch"),
+    (tree_of(0, lambda t: [t[0], t[1], t[3], t[2], dict(t[4], parent=3), t[5]]),  # c, d swapped
+     "events[0].draft_tokens must be the tree's walked branch"),  # the branch follows first children
+    (node(0, 0)(p=0.5), "events[0].target_probs must be the walked branch's p"),
+    (node(0, 4)(q=0.5, score=0.5), "events[0].draft_probs must be the walked branch's q"),
+    # trees belong to the tree drafter's rounds, and its rounds that drafted have one
+    (lambda d: d["events"][0].update(source="draft"), "events[0].tree must be empty: only the tree drafter"),
+    (tree_of(0, lambda t: []), "events[0].tree must hold the verified nodes"),
+    (lambda d: d["events"][0].pop("tree"), "events[0].tree must hold the verified nodes"),
+]
+
+
+@pytest.mark.parametrize("change, field", TREE_MUTATIONS, ids=[f[:60] for _, f in TREE_MUTATIONS])
+def test_each_hostile_tree_field_is_refused_at_once_naming_it(change, field):
+    d = tree_synthetic()
+    change(d)
+    refused(d, field)
+
+
+@pytest.mark.parametrize("name", ["parent", "token", "depth", "q", "score", "p", "fate"])
+def test_wrong_types_in_every_tree_node_field_are_refused_naming_it(name):
+    for i in range(6):
+        for value in WRONG:
+            d = tree_synthetic()
+            d["events"][1]["tree"][i][name] = value
+            refused(d, "events[1].tree")
+
+
+def test_model_checks_count_every_tree_node():
+    """A node the walk never reached is still fed to the target, so its id must fit the model,
+    and the target's cache held every node of a round, not only the walked branch."""
+    d = tree_synthetic()
+    d["events"][0]["tree"][5]["token"] = 250  # an unreached leaf; every other id is below 200
+    text = json.dumps(d)
+    with pytest.raises(trace.TraceError, match=r"events\[0\]\.tree\[\]\.token"):
+        trace.loads(text, vocab_size=250)
+    t = trace.loads(text, vocab_size=251)
+    with pytest.raises(trace.TraceError, match="id 250, outside the model.s vocabulary of 200"):
+        trace.check_model(t, 200)
+    # the last round: 5 prompt tokens + 12 generated before it + 6 nodes + the target's token
+    with pytest.raises(trace.TraceError, match="needs up to 24 positions; the model has 23"):
+        trace.check_model(t, 300, 23)
+    trace.check_model(t, 300, 24)
 
 
 WRONG = [None, True, 1.5, -7, 10**30, "x", [], [1, "x"], {}, {"a": 1}]
@@ -364,3 +525,18 @@ def test_the_largest_trace_opens_in_bounded_time():
     done = time.perf_counter()
     assert len(t.events) == trace.MAX_ROUNDS and view.text_html
     assert loaded - start < 10 and shown - loaded < 10 and done - shown < 10
+
+
+def test_the_largest_tree_trace_opens_in_bounded_time():
+    """64-node rounds (the most) filling the size cap, views included: the cap, not the round
+    count, bounds a tree trace. A hang guard, not a benchmark (docs/trace-format.md)."""
+    d = tree_synthetic(rounds=670, extra=58, kept=lambda i: 0)
+    text = json.dumps(d, separators=(",", ":"))
+    assert 0.8 * trace.MAX_TRACE_BYTES < len(text) <= trace.MAX_TRACE_BYTES
+    start = time.perf_counter()
+    t = trace.loads(text)
+    loaded = time.perf_counter()
+    view = replay_view(t)
+    shown = time.perf_counter()
+    assert t.stats.nodes_verified == 670 * 64 and view.text_html
+    assert loaded - start < 10 and shown - loaded < 10

@@ -141,3 +141,83 @@ def test_a_draft_round_in_the_lab_uses_the_draft_softmax(store):
     trace = list(run_views(store, s, Limits()))[-1].trace
     p, q, _, drafted, note = labview.from_round(store.current(), trace, 1)
     assert (q > 0).sum() > 1 and "one-hot" not in note and "temperature 0.8" in note
+
+
+def tree_settings(**over) -> RunSettings:
+    return RunSettings(**(dict(pair="tiny", chat=False, max_new_tokens=16, prompt="def f", dtype="float32",
+                               proposer="tree", k=3, nodes=8, branching=2) | over))
+
+
+def test_a_tree_run_is_compared_with_the_chain_at_the_same_depth(store, monkeypatch):
+    import specviz
+    from specviz.metrics import RunStats
+    from specviz.service import Baselines, explorer_refusal, tree_round
+
+    store.baselines, store.chains = Baselines(), Baselines()
+    s = tree_settings()  # a fixed node budget: the tree does not depend on measured times
+    store.get(s)  # loaded (and warmed up) before counting
+    calls = counting(monkeypatch)
+    last = list(run_views(store, s, Limits()))[-1]
+    assert calls == ["tree", "none", "draft"]  # the run, the target alone, the chain at k=3
+    pair = store.current()
+    ids = pair.encode("def f")
+    tree = RunStats.of(specviz.generate(pair, ids, proposer="tree", k=3, nodes=8, branching=2,
+                                        max_new_tokens=16))
+    chain = RunStats.of(specviz.generate(pair, ids, proposer="draft", k=3, max_new_tokens=16))
+    assert tree.is_tree and last.spec.tokens == tree.tokens and last.chain.tokens == chain.tokens
+    for got, want in ((last.spec, tree), (last.chain, chain)):
+        assert (got.target_passes, got.nodes_verified, got.accepted) == \
+            (want.target_passes, want.nodes_verified, want.accepted)
+    a, b = tree.tokens_per_pass, chain.tokens_per_pass
+    assert f"<td>{a:.2f}</td><td>1.00</td><td>{b:.2f}</td>" in last.stats_html
+    assert f"<td>{tree.nodes_verified}</td><td></td><td>{chain.nodes_verified}</td>" in last.stats_html
+    assert list(last.figures["tree_chain"].data[0].y) == pytest.approx([a, b])
+    assert f"Tokens per target pass: tree {a:.2f}, chain at k=3 {b:.2f}" in last.status
+    assert last.comparison.identical  # greedy: the tree run's text is the target's own
+    # The panel: the last round's tree and one overview line a round; playback of round 1.
+    rounds = len(tree.events)
+    assert f'data-round="{rounds}"' in last.tree_html and last.tree_overview.count("<tr") == rounds + 1
+    assert 'data-round="1"' in tree_round(last.trace, 1, pair)[0]
+    with pytest.raises(ValueError, match=f"pick a round in 1..{rounds}"):
+        tree_round(last.trace, rounds + 1, pair)
+    # The trace keeps the knobs; the k explorer says plainly that trees are not replayed.
+    assert (last.trace.settings["nodes"], last.trace.settings["branching"]) == (8, 2)
+    assert last.trace.recording is None and "not replayed at other depths" in explorer_refusal(last.trace)
+    calls.clear()
+    again = list(run_views(store, s, Limits()))[-1]
+    assert calls == ["tree"] and "chain comparison reused" in again.status
+    assert again.chain.tokens == chain.tokens
+
+
+def test_the_chain_comparison_stops_at_the_job_time_limit(store, monkeypatch):
+    import time
+
+    import specviz.service as service
+    from specviz.service import Baselines
+
+    store.chains = Baselines()
+    s = tree_settings(max_new_tokens=10, prompt="for i")
+    store.get(s)
+    clock, real_clock, real_generate = [0.0], time.monotonic, service.generate
+
+    def generate(*args, proposer="draft", **kwargs):
+        if proposer == "draft":  # the job's clock runs out once the chain starts
+            clock[0] = 1e6
+        return real_generate(*args, proposer=proposer, **kwargs)
+
+    monkeypatch.setattr(service, "generate", generate)
+    monkeypatch.setattr(service.time, "monotonic", lambda: real_clock() + clock[0])
+    last = list(run_views(store, s, Limits()))[-1]
+    assert last.status.startswith("Done") and "Stopped the chain comparison after" in last.status
+    assert "SPECVIZ_MAX_JOB_SECONDS" in last.status and last.chain is None and len(store.chains) == 0
+    assert last.trace is not None and last.spec.is_tree
+    assert "<th>chain (draft model, same k)</th>" in last.stats_html  # the column, left empty
+
+
+def test_a_chain_run_has_no_tree_panel_and_no_chain_comparison(store):
+    from specviz.service import explorer_refusal
+
+    last = list(run_views(store, tree_settings(proposer="draft"), Limits()))[-1]
+    assert last.chain is None and not last.is_tree and "Token trees appear" in last.tree_html
+    assert "tree_nodes" not in last.figures and last.tree_overview == ""
+    assert explorer_refusal(last.trace) is None  # a greedy draft run: the explorer replays it

@@ -1,12 +1,15 @@
 """Traces: round trip, and rejection of malformed or oversized ones with a clear message."""
 
 import json
+from dataclasses import asdict, fields
 
 import pytest
+import torch
 
 import specviz
 from specviz import explorer, trace
 from specviz.render import all_spans
+from specviz.tree import TreeNode
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +69,50 @@ def test_not_json_and_oversized_are_rejected():
         trace.loads("{nope")
     with pytest.raises(trace.TraceError, match=f"limit is {trace.MAX_TRACE_BYTES // 2**20} MiB"):
         trace.loads(" " * (trace.MAX_TRACE_BYTES + 1))
+
+
+@pytest.fixture(scope="module", params=[0.0, 0.8], ids=["greedy", "sampled"])
+def tree_saved(pair, request):
+    """A real tree run of the tiny pair, saved as the app saves it (no recording: the k explorer
+    replays chain runs only)."""
+    ids = pair.encode("def fibonacci(n):")
+    events = list(specviz.generate(pair, ids, proposer="tree", k=3, max_new_tokens=12,
+                                   temperature=request.param))
+    settings = {"k": 3, "proposer": "tree", "temperature": request.param, "max_new_tokens": 12,
+                "nodes": 0, "branching": 3}
+    t = trace.Trace(settings, {"target": "tiny", "draft": "tiny-d"}, ids, tuple(events),
+                    tuple(all_spans(events, pair.tokenizer, ids)))
+    return t, t.to_json()
+
+
+def test_tree_run_round_trips_with_every_node(tree_saved):
+    t, text = tree_saved
+    assert any(e.tree for e in t.events)
+    back = trace.loads(text)
+    assert back == t and all(type(n) is TreeNode for e in back.events for n in e.tree)
+    assert [e.tree for e in back.events] == [e.tree for e in t.events]
+    assert back.stats.summary() == t.stats.summary()
+    assert back.stats.nodes_verified == sum(len(e.tree) or e.k for e in t.events)
+    for e, d in zip(t.events, json.loads(text)["events"], strict=True):
+        saved = d.get("tree", [])  # node objects, fields by name; probabilities to 9 digits,
+        assert [x.keys() for x in saved] == [asdict(n).keys() for n in e.tree]
+        for x, n in zip(saved, e.tree, strict=True):  # which carry their float32 values exactly
+            assert {**x, **dict(zip(("p", "q", "score"), torch.tensor(
+                [x["p"], x["q"], x["score"]]).tolist(), strict=True))} == asdict(n)
+            assert len(json.dumps(x, separators=(",", ":"))) <= 112
+        assert ("tree" in d) == bool(e.tree)  # a round that drafted nothing saves as a chain round
+
+
+def test_chain_events_keep_their_shape_and_traces_without_trees_open(saved):
+    t, text = saved
+    d = json.loads(text)
+    chain_keys = {f.name for f in fields(specviz.RoundEvent)} - {"tree"}
+    assert all(e.keys() == chain_keys for e in d["events"] + d["baseline"])  # as before trees
+    back = trace.loads(text)
+    assert all(e.tree == () for e in back.events + back.baseline)
+    # an old trace: no tree, no top-2 rows, settings without nodes and branching
+    old = mutate(text, lambda d: [e.pop("target_top2") for e in d["events"]])
+    assert [e.tree for e in trace.loads(old).events] == [()] * len(t.events)
+    assert "nodes" not in back.settings and "branching" not in back.settings
+    # an empty tree list (RoundEvent's own asdict) reads as a chain round too
+    assert trace.loads(mutate(text, lambda d: [e.update(tree=[]) for e in d["events"]])) == back

@@ -1,0 +1,188 @@
+"""Token trees as plain HTML: one round's tree, and a compact overview of a run's rounds.
+
+Plain values, no UI imports. Token text is attacker-influenced (a prompt, an opened trace), so
+every string that becomes HTML is escaped here, text and title attributes alike.
+
+A round's tree reads left to right from the last committed token: each node is followed by its
+children (the draft's order, top to bottom). The accepted path keeps the usual colours (green
+accepted, then the target's own token, orange recovered or blue bonus); refused nodes (red,
+struck through) and nodes never reached (grey) are faded.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+
+from .engine import RoundEvent
+from .metrics import RunStats
+from .tree import ACCEPTED, REJECTED, UNREACHED, children
+
+CHAIN_NOTE = "Token trees appear when the drafter is 'token tree'."
+OVERVIEW_ROUNDS = 200  # the newest rounds the overview lists (a 512-token run stays light)
+CHIP_CHARS = 12  # of a token's text shown on its chip (the tooltip has all of it)
+FATE_WORDS = {ACCEPTED: "accepted", REJECTED: "refused", UNREACHED: "never reached"}
+
+# For gr.HTML(css_template=...): scoped to the component. The fate colours are style.css's .tok.
+CSS = """
+.specviz-tree { font-size: 13px; }
+.tree-head { margin: 2px 0 6px; }
+.tree-body { overflow: auto; max-height: 520px; padding: 4px;
+  border: 1px solid var(--border-color-primary); border-radius: 8px; }
+.tree-branch { display: flex; align-items: flex-start; }
+.tree-kids { display: flex; flex-direction: column; border-left: 1px solid #d1d5db;
+  margin-left: 3px; padding-left: 5px; }
+.tree-node { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre;
+  margin: 1px 2px; display: inline-block; cursor: default; }
+.tree-faded { opacity: 0.45; }
+.tok.unreached { background: #f3f4f6; color: #6b7280; }
+.tree-root { color: #6b7280; }
+.tree-overview { max-height: 360px; overflow: auto; }
+.tree-overview table { border-collapse: collapse; width: 100%; }
+.tree-overview td, .tree-overview th { padding: 1px 6px; text-align: left;
+  border-bottom: 1px solid var(--border-color-primary); }
+.tree-overview tr.tree-current { outline: 2px solid #2563eb; }
+.tree-bar { display: inline-block; width: 8px; height: 10px; margin-right: 1px; border-radius: 2px; }
+.tree-bar.accepted { background: #22c55e; } .tree-bar.refused { background: #e5e7eb; }
+.tree-bar.recovered { background: #f97316; } .tree-bar.bonus { background: #3b82f6; }
+"""
+
+
+def prob(x: float) -> str:
+    """A probability as tooltips show it: 4 decimals, or 2 significant digits below 1e-4."""
+    return f"{x:.4f}" if x == 0 or x >= 1e-4 else f"{x:.1e}"
+
+
+def _visible(text: str) -> str:
+    return text.replace("\n", "↵").replace("\r", "␍").replace("\t", "⇥")
+
+
+def _chip_text(text: str, chars: int = CHIP_CHARS) -> str:
+    """Escaped display text, clipped to `chars`; ∅ for a token that shows nothing."""
+    shown = _visible(text)
+    if len(shown) > chars:
+        shown = shown[: chars - 1] + "…"
+    return html.escape(shown) or "∅"
+
+
+def node_tooltip(event: RoundEvent, i: int, text: str) -> str:
+    """Node i's tooltip, plain text: fate, token, depth, p, q and the cumulative draft probability.
+    p is known where the rule tried the node (its parent was kept), else it is not shown."""
+    nodes = event.tree
+    n = nodes[i]
+    tried = n.parent < 0 or nodes[n.parent].fate == ACCEPTED
+    p = f"p={prob(n.p)}" if tried else "p: not computed (its parent was not kept)"
+    cut = ""
+    if n.fate == ACCEPTED and n.depth > len(event.new_tokens):
+        cut = " (not committed: the run stopped before it)"
+    return (f"{FATE_WORDS.get(n.fate, n.fate)}{cut}: {text!r} at depth {n.depth}; {p}  "
+            f"q={prob(n.q)}  cumulative q={prob(n.score)}")
+
+
+def _target_chip(event: RoundEvent, text: str) -> str:
+    """The target's own token after the accepted path, if it survived the run's end."""
+    if len(event.new_tokens) <= event.accepted:
+        return ""
+    why = ("drawn from p with the refused candidates removed" if event.kind == "recovered"
+           else "drawn from p after a leaf was kept" if event.tree else "the target's token")
+    title = f"{event.kind}: {text!r}, the target's own token after the accepted path ({why})"
+    return (f'<div class="tree-branch"><span class="tok {html.escape(event.kind)} tree-node" '
+            f'title="{html.escape(title)}">{_chip_text(text)}</span></div>')
+
+
+def round_html(event: RoundEvent, text_of: Callable[[int], str], rounds: int | None = None,
+               greedy: bool = False) -> str:
+    """One round's tree as nested HTML; text_of(token id) gives a token's display text."""
+    of = f" of {rounds}" if rounds else ""
+    target = text_of(event.token)
+    if not event.tree:
+        why = ("drafted a chain of " + str(event.k) + " tokens" if event.k
+               else "drafted nothing (only the target's token fitted the budget)")
+        return (f'<div class="specviz-tree" data-round="{event.round}"><div class="tree-head">'
+                f"<b>Round {event.round}{of}</b> {why}.</div>"
+                f'<div class="tree-body">{_target_chip(event, target)}</div></div>')
+    nodes, kids = event.tree, children(event.tree)
+    path = [i for i, n in enumerate(nodes) if n.fate == ACCEPTED]
+    last = path[-1] if path else -1
+    depth = max(n.depth for n in nodes)
+
+    def branch(i: int) -> str:
+        n = nodes[i]
+        faded = "" if n.fate == ACCEPTED else " tree-faded"
+        fate = n.fate if n.fate in (ACCEPTED, REJECTED) else UNREACHED
+        text = text_of(n.token)
+        chip = (f'<span class="tok {fate} tree-node{faded}" data-node="{i}" '
+                f'title="{html.escape(node_tooltip(event, i, text))}">{_chip_text(text)}</span>')
+        return f'<div class="tree-branch">{chip}{below(i)}</div>'
+
+    def below(i: int) -> str:
+        inner = (_target_chip(event, target) if i == last else "") + "".join(
+            branch(c) for c in kids.get(i, []))
+        return f'<div class="tree-kids">{inner}</div>' if inner else ""
+
+    committed = "".join(text_of(t) for t in event.new_tokens)
+    head = (f"<b>Round {event.round}{of}</b>: {len(nodes)} nodes verified in one target pass, depth "
+            f"{depth}; {event.accepted} accepted, then the target's token ({html.escape(event.kind)}). "
+            f"Committed: <code>{_chip_text(committed, 80)}</code>. Hover a node for its p, q and "
+            "cumulative draft probability; refused and never-reached branches are faded.")
+    if greedy:
+        head += (" Greedy run: p is 1 for the target's top token and 0 otherwise; q is the draft's "
+                 "softmax at temperature 1.")
+    root = '<span class="tree-node tree-root" title="the last committed token">▶</span>'
+    return (f'<div class="specviz-tree" data-round="{event.round}"><div class="tree-head">{head}</div>'
+            f'<div class="tree-body"><div class="tree-branch">{root}{below(-1)}</div></div></div>')
+
+
+def _bar(event: RoundEvent) -> str:
+    depth = max((n.depth for n in event.tree), default=event.k)
+    cells = ['<i class="tree-bar accepted"></i>'] * event.accepted
+    cells += ['<i class="tree-bar refused"></i>'] * max(0, depth - event.accepted)
+    if len(event.new_tokens) > event.accepted:
+        cells.append(f'<i class="tree-bar {html.escape(event.kind)}"></i>')
+    return "".join(cells)
+
+
+def overview_html(events: Sequence[RoundEvent], text_of: Callable[[int], str],
+                  current: int | None = None) -> str:
+    """Every round on one line (the newest OVERVIEW_ROUNDS): nodes, depth, accepted length as a
+    bar (green accepted, grey the rest of the depth, then the target's token) and the text."""
+    if not events:
+        return ""
+    stats = RunStats.of(events)
+    trees = [e for e in events if e.tree]
+    summary = (f"{len(trees)} of {len(events)} rounds verified a tree: {stats.nodes_verified} nodes "
+               f"({stats.nodes_verified / len(events):.1f} a round), {stats.accepted} accepted "
+               f"({stats.accepted_per_node:.1%} of the nodes), {stats.tokens_per_pass:.2f} tokens per "
+               "target pass.")
+    shown = events[-OVERVIEW_ROUNDS:]
+    if len(events) > len(shown):
+        summary += f" The newest {len(shown)} rounds are listed."
+    rows = []
+    for e in shown:
+        depth = max((n.depth for n in e.tree), default=0)
+        text = "".join(text_of(t) for t in e.new_tokens)
+        mark = ' class="tree-current"' if e.round == current else ""
+        rows.append(f"<tr{mark}><td>{e.round}</td><td>{e.nodes if e.tree else '—'}</td>"
+                    f"<td>{depth or '—'}</td><td>{e.accepted}</td><td>{_bar(e)}</td>"
+                    f"<td><code>{_chip_text(text, 40)}</code></td></tr>")
+    return (f'<div class="specviz-tree"><div class="tree-head">{summary}</div>'
+            '<div class="tree-overview"><table><thead><tr><th>round</th><th>nodes</th><th>depth</th>'
+            "<th>accepted</th><th>path</th><th>committed</th></tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table></div></div>")
+
+
+def chain_html() -> str:
+    return f'<div class="specviz-tree"><div class="tree-head">{html.escape(CHAIN_NOTE)}</div></div>'
+
+
+def tree_views(events: Sequence[RoundEvent], text_of: Callable[[int], str], round_number: int | None = None,
+               greedy: bool = False) -> tuple[str, str]:
+    """(round HTML, overview HTML) for a run: round_number's tree (default the last round), or
+    the chain note for a run without trees."""
+    if not any(e.tree for e in events):
+        return chain_html(), ""
+    number = len(events) if round_number is None else round_number
+    if not 1 <= number <= len(events):
+        raise ValueError(f"pick a round in 1..{len(events)}")
+    event = events[number - 1]
+    return round_html(event, text_of, len(events), greedy), overview_html(events, text_of, number)

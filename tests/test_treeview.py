@@ -1,0 +1,157 @@
+"""The token-tree views against hand computations on a constructed tree round."""
+
+from dataclasses import replace
+from html.parser import HTMLParser
+
+import pytest
+
+from specviz import figures, treeview
+from specviz.engine import RoundEvent
+from specviz.metrics import RunStats
+from specviz.tree import TreeNode, check
+from specviz.views import stats_html
+
+XSS = "<img src=x onerror=1>"
+TEXT = {10: "def", 11: " x", 12: "(", 13: ":", 14: "\n", 15: XSS, 16: " y"}
+
+# Root -> "def" (0, kept), " x" (1, never tried: "def" was kept first); "def" -> "(" (2), ":" (3),
+# both refused; " x" -> "\n" (4); "(" -> XSS (5). The target's token after "def": " y" (recovered).
+# p is known for the children of the root and of "def" (the nodes the rule tried or could have).
+TREE = (
+    TreeNode(-1, 10, 1, q=0.6, score=0.6, p=0.5, fate="accepted"),
+    TreeNode(-1, 11, 1, q=0.3, score=0.3, p=0.2, fate="unreached"),
+    TreeNode(0, 12, 2, q=0.5, score=0.3, p=0.1, fate="rejected"),
+    TreeNode(0, 13, 2, q=0.25, score=0.15, p=0.3, fate="rejected"),
+    TreeNode(1, 14, 2, q=0.9, score=0.27, p=0.0, fate="unreached"),
+    TreeNode(2, 15, 3, q=0.5, score=0.15, p=0.0, fate="unreached"),
+)
+
+
+def tree_round(number: int = 1, tree=TREE, accepted: int = 1, token: int = 16) -> RoundEvent:
+    """A tree round: the walked branch (kept "def", then the first refused child "(" and its first
+    child) in the chain-shaped fields, as the engine fills them."""
+    branch = [0, 2, 5] if tree else []
+    return RoundEvent(round=number, k=len(branch), draft_tokens=[tree[i].token for i in branch],
+                      accepted=accepted, token=token, kind="recovered", new_tokens=[10, token],
+                      target_probs=[tree[i].p for i in branch], draft_probs=[tree[i].q for i in branch],
+                      target_passes=number, draft_passes=3 * number, draft_seconds=0.01,
+                      target_seconds=0.1, round_seconds=0.12, elapsed=0.12 * number,
+                      position=2 * (number - 1), source="tree", target_cache_length=0, stop=None,
+                      tree=tree)
+
+
+class Chips(HTMLParser):
+    """data-node -> (classes, title) of every tree node chip; and every chip's classes in order."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.nodes, self.order = {}, []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "tree-node" in a.get("class", "").split():
+            self.order.append((a["class"].split(), a.get("data-node")))
+            if a.get("data-node") is not None:
+                self.nodes[int(a["data-node"])] = (set(a["class"].split()), a.get("title", ""))
+
+
+def test_the_constructed_tree_is_a_valid_tree():
+    check(TREE)
+
+
+def test_the_accepted_path_is_coloured_and_every_other_node_is_faded():
+    chips = Chips(treeview.round_html(tree_round(), TEXT.get))
+    classes = {i: c for i, (c, _) in chips.nodes.items()}
+    assert set(classes) == set(range(6))
+    assert classes[0] >= {"tok", "accepted"} and "tree-faded" not in classes[0]
+    assert {i for i, c in classes.items() if "tree-faded" in c} == {1, 2, 3, 4, 5}
+    assert "rejected" in classes[2] and "rejected" in classes[3]
+    assert all("unreached" in classes[i] for i in (1, 4, 5))
+    # The target's own token hangs under "def", before its refused children, in the recovered colour.
+    order = [(c, n) for c, n in chips.order if "tree-root" not in c]
+    assert [n for _, n in order] == ["0", None, "2", "5", "3", "1", "4"]
+    assert "recovered" in order[1][0] and "tree-faded" not in order[1][0]
+
+
+def test_tooltips_show_the_hand_computed_p_q_and_cumulative_probability():
+    chips = Chips(treeview.round_html(tree_round(), TEXT.get))
+    title = {i: t for i, (_, t) in chips.nodes.items()}
+    assert title[0] == "accepted: 'def' at depth 1; p=0.5000  q=0.6000  cumulative q=0.6000"
+    assert title[3] == "refused: ':' at depth 2; p=0.3000  q=0.2500  cumulative q=0.1500"
+    assert title[1] == "never reached: ' x' at depth 1; p=0.2000  q=0.3000  cumulative q=0.3000"
+    # Under a node that was not kept the rule never looked: p is not shown.
+    assert title[4] == ("never reached: '\\n' at depth 2; p: not computed (its parent was not kept)  "
+                        "q=0.9000  cumulative q=0.2700")
+    assert title[5].endswith("q=0.5000  cumulative q=0.1500") and XSS in title[5]
+    assert treeview.prob(3e-6) == "3.0e-06" and treeview.prob(0.0) == "0.0000"
+
+
+def test_token_text_is_escaped_in_chips_titles_and_the_overview():
+    event = tree_round(token=15)  # the attacker's text as the target's own token too
+    text = treeview.round_html(event, TEXT.get) + treeview.overview_html([event], TEXT.get)
+    assert "<img" not in text and "&lt;img src=x …" in text  # the chip clips at 12 characters
+    assert "&#x27;&lt;img src=x onerror=1&gt;&#x27;" in text  # the full text in the title
+    assert "onerror=1&gt;" in text and "↵" in text  # "\n" shows as ↵ on its chip
+
+
+def test_a_64_round_run_gets_one_overview_line_a_round_with_hand_computed_totals():
+    events = [tree_round(i) for i in range(1, 65)]
+    text = treeview.overview_html(events, TEXT.get, current=17)
+    body = text.split("<tbody>")[1]
+    assert body.count("<tr") == 64 and body.count('class="tree-current"') == 1
+    assert "<tr class=\"tree-current\"><td>17</td><td>6</td><td>3</td><td>1</td>" in body
+    # 64 rounds × 6 nodes; 64 kept; 128 tokens in 64 passes.
+    assert ("64 of 64 rounds verified a tree: 384 nodes (6.0 a round), 64 accepted (16.7% of the "
+            "nodes), 2.00 tokens per target pass.") in text
+    row = body.split("</tr>")[0]  # one kept (green), two more levels of depth, then the target's token
+    assert row.count("tree-bar accepted") == 1 and row.count("tree-bar refused") == 2
+    assert row.count("tree-bar recovered") == 1
+    stats = RunStats.of(events)
+    assert stats.nodes_verified == 384 and stats.accepted_per_node == pytest.approx(1 / 6)
+
+
+def test_playback_shows_the_last_round_by_default_and_refuses_a_round_out_of_range():
+    events = [tree_round(i) for i in range(1, 4)]
+    round_text, overview = treeview.tree_views(events, TEXT.get)
+    assert 'data-round="3"' in round_text and "Round 3 of 3" in round_text
+    assert 'class="tree-current"><td>3</td>' in overview
+    assert 'data-round="2"' in treeview.tree_views(events, TEXT.get, 2)[0]
+    with pytest.raises(ValueError, match=r"pick a round in 1\.\.3"):
+        treeview.tree_views(events, TEXT.get, 4)
+
+
+def test_a_chain_run_shows_the_note_instead_of_a_tree():
+    chain = [replace(tree_round(i), tree=(), source="draft") for i in (1, 2)]
+    round_text, overview = treeview.tree_views(chain, TEXT.get)
+    assert "Token trees appear when the drafter is &#x27;token tree&#x27;" in round_text and overview == ""
+
+
+def test_a_round_that_drafted_nothing_shows_only_the_target_token():
+    event = replace(tree_round(), tree=(), k=0, draft_tokens=[], accepted=0, target_probs=[],
+                    draft_probs=[], new_tokens=[16], kind="bonus")
+    text = treeview.round_html(event, TEXT.get)
+    assert "drafted nothing" in text and "tok bonus tree-node" in text
+
+
+def test_tree_figures_and_stats_match_hand_computations():
+    events = [tree_round(1), tree_round(2, accepted=1),
+              replace(tree_round(3), tree=TREE[:3], k=2, draft_tokens=[10, 12], target_probs=[0.5, 0.1],
+                      draft_probs=[0.6, 0.5])]
+    spec = RunStats.of(events)  # nodes 6, 6, 3: accepted 1 each
+    fig = figures.tree_nodes(spec)
+    points = sorted(zip(fig.data[0].x, fig.data[0].y, fig.data[0].text, strict=True))
+    assert points == [(3, 1, "1 round"), (6, 1, "2 rounds")]
+    chain = RunStats.of([replace(tree_round(i), tree=(), source="draft", new_tokens=[10, 11, 16])
+                         for i in (1, 2, 3)])  # 9 tokens in 3 passes
+    bars = figures.tree_vs_chain(spec, chain, 3).data[0]
+    assert list(bars.y) == [2.0, 3.0] and list(bars.x) == ["token tree", "chain (draft model, k=3)"]
+    assert spec.predicted_tokens_per_pass is None
+    k_fig = figures.k_prediction(spec, chain, 3)  # no i.i.d. curve for a tree run: two measured points
+    assert [(d.x[0], d.y[0]) for d in k_fig.data] == [(3, 2.0), (3, 3.0)]
+    table = stats_html(spec, None, chain)
+    assert "<th>chain (draft model, same k)</th>" in table and "— (not for trees)" in table
+    assert "<td>2.00</td><td></td><td>3.00</td>" in table  # tokens per pass: tree, -, chain
+    assert "<td>15</td><td></td><td>9</td>" in table  # tokens verified: 6 + 6 + 3; the chain's 3 × 3
+    assert f"<td>{3 / 15:.1%}</td><td></td><td>{3 / 9:.1%}</td>" in table
+    assert set(figures.all_figures(spec, None, chain, 3)) >= {"tree_nodes", "tree_chain"}
