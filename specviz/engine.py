@@ -23,7 +23,7 @@ from .proposers import (
 )
 from .sampling import SamplingParams, process
 from .tree import TreeNode, TreeVerdict, walk
-from .treedraft import BRANCHING, MAX_NODES, TreeProposer, check_tree_settings
+from .treedraft import BRANCHING, MAX_NODES, TreeProposer, VerifyCost, check_tree_settings
 
 MAX_K = 32
 PROPOSERS = ("draft", "ngram", "none", "hybrid", "adaptive", "tree")
@@ -87,7 +87,7 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
     if proposer == "ngram":
         return NgramProposer(ngram_size)
     if proposer == "tree":
-        return TreeProposer(pair.draft, pair.vocab_size, nodes, branching,
+        return TreeProposer(pair.draft, pair.vocab_size, nodes, branching, VerifyCost.of(pair.target),
                             **cache_kwargs(pair.draft, pair.fast, max_len))
     model = ModelProposer(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, max_len))
     if proposer == "draft":

@@ -14,6 +14,7 @@ Candidates are the draft's top tokens, deterministic given the context, so the r
 from __future__ import annotations
 
 import time
+import weakref
 from collections import deque
 from statistics import fmean
 
@@ -39,14 +40,24 @@ def check_tree_settings(nodes: int | None, branching: int) -> None:
 
 class VerifyCost:
     """Target seconds per round against nodes verified, T(n) = a + b * n: least squares over the
-    run's last WINDOW rounds. Until MIN_ROUNDS rounds spanning MIN_SPREAD sizes have been seen (a
-    line through two noisy points can say anything), b = VERIFY_SLOPE * a."""
+    last WINDOW rounds. Until MIN_ROUNDS rounds spanning MIN_SPREAD sizes have been seen (a line
+    through two noisy points can say anything), b = VERIFY_SLOPE * a. `of(target)` keeps one per
+    target model across runs, so only a pair's first tree run has to measure it."""
 
     WINDOW, MIN_ROUNDS, MIN_SPREAD = 32, 3, 4
 
     def __init__(self, prior_slope: float = VERIFY_SLOPE):
         self.prior = prior_slope
         self.seen: deque[tuple[int, float]] = deque(maxlen=self.WINDOW)
+
+    @classmethod
+    def of(cls, target) -> VerifyCost:
+        return _COSTS.setdefault(target, cls())
+
+    @property
+    def measured(self) -> bool:
+        n = [x for x, _ in self.seen]
+        return len(n) >= self.MIN_ROUNDS and max(n) - min(n) >= self.MIN_SPREAD
 
     def observe(self, nodes: int, seconds: float) -> None:
         self.seen.append((nodes, seconds))
@@ -59,7 +70,7 @@ class VerifyCost:
         t = [s for _, s in self.seen]
         mn, mt = fmean(n), fmean(t)
         var = fmean([(x - mn) ** 2 for x in n])
-        if len(n) >= self.MIN_ROUNDS and max(n) - min(n) >= self.MIN_SPREAD:
+        if self.measured and var > 0:
             b = max(0.0, fmean([(x - mn) * (y - mt) for x, y in zip(n, t, strict=True)]) / var)
             a = mt - b * mn
             if a > 0:
@@ -73,23 +84,29 @@ class VerifyCost:
         return self.prior if fit is None else fit[1] / fit[0]
 
 
+_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model -> VerifyCost
+
+
 class TreeProposer:
     """Drafts a token tree of depth k (see the module text). `nodes` fixes the node budget;
     unset, a node is verified only while its calibrated cumulative probability (the chance it
     is reached and kept) exceeds what its verify cost would buy at the run's own rate:
     c * score > R * slope, R being tokens per one-token target pass so far, slope the measured
-    cost of one more node (VerifyCost), c = nodes kept / scores summed (prior 1)."""
+    cost of one more node (VerifyCost), c = nodes kept / scores summed (prior 1). Until that cost
+    is measured the tree alternates between k and k + VerifyCost.MIN_SPREAD nodes: sizes far
+    enough apart to fit the line, small enough not to stall a CPU, where a node can cost half a
+    pass."""
 
     name = "tree"
 
     def __init__(self, model, vocab_size: int, nodes: int | None = None, branching: int = BRANCHING,
-                 **cache):
+                 cost: VerifyCost | None = None, **cache):
         check_tree_settings(nodes, branching)
         self.budget, self.branching = nodes, branching
         self.vocab_size = vocab_size
         self.lm = CachedLM(model, min(vocab_size, output_rows(model)), refine=False, **cache)
         self.readable = input_rows(model)
-        self.cost = VerifyCost()
+        self.cost = cost or VerifyCost()
         self.kept, self.predicted = 2.0, 2.0  # c = kept / predicted
         self.tokens, self.seconds = 0, 0.0  # the run so far (from round 2), for R
         self.warm = False  # round 1 paid both prefills: its costs are not a fair sample
@@ -147,9 +164,16 @@ class TreeProposer:
                         zip(top.values[row].tolist(), scores, top.indices[row].tolist(), strict=True)
                         if v > 0]
 
-    def _choose(self, drafted: list[TreeNode], bar: float) -> list[int]:
+    def cap(self, k: int) -> int:
+        """The most nodes a round may verify: the budget, else while the verify cost is still
+        unmeasured k and k + MIN_SPREAD in turn, else MAX_NODES."""
+        if self.budget or self.cost.measured:
+            return self.budget or MAX_NODES
+        return min(MAX_NODES, k + VerifyCost.MIN_SPREAD * (len(self.cost.seen) % 2))
+
+    def _choose(self, drafted: list[TreeNode], bar: float, cap: int | None = None) -> list[int]:
         """The verified nodes: the best by score with their parents, in drafted order."""
-        cap = self.budget or MAX_NODES
+        cap = cap or self.budget or MAX_NODES
         chosen: set[int] = set()
         for i in sorted(range(len(drafted)), key=lambda i: (-drafted[i].score, drafted[i].depth, i)):
             if len(chosen) >= cap or (self.budget is None and chosen
@@ -159,13 +183,12 @@ class TreeProposer:
                 chosen.add(i)
         return sorted(chosen)
 
-    def _frontier(self, drafted: list[TreeNode], depth: int, bar: float) -> list[int]:
+    def _frontier(self, drafted: list[TreeNode], depth: int, bar: float, cap: int) -> list[int]:
         """The nodes at depth worth expanding: the best `branching`, each able to still make the
-        tree (fewer than the budget rank above it; unset budget: it pays on its own)."""
+        tree (fewer than cap rank above it; unset budget: it pays on its own)."""
         best = sorted((i for i, n in enumerate(drafted) if n.depth == depth),
                       key=lambda i: -drafted[i].score)[: self.branching]
         scores = sorted((n.score for n in drafted), reverse=True)
-        cap = self.budget or MAX_NODES
         return [i for i in best if (len(scores) <= cap or drafted[i].score >= scores[cap - 1])
                 and (self.budget is not None or self.calibrated(drafted[i].score) > bar)]
 
@@ -175,12 +198,12 @@ class TreeProposer:
         self._learn(ids)
         if k < 1 or (self.readable < self.vocab_size and max(ids) >= self.readable):
             return Draft([], None, 0, time.perf_counter() - started, self.name)
-        bar = self.bar()
+        bar, cap = self.bar(), self.cap(k)
         drafted: list[TreeNode] = []
         slot_of: dict[int, int] = {}  # drafted node -> its slot in the draft's cache
         self._expand(drafted, [-1], self.lm.forward(ids, last=1), params)
         for depth in range(1, k):
-            frontier = self._frontier(drafted, depth, bar)
+            frontier = self._frontier(drafted, depth, bar, cap)
             if not frontier:
                 break
             for i in frontier:
@@ -188,7 +211,7 @@ class TreeProposer:
             logits = self.lm.forward_tree(ids, [drafted[i].token for i in frontier],
                                           [slot_of.get(drafted[i].parent, -1) for i in frontier])
             self._expand(drafted, frontier, logits, params)  # logits [len(frontier), vocab]
-        chosen = self._choose(drafted, bar)
+        chosen = self._choose(drafted, bar, cap)
         index = {i: j for j, i in enumerate(chosen)}
         tree = tuple(TreeNode(drafted[i].parent if drafted[i].parent < 0 else index[drafted[i].parent],
                               drafted[i].token, drafted[i].depth, drafted[i].q, drafted[i].score)

@@ -123,6 +123,19 @@ def test_verify_cost_fits_a_line_and_falls_back_to_the_prior():
     assert cost.fit() == pytest.approx((0.2, 0.05)) and cost.slope() == pytest.approx(0.25)
 
 
+def test_an_unmeasured_verify_cost_alternates_two_small_sizes_then_lifts_the_cap(pair):
+    cost = VerifyCost()
+    proposer = TreeProposer(pair.draft, pair.vocab_size, cost=cost)
+    caps = []
+    for n, t in [(4, 0.9), (8, 1.5), (4, 0.9)]:  # a = 0.3 s a pass, b = 0.15 s a node
+        caps.append(proposer.cap(4))
+        cost.observe(n, t)
+    assert caps == [4, 8, 4] and cost.measured and proposer.cap(4) == 64
+    assert cost.slope() == pytest.approx(0.5)
+    assert TreeProposer(pair.draft, pair.vocab_size, nodes=10, cost=VerifyCost()).cap(4) == 10
+    assert VerifyCost.of(pair.target) is VerifyCost.of(pair.target)  # kept across runs
+
+
 def test_node_budget_keeps_the_best_scores_with_their_parents(pair):
     proposer = TreeProposer(pair.draft, pair.vocab_size, nodes=3)
     drafted = [node(-1, 1, 1, score=0.5), node(-1, 2, 1, score=0.3), node(0, 3, 2, score=0.45),
