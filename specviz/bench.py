@@ -335,6 +335,7 @@ def summarize(records: list[Record]) -> dict:
             tokens, seconds = sum(r.tokens for r in rs), sum(r.seconds for r in rs)
             row = {"tokens_per_second": tokens / seconds if seconds else 0.0, "tokens": tokens,
                    "matches_target": sum(bool(r.matches_target) for r in rs), "runs": len(rs),
+                   "compared": sum(r.matches_target is not None for r in rs),
                    "peak_rss_gib": max(r.peak_rss_gib for r in rs)}
             if rs[0].target_passes is not None:
                 row["tokens_per_pass"] = tokens / sum(r.target_passes for r in rs)
@@ -522,8 +523,10 @@ def markdown(summary: dict, meta: dict) -> str:
         tpp = f"{r['tokens_per_pass']:.2f}" if "tokens_per_pass" in r else "-"
         alpha = f"{r['alpha']:.2f}" if "alpha" in r else "-"
         nodes = f"{r['nodes_per_round']:.1f}" if "nodes_per_round" in r else "-"
+        same = (f"{r['matches_target']}/{r['compared']}" if r.get("compared", r["runs"])
+                else "not compared (its target alone did not run)")
         detail.append(f"| {method} | {tpp} | {alpha} | {nodes} | {split} | {r['peak_rss_gib']:.1f} GiB | "
-                      f"{r['matches_target']}/{r['runs']} |")
+                      f"{same} |")
     m = meta["machine"]
     about = (f"{meta['target']} with draft {meta['draft']} (specviz: {meta.get('specviz_draft')}), "
              f"{meta['dtype']} on {meta['device']}, {meta['max_new_tokens']} new tokens, greedy, "

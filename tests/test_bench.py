@@ -34,6 +34,16 @@ def test_summary_speedups_and_counterparts_are_exact():
     text = bench.markdown(s, {"machine": bench.machine(), "target": "t", "draft": "d", "dtype": "bf16",
                               "device": "cpu", "max_new_tokens": 64, "repeats": 1})
     assert "| specviz:hybrid-8 |" in text and "1.19 vs hf" in text
+    assert "| 1/1 |" in text.split("| specviz:draft-4 | 6.00")[1].split("\n")[0]
+
+
+def test_runs_without_their_target_alone_say_not_compared_instead_of_zero_matches():
+    spec = dict(target_passes=10, alpha=0.5, draft_seconds=1.0, target_seconds=2.0, other_seconds=0.1)
+    s = bench.summarize([rec("specviz:draft-4", "specviz", "edit", 60, 8.0, **spec)])
+    assert s["specviz:draft-4"]["all"]["compared"] == 0
+    text = bench.markdown(s, {"machine": bench.machine(), "target": "t", "draft": "d", "dtype": "bf16",
+                              "device": "cpu", "max_new_tokens": 64, "repeats": 1})
+    assert "not compared (its target alone did not run) |" in text and "| 0/1 |" not in text
 
 
 def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
