@@ -48,7 +48,7 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
     run = next(f.fn for f in demo.fns.values() if f.api_name == "run")
     values = [getattr(default, n) for n in ("pair", "target", "draft", "proposer", "k", "temperature",
                                             "top_p", "top_k", "seed", "max_new_tokens", "prompt",
-                                            "chat", "dtype")]
+                                            "chat", "dtype", "nodes", "branching")]
     outputs = list(run(None, None, *values))
     assert outputs[-1][0].startswith("Done") and asked == [zerogpu.duration(12)]
     assert store.current().fast == "static"
