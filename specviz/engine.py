@@ -117,8 +117,9 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     check_settings(k, max_new_tokens)
     check_tree_settings(nodes, branching)
     ids = pair.encode(prompt, chat=chat)
-    pair.check_length(len(ids), max_new_tokens)
-    room = max(MAX_NODES, branching * k) if proposer == "tree" else k  # a round's drafted positions
+    tree = proposer == "tree"
+    room = max(MAX_NODES, branching * k) if tree else k  # a round's drafted positions, at most
+    pair.check_length(len(ids), max_new_tokens, room if tree else None)
     length = run_length(ids, max_new_tokens, room)
     drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)
     return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length)

@@ -122,17 +122,22 @@ class Pair:
             raise ValueError(f"prompt token ids must be in 0..{self.vocab_size - 1}")
         return ids
 
-    def check_length(self, prompt_tokens: int, max_new_tokens: int) -> None:
+    def check_length(self, prompt_tokens: int, max_new_tokens: int, room: int | None = None) -> None:
+        """room: the most positions a round may add to a cache beyond the output (MAX_K drafts
+        of a chain; a token tree's nodes)."""
         limit = self.max_positions
         if limit and prompt_tokens + max_new_tokens > limit:
             raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
                              f"exceeds {self.target_name}'s {limit} positions: shorten one of them")
-        from .engine import MAX_K  # the most a round may add to a cache beyond the output
+        from .engine import MAX_K
 
-        if self.window and prompt_tokens + max_new_tokens + MAX_K >= self.window:
+        room = MAX_K if room is None else room
+        if self.window and prompt_tokens + max_new_tokens + room >= self.window:
             raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
-                             f"+ {MAX_K} drafts must stay below the {self.window}-token sliding "
-                             "window, where the cache can no longer roll back: shorten one of them")
+                             f"+ {room} drafted positions must stay below the {self.window}-token "
+                             "sliding window, where the cache can no longer roll back: shorten one "
+                             "of them" + (" (or draft a chain: a token tree needs more room)"
+                                          if room > MAX_K else ""))
 
 
 def _source(name: str) -> tuple[str, dict]:

@@ -97,6 +97,9 @@ def test_sliding_window_models_run_below_their_window_and_refuse_beyond(pair):
     assert [t for e in out for t in e.new_tokens] == [t for e in alone for t in e.new_tokens]
     with pytest.raises(ValueError, match="sliding window"):
         specviz.generate(slide_pair, ids, k=4, max_new_tokens=64 - 32 - len(ids))
+    # a tree round may cache up to 64 nodes: the same run as a tree needs more room than there is
+    with pytest.raises(ValueError, match="a token tree needs more room"):
+        specviz.generate(slide_pair, ids, proposer="tree", k=4, max_new_tokens=64 - 33 - len(ids) - 1)
 
 
 def test_refined_head_equals_the_float32_head_on_the_candidates():
