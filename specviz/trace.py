@@ -21,7 +21,7 @@ from .explorer import EXPLORER_PROPOSERS, Recording
 from .metrics import RunStats
 from .render import LEGEND, Span
 from .settings import DTYPES, UI_MAX_K, RunSettings
-from .tree import ACCEPTED, FATES, REJECTED, UNREACHED, TreeNode
+from .tree import ACCEPTED, FATES, REJECTED, UNREACHED, TreeNode, first_branch
 from .treedraft import MAX_BRANCHING, MAX_NODES
 
 FORMAT, VERSION = "specviz-trace", 1
@@ -296,10 +296,7 @@ def _tree(v, w: str, d: dict, vocab: int) -> tuple[TreeNode, ...]:
     if (d["kind"] == "bonus") != (not kids[end]):
         _fail(f"{w}.kind", "must be 'bonus' exactly when the last accepted node (or the root) has "
                            "no children")
-    chain, node = list(path), end  # the walked branch: then the first refused child, and its
-    while kids[node]:  # first children down to a leaf
-        node = kids[node][0]
-        chain.append(node)
+    chain = path + first_branch(parents, end)  # the walked branch: then the first refused child
     if len(chain) != k or [tokens[i] for i in chain] != draft:
         _fail(f"{w}.draft_tokens", "must be the tree's walked branch: the accepted nodes, then the "
                                    "first refused child and its first children down to a leaf")

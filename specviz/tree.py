@@ -51,13 +51,21 @@ class TreeVerdict:
     def display_chain(self) -> list[int]:
         """The walked branch as a chain round shows it: the accepted path, then (after a
         refusal) the first refused child and its first children down to a leaf."""
-        chain = list(self.path)
-        node = self.path[-1] if self.path else -1
-        first = next((i for i, n in enumerate(self.nodes) if n.parent == node), None)
-        while first is not None:
-            chain.append(first)
-            first = next((i for i, n in enumerate(self.nodes) if n.parent == first), None)
-        return chain
+        end = self.path[-1] if self.path else -1
+        return list(self.path) + first_branch([n.parent for n in self.nodes], end)
+
+
+def first_branch(parents: list[int], node: int = -1) -> list[int]:
+    """node's first child, that child's first child, ... down to a leaf (-1: from the root).
+    parents[i] is node i's parent; children come in the draft's order."""
+    first: dict[int, int] = {}
+    for i, parent in enumerate(parents):
+        first.setdefault(parent, i)
+    out = []
+    while node in first:
+        node = first[node]
+        out.append(node)
+    return out
 
 
 def children(nodes: tuple[TreeNode, ...] | list[TreeNode]) -> dict[int, list[int]]:

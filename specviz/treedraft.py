@@ -23,7 +23,7 @@ import torch
 from .lm import CachedLM, input_rows, output_rows
 from .proposers import VERIFY_SLOPE, Draft
 from .sampling import SamplingParams, process
-from .tree import TreeNode, check
+from .tree import TreeNode, check, first_branch
 
 MAX_NODES = 64
 MAX_BRANCHING = 8
@@ -218,8 +218,6 @@ class TreeProposer:
                      for i in chosen)
         check(tree)
         self.last = (list(ids), drafted, slot_of, chosen, started, time.perf_counter())
-        chain, node = [], -1  # the draft's favourite branch, for chain-shaped consumers
-        while (node := next((j for j, n in enumerate(tree) if n.parent == node), None)) is not None:
-            chain.append(tree[node].token)
+        chain = [tree[i].token for i in first_branch([n.parent for n in tree])]  # the favourite
         return Draft(chain, None, self.lm.passes - passes, time.perf_counter() - started, self.name,
                      tree=tree)
