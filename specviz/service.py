@@ -17,6 +17,7 @@ import torch
 
 from . import presets, treeview
 from .compare import Comparison, compare
+from .detok import token_pieces
 from .engine import NEEDS_DRAFT, RoundEvent, generate
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
@@ -176,22 +177,26 @@ def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, pl
 
 
 def token_text(tokenizer=None, spans: tuple[Span, ...] | list[Span] = (), vocab_size: int | None = None,
-               known: dict | None = None):
-    """text_of(token id) for the tree views: the tokenizer's text of the token alone where one is
-    given (ids below vocab_size), else a text the run's spans or recording showed, else ⟨id⟩."""
+               known: dict | None = None) -> treeview.Pieces:
+    """pieces_of(context, tokens) for the tree views: with a tokenizer (every id below
+    vocab_size), the text each token adds read after context and the tokens before it
+    (detok.token_pieces: a split character shows whole on the token that completes it); else
+    each token's text as the run's spans or recording showed it, else ⟨id⟩."""
     texts = {s.token: s.text for s in spans}
     texts.update({int(t): x for t, x in (known or {}).items()})
-    cache: dict[int, str] = {}
+    cache: dict[tuple, list[str]] = {}
 
-    def text_of(token: int) -> str:
-        if token not in cache:
-            if tokenizer is not None and (vocab_size is None or 0 <= token < vocab_size):
-                cache[token] = tokenizer.decode([token], skip_special_tokens=False)
+    def pieces_of(context, tokens) -> list[str]:
+        key = (tuple(context), tuple(tokens))
+        if key not in cache:
+            ids = key[0] + key[1]
+            if tokenizer is not None and all(vocab_size is None or 0 <= t < vocab_size for t in ids):
+                cache[key] = token_pieces(tokenizer, list(key[0]), list(key[1]))
             else:
-                cache[token] = texts.get(token, f"⟨{token}⟩")
-        return cache[token]
+                cache[key] = [texts.get(t, f"⟨{t}⟩") for t in key[1]]
+        return cache[key]
 
-    return text_of
+    return pieces_of
 
 
 def trace_text(trace: Trace, pair: Pair | None = None):

@@ -3,6 +3,11 @@
 Plain values, no UI imports. Token text is attacker-influenced (a prompt, an opened trace), so
 every string that becomes HTML is escaped here, text and title attributes alike.
 
+Token text comes from pieces_of(context, tokens): the text each of tokens adds after context and
+the tokens before it (detok.token_pieces), so a character split over two tokens shows whole on the
+token that completes it, never as two halves. A node is read along its own path from the root,
+after the tokens committed before its round.
+
 A round's tree reads left to right from the last committed token: each node is followed by its
 children (the draft's order, top to bottom). The accepted path keeps the usual colours (green
 accepted, then the target's own token, orange recovered or blue bonus); refused nodes (red,
@@ -16,7 +21,10 @@ from collections.abc import Callable, Sequence
 
 from .engine import RoundEvent
 from .metrics import RunStats
-from .tree import ACCEPTED, REJECTED, UNREACHED, children
+from .tree import ACCEPTED, REJECTED, UNREACHED, ancestors, children
+
+Pieces = Callable[[Sequence[int], Sequence[int]], list[str]]  # (context, tokens) -> a text per token
+CONTEXT = 8  # committed tokens before a round that its texts are read after
 
 CHAIN_NOTE = "Token trees appear when the drafter is 'token tree'."
 OVERVIEW_ROUNDS = 200  # the newest rounds the overview lists (a 512-token run stays light)
@@ -90,11 +98,12 @@ def _target_chip(event: RoundEvent, text: str) -> str:
             f'title="{html.escape(title)}">{_chip_text(text)}</span></div>')
 
 
-def round_html(event: RoundEvent, text_of: Callable[[int], str], rounds: int | None = None,
-               greedy: bool = False) -> str:
-    """One round's tree as nested HTML; text_of(token id) gives a token's display text."""
+def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
+               greedy: bool = False, context: Sequence[int] = ()) -> str:
+    """One round's tree as nested HTML; context: the tokens committed before the round."""
     of = f" of {rounds}" if rounds else ""
-    target = text_of(event.token)
+    committed = pieces_of(context, event.new_tokens)
+    target = committed[event.accepted] if len(committed) > event.accepted else ""
     if not event.tree:
         why = ("drafted a chain of " + str(event.k) + " tokens" if event.k
                else "drafted nothing (only the target's token fitted the budget)")
@@ -110,7 +119,8 @@ def round_html(event: RoundEvent, text_of: Callable[[int], str], rounds: int | N
         n = nodes[i]
         faded = "" if n.fate == ACCEPTED else " tree-faded"
         fate = n.fate if n.fate in (ACCEPTED, REJECTED) else UNREACHED
-        text = text_of(n.token)
+        path = [nodes[a].token for a in ancestors(nodes, i)]  # root .. i
+        text = pieces_of(context, path)[-1]
         chip = (f'<span class="tok {fate} tree-node{faded}" data-node="{i}" '
                 f'title="{html.escape(node_tooltip(event, i, text))}">{_chip_text(text)}</span>')
         return f'<div class="tree-branch">{chip}{below(i)}</div>'
@@ -120,7 +130,7 @@ def round_html(event: RoundEvent, text_of: Callable[[int], str], rounds: int | N
             branch(c) for c in kids.get(i, []))
         return f'<div class="tree-kids">{inner}</div>' if inner else ""
 
-    committed = "".join(text_of(t) for t in event.new_tokens)
+    committed = "".join(committed)
     head = (f"<b>Round {event.round}{of}</b>: {len(nodes)} nodes verified in one target pass, depth "
             f"{depth}; {event.accepted} accepted, then the target's token ({html.escape(event.kind)}). "
             f"Committed: <code>{_chip_text(committed, 80)}</code>. Hover a node for its p, q and "
@@ -142,8 +152,7 @@ def _bar(event: RoundEvent) -> str:
     return "".join(cells)
 
 
-def overview_html(events: Sequence[RoundEvent], text_of: Callable[[int], str],
-                  current: int | None = None) -> str:
+def overview_html(events: Sequence[RoundEvent], pieces_of: Pieces, current: int | None = None) -> str:
     """Every round on one line (the newest OVERVIEW_ROUNDS): nodes, depth, accepted length as a
     bar (green accepted, grey the rest of the depth, then the target's token) and the text."""
     if not events:
@@ -158,9 +167,9 @@ def overview_html(events: Sequence[RoundEvent], text_of: Callable[[int], str],
     if len(events) > len(shown):
         summary += f" The newest {len(shown)} rounds are listed."
     rows = []
-    for e in shown:
+    for e, context in zip(shown, contexts(events)[-len(shown):], strict=True):
         depth = max((n.depth for n in e.tree), default=0)
-        text = "".join(text_of(t) for t in e.new_tokens)
+        text = "".join(pieces_of(context, e.new_tokens))
         mark = ' class="tree-current"' if e.round == current else ""
         rows.append(f"<tr{mark}><td>{e.round}</td><td>{e.nodes if e.tree else '—'}</td>"
                     f"<td>{depth or '—'}</td><td>{e.accepted}</td><td>{_bar(e)}</td>"
@@ -175,7 +184,16 @@ def chain_html() -> str:
     return f'<div class="specviz-tree"><div class="tree-head">{html.escape(CHAIN_NOTE)}</div></div>'
 
 
-def tree_views(events: Sequence[RoundEvent], text_of: Callable[[int], str], round_number: int | None = None,
+def contexts(events: Sequence[RoundEvent]) -> list[list[int]]:
+    """For each round, the last CONTEXT tokens committed before it (the prompt is not in events)."""
+    out, committed = [], []
+    for e in events:
+        out.append(committed[-CONTEXT:])
+        committed = (committed + list(e.new_tokens))[-CONTEXT:]
+    return out
+
+
+def tree_views(events: Sequence[RoundEvent], pieces_of: Pieces, round_number: int | None = None,
                greedy: bool = False) -> tuple[str, str]:
     """(round HTML, overview HTML) for a run: round_number's tree (default the last round), or
     the chain note for a run without trees."""
@@ -185,4 +203,6 @@ def tree_views(events: Sequence[RoundEvent], text_of: Callable[[int], str], roun
     if not 1 <= number <= len(events):
         raise ValueError(f"pick a round in 1..{len(events)}")
     event = events[number - 1]
-    return round_html(event, text_of, len(events), greedy), overview_html(events, text_of, number)
+    context = contexts(events[:number])[-1]
+    return (round_html(event, pieces_of, len(events), greedy, context),
+            overview_html(events, pieces_of, number))

@@ -14,6 +14,11 @@ from specviz.views import stats_html
 XSS = "<img src=x onerror=1>"
 TEXT = {10: "def", 11: " x", 12: "(", 13: ":", 14: "\n", 15: XSS, 16: " y"}
 
+
+def pieces(context, tokens):
+    """The views' pieces_of for a tokenizer where every token stands alone."""
+    return [TEXT[t] for t in tokens]
+
 # Root -> "def" (0, kept), " x" (1, never tried: "def" was kept first); "def" -> "(" (2), ":" (3),
 # both refused; " x" -> "\n" (4); "(" -> XSS (5). The target's token after "def": " y" (recovered).
 # p is known for the children of the root and of "def" (the nodes the rule tried or could have).
@@ -61,7 +66,7 @@ def test_the_constructed_tree_is_a_valid_tree():
 
 
 def test_the_accepted_path_is_coloured_and_every_other_node_is_faded():
-    chips = Chips(treeview.round_html(tree_round(), TEXT.get))
+    chips = Chips(treeview.round_html(tree_round(), pieces))
     classes = {i: c for i, (c, _) in chips.nodes.items()}
     assert set(classes) == set(range(6))
     assert classes[0] >= {"tok", "accepted"} and "tree-faded" not in classes[0]
@@ -75,7 +80,7 @@ def test_the_accepted_path_is_coloured_and_every_other_node_is_faded():
 
 
 def test_tooltips_show_the_hand_computed_p_q_and_cumulative_probability():
-    chips = Chips(treeview.round_html(tree_round(), TEXT.get))
+    chips = Chips(treeview.round_html(tree_round(), pieces))
     title = {i: t for i, (_, t) in chips.nodes.items()}
     assert title[0] == "accepted: 'def' at depth 1; p=0.5000  q=0.6000  cumulative q=0.6000"
     assert title[3] == "refused: ':' at depth 2; p=0.3000  q=0.2500  cumulative q=0.1500"
@@ -89,7 +94,7 @@ def test_tooltips_show_the_hand_computed_p_q_and_cumulative_probability():
 
 def test_token_text_is_escaped_in_chips_titles_and_the_overview():
     event = tree_round(token=15)  # the attacker's text as the target's own token too
-    text = treeview.round_html(event, TEXT.get) + treeview.overview_html([event], TEXT.get)
+    text = treeview.round_html(event, pieces) + treeview.overview_html([event], pieces)
     assert "<img" not in text and "&lt;img src=x …" in text  # the chip clips at 12 characters
     assert "&#x27;&lt;img src=x onerror=1&gt;&#x27;" in text  # the full text in the title
     assert "onerror=1&gt;" in text and "↵" in text  # "\n" shows as ↵ on its chip
@@ -97,7 +102,7 @@ def test_token_text_is_escaped_in_chips_titles_and_the_overview():
 
 def test_a_64_round_run_gets_one_overview_line_a_round_with_hand_computed_totals():
     events = [tree_round(i) for i in range(1, 65)]
-    text = treeview.overview_html(events, TEXT.get, current=17)
+    text = treeview.overview_html(events, pieces, current=17)
     body = text.split("<tbody>")[1]
     assert body.count("<tr") == 64 and body.count('class="tree-current"') == 1
     assert "<tr class=\"tree-current\"><td>17</td><td>6</td><td>3</td><td>1</td>" in body
@@ -113,24 +118,24 @@ def test_a_64_round_run_gets_one_overview_line_a_round_with_hand_computed_totals
 
 def test_playback_shows_the_last_round_by_default_and_refuses_a_round_out_of_range():
     events = [tree_round(i) for i in range(1, 4)]
-    round_text, overview = treeview.tree_views(events, TEXT.get)
+    round_text, overview = treeview.tree_views(events, pieces)
     assert 'data-round="3"' in round_text and "Round 3 of 3" in round_text
     assert 'class="tree-current"><td>3</td>' in overview
-    assert 'data-round="2"' in treeview.tree_views(events, TEXT.get, 2)[0]
+    assert 'data-round="2"' in treeview.tree_views(events, pieces, 2)[0]
     with pytest.raises(ValueError, match=r"pick a round in 1\.\.3"):
-        treeview.tree_views(events, TEXT.get, 4)
+        treeview.tree_views(events, pieces, 4)
 
 
 def test_a_chain_run_shows_the_note_instead_of_a_tree():
     chain = [replace(tree_round(i), tree=(), source="draft") for i in (1, 2)]
-    round_text, overview = treeview.tree_views(chain, TEXT.get)
+    round_text, overview = treeview.tree_views(chain, pieces)
     assert "Token trees appear when the drafter is &#x27;token tree&#x27;" in round_text and overview == ""
 
 
 def test_a_round_that_drafted_nothing_shows_only_the_target_token():
     event = replace(tree_round(), tree=(), k=0, draft_tokens=[], accepted=0, target_probs=[],
                     draft_probs=[], new_tokens=[16], kind="bonus")
-    text = treeview.round_html(event, TEXT.get)
+    text = treeview.round_html(event, pieces)
     assert "drafted nothing" in text and "tok bonus tree-node" in text
 
 
@@ -155,3 +160,38 @@ def test_tree_figures_and_stats_match_hand_computations():
     assert "<td>15</td><td></td><td>9</td>" in table  # tokens verified: 6 + 6 + 3; the chain's 3 × 3
     assert f"<td>{3 / 15:.1%}</td><td></td><td>{3 / 9:.1%}</td>" in table
     assert set(figures.all_figures(spec, None, chain, 3)) >= {"tree_nodes", "tree_chain"}
+
+
+def test_a_character_split_over_two_tokens_shows_whole_on_the_node_that_completes_it(tmp_path):
+    from conftest import make_tokenizer
+
+    from specviz.service import token_text
+
+    tok = make_tokenizer(tmp_path)
+    e_hi, e_lo = tok.encode("é")  # byte-level: two tokens, neither a character on its own
+    x, y = tok.encode("x")[0], tok.encode("y")[0]
+    assert "\ufffd" in tok.decode([e_hi]) + tok.decode([e_lo])  # what one-token decoding showed
+    # Root -> é's first byte (kept) -> its second byte (kept) -> "x" (refused); root -> "y" (unreached).
+    tree = (TreeNode(-1, e_hi, 1, q=0.6, score=0.6, p=0.9, fate="accepted"),
+            TreeNode(-1, y, 1, q=0.2, score=0.2, fate="unreached"),
+            TreeNode(0, e_lo, 2, q=0.9, score=0.54, p=0.9, fate="accepted"),
+            TreeNode(2, x, 3, q=0.5, score=0.27, p=0.1, fate="rejected"))
+    check(tree)
+    event = replace(tree_round(), tree=tree, k=3, draft_tokens=[e_hi, e_lo, x], accepted=2, token=y,
+                    new_tokens=[e_hi, e_lo, y], target_probs=[0.9, 0.9, 0.1], draft_probs=[0.6, 0.9, 0.5])
+    pieces_of = token_text(tok, vocab_size=len(tok))
+    text = treeview.round_html(event, pieces_of)
+    title = {i: t for i, (_, t) in Chips(text).nodes.items()}
+    assert "\ufffd" not in text
+    assert title[0].startswith("accepted: '' at depth 1")  # the first byte adds nothing yet
+    assert title[2].startswith("accepted: 'é' at depth 2") and title[3].startswith("refused: 'x'")
+    assert "Committed: <code>éy</code>" in text
+    # A round whose context ended inside the character: its first node completes it.
+    rounds = [replace(event, tree=(), k=0, draft_tokens=[], accepted=0, target_probs=[], draft_probs=[],
+                      new_tokens=[e_hi], kind="bonus", token=e_hi),
+              replace(event, round=2, tree=(replace(tree[2], parent=-1, depth=1),),
+                      k=1, draft_tokens=[e_lo], accepted=1, new_tokens=[e_lo, y],
+                      target_probs=[0.9], draft_probs=[0.9], token=y, kind="bonus")]
+    round_text, overview = treeview.tree_views(rounds, pieces_of)
+    assert "accepted: &#x27;é&#x27; at depth 1" in round_text and "\ufffd" not in round_text + overview
+    assert "<code>éy</code>" in overview
