@@ -166,9 +166,9 @@ PLOT_SECONDS = 1.0  # while a run streams, rebuild the plots at most this often 
 
 
 def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, plots=True, chain=None,
-          k=None, text_of=None) -> View:
+          k=None, pieces_of=None) -> View:
     """plots=False leaves View.figures empty: the page keeps the plots it shows."""
-    tree_html, overview = treeview.tree_views(spec.events, text_of or token_text(pair.tokenizer),
+    tree_html, overview = treeview.tree_views(spec.events, pieces_of or token_text(pair.tokenizer),
                                               greedy=greedy)
     return View(status, to_html(spans), timeline_html(spans, spec), stats_html(spec, base, chain),
                 verdict_html(comparison, pair.tokenizer, greedy),
@@ -200,7 +200,7 @@ def token_text(tokenizer=None, spans: tuple[Span, ...] | list[Span] = (), vocab_
 
 
 def trace_text(trace: Trace, pair: Pair | None = None):
-    """text_of for a trace's tree views: the loaded pair's tokenizer when this pair made the trace
+    """pieces_of for a trace's tree views: the loaded pair's tokenizer when this pair made the trace
     (same target, draft and dtype, as the lab asks), else the texts the trace itself holds."""
     made = trace.models if isinstance(trace.models, dict) else {}
     if pair is not None:
@@ -283,8 +283,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                   top_k=s.top_k, top_p=s.top_p, seed=s.seed)
     greedy = s.temperature == 0
     models = pair_models(pair)
-    text_of = token_text(pair.tokenizer)  # one memo for the run's tree views
-    views = dict(greedy=greedy, k=s.k, text_of=text_of)
+    pieces_of = token_text(pair.tokenizer)  # one memo for the run's tree views
+    views = dict(greedy=greedy, k=s.k, pieces_of=pieces_of)
     events, spans, context, plots = [], [], list(prompt_ids), _Every(PLOT_SECONDS)
     for event in generate(pair, prompt_ids, proposer=s.proposer, nodes=s.tree_nodes, branching=s.branching,
                           **kwargs):
