@@ -69,7 +69,8 @@ class Record:
 
     @property
     def passes(self) -> profiles.Passes | None:
-        return None if self.widths is None else profiles.Passes(self.draft_passes or 0, self.widths)
+        return None if self.widths is None else profiles.Passes(self.draft_passes or 0, self.widths,
+                                                                bool(TREE_NAME.fullmatch(self.method)))
 
     @property
     def tokens_per_second(self) -> float:

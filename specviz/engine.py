@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .acceptance import Verdict, verify, verify_greedy
-from .lm import CachedLM, resolve_fast
+from .lm import CachedLM, bucket, resolve_fast
 from .proposers import (
     AdaptiveProposer,
     HybridProposer,
@@ -118,7 +118,7 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     check_tree_settings(nodes, branching)
     ids = pair.encode(prompt, chat=chat)
     tree = proposer == "tree"
-    room = max(MAX_NODES, branching * k) if tree else k  # a round's drafted positions, at most
+    room = max(MAX_NODES, bucket(branching) * k) if tree else k  # a round's drafted positions, at most
     pair.check_length(len(ids), max_new_tokens, room if tree else None)
     length = run_length(ids, max_new_tokens, room)
     drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)

@@ -57,8 +57,10 @@ class Settings:
     compile: bool = True  # the fast path's steps through torch.compile (default: on CUDA only)
     repeats: int = 20
     context: int = 128  # tokens in the cache before each timed pass
-    eager_widths: tuple[int, ...] = tuple(range(1, 18))
-    fast_widths: tuple[int, ...] = (1, 5, 9, 3, 2, 17)  # priority order: 1 and 5 feed the goals
+    eager_widths: tuple[int, ...] = tuple(range(1, 18)) + (33, 65)
+    # priority order: 1 and 5 feed the goals; 33 and 65, with 2, 3, 5, 9 and 17, are the widths a
+    # compiled tree pass feeds (1 + lm.bucket(nodes))
+    fast_widths: tuple[int, ...] = (1, 5, 9, 3, 2, 17, 33, 65)
     identity_tokens: int = 48
     k: int = 4
     copy_mib: int = 2048
@@ -69,7 +71,8 @@ class Settings:
     def for_device(cls, device: str, quick: bool = False, **overrides) -> Settings:
         s = cls(device, quick, compile=device == "cuda")
         if device != "cuda":
-            s = replace(s, repeats=3, context=64, eager_widths=(1, 2, 3, 5, 9, 17), identity_tokens=16,
+            s = replace(s, repeats=3, context=64, eager_widths=(1, 2, 3, 5, 9, 17),
+                        fast_widths=(1, 5, 9, 3, 2, 17), identity_tokens=16,
                         copy_mib=256, budget=900.0)
         if quick:
             s = replace(s, repeats=3, context=16, eager_widths=(1, 2, 5), fast_widths=(1, 5),

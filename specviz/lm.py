@@ -100,6 +100,13 @@ def refine_top(hidden: torch.Tensor, weight: torch.Tensor, logits: torch.Tensor)
 
 
 FAST_PATHS = ("auto", "eager", "static", "compiled")
+PAD_TOKEN = 0  # what fills a padded tree pass: a node no other node sees, never kept
+
+
+def bucket(nodes: int) -> int:
+    """Tree nodes a compiled pass feeds: the next power of two (1, 2, 4, ... 64), so a run whose
+    trees vary in size needs a handful of captured shapes, not one per size."""
+    return 1 << max(0, nodes - 1).bit_length()
 # torch.compile settings of the compiled steps; the CPU tests swap in the "aot_eager" backend
 # (same graph capture, no C++ code generation: about 100 s a shape on 2 cores otherwise).
 COMPILE = {"mode": "reduce-overhead", "dynamic": False}
@@ -143,15 +150,15 @@ class _Slot:
 
     @classmethod
     def lease(cls, owner, model, max_len: int):
-        """(cache emptied, compiled step) for owner until it is collected; a busy or too small
-        slot is replaced (the new one compiles anew)."""
+        """(cache emptied, compiled step, positions it holds) for owner until it is collected; a
+        busy or too small slot is replaced (the new one compiles anew)."""
         slot = _SLOTS.get(model)
         if slot is None or slot.in_use or slot.capacity < max_len:
             slot = _SLOTS[model] = cls(model, max(max_len, 1024))
         slot.in_use = True
         crop(slot.cache, -int(slot.cache.get_seq_length()))  # empty: moves the length to 0
         weakref.finalize(owner, setattr, slot, "in_use", False)
-        return slot.cache, slot.step
+        return slot.cache, slot.step, slot.capacity
 
 
 _SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its _Slot
@@ -190,7 +197,7 @@ class CachedLM:
         if self.static:
             self.max_len = max_len or min(model.config.max_position_embeddings, 4096)
             if compiled:  # one cache and one compiled step per model, reused run after run
-                self.cache, self._step = _Slot.lease(self, model, self.max_len)
+                self.cache, self._step, self.max_len = _Slot.lease(self, model, self.max_len)
             else:
                 self.cache = StaticCache(config=model.config, max_cache_len=self.max_len)
         else:
@@ -198,6 +205,7 @@ class CachedLM:
         self.tokens: list[int] = []
         self.slots: list[tuple[int, int]] = []  # tree nodes cached after tokens: (token, parent slot)
         self.passes = 0
+        self.compiled_passes = 0  # passes that ran through the compiled step
         self.seconds = 0.0
 
     @property
@@ -248,12 +256,22 @@ class CachedLM:
         nodes become slots len(self.slots).. . Each node attends to ids and its own ancestors, at
         position len(ids) - 1 + depth. Returns logits [r + len(tokens), vocab_size] (float32):
         when ids had an uncached tail (r = 1), first the row after ids[-1], then a row per node.
-        Call keep(path) or rollback afterwards."""
+        Call keep(path) or rollback afterwards.
+
+        With a compiled step and at most one uncached token, the nodes are padded to bucket(n)
+        with PAD_TOKEN nodes that only see the context: the pass then has one of a few fixed
+        shapes and runs through the compiled step (a captured graph on CUDA). No real node sees
+        a pad, so every real row is what the unpadded pass gives; the pads are dropped with the
+        other unkept slots."""
         if ids != self.tokens:  # a new round: earlier nodes go, the uncached tail is fed
             self.rollback(ids)
         tail = ids[len(self.tokens):]
+        fixed = self._step is not None and len(tail) <= 1
+        real = len(tokens)
+        pad = bucket(real) - real if fixed else 0
+        tokens, parents = list(tokens) + [PAD_TOKEN] * pad, list(parents) + [-1] * pad
         first = len(self.slots)
-        every = [parent for _, parent in self.slots] + list(parents)
+        every = [parent for _, parent in self.slots] + parents
         depth: list[int] = []
         for parent in every:
             depth.append(1 if parent < 0 else depth[parent] + 1)
@@ -264,8 +282,8 @@ class CachedLM:
         if self.static and len(ids) + len(every) > self.max_len:
             raise ValueError(f"the static cache holds {self.max_len} positions, not {len(ids) + len(every)}")
         start = time.perf_counter()
-        last = min(len(tail), 1) + len(tokens)
-        logits = self._logits(torch.tensor([tail + list(tokens)], device=self.device), last,
+        r = min(len(tail), 1)
+        logits = self._logits(torch.tensor([tail + tokens], device=self.device), r + len(tokens), fixed,
                               attention_mask=attention,
                               position_ids=torch.tensor([positions], device=self.device))
         if self.device.type == "cuda":
@@ -274,27 +292,29 @@ class CachedLM:
         self.passes += 1
         self.tokens = list(ids)
         self.slots += list(zip(tokens, parents, strict=True))
-        return logits
+        return logits[: r + real]
 
-    def _forward(self, input_ids: torch.Tensor, last: int, **tree) -> torch.Tensor:
-        if tree:  # tree passes vary in shape and mask: eager
-            return step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
-        if self._step is not None and input_ids.shape[1] in self.compiled_widths:
+    def _forward(self, input_ids: torch.Tensor, last: int, fixed: bool, **tree) -> torch.Tensor:
+        """The step over input_ids [1, n]: through the compiled step when its shape is one of the
+        fixed ones (fixed), else eager."""
+        if fixed and self._step is not None:
             try:
                 if hasattr(torch.compiler, "cudagraph_mark_step_begin"):
                     torch.compiler.cudagraph_mark_step_begin()
-                out = self._step(self.model, self.cache, input_ids, last, self.refine, self.kv)
+                out = self._step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
+                self.compiled_passes += 1
                 return out.clone()  # graph outputs are buffers the next replay overwrites
             except Exception as e:  # noqa: BLE001 - any capture failure: eager from now on
                 log.warning("specviz: compiled step failed (%s: %s); running eager from now on",
                             type(e).__name__, str(e).splitlines()[0] if str(e) else "")
                 self._step = None
-                crop(self.cache, len(self.tokens) - self.cache_length)  # undo a partial write
-        return step(self.model, self.cache, input_ids, last, self.refine, self.kv)
+                # undo a partial write: the cache held the committed tokens and any tree slots
+                crop(self.cache, len(self.tokens) + len(self.slots) - self.cache_length)
+        return step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
 
-    def _logits(self, input_ids: torch.Tensor, last: int, **tree) -> torch.Tensor:
+    def _logits(self, input_ids: torch.Tensor, last: int, fixed: bool, **tree) -> torch.Tensor:
         """Logits [last, vocab_size] (float32) for input_ids [1, n] after the cache."""
-        out = self._forward(input_ids, last, **tree)
+        out = self._forward(input_ids, last, fixed, **tree)
         if not self.refine:
             return out[:, : self.vocab_size].float()
         weight = self.model.get_output_embeddings().weight[: self.vocab_size]  # [vocab, d]
@@ -308,7 +328,8 @@ class CachedLM:
         if self.static and len(ids) > self.max_len:
             raise ValueError(f"the static cache holds {self.max_len} positions, not {len(ids)}")
         start = time.perf_counter()
-        logits = self._logits(torch.tensor([new], device=self.device), last)  # [last, vocab]
+        input_ids = torch.tensor([new], device=self.device)
+        logits = self._logits(input_ids, last, len(new) in self.compiled_widths)  # [last, vocab]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.seconds += time.perf_counter() - start

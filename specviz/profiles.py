@@ -37,6 +37,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .lm import bucket
+
 FORMAT, VERSION = "specviz-costs", 1
 SHIPPED = Path(__file__).parent.parent / "assets" / "profiles"
 MAX_BYTES = 64 << 10
@@ -254,6 +256,7 @@ class Passes:
     """What a run asked of the models: draft passes, and target passes by tokens verified."""
     draft: int
     widths: dict[int, int]  # verify width (k+1) -> target passes of that width
+    tree: bool = False  # widths are 1 + nodes of token trees (padded on a compiled path)
 
     @property
     def target(self) -> int:
@@ -271,16 +274,19 @@ def passes_of(run) -> Passes:
         raise ValueError("project() takes a k-explorer replay, a run's round events or a Passes")
     draft = events[-1].draft_passes if events else 0  # cumulative in RoundEvent
     # a round verifies its last token and its drafts: k of a chain, every node of a tree
-    return Passes(draft, dict(Counter(getattr(e, "nodes", e.k) + 1 for e in events)))
+    return Passes(draft, dict(Counter(getattr(e, "nodes", e.k) + 1 for e in events)),
+                  any(getattr(e, "tree", ()) for e in events))
 
 
 def project(run, profile: Profile, path: str = "fast") -> float:
-    """Seconds the run would take on `profile`'s `path`: draft passes * C_D + sum of C_T(width)."""
+    """Seconds the run would take on `profile`'s `path`: draft passes * C_D + sum of C_T(width).
+    On a compiled path a tree pass feeds its nodes padded to lm.bucket(nodes): C_T(1 + bucket)."""
     costs = profile.path(path)
     passes = passes_of(run)
     if passes.draft and costs.draft_seconds is None:
         raise ValueError(f"profile {profile.name!r} has no draft cost on its {path!r} path")
-    target = sum(n * costs.target_seconds(w) for w, n in passes.widths.items())
+    fed = (lambda w: 1 + bucket(w - 1)) if passes.tree and costs.compiled else (lambda w: w)
+    target = sum(n * costs.target_seconds(fed(w)) for w, n in passes.widths.items())
     return target + passes.draft * (costs.draft_seconds or 0.0)
 
 

@@ -74,6 +74,19 @@ def test_projection_of_a_tree_run_charges_every_verified_node(pair):
     assert math.isclose(profiles.project(events, profile(), "eager"), expect)
 
 
+def test_a_tree_run_on_a_compiled_path_is_charged_its_padded_width():
+    raw = copy.deepcopy(PROFILE)
+    raw["paths"]["fast"].update(draft_ms=1.0, target_ms={"1": 1.0, "9": 2.0, "17": 4.0})
+    costs = profiles.load(raw)
+    # 3 and 5 nodes pad to 4 and 8 (widths 5 and 9), 9 nodes to 16 (width 17); 6 draft passes
+    tree = profiles.Passes(6, {4: 1, 6: 2, 10: 1}, tree=True)
+    assert math.isclose(profiles.project(tree, costs, "fast"), (1.5 + 2 * 2.0 + 4.0 + 6 * 1.0) / 1e3)
+    # the same widths from a chain, and the eager path, are charged as fed: C_T(4), C_T(6), C_T(10)
+    chain = profiles.Passes(6, {4: 1, 6: 2, 10: 1})
+    assert math.isclose(profiles.project(chain, costs, "fast"), (1.375 + 2 * 1.625 + 2.25 + 6.0) / 1e3)
+    assert math.isclose(profiles.project(tree, costs, "eager"), (16 + 2 * 20 + 28 + 6 * 2.0) / 1e3)
+
+
 def test_projection_table_per_drafter_matches_a_hand_computation():
     rows = {r["drafter"]: r for r in profiles.projection(profile(), "eager")}
     t4 = profiles.CPU_TOKENS_PER_PASS["draft-4"]

@@ -55,6 +55,36 @@ def test_tree_pass_gives_each_node_the_logits_of_its_own_path(which, cache, requ
         assert torch.allclose(rows[1 + i], expected, atol=1e-4), i
 
 
+def test_a_compiled_tree_pass_pads_to_a_fixed_shape_and_gives_the_unpadded_rows(compiled_pair):
+    from specviz.lm import bucket
+
+    pair = compiled_pair
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 9, 33, 64)] == [1, 2, 4, 4, 8, 16, 64, 64]
+    ids = pair.encode(PROMPTS[0])
+    lm = CachedLM(pair.target, pair.vocab_size, cache="static", compiled=True, max_len=128)
+    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=128)
+    tokens, parents = [n.token for n in TREE], [n.parent for n in TREE]
+    for m in (lm, eager):
+        m.forward(ids[:-1])  # the round's shape: one uncached token, then the tree
+    rows = lm.forward_tree(ids, tokens, parents)  # 1 + 5 nodes, padded to 1 + 8
+    assert lm.compiled_passes == 1 and rows.shape[0] == 1 + len(TREE)
+    assert len(lm.slots) == 8 and lm.cache_length == len(ids) + 8
+    assert torch.allclose(rows, eager.forward_tree(ids, tokens, parents), atol=1e-5)
+    # a frontier pass (nothing uncached, nodes after earlier slots) is padded alike: 2 -> 2
+    more = lm.forward_tree(ids, [11, 12], [4, 2])
+    assert lm.compiled_passes == 2 and torch.allclose(more, eager.forward_tree(ids, [11, 12], [4, 2]),
+                                                      atol=1e-5)
+    lm.keep([0, 2, 4, 8])  # 7 -> 3 -> 5 -> 11: the pads go with the other unkept slots
+    assert lm.tokens == ids + [7, 3, 5, 11] and lm.cache_length == len(ids) + 4
+    after = lm.forward(ids + [7, 3, 5, 11, 13])[0]
+    assert torch.allclose(after, CachedLM(pair.target, pair.vocab_size).forward(ids + [7, 3, 5, 11, 13])[0],
+                          atol=1e-4)
+    # a long uncached tail (a round's first pass over the prompt) stays eager and unpadded
+    fresh = CachedLM(pair.target, pair.vocab_size, cache="static", compiled=True, max_len=128)
+    fresh.forward_tree(ids, tokens, parents)
+    assert fresh.compiled_passes == 0 and len(fresh.slots) == len(TREE)
+
+
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_keeping_a_path_leaves_the_cache_a_plain_forward_would(pair, cache):
     ids = pair.encode(PROMPTS[1])
@@ -147,7 +177,7 @@ def test_node_budget_keeps_the_best_scores_with_their_parents(pair):
     assert sized._choose(drafted, bar=0.9) == [0]  # at least the best node
 
 
-@pytest.mark.parametrize("which", ["pair", "gpt2_pair", "static_pair"])
+@pytest.mark.parametrize("which", ["pair", "gpt2_pair", "static_pair", "compiled_pair"])
 def test_greedy_tree_output_is_the_targets_own(which, request):
     pair = request.getfixturevalue(which)
     pair.target.generation_config.eos_token_id = None  # run the full budget in both
@@ -166,13 +196,16 @@ def test_greedy_tree_output_is_the_targets_own(which, request):
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
 
 
-@pytest.mark.parametrize("which", ["pair", "static_pair"])
-def test_both_caches_hold_exactly_the_committed_path_every_round(which, request):
+@pytest.mark.parametrize("which", ["pair", "static_pair", "compiled_pair"])
+def test_both_caches_hold_exactly_the_committed_path_every_round(which, request, monkeypatch):
     pair = request.getfixturevalue(which)
     ids = pair.encode(PROMPTS[0])
     drafter = specviz.engine.make_proposer(pair, "tree", max_len=256, nodes=10)
     from specviz.engine import _rounds
 
+    made = []  # the target's CachedLM, to count its compiled passes
+    monkeypatch.setattr(specviz.engine, "CachedLM",
+                        lambda *a, **kw: made.append(CachedLM(*a, **kw)) or made[-1])
     events = _rounds(pair, drafter, ids, 4, 25, SamplingParams(1.0), 3, 256)
     done = []
     for e in events:
@@ -187,6 +220,9 @@ def test_both_caches_hold_exactly_the_committed_path_every_round(which, request)
         drafter._learn(ids + done)  # what its next propose does first (then a no-op there)
         assert lm.slots == [] and lm.tokens == (ids + done)[: len(lm.tokens)]
         assert lm.cache_length == len(lm.tokens)
+    if which == "compiled_pair":  # every round after the first: padded, through the compiled steps
+        assert made[0].compiled_passes == made[0].passes - 1 == e.round - 1
+        assert drafter.lm.compiled_passes > 0
 
 
 def exact_three_token_distribution(pair, ids, params):
