@@ -47,27 +47,33 @@ def one_hot(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
 
 def verify(tokens: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor,
            generator: torch.Generator) -> Verdict:
-    """Sampling rule. tokens [k] drafted ids; q [k, vocab] or None (one-hot); p [k+1, vocab]."""
+    """Sampling rule. tokens [k] drafted ids; q [k, vocab] or None (one-hot); p [k+1, vocab].
+    Decided on the device and read back once (n, the token, p(x) and q(x) together)."""
     k = len(tokens)
+    if k == 0:  # nothing drafted: the target's own token, drawn from p
+        return Verdict(0, int(torch.multinomial(p[0], 1, generator=generator)), (), ())
     if q is None:
         q = one_hot(tokens, p.shape[-1])
     idx = torch.arange(k, device=p.device)
     px, qx = p[idx, tokens], q[idx, tokens]  # [k], [k]
     u = torch.rand(k, generator=generator, device=p.device)  # [k]
-    rejected = (u * qx >= px).nonzero()  # accept iff u < p(x)/q(x), i.e. with prob min(1, p/q)
-    n = int(rejected[0]) if len(rejected) else k
-    dist = residual(p[n], q[n]) if n < k else p[k]  # [vocab]
-    token = int(torch.multinomial(dist, 1, generator=generator))
-    return Verdict(n, token, tuple(px.tolist()), tuple(qx.tolist()))
+    rejected = u * qx >= px  # [k]: accept iff u < p(x)/q(x), i.e. with prob min(1, p/q)
+    n = torch.where(rejected.any(), rejected.int().argmax(), k)  # []: the first rejection, else k
+    q_next = torch.cat([q, q.new_zeros(1, q.shape[-1])])[n]  # [vocab] (n = k: unused)
+    dist = torch.where(n < k, residual(p[n], q_next), p[k])  # [vocab]
+    token = torch.multinomial(dist, 1, generator=generator)  # [1]
+    out = torch.cat([n.view(1), token, px, qx]).double().tolist()  # the one read-back (exact)
+    return Verdict(int(out[0]), int(out[1]), tuple(out[2:2 + k]), tuple(out[2 + k:]))
 
 
 def verify_greedy(tokens: torch.Tensor, target_argmax: torch.Tensor) -> Verdict:
     """Greedy rule (one-hot p and q): keep drafts while they equal the target's argmax.
 
     tokens [k]; target_argmax [k+1]. The same as `verify` with one-hot p and q, without
-    building them.
+    building them; one read-back.
     """
     k = len(tokens)
-    match = (tokens == target_argmax[:k]).tolist()
-    n = match.index(False) if False in match else k
-    return Verdict(n, int(target_argmax[n]), tuple(float(m) for m in match), (1.0,) * k)
+    out = torch.cat([(tokens == target_argmax[:k]).long(), target_argmax]).tolist()  # [2k + 1]
+    match, argmax = out[:k], out[k:]
+    n = match.index(0) if 0 in match else k
+    return Verdict(n, argmax[n], tuple(float(m) for m in match), (1.0,) * k)

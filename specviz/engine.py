@@ -151,6 +151,12 @@ def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],
     return judged, verdict, [nodes[i].token for i in chain], logits[[0] + [1 + i for i in chain]]
 
 
+def top2(top) -> list[list[tuple[int, float]]]:
+    """A topk(2) result [rows, 2] as (id, logit) pairs per row, read back in one transfer."""
+    rows = torch.stack([top.indices.double(), top.values.double()], -1).tolist()  # [rows, 2, 2]
+    return [[(int(i), v) for i, v in row] for row in rows]
+
+
 def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int,
             params: SamplingParams, seed: int, length: int | None = None) -> Iterator[RoundEvent]:
     target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
@@ -197,8 +203,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             draft_seconds=draft.seconds, target_seconds=target.seconds - target_before,
             round_seconds=now - round_start, elapsed=now - started, position=position,
             source=draft.source, target_cache_length=target.cache_length, stop=stop,
-            target_top2=[list(zip(i, v, strict=True))
-                         for i, v in zip(top.indices.tolist(), top.values.tolist(), strict=True)],
+            target_top2=top2(top),
             tree=judged.nodes if judged else ())
         if stop:
             return

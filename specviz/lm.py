@@ -101,6 +101,7 @@ def refine_top(hidden: torch.Tensor, weight: torch.Tensor, logits: torch.Tensor)
 
 FAST_PATHS = ("auto", "eager", "static", "compiled")
 PAD_TOKEN = 0  # what fills a padded tree pass: a node no other node sees, never kept
+PENDING = -1  # in CachedLM.tokens: a token fed from the device, not read back yet (equals no id)
 
 
 def bucket(nodes: int) -> int:
@@ -319,6 +320,28 @@ class CachedLM:
             return out[:, : self.vocab_size].float()
         weight = self.model.get_output_embeddings().weight[: self.vocab_size]  # [vocab, d]
         return refine_top(out, weight, nn.functional.linear(out, weight))
+
+    @torch.inference_mode()
+    def forward_next(self, token: torch.Tensor) -> torch.Tensor:
+        """Feed one token that is still on the device (token [1]: the last pass's pick) after the
+        cached tokens; logits [1, vocab_size] (float32). Nothing is read back to the host and
+        nothing waits for the device: the token joins self.tokens as PENDING until settle()
+        names it, so a draft loop reads its k tokens back once, not once a token. Not timed
+        (timing would wait for the device): the caller times the loop."""
+        if self.static and len(self.tokens) + 1 > self.max_len:
+            raise ValueError(f"the static cache holds {self.max_len} positions, not {len(self.tokens) + 1}")
+        logits = self._logits(token.view(1, 1), 1, 1 in self.compiled_widths)  # [1, vocab]
+        self.passes += 1
+        self.tokens = self.tokens + [PENDING]
+        return logits
+
+    def settle(self, tokens: list[int]) -> None:
+        """Name the PENDING tokens at the end of self.tokens, oldest first (tokens: at least as
+        many as are pending, read back after the loop; extra ones at the end were never fed)."""
+        pending = len(self.tokens) - next((i + 1 for i in range(len(self.tokens) - 1, -1, -1)
+                                           if self.tokens[i] != PENDING), 0)
+        if pending:
+            self.tokens[-pending:] = tokens[:pending]
 
     @torch.inference_mode()
     def forward(self, ids: list[int], last: int = 1) -> torch.Tensor:

@@ -204,6 +204,9 @@ class ModelProposer:
         qs: list[torch.Tensor] = []
         confidences: list[float] = []
         report = self.report_confidences or self.stop is not None
+        if not report and k:
+            tokens, q = self._draft_on_device(ids, k, params, generator, pad)
+            return Draft(tokens, q, self.lm.passes - passes, time.perf_counter() - start, self.name)
         for _ in range(k):
             logits = self.lm.forward(ids + tokens, last=1)[0]  # [vocab]
             if params.greedy:
@@ -221,6 +224,24 @@ class ModelProposer:
         q = torch.stack(qs) if qs else None  # [k, vocab]
         return Draft(tokens, q, self.lm.passes - passes, time.perf_counter() - start, self.name,
                      tuple(confidences))
+
+    def _draft_on_device(self, ids, k, params, generator, pad) -> tuple[list[int], torch.Tensor | None]:
+        """k tokens with each pick fed back from the device: one read-back for the whole draft
+        (the loop above reads each token back to decide on it). Same picks, same random draws."""
+        picks: list[torch.Tensor] = []  # each [1]
+        qs: list[torch.Tensor] = []
+        logits = self.lm.forward(ids, last=1)[0]  # [vocab]: the uncached tail, from the host
+        for j in range(k):
+            if j:
+                logits = self.lm.forward_next(picks[-1])[0]
+            if params.greedy:
+                picks.append(logits.argmax(-1, keepdim=True))
+            else:
+                qs.append(nn.functional.pad(process(logits, params), (0, pad)))  # [vocab]
+                picks.append(torch.multinomial(qs[-1], 1, generator=generator))
+        tokens = torch.cat(picks).tolist()  # the round's one read-back of the draft
+        self.lm.settle(tokens)
+        return tokens, torch.stack(qs) if qs else None
 
 
 class HybridProposer:

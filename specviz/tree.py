@@ -119,13 +119,24 @@ def walk(nodes: tuple[TreeNode, ...], p: torch.Tensor, generator: torch.Generato
          greedy: bool) -> TreeVerdict:
     """The rule over a verified tree. p [1 + len(nodes), vocab]: row 0 the root's processed
     target distribution, row 1 + i node i's (greedy: the raw logits, only their argmax is read).
+
+    Sampling reads the device back twice: once for every node's p(x) under its parent's row,
+    each row's total and one uniform per node (drawn up front, so the walk decides on the
+    host), and once for the target's own token at the end.
     """
     kids = children(nodes)
-    probs = p if not greedy else None
-    argmax = p.argmax(-1).tolist() if greedy else None  # [1 + nodes]
     fate = [UNREACHED] * len(nodes)
     target_p = [0.0] * len(nodes)
     path: list[int] = []
+    if greedy:
+        argmax = p.argmax(-1).tolist()  # [1 + nodes]
+    else:
+        n = len(nodes)
+        rows = torch.tensor([1 + x.parent for x in nodes], device=p.device, dtype=torch.long)
+        tokens = torch.tensor([x.token for x in nodes], device=p.device, dtype=torch.long)
+        u = torch.rand(n, generator=generator, device=p.device)  # [n]: node i's try
+        host = torch.cat([p[rows, tokens].double(), p.sum(-1).double(), u.double()]).tolist()
+        px, total, us = host[:n], host[n:2 * n + 1], host[2 * n + 1:]
     node = -1
     while True:
         row = node + 1
@@ -138,26 +149,29 @@ def walk(nodes: tuple[TreeNode, ...], p: torch.Tensor, generator: torch.Generato
                 fate[c] = ACCEPTED if c == nxt else REJECTED
             token = argmax[row]
         else:
-            r = probs[row].clone()  # [vocab]
+            # r starts as p; a refused child gets r(x) = 0 and r is renormalised (if rounding
+            # leaves no mass, r is p again)
+            mass, refused, nxt = total[row], [], None
             for c in tried:
-                target_p[c] = float(probs[row, nodes[c].token])
-            nxt = None
+                target_p[c] = px[c]
             for c in tried:
-                x = nodes[c].token
-                u = float(torch.rand(1, generator=generator, device=p.device))
-                if u < float(r[x]):
+                if us[c] < px[c] / mass:
                     nxt = c
                     break
                 fate[c] = REJECTED
-                r[x] = 0.0
-                total = float(r.sum())
-                r = r / total if total > 1e-12 else probs[row].clone()
+                refused.append(nodes[c].token)
+                mass -= px[c]
+                if mass <= 1e-12:
+                    mass, refused = total[row], []
             if nxt is not None:
                 fate[nxt] = ACCEPTED
-            token = None if nxt is not None else int(torch.multinomial(r, 1, generator=generator))
+            else:
+                r = p[row].clone()  # [vocab]
+                r[refused] = 0.0
+                token = int(torch.multinomial(r if refused else p[row], 1, generator=generator))
         if nxt is None:
             kind = RECOVERED if tried else BONUS
-            filled = tuple(replace(n, p=target_p[i], fate=fate[i]) for i, n in enumerate(nodes))
+            filled = tuple(replace(x, p=target_p[i], fate=fate[i]) for i, x in enumerate(nodes))
             return TreeVerdict(tuple(path), int(token), kind, filled)
         path.append(nxt)
         node = nxt

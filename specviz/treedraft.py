@@ -18,6 +18,7 @@ import weakref
 from collections import deque
 from statistics import fmean
 
+import numpy as np
 import torch
 
 from .lm import CachedLM, input_rows, output_rows
@@ -28,6 +29,12 @@ from .tree import TreeNode, check, first_branch
 MAX_NODES = 64
 MAX_BRANCHING = 8
 BRANCHING = 3
+
+
+def float32_product(a: float, b: float) -> float:
+    """a * b rounded as float32 arithmetic rounds it (both factors float32 values): a node's
+    cumulative score, like q a float32, so 9 significant digits carry it exactly in traces."""
+    return float(np.float32(a) * np.float32(b))
 
 
 def check_tree_settings(nodes: int | None, branching: int) -> None:
@@ -157,12 +164,11 @@ class TreeProposer:
         """Append the top `branching` children of each parent; logits [len(parents), vocab]."""
         q = logits.softmax(-1) if params.greedy else process(logits, params)  # [m, vocab]
         top = q.topk(min(self.branching, q.shape[-1]), dim=-1)  # [m, branching]
+        values, indices = torch.stack([top.values.double(), top.indices.double()]).tolist()  # one read-back
         for row, parent in enumerate(parents):
             base, depth = (1.0, 1) if parent < 0 else (drafted[parent].score, drafted[parent].depth + 1)
-            scores = (base * top.values[row]).tolist()  # float32, like q: 9 digits carry it exactly
-            drafted += [TreeNode(parent, t, depth, v, s) for v, s, t in
-                        zip(top.values[row].tolist(), scores, top.indices[row].tolist(), strict=True)
-                        if v > 0]
+            drafted += [TreeNode(parent, int(t), depth, v, float32_product(base, v))
+                        for v, t in zip(values[row], indices[row], strict=True) if v > 0]
 
     def cap(self, k: int) -> int:
         """The most nodes a round may verify: the budget, else while the verify cost is still

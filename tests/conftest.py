@@ -136,3 +136,27 @@ def compiled_pair(pair):
     lm.COMPILE = {"backend": "aot_eager", "dynamic": False}
     return replace(pair, target=copy.deepcopy(pair.target), draft=copy.deepcopy(pair.draft),
                    fast="compiled")
+
+
+READ_BACKS = {"item", "tolist", "__int__", "__float__", "__bool__", "__index__", "nonzero", "cpu", "numpy"}
+
+
+def read_backs_per_round(events) -> list[int]:
+    """Device-to-host reads (each a host sync on a GPU) of every round after the first (which
+    carries the prompt), counted on any device by intercepting the tensor methods that read."""
+    from torch.overrides import TorchFunctionMode
+
+    class Count(TorchFunctionMode):
+        n = 0
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.n += getattr(func, "__name__", "") in READ_BACKS
+            return func(*args, **(kwargs or {}))
+
+    events, counts = iter(events), []
+    next(events)
+    while True:
+        with Count() as count:
+            if next(events, None) is None:
+                return counts
+        counts.append(count.n)

@@ -234,3 +234,14 @@ def test_static_caches_roll_back_by_moving_a_length(static_pair):
     assert torch.allclose(lm.forward(ids + [5, 9], last=2), fresh.forward(ids + [5, 9], last=2), atol=1e-5)
     with pytest.raises(ValueError, match="static cache holds 64"):
         lm.forward(list(range(65)))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_round_reads_the_device_back_three_times_whatever_k(pair, temperature):
+    from conftest import read_backs_per_round
+
+    # the draft's k tokens once, the rule's outcome once, the target's top-2 for display once
+    for k in (2, 6):
+        counts = read_backs_per_round(specviz.generate(pair, PROMPT, proposer="draft", k=k,
+                                                       max_new_tokens=24, temperature=temperature))
+        assert counts and max(counts) == 3, (k, counts)

@@ -267,3 +267,17 @@ def test_sampled_tree_runs_follow_the_targets_distribution(which, request):
 def test_bad_tree_settings_are_clear_value_errors(pair, kwargs, match):
     with pytest.raises(ValueError, match=match):
         list(specviz.generate(pair, PROMPTS[0], proposer="tree", **kwargs))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_tree_round_reads_the_device_back_once_a_depth_and_twice_more(pair, temperature):
+    from conftest import read_backs_per_round
+
+    # the drafter reads each depth's top candidates once (it picks the frontier on the host),
+    # the rule reads once (greedy) or twice (sampled: the tries, then the target's token),
+    # the target's top-2 once
+    for depth in (2, 5):
+        counts = read_backs_per_round(specviz.generate(pair, PROMPTS[0], proposer="tree", k=depth,
+                                                       nodes=12, max_new_tokens=24,
+                                                       temperature=temperature))
+        assert counts and max(counts) <= depth + 2 + (temperature > 0), (depth, counts)
