@@ -36,9 +36,18 @@ class Recording:
     guess_pieces: tuple[str, ...] = ()  # display text of each guess after the true prefix
     token_text: dict[str, str] | None = None  # id -> text, for refused n-gram proposals
     confidences: list[float] | tuple[float, ...] = ()  # draft top probability per position, true prefix
+    verify_line: tuple[float, float] | None = None  # (c0, c1): a target pass feeding x tokens costs
+    # c0 + c1 * x seconds, fitted to the recorded run (None: the flat mean, as older traces hold)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def target_seconds(self, drafts: int) -> float:
+        """C_T of a round that verifies `drafts` drafted tokens (it feeds 1 + drafts)."""
+        if self.verify_line is None:
+            return self.target_pass_seconds
+        c0, c1 = self.verify_line
+        return c0 + c1 * (1 + drafts)
 
     @property
     def replays_adaptive(self) -> bool:
@@ -75,8 +84,9 @@ class Replay:
 
     @property
     def predicted_seconds(self) -> float:
+        """Draft passes * C_D + each round's C_T at the width it verifies (Recording.verify_line)."""
         rec = self.recording
-        return self.draft_passes * rec.draft_pass_seconds + self.target_passes * rec.target_pass_seconds
+        return self.draft_passes * rec.draft_pass_seconds + sum(rec.target_seconds(r.k) for r in self.rounds)
 
 
 @torch.inference_mode()
@@ -100,12 +110,30 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
     draft_passes = stats.draft_passes
     cost_d = stats.draft_seconds / draft_passes if draft_passes else 0.0
     cost_t = stats.target_seconds / max(stats.target_passes, 1)
+    line = verify_line(stats.events, len(prompt_ids))
     out_pieces = token_pieces(pair.tokenizer, prompt_ids, output)
     guess_pieces = [token_pieces(pair.tokenizer, prompt_ids + output[:i], [g])[0]
                     for i, g in enumerate(guesses)]
     token_text = {str(t): pair.tokenizer.decode([t]) for t in set(prompt_ids + output)}
     return Recording(proposer, list(prompt_ids), output, guesses, cost_d, cost_t, max_new_tokens,
-                     ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences)
+                     ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences, line)
+
+
+def verify_line(events, prompt_tokens: int) -> tuple[float, float] | None:
+    """(c0, c1): least squares of each round's target seconds on the tokens its pass fed (round 1
+    the prompt and its drafts, later rounds 1 + drafts), slope clipped at 0. Round 1 gives the
+    spread a fixed-k run lacks: on a CPU without bf16 matrix hardware a verified token costs
+    about half a one-token pass, and a flat C_T would make every k look as cheap as k = 1.
+    None when the fit says nothing (fewer than two widths, or no positive intercept)."""
+    x = [float((prompt_tokens if e.round == 1 else 1) + e.k) for e in events]
+    t = [e.target_seconds for e in events]
+    if len(set(x)) < 2:
+        return None
+    mx, mt = sum(x) / len(x), sum(t) / len(t)
+    c1 = max(0.0, sum((a - mx) * (b - mt) for a, b in zip(x, t, strict=True))
+             / sum((a - mx) ** 2 for a in x))
+    c0 = mt - c1 * mx
+    return (c0, c1) if c0 > 0 else None
 
 
 def _proposal(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> list[int]:

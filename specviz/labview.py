@@ -203,6 +203,17 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     return _layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency"), table
 
 
+def cost_text(rec: explorer.Recording) -> str:
+    """The pass costs a replay is priced at, as the k explorer states them."""
+    if rec.verify_line is None:
+        return (f"C_D={rec.draft_pass_seconds * 1000:.0f} ms, C_T={rec.target_pass_seconds * 1000:.0f} ms "
+                "per target pass, whatever it verifies")
+    c0, c1 = rec.verify_line
+    return (f"C_D={rec.draft_pass_seconds * 1000:.0f} ms; a target pass verifying k drafts costs "
+            f"{(c0 + c1) * 1000:.0f} + {c1 * 1000:.1f}·k ms, fitted to this run's passes, the prompt's "
+            "included")
+
+
 def on_profile(rep: explorer.Replay, profile: profiles.Profile) -> str:
     """One HTML line: the replay's predicted seconds and tokens/s on each path of a cost profile,
     and the speedup over the target alone (one width-1 pass per token) on the same path."""
@@ -250,7 +261,7 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
     numbers = (f"<div class='specviz-lab'><b>{f'adaptive k ≤ {k}' if adaptive else f'k = {k}'}</b>: "
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
                f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {rep.predicted_seconds:.2f} s "
-               f"(C_D={rec.draft_pass_seconds * 1000:.0f} ms, C_T={rec.target_pass_seconds * 1000:.0f} ms)."
+               f"({cost_text(rec)})."
                f"{on_profile(rep, profile) if profile else ''}{check}{note}</div>")
     fig = go.Figure()
     ks = [r.k for r in reps]

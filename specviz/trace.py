@@ -431,9 +431,14 @@ def _recording(d, prompt_ids: list[int], tokens: list[int], vocab: int) -> Recor
     if type(confidences) is not list or len(confidences) not in (0, n):
         _fail("recording.confidences", "must be a list of probabilities, one per output token")
     _nums(confidences, "recording.confidences", len(confidences), 0.0, 1.0 + PROB_SLACK)
+    line = d.get("verify_line")
+    if line is not None:
+        line = tuple(_nums(line, "recording.verify_line", 2, 0.0, MAX_SECONDS))
+        if line[0] <= 0:
+            _fail("recording.verify_line", "must start with a positive intercept (seconds)")
     return Recording(d["proposer"], prompt_ids, output, guesses, seconds["draft_pass_seconds"],
                      seconds["target_pass_seconds"], max_new, ngram, out_pieces, guess_pieces, text,
-                     confidences)
+                     confidences, line)
 
 
 # The tree drafter's two settings are typed here too, so tree traces open whether or not this

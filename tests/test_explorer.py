@@ -86,3 +86,29 @@ def test_adaptive_replay_follows_the_live_drafters_schedule(pair, monkeypatch):
             assert [e.k for e in events[:2]] == [min(4, k)] * 2 and max(e.k for e in events) <= k
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+
+
+def test_the_recording_prices_each_round_at_the_width_it_verifies(pair):
+    import dataclasses
+
+    from specviz.labview import cost_text
+
+    ids = pair.encode(PROMPT)
+    measured = real(pair, "draft", 4, n=24)
+    # a target pass feeding x tokens costs 0.1 + 0.05 x (round 1 feeds the prompt and its drafts)
+    events = [dataclasses.replace(e, target_seconds=0.1 + 0.05 * ((len(ids) if e.round == 1 else 1) + e.k))
+              for e in measured.events]
+    assert explorer.verify_line(events, len(ids)) == pytest.approx((0.1, 0.05))
+    assert explorer.verify_line(events[1:2] * 3, len(ids)) is None  # one width: nothing to fit
+    rec = explorer.record(pair, ids, specviz.RunStats.of(events), "draft", max_new_tokens=24)
+    assert rec.verify_line == pytest.approx((0.1, 0.05))
+    for k in (1, 3, 8):
+        rep = explorer.replay(rec, k)
+        by_hand = rep.draft_passes * rec.draft_pass_seconds + sum(0.1 + 0.05 * (1 + r.k) for r in rep.rounds)
+        assert rep.predicted_seconds == pytest.approx(by_hand), k
+    flat = dataclasses.replace(rec, verify_line=None)  # an older trace: the mean per pass
+    rep = explorer.replay(flat, 3)
+    assert rep.predicted_seconds == pytest.approx(rep.draft_passes * rec.draft_pass_seconds
+                                                  + rep.target_passes * rec.target_pass_seconds)
+    assert "costs 150 + 50.0·k ms, fitted to this run" in cost_text(rec)
+    assert "whatever it verifies" in cost_text(flat)

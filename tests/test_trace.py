@@ -116,3 +116,14 @@ def test_chain_events_keep_their_shape_and_traces_without_trees_open(saved):
     assert "nodes" not in back.settings and "branching" not in back.settings
     # an empty tree list (RoundEvent's own asdict) reads as a chain round too
     assert trace.loads(mutate(text, lambda d: [e.update(tree=[]) for e in d["events"]])) == back
+
+
+def test_older_traces_without_a_verify_line_price_every_pass_at_the_mean(saved):
+    fitted = trace.loads(mutate(saved[1], lambda d: d["recording"].update(verify_line=[0.25, 0.125])))
+    assert fitted.recording.verify_line == (0.25, 0.125)  # a run's own fit loads as saved
+    assert explorer.replay(fitted.recording, 3).predicted_seconds > 0
+    back = trace.loads(mutate(saved[1], lambda d: d["recording"].pop("verify_line")))
+    assert back.recording.verify_line is None
+    rep = explorer.replay(back.recording, 3)
+    assert rep.predicted_seconds == pytest.approx(rep.draft_passes * back.recording.draft_pass_seconds
+                                                  + rep.target_passes * back.recording.target_pass_seconds)
