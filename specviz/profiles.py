@@ -285,7 +285,8 @@ def project(run, profile: Profile, path: str = "fast") -> float:
     passes = passes_of(run)
     if passes.draft and costs.draft_seconds is None:
         raise ValueError(f"profile {profile.name!r} has no draft cost on its {path!r} path")
-    fed = (lambda w: 1 + bucket(w - 1)) if passes.tree and costs.compiled else (lambda w: w)
+    # a tree round that drafted nothing (the run's last, say) is a plain 1-token pass
+    fed = (lambda w: 1 + bucket(w - 1) if w > 1 else 1) if passes.tree and costs.compiled else (lambda w: w)
     target = sum(n * costs.target_seconds(fed(w)) for w, n in passes.widths.items())
     return target + passes.draft * (costs.draft_seconds or 0.0)
 

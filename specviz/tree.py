@@ -135,7 +135,9 @@ def walk(nodes: tuple[TreeNode, ...], p: torch.Tensor, generator: torch.Generato
         rows = torch.tensor([1 + x.parent for x in nodes], device=p.device, dtype=torch.long)
         tokens = torch.tensor([x.token for x in nodes], device=p.device, dtype=torch.long)
         u = torch.rand(n, generator=generator, device=p.device)  # [n]: node i's try
-        host = torch.cat([p[rows, tokens].double(), p.sum(-1).double(), u.double()]).tolist()
+        # row totals summed in float64: the host subtracts refused p(x) from them, and a float32
+        # total would leave a rounding remainder where the true one is 0
+        host = torch.cat([p[rows, tokens].double(), p.sum(-1, dtype=torch.float64), u.double()]).tolist()
         px, total, us = host[:n], host[n:2 * n + 1], host[2 * n + 1:]
     node = -1
     while True:
@@ -168,7 +170,8 @@ def walk(nodes: tuple[TreeNode, ...], p: torch.Tensor, generator: torch.Generato
             else:
                 r = p[row].clone()  # [vocab]
                 r[refused] = 0.0
-                token = int(torch.multinomial(r if refused else p[row], 1, generator=generator))
+                r = torch.where(r.sum() > 1e-12, r, p[row])  # no mass left (rounding): p again
+                token = int(torch.multinomial(r, 1, generator=generator))
         if nxt is None:
             kind = RECOVERED if tried else BONUS
             filled = tuple(replace(x, p=target_p[i], fate=fate[i]) for i, x in enumerate(nodes))

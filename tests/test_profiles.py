@@ -81,6 +81,9 @@ def test_a_tree_run_on_a_compiled_path_is_charged_its_padded_width():
     # 3 and 5 nodes pad to 4 and 8 (widths 5 and 9), 9 nodes to 16 (width 17); 6 draft passes
     tree = profiles.Passes(6, {4: 1, 6: 2, 10: 1}, tree=True)
     assert math.isclose(profiles.project(tree, costs, "fast"), (1.5 + 2 * 2.0 + 4.0 + 6 * 1.0) / 1e3)
+    # a round that drafted no tree is a 1-token pass, not a padded 2-token one
+    last = profiles.Passes(6, {4: 1, 6: 2, 10: 1, 1: 1}, tree=True)
+    assert math.isclose(profiles.project(last, costs, "fast"), (1.5 + 2 * 2.0 + 4.0 + 1.0 + 6 * 1.0) / 1e3)
     # the same widths from a chain, and the eager path, are charged as fed: C_T(4), C_T(6), C_T(10)
     chain = profiles.Passes(6, {4: 1, 6: 2, 10: 1})
     assert math.isclose(profiles.project(chain, costs, "fast"), (1.375 + 2 * 1.625 + 2.25 + 6.0) / 1e3)

@@ -140,6 +140,29 @@ def test_refusing_every_child_draws_from_p_without_them():
     assert stat.pvalue > 0.001, stat
 
 
+def test_children_covering_all_of_p_leave_no_rounding_remainder(monkeypatch):
+    # float32 p whose float32 total rounds to 1 although its entries sum to 1 - 2^-26: after
+    # child 0 is refused (u = 1), what is left is exactly child 1's mass, so r(child 1) = 1 and it
+    # is kept; had the remainder come from the float32 total, r(child 1) would be 0.75, and
+    # refusing it would leave a draw from nothing (multinomial raised).
+    tree = (node(-1, 0, 1), node(-1, 1, 1))
+    p = torch.zeros(3, 4)
+    p[0, :2] = torch.tensor([1 - 2**-24, 3 * 2**-26])
+    p[1:, 3] = 1.0  # after a kept leaf: the bonus token 3
+    rand = torch.rand
+
+    def tries(*u):  # the walk's uniforms, one per node
+        monkeypatch.setattr(torch, "rand", lambda n, **kw: torch.tensor(u) if n == len(u) else rand(n, **kw))
+
+    tries(1.0, 0.9)
+    v = walk(tree, p, torch.Generator().manual_seed(0), greedy=False)
+    assert v.path == (1,) and v.token == 3 and v.kind == "bonus"
+    # refusing both (u = 1 for child 1 too) draws from p again rather than from no mass at all
+    tries(1.0, 1.0)
+    v = walk(tree, p, torch.Generator().manual_seed(0), greedy=False)
+    assert v.path == () and v.token in (0, 1) and v.kind == "recovered"
+
+
 def test_verify_cost_fits_a_line_and_falls_back_to_the_prior():
     cost = VerifyCost(prior_slope=0.04)
     assert cost.fit() is None and cost.slope() == 0.04
