@@ -104,15 +104,20 @@ def mask(parents: list[int], first: int, context: int, kv_length: int, dtype: to
     rows are causal; slot j sees the whole context, its ancestors and itself (0), nothing else
     (the dtype's minimum)."""
     m, start = len(parents) - first, context - tail
-    out = torch.full((1, 1, tail + m, kv_length), torch.finfo(dtype).min, dtype=dtype, device=device)
-    for r in range(tail):
-        out[0, 0, r, : start + r + 1] = 0
-    out[0, 0, tail:, :context] = 0
+    # built on the host in a few whole-tensor ops, then copied once: element-wise writes on a
+    # GPU would launch a kernel per node and ancestor
+    out = torch.full((tail + m, kv_length), torch.finfo(dtype).min, dtype=dtype)
+    causal = torch.arange(kv_length)[None, :] <= start + torch.arange(tail)[:, None]  # [tail, kv]
+    out[:tail].masked_fill_(causal, 0)
+    out[tail:, :context] = 0
+    rows, cols = [], []
     for r, slot in enumerate(range(first, len(parents)), start=tail):
         while slot >= 0:
-            out[0, 0, r, context + slot] = 0
+            rows.append(r)
+            cols.append(context + slot)
             slot = parents[slot]
-    return out
+    out[rows, cols] = 0
+    return out[None, None].to(device)
 
 
 def walk(nodes: tuple[TreeNode, ...], p: torch.Tensor, generator: torch.Generator | None,
