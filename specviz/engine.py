@@ -195,7 +195,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         ids = ids + new
         target.rollback(ids)
         now = time.perf_counter()
-        yield RoundEvent(
+        event = RoundEvent(
             round=round_, k=len(drafted), draft_tokens=list(drafted),
             accepted=verdict.accepted, token=verdict.token, kind=verdict.kind, new_tokens=new,
             target_probs=list(verdict.target_probs), draft_probs=list(verdict.draft_probs),
@@ -205,5 +205,8 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             source=draft.source, target_cache_length=target.cache_length, stop=stop,
             target_top2=top2(top),
             tree=judged.nodes if judged else ())
+        if hasattr(drafter, "observe_round"):  # the tree drafter sizes its trees by these times
+            drafter.observe_round(event)
+        yield event
         if stop:
             return

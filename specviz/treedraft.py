@@ -115,9 +115,9 @@ class TreeProposer:
         self.readable = input_rows(model)
         self.cost = cost or VerifyCost()
         self.kept, self.predicted = 2.0, 2.0  # c = kept / predicted
-        self.tokens, self.seconds = 0, 0.0  # the run so far (from round 2), for R
+        self.tokens, self.seconds = 0, 0.0  # the run so far (from round 2, model time), for R
         self.warm = False  # round 1 paid both prefills: its costs are not a fair sample
-        self.last = None  # ids, drafted nodes, slot of each fed node, chosen nodes, started, ended
+        self.last = None  # ids, drafted nodes, slot of each fed node, chosen nodes
 
     def calibrated(self, score: float) -> float:
         return min(1.0, score * self.kept / self.predicted)
@@ -131,7 +131,7 @@ class TreeProposer:
     def _learn(self, ids: list[int]) -> None:
         if self.last is None:
             return
-        before, drafted, slot_of, chosen, started, ended = self.last
+        before, drafted, slot_of, chosen = self.last
         self.last = None
         if ids[: len(before)] != before:
             self.lm.drop_slots()
@@ -152,12 +152,20 @@ class TreeProposer:
         if not self.warm:
             self.warm = True
             return
-        now = time.perf_counter()
-        self.cost.observe(len(chosen), now - ended)
         verified = set(chosen)
         self.kept += next((j for j, i in enumerate(path) if i not in verified), len(path))
         self.predicted += sum(drafted[i].score for i in chosen)
-        self.tokens, self.seconds = self.tokens + len(grown), self.seconds + now - started
+
+    def observe_round(self, event) -> None:
+        """The engine's measured round (a RoundEvent): its verify pass (nodes, target seconds)
+        feeds the cost line, its model time the run's rate R. Only the models' own time counts:
+        what the caller does between rounds (an app drawing the page) is not a verify cost.
+        Round 1 also paid the prefills, and a round without a tree verified nothing drafted."""
+        if event.round == 1 or not event.tree:
+            return
+        self.cost.observe(event.nodes, event.target_seconds)
+        self.tokens += len(event.new_tokens)
+        self.seconds += event.draft_seconds + event.target_seconds
 
     def _expand(self, drafted: list[TreeNode], parents: list[int], logits: torch.Tensor,
                 params: SamplingParams) -> None:
@@ -223,7 +231,7 @@ class TreeProposer:
                               drafted[i].token, drafted[i].depth, drafted[i].q, drafted[i].score)
                      for i in chosen)
         check(tree)
-        self.last = (list(ids), drafted, slot_of, chosen, started, time.perf_counter())
+        self.last = (list(ids), drafted, slot_of, chosen)
         chain = [tree[i].token for i in first_branch([n.parent for n in tree])]  # the favourite
         return Draft(chain, None, self.lm.passes - passes, time.perf_counter() - started, self.name,
                      tree=tree)

@@ -189,6 +189,21 @@ def test_an_unmeasured_verify_cost_alternates_two_small_sizes_then_lifts_the_cap
     assert VerifyCost.of(pair.target) is VerifyCost.of(pair.target)  # kept across runs
 
 
+def test_the_tree_sizes_by_the_engines_measured_verify_times_not_its_callers(pair):
+    import time
+
+    cost = VerifyCost()
+    drafter = TreeProposer(pair.draft, pair.vocab_size, cost=cost)
+    events = []
+    for e in specviz.generate(pair, PROMPTS[0], proposer=drafter, k=3, max_new_tokens=20):
+        events.append(e)
+        time.sleep(0.05)  # a caller drawing the page between rounds: no part of a verify pass
+    trees = [e for e in events[1:] if e.tree]
+    assert trees and list(cost.seen) == [(e.nodes, e.target_seconds) for e in trees][-cost.WINDOW:]
+    assert drafter.tokens == sum(len(e.new_tokens) for e in trees)
+    assert drafter.seconds == pytest.approx(sum(e.draft_seconds + e.target_seconds for e in trees))
+
+
 def test_node_budget_keeps_the_best_scores_with_their_parents(pair):
     proposer = TreeProposer(pair.draft, pair.vocab_size, nodes=3)
     drafted = [node(-1, 1, 1, score=0.5), node(-1, 2, 1, score=0.3), node(0, 3, 2, score=0.45),
