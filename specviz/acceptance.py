@@ -59,8 +59,7 @@ def verify(tokens: torch.Tensor, q: torch.Tensor | None, p: torch.Tensor,
     u = torch.rand(k, generator=generator, device=p.device)  # [k]
     rejected = u * qx >= px  # [k]: accept iff u < p(x)/q(x), i.e. with prob min(1, p/q)
     n = torch.where(rejected.any(), rejected.int().argmax(), k)  # []: the first rejection, else k
-    q_next = torch.cat([q, q.new_zeros(1, q.shape[-1])])[n]  # [vocab] (n = k: unused)
-    dist = torch.where(n < k, residual(p[n], q_next), p[k])  # [vocab]
+    dist = torch.where(n < k, residual(p[n], q[n.clamp(max=k - 1)]), p[k])  # [vocab] (n = k: p[k])
     token = torch.multinomial(dist, 1, generator=generator)  # [1]
     out = torch.cat([n.view(1), token, px, qx]).double().tolist()  # the one read-back (exact)
     return Verdict(int(out[0]), int(out[1]), tuple(out[2:2 + k]), tuple(out[2 + k:]))

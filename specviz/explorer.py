@@ -18,6 +18,7 @@ from .lm import input_rows
 from .metrics import RunStats
 from .proposers import DraftLength, NgramProposer
 from .render import ACCEPTED, BONUS, RECOVERED, REJECTED, TARGET, Span
+from .treedraft import fit_line
 
 EXPLORER_PROPOSERS = ("draft", "ngram")
 
@@ -126,14 +127,7 @@ def verify_line(events, prompt_tokens: int) -> tuple[float, float] | None:
     about half a one-token pass, and a flat C_T would make every k look as cheap as k = 1.
     None when the fit says nothing (fewer than two widths, or no positive intercept)."""
     x = [float((prompt_tokens if e.round == 1 else 1) + e.k) for e in events]
-    t = [e.target_seconds for e in events]
-    if len(set(x)) < 2:
-        return None
-    mx, mt = sum(x) / len(x), sum(t) / len(t)
-    c1 = max(0.0, sum((a - mx) * (b - mt) for a, b in zip(x, t, strict=True))
-             / sum((a - mx) ** 2 for a in x))
-    c0 = mt - c1 * mx
-    return (c0, c1) if c0 > 0 else None
+    return fit_line(x, [e.target_seconds for e in events]) if events else None
 
 
 def _proposal(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> list[int]:

@@ -100,6 +100,9 @@ def refine_top(hidden: torch.Tensor, weight: torch.Tensor, logits: torch.Tensor)
 
 
 FAST_PATHS = ("auto", "eager", "static", "compiled")
+# torch.compile settings of the compiled steps; the CPU tests swap in the "aot_eager" backend
+# (same graph capture, no C++ code generation: about 100 s a shape on 2 cores otherwise).
+COMPILE = {"mode": "reduce-overhead", "dynamic": False}
 PAD_TOKEN = 0  # what fills a padded tree pass: a node no other node sees, never kept
 PENDING = -1  # in CachedLM.tokens: a token fed from the device, not read back yet (equals no id)
 
@@ -108,9 +111,6 @@ def bucket(nodes: int) -> int:
     """Tree nodes a compiled pass feeds: the next power of two (1, 2, 4, ... 64), so a run whose
     trees vary in size needs a handful of captured shapes, not one per size."""
     return 1 << max(0, nodes - 1).bit_length()
-# torch.compile settings of the compiled steps; the CPU tests swap in the "aot_eager" backend
-# (same graph capture, no C++ code generation: about 100 s a shape on 2 cores otherwise).
-COMPILE = {"mode": "reduce-overhead", "dynamic": False}
 
 
 def step(model, cache, input_ids: torch.Tensor, last: int, refine: bool, kv: str = "cache",
@@ -336,12 +336,10 @@ class CachedLM:
         return logits
 
     def settle(self, tokens: list[int]) -> None:
-        """Name the PENDING tokens at the end of self.tokens, oldest first (tokens: at least as
-        many as are pending, read back after the loop; extra ones at the end were never fed)."""
-        pending = len(self.tokens) - next((i + 1 for i in range(len(self.tokens) - 1, -1, -1)
-                                           if self.tokens[i] != PENDING), 0)
-        if pending:
-            self.tokens[-pending:] = tokens[:pending]
+        """Name the PENDING tokens in self.tokens, oldest first, from tokens (read back after the
+        loop; any left over at the end were drafted but never fed)."""
+        named = iter(tokens)
+        self.tokens = [next(named) if t == PENDING else t for t in self.tokens]
 
     @torch.inference_mode()
     def forward(self, ids: list[int], last: int = 1) -> torch.Tensor:

@@ -200,48 +200,28 @@ class ModelProposer:
         if self.readable < self.vocab_size and max(ids) >= self.readable:
             return Draft([], None, 0, time.perf_counter() - start, self.name)
         pad = self.vocab_size - self.lm.vocab_size  # ids the draft cannot produce: q = 0
-        tokens: list[int] = []
+        picks: list[torch.Tensor] = []  # each [1], fed back on the device (CachedLM.forward_next)
         qs: list[torch.Tensor] = []
         confidences: list[float] = []
         report = self.report_confidences or self.stop is not None
-        if not report and k:
-            tokens, q = self._draft_on_device(ids, k, params, generator, pad)
-            return Draft(tokens, q, self.lm.passes - passes, time.perf_counter() - start, self.name)
-        for _ in range(k):
-            logits = self.lm.forward(ids + tokens, last=1)[0]  # [vocab]
-            if params.greedy:
-                tokens.append(int(logits.argmax()))
-                if report:  # the max softmax
-                    confidences.append(float(1.0 / (logits - logits[tokens[-1]]).exp().sum()))
-            else:
-                q = nn.functional.pad(process(logits, params), (0, pad))  # [vocab]
-                qs.append(q)
-                tokens.append(int(torch.multinomial(q, 1, generator=generator)))
-                if report:
-                    confidences.append(float(q.max()))
-            if self.stop is not None and self.stop(confidences[-1]):
-                break
-        q = torch.stack(qs) if qs else None  # [k, vocab]
-        return Draft(tokens, q, self.lm.passes - passes, time.perf_counter() - start, self.name,
-                     tuple(confidences))
-
-    def _draft_on_device(self, ids, k, params, generator, pad) -> tuple[list[int], torch.Tensor | None]:
-        """k tokens with each pick fed back from the device: one read-back for the whole draft
-        (the loop above reads each token back to decide on it). Same picks, same random draws."""
-        picks: list[torch.Tensor] = []  # each [1]
-        qs: list[torch.Tensor] = []
-        logits = self.lm.forward(ids, last=1)[0]  # [vocab]: the uncached tail, from the host
         for j in range(k):
-            if j:
-                logits = self.lm.forward_next(picks[-1])[0]
+            logits = (self.lm.forward(ids, last=1) if j == 0 else self.lm.forward_next(picks[-1]))[0]
             if params.greedy:
                 picks.append(logits.argmax(-1, keepdim=True))
+                if report:  # the max softmax (a read-back a token: the stop rule needs it)
+                    confidences.append(float(1.0 / (logits - logits[picks[-1]]).exp().sum()))
             else:
                 qs.append(nn.functional.pad(process(logits, params), (0, pad)))  # [vocab]
                 picks.append(torch.multinomial(qs[-1], 1, generator=generator))
-        tokens = torch.cat(picks).tolist()  # the round's one read-back of the draft
+                if report:
+                    confidences.append(float(qs[-1].max()))
+            if self.stop is not None and self.stop(confidences[-1]):
+                break
+        tokens = torch.cat(picks).tolist() if picks else []  # the draft's one read-back
         self.lm.settle(tokens)
-        return tokens, torch.stack(qs) if qs else None
+        q = torch.stack(qs) if qs else None  # [k, vocab]
+        return Draft(tokens, q, self.lm.passes - passes, time.perf_counter() - start, self.name,
+                     tuple(confidences))
 
 
 class HybridProposer:

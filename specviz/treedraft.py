@@ -45,6 +45,18 @@ def check_tree_settings(nodes: int | None, branching: int) -> None:
         raise ValueError(f"tree branching must be an integer in 1..{MAX_BRANCHING}, got {branching!r}")
 
 
+def fit_line(xs: list[float], ts: list[float]) -> tuple[float, float] | None:
+    """(a, b): least squares of t = a + b x, b clipped at 0; None when the xs have no spread or
+    the intercept is not positive (the line then says nothing about a pass's cost)."""
+    mx, mt = fmean(xs), fmean(ts)
+    var = fmean([(x - mx) ** 2 for x in xs])
+    if var <= 0:
+        return None
+    b = max(0.0, fmean([(x - mx) * (t - mt) for x, t in zip(xs, ts, strict=True)]) / var)
+    a = mt - b * mx
+    return (a, b) if a > 0 else None
+
+
 class VerifyCost:
     """Target seconds per round against nodes verified, T(n) = a + b * n: least squares over the
     last WINDOW rounds. Until MIN_ROUNDS rounds spanning MIN_SPREAD sizes have been seen (a line
@@ -75,14 +87,10 @@ class VerifyCost:
             return None
         n = [float(x) for x, _ in self.seen]
         t = [s for _, s in self.seen]
-        mn, mt = fmean(n), fmean(t)
-        var = fmean([(x - mn) ** 2 for x in n])
-        if self.measured and var > 0:
-            b = max(0.0, fmean([(x - mn) * (y - mt) for x, y in zip(n, t, strict=True)]) / var)
-            a = mt - b * mn
-            if a > 0:
-                return a, b
-        a = mt / (1 + self.prior * mn)
+        line = fit_line(n, t) if self.measured else None
+        if line is not None:
+            return line
+        a = fmean(t) / (1 + self.prior * fmean(n))
         return a, self.prior * a
 
     def slope(self) -> float:

@@ -66,13 +66,18 @@ def test_adaptive_replay_follows_the_live_drafters_schedule(pair, monkeypatch):
 
     same = Pair(pair.target, pair.tokenizer, copy.deepcopy(pair.target), "t", "t")
     c_d, c_t, clock = 0.02, 0.2, [0.0]
-    forward = CachedLM.forward
+    forward, forward_next = CachedLM.forward, CachedLM.forward_next
 
     def charged(self, ids, last=1):
         clock[0] += c_d if self.model is same.draft else c_t * (1 + VERIFY_SLOPE * (last - 1))
         return forward(self, ids, last)
 
+    def charged_next(self, token):  # the draft's later passes: a pick fed back on the device
+        clock[0] += c_d
+        return forward_next(self, token)
+
     monkeypatch.setattr(CachedLM, "forward", charged)
+    monkeypatch.setattr(CachedLM, "forward_next", charged_next)
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
     pair.target.generation_config.eos_token_id = None
     try:
