@@ -5,10 +5,10 @@ tokens it verifies (C_T(k+1), up to a 64-node tree's 65); the fitted verify slop
 torch.profiler table of one draft pass in the default format. Medians of repeated passes on a
 fixed context.
 
-The verify slope is what sizes token trees: T(n) = a + b * n least squares over the widths,
-n = width - 1 the drafted tokens verified, and slope = b / a, one more verified token as a
-fraction of a one-token pass. It is the model the tree drafter fits from its own rounds
-(treedraft.VerifyCost); proposers.VERIFY_SLOPE is that fit's prior.
+The verify slope is what sizes adaptive drafts and token trees: T(n) = a + b * n least squares
+over the widths, n = width - 1 the drafted tokens verified, and slope = b / a, one more verified
+token as a fraction of a one-token pass. It is the model both drafters fit from their own rounds
+(verifycost.VerifyCost); verifycost.VERIFY_SLOPE is that fit's prior.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 
 from . import quant
 from .lm import CachedLM
-from .proposers import VERIFY_SLOPE
+from .verifycost import VERIFY_SLOPE, fit_line
 
 CONTEXT = "def merge_sorted(a, b):\n    out = []\n    i = j = 0\n    while i < len(a) and j < len(b):\n"
 VERIFIED = (1, 2, 3, 5, 9, 17, 33, 65)  # tokens a target pass verifies: 1 + k, or 1 + a tree's nodes
@@ -67,18 +67,15 @@ def measure(pair, repeats: int = 10, draft_formats=("none", "int8", "int4")) -> 
 def verify_fit(target_ms: dict) -> dict:
     """{pass_ms: a, per_token_ms: b, slope: b / a}: the least-squares line T(n) = a + b * n
     through target_ms {width: ms} (n = width - 1 drafted tokens verified; JSON's string keys are
-    read as numbers; b held at 0 when times fall). The model treedraft.VerifyCost fits from a
+    read as numbers; b held at 0 when times fall). The model verifycost.VerifyCost fits from a
     run's rounds, here over the measured widths."""
     points = sorted((int(w) - 1, float(ms)) for w, ms in target_ms.items())
     if len(points) < 2:
         raise ValueError("the verify slope needs pass times at two widths or more")
-    n, t = [x for x, _ in points], [y for _, y in points]
-    mn, mt = statistics.fmean(n), statistics.fmean(t)
-    var = statistics.fmean([(x - mn) ** 2 for x in n])
-    b = max(0.0, statistics.fmean([(x - mn) * (y - mt) for x, y in zip(n, t, strict=True)]) / var)
-    a = mt - b * mn
-    if a <= 0:
+    line = fit_line([x for x, _ in points], [y for _, y in points])
+    if line is None:
         raise ValueError(f"pass times {target_ms} do not fit a line with a positive one-token cost")
+    a, b = line
     return {"pass_ms": a, "per_token_ms": b, "slope": b / a}
 
 
@@ -110,8 +107,8 @@ def cmd_costs(args) -> int:
     fit = result["verify_fit"]
     print(f"verify slope: one more verified token costs {fit['slope']:.4f} of a 1-token pass (least squares "
           f"T(n) = {fit['pass_ms']:.1f} ms + {fit['per_token_ms']:.2f} ms * n over widths "
-          f"{min(result['target_ms'])}..{max(result['target_ms'])}); this sizes token trees (prior "
-          f"{VERIFY_SLOPE})")
+          f"{min(result['target_ms'])}..{max(result['target_ms'])}); this sizes adaptive drafts and "
+          f"token trees (prior {VERIFY_SLOPE})")
     print("draft pass (1 token): " + ", ".join(f"{f}: {ms:.1f} ms" for f, ms in result["draft_ms"].items()))
     if args.profile and pair.draft is not None:
         draft = copy.deepcopy(pair.draft)

@@ -23,7 +23,8 @@ from .proposers import (
 )
 from .sampling import SamplingParams, process
 from .tree import TreeNode, TreeVerdict, walk
-from .treedraft import BRANCHING, MAX_NODES, TreeProposer, VerifyCost, check_tree_settings
+from .treedraft import BRANCHING, MAX_NODES, TreeProposer, check_tree_settings
+from .verifycost import VerifyCost
 
 MAX_K = 32
 PROPOSERS = ("draft", "ngram", "none", "hybrid", "adaptive", "tree")
@@ -92,9 +93,10 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
     model = ModelProposer(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, max_len))
     if proposer == "draft":
         return model
+    adaptive = AdaptiveProposer(model, VerifyCost.of(pair.target))
     if proposer == "adaptive":
-        return AdaptiveProposer(model)
-    return HybridProposer(AdaptiveProposer(model), NgramProposer(max(ngram_size, 8)))
+        return adaptive
+    return HybridProposer(adaptive, NgramProposer(max(ngram_size, 8)))
 
 
 def check_settings(k: int, max_new_tokens: int) -> None:
@@ -205,7 +207,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             source=draft.source, target_cache_length=target.cache_length, stop=stop,
             target_top2=top2(top),
             tree=judged.nodes if judged else ())
-        if hasattr(drafter, "observe_round"):  # the tree drafter sizes its trees by these times
+        if hasattr(drafter, "observe_round"):  # adaptive and tree drafters size drafts by these times
             drafter.observe_round(event)
         yield event
         if stop:

@@ -18,7 +18,7 @@ from .lm import input_rows
 from .metrics import RunStats
 from .proposers import DraftLength, NgramProposer
 from .render import ACCEPTED, BONUS, RECOVERED, REJECTED, TARGET, Span
-from .treedraft import fit_line
+from .verifycost import fit_line
 
 EXPLORER_PROPOSERS = ("draft", "ngram")
 
@@ -164,14 +164,19 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
     prediction, not a recomputation, in two ways (`ADAPTIVE_DIFFERS`): past a refused draft the
     live draft's confidences follow its own wrong token, which the recording does not have (it
     holds the true prefix's), and the live rule learns from measured times, which carry noise,
-    where this one uses the recorded mean pass costs.
+    where this one uses the recorded mean draft pass and the run's fitted verify line
+    (Recording.verify_line; the mean pass and the prior slope for older traces).
     """
     if not rec.replays_adaptive:
         raise ValueError("the adaptive policy replays draft-model recordings with confidences: "
                          "record a greedy run of the draft drafter")
     if not 1 <= k_max <= MAX_K:
         raise ValueError(f"k must be in 1..{MAX_K}, got {k_max}")
-    rule = DraftLength(rec.draft_pass_seconds or 1e-9, rec.target_pass_seconds or 1e-9)
+    if rec.verify_line is None:  # an older trace: the flat mean and the prior slope
+        rule = DraftLength(rec.draft_pass_seconds or 1e-9, rec.target_pass_seconds or 1e-9)
+    else:  # the run's own line, as the live drafter learns it: C_T = T(0 drafts), b = c1
+        c0, c1 = rec.verify_line
+        rule = DraftLength(rec.draft_pass_seconds or 1e-9, c0 + c1, slope=c1 / (c0 + c1))
     lookup, pos, rounds = NgramProposer(rec.ngram_size), 0, []
     while pos < len(rec.output):
         budget = min(k_max, rec.max_new_tokens - pos - 1)
@@ -193,7 +198,8 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
 
 ADAPTIVE_DIFFERS = ("a prediction: past a refused draft the live draft's confidences follow its own "
                     "wrong token (the recording holds the true prefix's), and the live rule learns "
-                    "from measured times where this uses the recorded mean pass costs")
+                    "from measured times where this uses the recorded costs: the mean draft pass and "
+                    "the run's verify line")
 
 
 def spans(rep: Replay) -> list[Span]:

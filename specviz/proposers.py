@@ -22,10 +22,7 @@ from torch import nn
 
 from .lm import CachedLM, input_rows, output_rows
 from .sampling import SamplingParams, process
-
-# Extra target-pass cost per verified token, as a fraction of a one-token pass (0.034 measured
-# here with `python -m specviz costs`): the price of a wrong draft for every learning drafter.
-VERIFY_SLOPE = 0.04
+from .verifycost import VERIFY_SLOPE, VerifyCost
 
 
 @dataclass(frozen=True)
@@ -242,6 +239,9 @@ class HybridProposer:
             return Draft(tokens, None, source=self.ngram.name)
         return replace(self.model.propose(ids, k, params, generator), source=self.model.inner.name)
 
+    def observe_round(self, event) -> None:
+        self.model.observe_round(event)  # an n-gram round still measures the target's verify cost
+
 
 class DraftLength:
     """When to stop drafting: one more draft token must pay for itself at the run's own rate.
@@ -254,14 +254,14 @@ class DraftLength:
     often than on average (measured here, taking a(c_j) for it instead lost 8% on chat). It
     costs a draft pass plus one more verified position, C_D + slope * C_T, worth R tokens a
     second at the run's own rate R. So: draft on while s_j > R * (C_D + slope * C_T).
-    Pure bookkeeping: the live AdaptiveProposer feeds it measured times, the k explorer feeds it
-    recorded ones, so both run the same rule.
+    Pure bookkeeping: the live AdaptiveProposer feeds it measured times and the measured verify
+    line, the k explorer feeds it recorded ones, so both run the same rule.
     """
 
-    VERIFY_SLOPE = VERIFY_SLOPE
-
-    def __init__(self, draft_pass: float, target_pass: float, prior: float = 2.0):
+    def __init__(self, draft_pass: float, target_pass: float, prior: float = 2.0,
+                 slope: float = VERIFY_SLOPE):
         self.draft_pass, self.target_pass = draft_pass, target_pass  # C_D; C_T for one token
+        self.slope = slope  # one more verified token, as a fraction of C_T
         self.rejected, self.predicted = prior, prior  # lam = rejected / predicted
         self.tokens, self.seconds = 0.0, 0.0  # the run so far, for R
 
@@ -272,14 +272,14 @@ class DraftLength:
         return 2.0 / (4 * self.draft_pass + self.round_target(4))
 
     def round_target(self, k: int) -> float:
-        return self.target_pass * (1 + self.VERIFY_SLOPE * k)
+        return self.target_pass * (1 + self.slope * k)
 
     def acceptance(self, confidence: float) -> float:
         return max(0.0, 1.0 - self.rejected / self.predicted * (1.0 - confidence))
 
     def stopper(self):
         """A fresh per-round stop test: call it with each drafted token's confidence."""
-        bar = self.rate() * (self.draft_pass + self.VERIFY_SLOPE * self.target_pass)
+        bar = self.rate() * (self.draft_pass + self.slope * self.target_pass)
         sure = 1.0
 
         def stop(confidence: float) -> bool:
@@ -302,56 +302,56 @@ class AdaptiveProposer:
     """Chooses each round's draft length (at most k) to maximise tokens per second.
 
     The first two rounds draft min(4, k) to measure the costs; from then on the draft model drafts
-    until DraftLength says one more token would not pay for itself. It learns from what it
-    sees: on each call the committed ids show how many of its last drafts were kept, its own
-    drafting time gives C_D, the time between its calls gives C_T. Any length keeps the rule
-    exact: this only changes what is proposed.
+    until DraftLength says one more token would not pay for itself. It learns from the engine's
+    measured rounds (`observe_round`): how many of its drafts were kept, the draft's time per pass
+    (C_D), and the target's verify line T(n) = C_T + b * n (a VerifyCost, shared per target
+    model), whose slope b / C_T prices one more drafted token. Only the models' own time counts:
+    what the caller does between rounds (an app drawing the page) is no cost of drafting. Any
+    length keeps the rule exact: this only changes what is proposed.
     """
 
     name = "adaptive"
 
-    def __init__(self, inner: ModelProposer):
+    def __init__(self, inner: ModelProposer, cost: VerifyCost | None = None):
         self.inner = inner
         inner.report_confidences = True
+        self.cost = cost or VerifyCost()
         self.rule: DraftLength | None = None
         self.draft_pass: float | None = None  # seconds, running mean
-        self.last: tuple[list[int], Draft, float, float] | None = None  # ids, draft, start, end
-        self.warm = False  # round 1 paid both prefills: its costs are not a fair sample
+        self.last: Draft | None = None  # the latest draft, until its round is observed
 
     def forget(self) -> None:
-        """Another drafter ran in between (hybrid): the next ids say nothing of our draft."""
+        """Another drafter ran in between (hybrid): the next round is not our draft's."""
         self.last = None
 
     @staticmethod
     def _mean(old: float | None, new: float, w: float = 0.3) -> float:
         return new if old is None else (1 - w) * old + w * new
 
-    def _learn(self, ids: list[int]) -> None:
-        if self.last is None:
+    def observe_round(self, event) -> None:
+        """The engine's measured round (a RoundEvent). Round 1 also paid both prefills: its
+        costs are not a fair sample, and the rule starts from round 2."""
+        draft, self.last = self.last, None
+        if event.round == 1:
             return
-        before, draft, started, ended = self.last
-        if ids[: len(before)] != before:
+        self.cost.observe(event.nodes, event.target_seconds)  # whoever drafted: the target's cost
+        if draft is None or event.draft_tokens != draft.tokens:
             return
-        if not self.warm:
-            self.warm = True
+        if draft.passes:
+            self.draft_pass = self._mean(self.draft_pass, draft.seconds / draft.passes)
+        fit = self.cost.fit()
+        if fit is None:  # no time measured yet: nothing to price a token by
             return
-        grown = ids[len(before):]
-        kept = kept_of(draft.tokens, grown)
-        now = time.perf_counter()
-        target_pass = (now - ended) / (1 + VERIFY_SLOPE * len(draft.tokens))
+        target_pass, per_token = fit
         if self.rule is None:
             self.rule = DraftLength(self.draft_pass or draft.seconds, target_pass)
-        else:
-            self.rule.draft_pass = self.draft_pass or self.rule.draft_pass
-            self.rule.target_pass = self._mean(self.rule.target_pass, target_pass)
-        self.rule.observe(list(draft.confidences), kept, len(grown), now - started)
+        self.rule.draft_pass = self.draft_pass or self.rule.draft_pass
+        self.rule.target_pass, self.rule.slope = target_pass, per_token / target_pass
+        self.rule.observe(list(draft.confidences), event.accepted, len(event.new_tokens),
+                          event.draft_seconds + event.target_seconds)
 
     def propose(self, ids, k, params, generator) -> Draft:
-        started = time.perf_counter()
-        self._learn(ids)
         self.inner.stop = self.rule.stopper() if self.rule is not None else None
         draft = self.inner.propose(ids, min(4, k) if self.rule is None else k, params, generator)
-        if draft.passes and self.last is not None:  # the first call also pays the prefill
-            self.draft_pass = self._mean(self.draft_pass, draft.seconds / draft.passes)
-        self.last = (list(ids), draft, started, time.perf_counter())
+        self.last = draft
         return replace(draft, source=self.name)

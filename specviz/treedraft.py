@@ -14,17 +14,15 @@ Candidates are the draft's top tokens, deterministic given the context, so the r
 from __future__ import annotations
 
 import time
-import weakref
-from collections import deque
-from statistics import fmean
 
 import numpy as np
 import torch
 
 from .lm import CachedLM, input_rows, output_rows
-from .proposers import VERIFY_SLOPE, Draft
+from .proposers import Draft
 from .sampling import SamplingParams, process
 from .tree import TreeNode, check, first_branch
+from .verifycost import VerifyCost
 
 MAX_NODES = 64
 MAX_BRANCHING = 8
@@ -43,63 +41,6 @@ def check_tree_settings(nodes: int | None, branching: int) -> None:
                          f"from the measured verify cost; got {nodes!r}")
     if not (isinstance(branching, int) and 1 <= branching <= MAX_BRANCHING):
         raise ValueError(f"tree branching must be an integer in 1..{MAX_BRANCHING}, got {branching!r}")
-
-
-def fit_line(xs: list[float], ts: list[float]) -> tuple[float, float] | None:
-    """(a, b): least squares of t = a + b x, b clipped at 0; None when the xs have no spread or
-    the intercept is not positive (the line then says nothing about a pass's cost)."""
-    mx, mt = fmean(xs), fmean(ts)
-    var = fmean([(x - mx) ** 2 for x in xs])
-    if var <= 0:
-        return None
-    b = max(0.0, fmean([(x - mx) * (t - mt) for x, t in zip(xs, ts, strict=True)]) / var)
-    a = mt - b * mx
-    return (a, b) if a > 0 else None
-
-
-class VerifyCost:
-    """Target seconds per round against nodes verified, T(n) = a + b * n: least squares over the
-    last WINDOW rounds. Until MIN_ROUNDS rounds spanning MIN_SPREAD sizes have been seen (a line
-    through two noisy points can say anything), b = VERIFY_SLOPE * a. `of(target)` keeps one per
-    target model across runs, so only a pair's first tree run has to measure it."""
-
-    WINDOW, MIN_ROUNDS, MIN_SPREAD = 32, 3, 4
-
-    def __init__(self, prior_slope: float = VERIFY_SLOPE):
-        self.prior = prior_slope
-        self.seen: deque[tuple[int, float]] = deque(maxlen=self.WINDOW)
-
-    @classmethod
-    def of(cls, target) -> VerifyCost:
-        return _COSTS.setdefault(target, cls())
-
-    @property
-    def measured(self) -> bool:
-        n = [x for x, _ in self.seen]
-        return len(n) >= self.MIN_ROUNDS and max(n) - min(n) >= self.MIN_SPREAD
-
-    def observe(self, nodes: int, seconds: float) -> None:
-        self.seen.append((nodes, seconds))
-
-    def fit(self) -> tuple[float, float] | None:
-        """(a, b) in seconds: a pass over the context's last token alone, and one more node."""
-        if not self.seen:
-            return None
-        n = [float(x) for x, _ in self.seen]
-        t = [s for _, s in self.seen]
-        line = fit_line(n, t) if self.measured else None
-        if line is not None:
-            return line
-        a = fmean(t) / (1 + self.prior * fmean(n))
-        return a, self.prior * a
-
-    def slope(self) -> float:
-        """b / a: one more verified node as a fraction of a one-token pass."""
-        fit = self.fit()
-        return self.prior if fit is None else fit[1] / fit[0]
-
-
-_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model -> VerifyCost
 
 
 class TreeProposer:

@@ -1,15 +1,19 @@
 """Adaptive draft length: the stop rule's arithmetic, its learning, and its choices in a run."""
 
+import types
+
 import pytest
 
 import specviz
-from specviz.proposers import DraftLength
+from specviz.engine import RoundEvent
+from specviz.proposers import AdaptiveProposer, Draft, DraftLength
+from specviz.verifycost import VERIFY_SLOPE, VerifyCost
 
 
 def test_rule_stops_when_one_more_token_would_not_pay():
     rule = DraftLength(draft_pass=0.03, target_pass=0.25)
     rule.observe([], 0, tokens=10, seconds=1.0)  # R = 10 tokens/s
-    bar = 10 * (0.03 + DraftLength.VERIFY_SLOPE * 0.25)  # = 0.4 expected tokens
+    bar = 10 * (0.03 + VERIFY_SLOPE * 0.25)  # = 0.4 expected tokens
     assert bar == pytest.approx(0.4)
     stop = rule.stopper()  # lam = 1 (prior only): a(c) = c
     assert not stop(0.9)  # s = 0.9 > 0.4
@@ -31,6 +35,47 @@ def test_calibration_learns_how_far_confidences_overstate_rejections():
     assert rule.rate() == pytest.approx(6 / 0.8)
 
 
+def measured_round(n: int, drafts: int, kept: int, draft_s: float, target_s: float) -> RoundEvent:
+    """Round n as the engine reports it: `drafts` tokens drafted (ids 1..), `kept` of them kept."""
+    tokens = list(range(1, drafts + 1))
+    new = tokens[:kept] + [99]
+    return RoundEvent(n, drafts, tokens, kept, 99, "bonus" if kept == drafts else "recovered", new,
+                      [], [], n, 0, draft_s, target_s, draft_s + target_s, 0.0, 0, "draft", 0, None)
+
+
+def test_adaptive_prices_a_token_by_the_measured_verify_line():
+    """On a CPU where one more verified token costs half a one-token pass, the rule must learn
+    that slope from the rounds, not keep the 4% prior, and count only the models' time."""
+    drafter = AdaptiveProposer(types.SimpleNamespace(report_confidences=False), VerifyCost())
+    confident = (0.9,) * 8
+    # round 1 paid the prefills: it teaches nothing
+    drafter.last = Draft([1, 2, 3, 4], None, 4, 9.0, confidences=confident[:4])
+    drafter.observe_round(measured_round(1, 4, 4, 9.0, 9.0))
+    assert drafter.rule is None and not drafter.cost.seen
+    # rounds 2-5: draft passes of 0.02 s; the target's pass over n drafts costs 0.2 + 0.1 n
+    lengths, kept = (4, 1, 8, 2), (4, 0, 3, 2)
+    for i, (n, m) in enumerate(zip(lengths, kept, strict=True)):
+        drafter.last = Draft(list(range(1, n + 1)), None, n, 0.02 * n, confidences=confident[:n])
+        drafter.observe_round(measured_round(i + 2, n, m, 0.02 * n, 0.2 + 0.1 * n))
+    rule = drafter.rule
+    assert drafter.cost.measured and rule.target_pass == pytest.approx(0.2)
+    assert rule.slope == pytest.approx(0.5) and rule.draft_pass == pytest.approx(0.02)
+    assert rule.tokens == sum(m + 1 for m in kept)  # 13 tokens
+    assert rule.seconds == pytest.approx(sum(0.02 * n + 0.2 + 0.1 * n for n in lengths))  # 2.6 s
+    # lam: rejections seen 2 + 2 (rounds 3 and 4), predicted 2 + 0.1 * (4 + 1 + 4 + 2)
+    assert rule.rejected / rule.predicted == pytest.approx(4 / 3.1)
+    # bar = R * (C_D + slope * C_T) = 13 / 2.6 * (0.02 + 0.1) = 0.6; a(0.9) = 1 - 0.129 = 0.871,
+    # so the round stops at the fourth draft (0.871, 0.759, 0.661 > 0.6 >= 0.576). The 4% prior's
+    # bar, 5 * (0.02 + 0.008) = 0.14, would have drafted 15.
+    assert rule.rate() == pytest.approx(5.0)
+    stop = rule.stopper()
+    assert [stop(0.9) for _ in range(4)] == [False, False, False, True]
+    # a round drafted by someone else (the hybrid's n-gram) still measures the target's cost
+    drafter.forget()
+    drafter.observe_round(measured_round(6, 3, 3, 0.0, 0.5))
+    assert drafter.cost.seen[-1] == (3, 0.5) and rule.tokens == 13
+
+
 def test_adaptive_run_reports_its_draft_lengths(pair):
     events = list(specviz.generate(pair, "def fibonacci(n):", proposer="adaptive", k=12,
                                    max_new_tokens=60))
@@ -39,11 +84,16 @@ def test_adaptive_run_reports_its_draft_lengths(pair):
     assert sum(len(e.new_tokens) for e in events) == 60
 
 
-def test_hybrid_uses_the_ngram_on_repeats_and_the_draft_otherwise(pair):
+def test_hybrid_uses_the_ngram_on_repeats_and_the_draft_otherwise(pair, monkeypatch):
+    from specviz import verifycost
+
+    monkeypatch.setattr(verifycost, "_COSTS", verifycost.weakref.WeakKeyDictionary())
     prompt = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps"
     events = list(specviz.generate(pair, prompt, proposer="hybrid", k=8, max_new_tokens=30))
     assert events[0].source == "ngram" and events[0].draft_tokens  # a 4+ token repeat
     assert {e.source for e in events} == {"ngram", "draft"}
+    # every round after the first, n-gram or draft, measured the target's verify line
+    assert list(VerifyCost.of(pair.target).seen) == [(e.k, e.target_seconds) for e in events[1:]]
 
 
 def test_ngram_proposes_only_what_its_record_says_will_pay():

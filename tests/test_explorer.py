@@ -60,25 +60,25 @@ def test_adaptive_replay_follows_the_live_drafters_schedule(pair, monkeypatch):
     import dataclasses
     import time
 
+    from specviz import verifycost
     from specviz.lm import CachedLM
     from specviz.loading import Pair
-    from specviz.proposers import VERIFY_SLOPE
+    from specviz.verifycost import VERIFY_SLOPE
 
     same = Pair(pair.target, pair.tokenizer, copy.deepcopy(pair.target), "t", "t")
     c_d, c_t, clock = 0.02, 0.2, [0.0]
-    forward, forward_next = CachedLM.forward, CachedLM.forward_next
+    logits = CachedLM._logits
 
-    def charged(self, ids, last=1):
-        clock[0] += c_d if self.model is same.draft else c_t * (1 + VERIFY_SLOPE * (last - 1))
-        return forward(self, ids, last)
+    def charged(self, input_ids, *args, **kwargs):  # inside the passes' own timing
+        width = input_ids.shape[-1]
+        clock[0] += c_d if self.model is same.draft else c_t * (1 + VERIFY_SLOPE * (width - 1))
+        return logits(self, input_ids, *args, **kwargs)
 
-    def charged_next(self, token):  # the draft's later passes: a pick fed back on the device
-        clock[0] += c_d
-        return forward_next(self, token)
-
-    monkeypatch.setattr(CachedLM, "forward", charged)
-    monkeypatch.setattr(CachedLM, "forward_next", charged_next)
+    monkeypatch.setattr(CachedLM, "_logits", charged)
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    # the live drafter prices tokens by the target's verify line, kept per target across runs:
+    # start it afresh (other tests measured this target's real times)
+    monkeypatch.setattr(verifycost, "_COSTS", verifycost.weakref.WeakKeyDictionary())
     pair.target.generation_config.eos_token_id = None
     try:
         for k in (3, 6):
@@ -91,6 +91,25 @@ def test_adaptive_replay_follows_the_live_drafters_schedule(pair, monkeypatch):
             assert [e.k for e in events[:2]] == [min(4, k)] * 2 and max(e.k for e in events) <= k
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+
+
+def test_adaptive_replay_prices_a_draft_by_the_runs_verify_line():
+    """Where a verified token costs two thirds of a one-token pass, the replayed rule drafts
+    one token where a flat pass cost would let it draft thirteen (a hand computation)."""
+    import dataclasses
+
+    output = list(range(100, 130))
+    rec = explorer.Recording("draft", [1, 2, 3], output, guesses=list(output), draft_pass_seconds=0.01,
+                             target_pass_seconds=0.2, max_new_tokens=30, confidences=[0.9] * 30,
+                             verify_line=(0.05, 0.1))
+    # rounds 1 and 2 draft 4 (all kept: 5 tokens each); round 2 teaches the rule: lam =
+    # 2 / (2 + 4 * 0.1), a(0.9) = 0.9167; C_T = c0 + c1 = 0.15, slope = 0.1 / 0.15; the round
+    # took 4 * 0.01 + 0.15 + 0.1 * 4 = 0.59 s, R = 5 / 0.59; bar = R * (0.01 + 0.1) = 0.932 >= a
+    assert [r.k for r in explorer.replay_adaptive(rec, 16).rounds[:3]] == [4, 4, 1]
+    # an older trace (no line): C_T = 0.2 and the 4% prior: the round took 0.04 + 0.2 * 1.16 s,
+    # bar = 5 / 0.272 * (0.01 + 0.008) = 0.331, and 0.9167^j first falls below it at j = 13
+    flat = dataclasses.replace(rec, verify_line=None)
+    assert [r.k for r in explorer.replay_adaptive(flat, 16).rounds[:3]] == [4, 4, 13]
 
 
 def test_the_recording_prices_each_round_at_the_width_it_verifies(pair):

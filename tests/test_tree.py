@@ -8,7 +8,8 @@ import specviz
 from specviz.lm import CachedLM
 from specviz.sampling import SamplingParams, process
 from specviz.tree import ACCEPTED, REJECTED, UNREACHED, TreeNode, ancestors, check, mask, walk
-from specviz.treedraft import TreeProposer, VerifyCost
+from specviz.treedraft import TreeProposer
+from specviz.verifycost import VerifyCost
 
 PROMPTS = ["def fibonacci(n):\n    if n < 2:", "The quick brown fox", "for i in range(10):\n",
            "class Stack:\n    def push(self, x):"]

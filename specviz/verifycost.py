@@ -1,0 +1,77 @@
+"""What one more verified token costs: the target pass's seconds against the drafted tokens it
+verifies, T(n) = a + b * n, fitted to the rounds a run has measured. Every drafter that sizes its
+drafts (the adaptive chain, the token tree) prices a token by this line rather than by an assumed
+slope: on a GPU verification is nearly flat up to dozens of tokens, on a CPU without bf16 matrix
+hardware one more token costs about half a one-token pass. One line is kept per target model
+(`VerifyCost.of`), so a pair's later runs start from what its earlier runs measured.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from statistics import fmean
+
+# The prior for b / a until a run has measured the line: one more verified token as a fraction of
+# a one-token target pass (0.034 measured with `python -m specviz costs` on a CPU with bf16
+# matrix hardware; about 0.04 on a GPU).
+VERIFY_SLOPE = 0.04
+
+
+def fit_line(xs: list[float], ts: list[float]) -> tuple[float, float] | None:
+    """(a, b): least squares of t = a + b x, b clipped at 0; None when the xs have no spread or
+    the intercept is not positive (the line then says nothing about a pass's cost)."""
+    mx, mt = fmean(xs), fmean(ts)
+    var = fmean([(x - mx) ** 2 for x in xs])
+    if var <= 0:
+        return None
+    b = max(0.0, fmean([(x - mx) * (t - mt) for x, t in zip(xs, ts, strict=True)]) / var)
+    a = mt - b * mx
+    return (a, b) if a > 0 else None
+
+
+class VerifyCost:
+    """Target seconds per round against the drafted tokens it verified (a chain's k, a tree's
+    nodes), T(n) = a + b * n: least squares over the last WINDOW rounds. Until MIN_ROUNDS rounds
+    spanning MIN_SPREAD sizes have been seen (a line through two noisy points can say anything),
+    b = VERIFY_SLOPE * a. `of(target)` keeps one per target model across runs and drafters, so
+    only a pair's first sizing run has to measure it."""
+
+    WINDOW, MIN_ROUNDS, MIN_SPREAD = 32, 3, 4
+
+    def __init__(self, prior_slope: float = VERIFY_SLOPE):
+        self.prior = prior_slope
+        self.seen: deque[tuple[int, float]] = deque(maxlen=self.WINDOW)
+
+    @classmethod
+    def of(cls, target) -> VerifyCost:
+        return _COSTS.setdefault(target, cls())
+
+    @property
+    def measured(self) -> bool:
+        n = [x for x, _ in self.seen]
+        return len(n) >= self.MIN_ROUNDS and max(n) - min(n) >= self.MIN_SPREAD
+
+    def observe(self, nodes: int, seconds: float) -> None:
+        self.seen.append((nodes, seconds))
+
+    def fit(self) -> tuple[float, float] | None:
+        """(a, b) in seconds: a pass over the context's last token alone, and one more node;
+        None before any round, or while every round measured no time."""
+        if not self.seen:
+            return None
+        n = [float(x) for x, _ in self.seen]
+        t = [s for _, s in self.seen]
+        line = fit_line(n, t) if self.measured else None
+        if line is not None:
+            return line
+        a = fmean(t) / (1 + self.prior * fmean(n))
+        return (a, self.prior * a) if a > 0 else None
+
+    def slope(self) -> float:
+        """b / a: one more verified node as a fraction of a one-token pass."""
+        fit = self.fit()
+        return self.prior if fit is None else fit[1] / fit[0]
+
+
+_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model -> VerifyCost
