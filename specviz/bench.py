@@ -14,8 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import platform
-import re
-import statistics
 import threading
 import time
 from collections import Counter
@@ -25,7 +23,9 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig
 
+from . import benchreport as report
 from . import profiles, quant
+from .benchreport import TREE_NAME, tree_method, tree_name
 from .compare import first_difference
 from .engine import MAX_K, generate
 from .loading import Pair
@@ -38,12 +38,6 @@ DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 NGRAM_K = 8  # tokens an n-gram round may propose (specviz and transformers alike)
 ADAPTIVE_K = 16  # the most the adaptive drafter may draft in a round
 PLAIN_HEAD = "specviz-plainhead"  # specviz with the target's head in its own dtype
-TREE_NAME = re.compile(r"specviz:tree-(\d+)(?:-n(\d+))?(?:-b(\d+))?")
-# Issue 13: at depth 4 a tree reaches >= 1.1x the chain's tokens per target pass (k=4) in every
-# prompt class, and >= 0.95x its tokens per second at the same depth.
-TREE_GOALS = {"depth": 4, "tokens_per_pass": 1.1, "tokens_per_second": 0.95}
-
-
 @dataclass(frozen=True)
 class Record:
     method: str
@@ -115,28 +109,6 @@ def specviz_method(proposer: str, k: int, **tree):
 def widths_of(events) -> dict[int, int]:
     """Target passes by tokens verified: 1 + the round's nodes (a chain's k, a tree's nodes)."""
     return dict(Counter(e.nodes + 1 for e in events))
-
-
-def tree_method(name: str) -> tuple[int, int | None, int] | None:
-    """(depth, nodes or None, branching) of `specviz:tree-<depth>[-n<nodes>][-b<branching>]`;
-    None for any other name; ValueError for a tree name out of range."""
-    m = TREE_NAME.fullmatch(name)
-    if m is None:
-        return None
-    depth, nodes = int(m[1]), None if m[2] is None else int(m[2])
-    branching = BRANCHING if m[3] is None else int(m[3])
-    if not 1 <= depth <= MAX_K:
-        raise ValueError(f"{name}: a tree's depth must be in 1..{MAX_K}")
-    try:
-        check_tree_settings(nodes, branching)
-    except ValueError as e:
-        raise ValueError(f"{name}: {e}") from None
-    return depth, nodes, branching
-
-
-def tree_name(depth: int, nodes: int | None = None, branching: int = BRANCHING) -> str:
-    return (f"specviz:tree-{depth}" + ("" if nodes is None else f"-n{nodes}")
-            + ("" if branching == BRANCHING else f"-b{branching}"))
 
 
 class PassCounter:
@@ -325,293 +297,9 @@ def same_text_passes(pair, prompts, texts: dict[int, list[int]], max_new_tokens:
     return out
 
 
-def summarize(records: list[Record]) -> dict:
-    """Per method and class: tokens/s (total tokens / total seconds), speedups, passes, split."""
-    out: dict[str, dict[str, dict]] = {}
-    classes = sorted({r.cls for r in records}) + ["all"]
-    for method in dict.fromkeys(r.method for r in records):
-        out[method] = {}
-        for cls in classes:
-            rs = [r for r in records if r.method == method and cls in (r.cls, "all")]
-            tokens, seconds = sum(r.tokens for r in rs), sum(r.seconds for r in rs)
-            row = {"tokens_per_second": tokens / seconds if seconds else 0.0, "tokens": tokens,
-                   "matches_target": sum(bool(r.matches_target) for r in rs), "runs": len(rs),
-                   "compared": sum(r.matches_target is not None for r in rs),
-                   "peak_rss_gib": max(r.peak_rss_gib for r in rs)}
-            if rs[0].target_passes is not None:
-                row["tokens_per_pass"] = tokens / sum(r.target_passes for r in rs)
-            if rs[0].alpha is not None:
-                row |= {"alpha": statistics.fmean(r.alpha for r in rs),
-                        "draft_share": sum(r.draft_seconds for r in rs) / seconds,
-                        "target_share": sum(r.target_seconds for r in rs) / seconds,
-                        "other_share": sum(r.other_seconds for r in rs) / seconds,
-                        "draft_seconds": sum(r.draft_seconds for r in rs),
-                        "target_seconds": sum(r.target_seconds for r in rs),
-                        "other_seconds": sum(r.other_seconds for r in rs)}
-            if rs[0].nodes_verified is not None and rs[0].target_passes is not None:
-                nodes = sum(r.nodes_verified for r in rs)
-                row |= {"nodes_per_round": nodes / sum(r.target_passes for r in rs),
-                        "accepted_per_node": sum(r.accepted for r in rs) / nodes if nodes else 0.0}
-            out[method][cls] = row
-    for method, rows in out.items():
-        base = out.get("specviz:none" if method.startswith("specviz") else "hf:target", {})
-        for cls, row in rows.items():
-            if cls in base:
-                row["speedup"] = row["tokens_per_second"] / base[cls]["tokens_per_second"]
-    for method, rows in out.items():
-        for cls, row in rows.items():
-            if method == "specviz:none" and cls in out.get("hf:target", {}):
-                row["vs_transformers"] = row["tokens_per_second"] / out["hf:target"][cls]["tokens_per_second"]
-                continue
-            twins = [out[t][cls]["speedup"] for t in counterparts(method, out) if cls in out[t]]
-            if twins and "speedup" in row:
-                row["vs_transformers"] = row["speedup"] / max(twins)
-    return out
-
-
-def counterparts(method: str, out: dict) -> list[str]:
-    """The transformers methods a specviz method is measured against (the best of them counts).
-
-    draft-k: assisted generation at the same k with the draft as loaded (what a transformers
-    user runs); ngram: prompt lookup; hybrid and adaptive: the better of assisted (any k) and
-    prompt lookup.
-    """
-    if method.startswith("specviz:draft-"):
-        return [m for m in ["hf:assisted-" + method.rsplit("-", 1)[1]] if m in out]
-    if tree_method(method):
-        return [m for m in [f"hf:assisted-{tree_method(method)[0]}"] if m in out]
-    if method.startswith("specviz:ngram"):
-        return [m for m in [f"hf:lookup-{NGRAM_K}"] if m in out]
-    if method.startswith(("specviz:hybrid", "specviz:adaptive")):
-        return [m for m in out if m.startswith(("hf:assisted-", "hf:lookup-")) and not m.endswith("-qdraft")]
-    return []
-
-
-def tree_vs_chain(summary: dict) -> dict:
-    """{tree method: {chain, depth, nodes, branching, classes: {class: ratios}, verdicts}}: each
-    tree against the chain at its depth, per class, as issue 13's goals read them:
-    tokens_per_pass = tree's tokens per target pass / chain's, tokens_per_second likewise, each
-    with _ok against TREE_GOALS. The verdicts (tokens_per_pass_ok, tokens_per_second_ok) hold in
-    every prompt class ("all" aside); `goal_depth` marks the depth the issue states them at."""
-    out = {}
-    for method, rows in summary.items():
-        shape = tree_method(method)
-        chain = shape and summary.get(f"specviz:draft-{shape[0]}")
-        if not chain:
-            continue
-        classes = {}
-        for cls, row in rows.items():
-            base = chain.get(cls, {})
-            if not base.get("tokens_per_pass") or not base.get("tokens_per_second") \
-                    or "tokens_per_pass" not in row:
-                continue
-            tpp = row["tokens_per_pass"] / base["tokens_per_pass"]
-            tps = row["tokens_per_second"] / base["tokens_per_second"]
-            classes[cls] = {"tokens_per_pass": tpp, "tokens_per_second": tps,
-                            "tokens_per_pass_ok": tpp >= TREE_GOALS["tokens_per_pass"],
-                            "tokens_per_second_ok": tps >= TREE_GOALS["tokens_per_second"]}
-        named = [c for c in classes if c != "all"] or list(classes)
-        held = {goal: bool(named) and all(classes[c][goal] for c in named)
-                for goal in ("tokens_per_pass_ok", "tokens_per_second_ok")}
-        out[method] = {"chain": f"specviz:draft-{shape[0]}", "depth": shape[0], "nodes": shape[1],
-                       "branching": shape[2], "goal_depth": shape[0] == TREE_GOALS["depth"],
-                       "classes": classes} | held
-    return out
-
-
-def tree_table(trees: dict, summary: dict) -> str:
-    """Markdown: each tree against the chain at its depth, per class, with pass/fail."""
-    ok = lambda b: "pass" if b else "FAIL"  # noqa: E731
-    lines = [f"Token trees against the chain at the same depth (issue 13's goals, stated at depth "
-             f"{TREE_GOALS['depth']}: tokens per target pass >= {TREE_GOALS['tokens_per_pass']:.2f}x the "
-             f"chain's in every class; tok/s >= {TREE_GOALS['tokens_per_second']:.2f}x):", "",
-             "| tree | class | tokens/pass tree / chain | ratio | tok/s tree / chain | ratio | nodes/round "
-             "tree / chain | accepted/node | tree's draft / target / other s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for method, t in trees.items():
-        for cls, r in t["classes"].items():
-            tree, chain = summary[method][cls], summary[t["chain"]][cls]
-            lines.append(
-                f"| {method} | {cls} | {tree['tokens_per_pass']:.2f} / {chain['tokens_per_pass']:.2f} | "
-                f"{r['tokens_per_pass']:.2f}x {ok(r['tokens_per_pass_ok'])} | "
-                f"{tree['tokens_per_second']:.2f} / {chain['tokens_per_second']:.2f} | "
-                f"{r['tokens_per_second']:.2f}x {ok(r['tokens_per_second_ok'])} | "
-                f"{tree.get('nodes_per_round', 0):.1f} / {chain.get('nodes_per_round', 0):.1f} | "
-                f"{tree.get('accepted_per_node', 0):.2f} | {tree.get('draft_seconds', 0):.2f} / "
-                f"{tree.get('target_seconds', 0):.2f} / {tree.get('other_seconds', 0):.3f} |")
-        goal = "" if t["goal_depth"] else f" (the goals are stated at depth {TREE_GOALS['depth']})"
-        lines.append(f"| {method} | every class{goal} | | {ok(t['tokens_per_pass_ok'])} | | "
-                     f"{ok(t['tokens_per_second_ok'])} | | | |")
-    return "\n".join(lines)
-
-
-def per_prompt(records: list[Record]) -> dict[str, dict[int, dict]]:
-    """{method: {prompt: row}} over the repeats: tokens per target pass, tok/s, nodes verified per
-    round and the draft / target / other seconds (specviz methods)."""
-    out: dict[str, dict[int, dict]] = {}
-    for method in dict.fromkeys(r.method for r in records):
-        out[method] = {}
-        for prompt in sorted({r.prompt for r in records if r.method == method}):
-            rs = [r for r in records if r.method == method and r.prompt == prompt]
-            tokens, seconds = sum(r.tokens for r in rs), sum(r.seconds for r in rs)
-            row = {"class": rs[0].cls, "runs": len(rs), "tokens": tokens, "seconds": seconds,
-                   "tokens_per_second": tokens / seconds if seconds else 0.0}
-            if rs[0].target_passes is not None:
-                row["tokens_per_pass"] = tokens / max(sum(r.target_passes for r in rs), 1)
-                if rs[0].nodes_verified is not None:
-                    row["nodes_per_round"] = sum(r.nodes_verified for r in rs) / max(
-                        sum(r.target_passes for r in rs), 1)
-            if rs[0].draft_seconds is not None:
-                row |= {"draft_seconds": sum(r.draft_seconds for r in rs),
-                        "target_seconds": sum(r.target_seconds for r in rs),
-                        "other_seconds": sum(r.other_seconds for r in rs)}
-            out[method][prompt] = row
-    return out
-
-
-def per_prompt_table(prompts: dict, methods: list[str]) -> str:
-    """Markdown: the given methods prompt by prompt."""
-    lines = ["Per prompt (summed over the repeats):", "",
-             "| method | prompt | class | tokens/pass | tok/s | nodes/round | draft / target / other s |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    for method in methods:
-        for prompt, r in prompts.get(method, {}).items():
-            split = (f"{r['draft_seconds']:.2f} / {r['target_seconds']:.2f} / {r['other_seconds']:.3f}"
-                     if "draft_seconds" in r else "-")
-            nodes = f"{r['nodes_per_round']:.1f}" if "nodes_per_round" in r else "-"
-            lines.append(f"| {method} | #{prompt} | {r['class']} | {r.get('tokens_per_pass', 0):.2f} | "
-                         f"{r['tokens_per_second']:.2f} | {nodes} | {split} |")
-    return "\n".join(lines)
-
-
-def _times(ratio: float | None) -> str:
-    """A speedup as shown: "1.23x", or "-" where its baseline did not run."""
-    return "-" if ratio is None else f"{ratio:.2f}x"
-
-
-def _speed_rows(summary: dict, classes: list[str], cell) -> list[tuple[str, list[str]]]:
-    """[(method, [cell(row, vs) for each class])], vs the 'vs transformers' ratio or None."""
-    return [(method, [cell(rows.get(c, {}), rows.get(c, {}).get("vs_transformers")) for c in classes])
-            for method, rows in summary.items()]
-
-
-def table(summary: dict) -> str:
-    classes = [c for c in next(iter(summary.values()))]
-    lines = [f"{'method':22}" + "".join(f"{c:>24}" for c in classes),
-             f"{'':22}" + "".join(f"{'tok/s  speedup  vs hf':>24}" for _ in classes)]
-    cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):8.2f} {_times(r.get('speedup')):>8} "  # noqa: E731
-                          f"{'  - ' if vs is None else f'{vs:.2f}':>6}")
-    for method, cells in _speed_rows(summary, classes, cell):
-        lines.append(f"{method:22}" + "".join(f"{c:>24}" for c in cells))
-    return "\n".join(lines)
-
-
-def markdown(summary: dict, meta: dict) -> str:
-    """Tables for docs/benchmarks.md: speed by class, then the 'all' row's details."""
-    classes = [c for c in next(iter(summary.values())) if c != "all"] + ["all"]
-    head = "| method | " + " | ".join(classes) + " |\n|" + " --- |" * (len(classes) + 1)
-    cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):.2f} tok/s, {_times(r.get('speedup'))}"  # noqa: E731
-                          + ("" if vs is None else f", {vs:.2f} vs hf"))
-    rows = _speed_rows(summary, classes, cell)
-    speed = [head] + [f"| {m} | " + " | ".join(cells) + " |" for m, cells in rows]
-    detail = ["| method | tokens/pass | α per token | nodes/round | draft / target / other time | peak RSS "
-              "| greedy = its family's target alone |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
-    for method, rows in summary.items():
-        r = rows["all"]
-        split = (f"{r['draft_share']:.0%} / {r['target_share']:.0%} / {r['other_share']:.1%}"
-                 if "draft_share" in r else "-")
-        tpp = f"{r['tokens_per_pass']:.2f}" if "tokens_per_pass" in r else "-"
-        alpha = f"{r['alpha']:.2f}" if "alpha" in r else "-"
-        nodes = f"{r['nodes_per_round']:.1f}" if "nodes_per_round" in r else "-"
-        same = (f"{r['matches_target']}/{r['compared']}" if r.get("compared", r["runs"])
-                else "not compared (its target alone did not run)")
-        detail.append(f"| {method} | {tpp} | {alpha} | {nodes} | {split} | {r['peak_rss_gib']:.1f} GiB | "
-                      f"{same} |")
-    m = meta["machine"]
-    about = (f"{meta['target']} with draft {meta['draft']} (specviz: {meta.get('specviz_draft')}), "
-             f"{meta['dtype']} on {meta['device']}, {meta['max_new_tokens']} new tokens, greedy, "
-             f"{meta['repeats']} repeat(s); machine: {m['processor']}, {m['cpus']} CPUs, "
-             f"{m['memory_gib']} GiB, torch {m['torch']} with {m['threads']} threads, GPU {m['cuda']}.")
-    return about + "\n\n" + "\n".join(speed) + "\n\n" + "\n".join(detail) + "\n"
-
-
-def projected(records: list[Record], profile: profiles.Profile) -> dict:
-    """{method: {path: {seconds, tokens_per_second, speedup}}}: this run's passes on a cost profile.
-
-    Each run's draft passes times the profile's C_D plus each target pass's C_T(tokens verified)
-    (profiles.project): 1 + k for a chain round, 1 + nodes for a tree round (widths_of); a tree's
-    batched draft pass (one per depth) counts as one C_D. Methods whose verify widths were not
-    observed (transformers' assisted generation and prompt lookup) are left out; speedups are over
-    the family's target alone, projected the same way; a tree's vs_chain is its tokens/s over the
-    chain's at its depth on the same path."""
-    out: dict[str, dict] = {}
-    for method in dict.fromkeys(r.method for r in records):
-        rs = [r for r in records if r.method == method]
-        if any(r.passes is None for r in rs):
-            continue
-        tokens, rows = sum(r.tokens for r in rs), {}
-        for path in profile.paths:
-            try:
-                seconds = sum(profiles.project(r.passes, profile, path) for r in rs)
-            except ValueError:  # a draft method on a profile path without a draft cost
-                continue
-            rows[path] = {"seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0}
-        out[method] = rows
-    for method, rows in out.items():
-        base = out.get("specviz:none" if method.startswith("specviz") else "hf:target", {})
-        for path, row in rows.items():
-            if path in base and base[path]["tokens_per_second"]:
-                row["speedup"] = row["tokens_per_second"] / base[path]["tokens_per_second"]
-            chain = out.get(f"specviz:draft-{tree_method(method)[0]}", {}) if tree_method(method) else {}
-            if path in chain and chain[path]["tokens_per_second"]:
-                row["vs_chain"] = row["tokens_per_second"] / chain[path]["tokens_per_second"]
-    return out
-
-
-def projected_table(rows: dict, profile: profiles.Profile) -> str:
-    """Markdown: projected seconds, tokens/s and speedup per method on each path of a profile."""
-    paths = list(profile.paths)
-    lines = [f"Projected onto the cost profile {profile.label} (this run's passes times the profile's "
-             "C_D and C_T(tokens verified: 1 + k a chain round, 1 + nodes a tree round; a tree's "
-             "batched draft pass counts one C_D); the prefill counts as one pass):", "",
-             "| method | " + " | ".join(paths) + " |", "|" + " --- |" * (len(paths) + 1)]
-    for method, by_path in rows.items():
-        cells = [f"{r['seconds']:.2f} s, {r['tokens_per_second']:.1f} tok/s, {_times(r.get('speedup'))}"
-                 + (f", {r['vs_chain']:.2f}x chain" if "vs_chain" in r else "")
-                 if (r := by_path.get(p)) else "-" for p in paths]
-        lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def load_profile(value: str) -> profiles.Profile:
     """--profile: a shipped profile's name (assets/profiles/) or a profile file."""
     return profiles.load_shipped(value) if value in profiles.shipped() else profiles.load(Path(value))
-
-
-def same_text_table(same_text: dict) -> str:
-    """Markdown: target passes of each n-gram drafter on the target alone's text, per class."""
-    classes = sorted(same_text)
-    names = list(next(iter(same_text.values())))
-    lines = ["Target passes to write the target alone's own output, n-gram drafters (fewer is better):",
-             "", "| drafter | " + " | ".join(classes) + " | all |", "|" + " --- |" * (len(classes) + 2)]
-    for name in names:
-        counts = [same_text[c][name] for c in classes]
-        lines.append(f"| {name} | " + " | ".join(map(str, counts)) + f" | {sum(counts)} |")
-    return "\n".join(lines)
-
-
-def html_report(summary: dict, path: Path, title: str) -> None:
-    import plotly.graph_objects as go
-
-    classes = [c for c in next(iter(summary.values()))]
-    fig = go.Figure()
-    for method, rows in summary.items():
-        fig.add_bar(name=method, x=classes, y=[rows[c].get("speedup", 0) for c in classes])
-    fig.add_hline(y=1.0, line_dash="dash")
-    fig.update_layout(title=title, yaxis_title="speedup over own baseline", barmode="group",
-                      height=600)
-    path.write_text(fig.to_html(include_plotlyjs=True, full_html=True))
 
 
 def machine() -> dict:
@@ -676,20 +364,20 @@ def cmd_bench(args) -> int:
                          f"{pair.draft_name} ({label})", pair.chat_default)
     records, texts = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names,
                                spec_pair=spec_pair, tree_nodes=tree_nodes)
-    summary = summarize(records)
-    trees, prompt_rows = tree_vs_chain(summary), per_prompt(records)
+    summary = report.summarize(records)
+    trees, prompt_rows = report.tree_vs_chain(summary), report.per_prompt(records)
     shown = list(dict.fromkeys(m for t, row in trees.items() for m in (t, row["chain"])))
-    tree_text = (tree_table(trees, summary) + "\n\n" + per_prompt_table(prompt_rows, shown)
+    tree_text = (report.tree_table(trees, summary) + "\n\n" + report.per_prompt_table(prompt_rows, shown)
                  if trees else "")
     same_text = same_text_passes(pair, prompts, texts, args.max_new_tokens)
-    print(table(summary))
+    print(report.table(summary))
     if tree_text:
         print(tree_text)
     if same_text:
-        print(same_text_table(same_text))
-    onto = projected(records, profile) if profile else None
+        print(report.same_text_table(same_text))
+    onto = report.projected(records, profile) if profile else None
     if onto:
-        print(projected_table(onto, profile))
+        print(report.projected_table(onto, profile))
     meta = {"machine": machine(), "target": pair.target_name, "draft": pair.draft_name,
             "specviz_draft": spec_pair.draft_name,
             "dtype": str(pair.dtype), "device": str(pair.device), "max_new_tokens": args.max_new_tokens,
@@ -697,14 +385,14 @@ def cmd_bench(args) -> int:
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
             {"meta": meta, "summary": summary, "same_text_passes": same_text,
-             "tree_goals": TREE_GOALS, "tree_vs_chain": trees, "per_prompt": prompt_rows,
+             "tree_goals": report.TREE_GOALS, "tree_vs_chain": trees, "per_prompt": prompt_rows,
              "records": [asdict(r) for r in records]}
             | ({"profile": profile.to_dict(), "projected": onto} if profile else {}), indent=1))
     if args.markdown_path:
-        Path(args.markdown_path).write_text(markdown(summary, meta) + (
+        Path(args.markdown_path).write_text(report.markdown(summary, meta) + (
             "\n" + tree_text + "\n" if tree_text else "") + (
-            "\n" + same_text_table(same_text) + "\n" if same_text else "") + (
-            "\n" + projected_table(onto, profile) + "\n" if onto else ""))
+            "\n" + report.same_text_table(same_text) + "\n" if same_text else "") + (
+            "\n" + report.projected_table(onto, profile) + "\n" if onto else ""))
     if args.html_path:
-        html_report(summary, Path(args.html_path), f"specviz bench: {pair.target_name}")
+        report.html_report(summary, Path(args.html_path), f"specviz bench: {pair.target_name}")
     return 0

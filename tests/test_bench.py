@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from specviz import bench, costs, profiles
+from specviz import bench, benchreport, costs, profiles
 from specviz.bench import Record
 
 
@@ -24,14 +24,14 @@ def test_summary_speedups_and_counterparts_are_exact():
         rec("specviz:draft-4", "specviz", "edit", 60, 8.0, **spec),
         rec("specviz:hybrid-8", "specviz", "edit", 60, 4.0, **spec),
     ]
-    s = bench.summarize(records)
+    s = benchreport.summarize(records)
     assert s["specviz:none"]["edit"]["vs_transformers"] == 20.0 / 19.0  # tok/s ratio
     assert s["hf:assisted-4"]["edit"]["speedup"] == 2.0 and s["specviz:draft-4"]["edit"]["speedup"] == 19 / 8
     assert s["specviz:draft-4"]["edit"]["vs_transformers"] == (19 / 8) / 2.0
     # the hybrid is measured against the better of assisted (2.0x) and lookup (4.0x)
     assert s["specviz:hybrid-8"]["edit"]["vs_transformers"] == (19 / 4) / 4.0
     assert s["specviz:draft-4"]["all"]["tokens_per_pass"] == 6.0
-    text = bench.markdown(s, {"machine": bench.machine(), "target": "t", "draft": "d", "dtype": "bf16",
+    text = benchreport.markdown(s, {"machine": bench.machine(), "target": "t", "draft": "d", "dtype": "bf16",
                               "device": "cpu", "max_new_tokens": 64, "repeats": 1})
     assert "| specviz:hybrid-8 |" in text and "1.19 vs hf" in text
     assert "| 1/1 |" in text.split("| specviz:draft-4 | 6.00")[1].split("\n")[0]
@@ -39,9 +39,9 @@ def test_summary_speedups_and_counterparts_are_exact():
 
 def test_runs_without_their_target_alone_say_not_compared_instead_of_zero_matches():
     spec = dict(target_passes=10, alpha=0.5, draft_seconds=1.0, target_seconds=2.0, other_seconds=0.1)
-    s = bench.summarize([rec("specviz:draft-4", "specviz", "edit", 60, 8.0, **spec)])
+    s = benchreport.summarize([rec("specviz:draft-4", "specviz", "edit", 60, 8.0, **spec)])
     assert s["specviz:draft-4"]["all"]["compared"] == 0
-    text = bench.markdown(s, {"machine": bench.machine(), "target": "t", "draft": "d", "dtype": "bf16",
+    text = benchreport.markdown(s, {"machine": bench.machine(), "target": "t", "draft": "d", "dtype": "bf16",
                               "device": "cpu", "max_new_tokens": 64, "repeats": 1})
     assert "not compared (its target alone did not run) |" in text and "| 0/1 |" not in text
 
@@ -175,8 +175,8 @@ def test_tree_against_the_chain_ratios_and_verdicts_are_exact():
                trec("specviz:draft-4", "chat", 60, 12.0, 30, 120, prompt=1),
                trec("specviz:tree-4", "edit", 60, 10.5, 15, 150),
                trec("specviz:tree-4", "chat", 60, 12.0, 28, 280, prompt=1)]
-    s = bench.summarize(records)
-    t = bench.tree_vs_chain(s)["specviz:tree-4"]
+    s = benchreport.summarize(records)
+    t = benchreport.tree_vs_chain(s)["specviz:tree-4"]
     edit, chat, every = t["classes"]["edit"], t["classes"]["chat"], t["classes"]["all"]
     # edit: 4.0 against 3.0 tokens per pass; 60 / 10.5 against 6.0 tok/s
     assert edit["tokens_per_pass"] == pytest.approx(4 / 3) and edit["tokens_per_pass_ok"]
@@ -194,20 +194,20 @@ def test_tree_against_the_chain_ratios_and_verdicts_are_exact():
     assert row["nodes_per_round"] == 10.0 and row["accepted_per_node"] == pytest.approx(45 / 150)
     assert (row["draft_seconds"], row["target_seconds"], row["other_seconds"]) == (1.0, 9.0, 0.5)
     assert s["specviz:draft-4"]["edit"]["nodes_per_round"] == 4.0
-    text = bench.tree_table(bench.tree_vs_chain(s), s)
+    text = benchreport.tree_table(benchreport.tree_vs_chain(s), s)
     assert ("| specviz:tree-4 | edit | 4.00 / 3.00 | 1.33x pass | 5.71 / 6.00 | 0.95x pass | 10.0 / 4.0 "
             "| 0.30 | 1.00 / 9.00 / 0.500 |") in text
     assert "| specviz:tree-4 | chat | 2.14 / 2.00 | 1.07x FAIL | 5.00 / 5.00 | 1.00x pass |" in text
     assert "| specviz:tree-4 | every class | | FAIL | | pass | | | |" in text
-    rows = bench.per_prompt(records)
+    rows = benchreport.per_prompt(records)
     assert rows["specviz:tree-4"][1] == {"class": "chat", "runs": 1, "tokens": 60, "seconds": 12.0,
                                          "tokens_per_second": 5.0, "tokens_per_pass": 60 / 28,
                                          "nodes_per_round": 10.0, "draft_seconds": 1.0,
                                          "target_seconds": 10.5, "other_seconds": 0.5}
     assert "| specviz:tree-4 | #1 | chat | 2.14 | 5.00 | 10.0 | 1.00 / 10.50 / 0.500 |" in \
-        bench.per_prompt_table(rows, ["specviz:tree-4"])
+        benchreport.per_prompt_table(rows, ["specviz:tree-4"])
     # no chain at the depth: no ratios
-    assert bench.tree_vs_chain(bench.summarize(records[2:])) == {}
+    assert benchreport.tree_vs_chain(benchreport.summarize(records[2:])) == {}
 
 
 # eager: C_D 2 ms, C_T 10 / 14 / 18 ms at widths 1 / 3 / 5 (past 5: +2 ms a token)
@@ -220,12 +220,12 @@ def test_tree_projection_verifies_one_plus_nodes_a_round():
     # the chain at depth 4: 3 rounds of width 5 (18 ms), 12 draft passes; 12 tokens each
     records = [trec("specviz:draft-4", "edit", 12, 1.0, 3, 12, widths={5: 3}, draft=12),
                trec("specviz:tree-4", "edit", 12, 1.0, 2, 16, widths={9: 2}, draft=6)]
-    out = bench.projected(records, profiles.load(PROFILE))
+    out = benchreport.projected(records, profiles.load(PROFILE))
     assert math.isclose(out["specviz:tree-4"]["eager"]["seconds"], 6 * 0.002 + 2 * 0.026)
     assert math.isclose(out["specviz:draft-4"]["eager"]["seconds"], 12 * 0.002 + 3 * 0.018)
     assert math.isclose(out["specviz:tree-4"]["eager"]["vs_chain"], 0.078 / 0.064)
     assert "vs_chain" not in out["specviz:draft-4"]["eager"]
-    assert "187.5 tok/s, -, 1.22x chain" in bench.projected_table(out, profiles.load(PROFILE))
+    assert "187.5 tok/s, -, 1.22x chain" in benchreport.projected_table(out, profiles.load(PROFILE))
 
 
 def test_tree_bench_on_tiny_models_reports_the_goal_ratios(model_dirs, tmp_path, capsys):
@@ -247,7 +247,8 @@ def test_tree_bench_on_tiny_models_reports_the_goal_ratios(model_dirs, tmp_path,
                                                      "specviz:tree-3-n6-b2"}
     assert all(r["matches_target"] for r in data["records"])  # greedy trees write the target's text
     s, trees = data["summary"], data["tree_vs_chain"]
-    assert set(trees) == {"specviz:tree-3", "specviz:tree-3-n6-b2"} and data["tree_goals"] == bench.TREE_GOALS
+    assert set(trees) == {"specviz:tree-3", "specviz:tree-3-n6-b2"}
+    assert data["tree_goals"] == benchreport.TREE_GOALS
     for name, t in trees.items():
         assert t["chain"] == "specviz:draft-3" and not t["goal_depth"]
         assert set(t["classes"]) == {"code", "text", "all"}

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specviz import bench, explorer, labview, profiles
+from specviz import benchreport, explorer, labview, profiles
 from specviz.bench import Record
 
 # eager: C_D 2 ms, C_T 10 / 14 / 18 ms at widths 1 / 3 / 5; fast: no draft cost measured
@@ -234,13 +234,13 @@ def test_bench_projection_matches_a_hand_computation():
                brec("specviz:draft-2", "specviz", 6, 4, {3: 2, 1: 1}),
                brec("hf:target", "transformers", 6, 0, {1: 6}),
                brec("hf:assisted-2", "transformers", 6, 0, None)]
-    out = bench.projected(records, profile())
+    out = benchreport.projected(records, profile())
     assert set(out) == {"specviz:none", "specviz:draft-2", "hf:target"}  # assisted: widths not observed
     assert math.isclose(out["specviz:draft-2"]["eager"]["seconds"], 0.046)
     assert math.isclose(out["specviz:draft-2"]["eager"]["speedup"], 0.060 / 0.046)
     assert "fast" not in out["specviz:draft-2"]
     assert math.isclose(out["specviz:none"]["fast"]["seconds"], 0.006)
-    table = bench.projected_table(out, profile())
+    table = benchreport.projected_table(out, profile())
     assert "| specviz:draft-2 | 0.05 s, 130.4 tok/s, 1.30x | - |" in table
 
 
