@@ -165,7 +165,8 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
     live draft's confidences follow its own wrong token, which the recording does not have (it
     holds the true prefix's), and the live rule learns from measured times, which carry noise,
     where this one uses the recorded mean draft pass and the run's fitted verify line
-    (Recording.verify_line; the mean pass and the prior slope for older traces).
+    (Recording.verify_line, whose spread in a fixed-k run comes from round 1's prompt pass, which
+    the live drafter does not fit; the mean pass and the prior slope for older traces).
     """
     if not rec.replays_adaptive:
         raise ValueError("the adaptive policy replays draft-model recordings with confidences: "
@@ -174,7 +175,7 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
         raise ValueError(f"k must be in 1..{MAX_K}, got {k_max}")
     if rec.verify_line is None:  # an older trace: the flat mean and the prior slope
         rule = DraftLength(rec.draft_pass_seconds or 1e-9, rec.target_pass_seconds or 1e-9)
-    else:  # the run's own line, as the live drafter learns it: C_T = T(0 drafts), b = c1
+    else:  # the run's fitted line (round 1's prompt pass included): C_T = T(0 drafts), b = c1
         c0, c1 = rec.verify_line
         rule = DraftLength(rec.draft_pass_seconds or 1e-9, c0 + c1, slope=c1 / (c0 + c1))
     lookup, pos, rounds = NgramProposer(rec.ngram_size), 0, []
@@ -198,8 +199,9 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
 
 ADAPTIVE_DIFFERS = ("a prediction: past a refused draft the live draft's confidences follow its own "
                     "wrong token (the recording holds the true prefix's), and the live rule learns "
-                    "from measured times where this uses the recorded costs: the mean draft pass and "
-                    "the run's verify line")
+                    "from measured times, fitting its verify line to its rounds after the first, "
+                    "where this uses the recorded costs: the mean draft pass and the line fitted to "
+                    "the whole run, its prompt pass included")
 
 
 def spans(rep: Replay) -> list[Span]:

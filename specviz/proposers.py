@@ -319,23 +319,30 @@ class AdaptiveProposer:
         self.rule: DraftLength | None = None
         self.draft_pass: float | None = None  # seconds, running mean
         self.last: Draft | None = None  # the latest draft, until its round is observed
+        self.fresh = True  # the draft's next round first catches up on unseen context
 
     def forget(self) -> None:
-        """Another drafter ran in between (hybrid): the next round is not our draft's."""
-        self.last = None
+        """Another drafter ran in between (hybrid): the next round is not our draft's, and the
+        one after it first feeds the draft what the other drafter's rounds committed."""
+        self.last, self.fresh = None, True
 
     @staticmethod
     def _mean(old: float | None, new: float, w: float = 0.3) -> float:
         return new if old is None else (1 - w) * old + w * new
 
     def observe_round(self, event) -> None:
-        """The engine's measured round (a RoundEvent). Round 1 also paid both prefills: its
-        costs are not a fair sample, and the rule starts from round 2."""
+        """The engine's measured round (a RoundEvent). A round whose draft first caught up on
+        the prompt or on an n-gram streak (the hybrid) is no fair sample of the draft's cost, and
+        round 1 also paid the target's prefill: the rule learns from the other rounds."""
         draft, self.last = self.last, None
-        if event.round == 1:
+        if event.round == 1:  # a new run: the draft caught up now, or will in its first round
+            self.fresh = draft is None
             return
         self.cost.observe(event.nodes, event.target_seconds)  # whoever drafted: the target's cost
         if draft is None or event.draft_tokens != draft.tokens:
+            return
+        if self.fresh:
+            self.fresh = False
             return
         if draft.passes:
             self.draft_pass = self._mean(self.draft_pass, draft.seconds / draft.passes)

@@ -34,14 +34,17 @@ class VerifyCost:
     """Target seconds per round against the drafted tokens it verified (a chain's k, a tree's
     nodes), T(n) = a + b * n: least squares over the last WINDOW rounds. Until MIN_ROUNDS rounds
     spanning MIN_SPREAD sizes have been seen (a line through two noisy points can say anything),
-    b = VERIFY_SLOPE * a. `of(target)` keeps one per target model across runs and drafters, so
-    only a pair's first sizing run has to measure it."""
+    b = VERIFY_SLOPE * a. Once a slope is fitted it holds while the window lacks the spread (a
+    drafter that learnt to draft short no longer varies its sizes), with a re-estimated from the
+    window. `of(target)` keeps one per target model across runs and drafters, so only a pair's
+    first sizing run has to measure it."""
 
     WINDOW, MIN_ROUNDS, MIN_SPREAD = 32, 3, 4
 
     def __init__(self, prior_slope: float = VERIFY_SLOPE):
         self.prior = prior_slope
         self.seen: deque[tuple[int, float]] = deque(maxlen=self.WINDOW)
+        self.fitted: float | None = None  # b / a of the last line the rounds fitted
 
     @classmethod
     def of(cls, target) -> VerifyCost:
@@ -49,24 +52,33 @@ class VerifyCost:
 
     @property
     def measured(self) -> bool:
-        n = [x for x, _ in self.seen]
-        return len(n) >= self.MIN_ROUNDS and max(n) - min(n) >= self.MIN_SPREAD
+        """The rounds have fitted a slope (now or earlier)."""
+        return self.fitted is not None
+
+    def _line(self) -> tuple[float, float] | None:
+        """The window's own least-squares line, when its sizes spread enough to say anything."""
+        n = [float(x) for x, _ in self.seen]
+        if len(n) < self.MIN_ROUNDS or max(n) - min(n) < self.MIN_SPREAD:
+            return None
+        return fit_line(n, [s for _, s in self.seen])
 
     def observe(self, nodes: int, seconds: float) -> None:
         self.seen.append((nodes, seconds))
+        line = self._line()
+        if line is not None:
+            self.fitted = line[1] / line[0]
 
     def fit(self) -> tuple[float, float] | None:
         """(a, b) in seconds: a pass over the context's last token alone, and one more node;
         None before any round, or while every round measured no time."""
         if not self.seen:
             return None
-        n = [float(x) for x, _ in self.seen]
-        t = [s for _, s in self.seen]
-        line = fit_line(n, t) if self.measured else None
+        line = self._line()
         if line is not None:
             return line
-        a = fmean(t) / (1 + self.prior * fmean(n))
-        return (a, self.prior * a) if a > 0 else None
+        slope = self.prior if self.fitted is None else self.fitted
+        a = fmean(s for _, s in self.seen) / (1 + slope * fmean(x for x, _ in self.seen))
+        return (a, slope * a) if a > 0 else None
 
     def slope(self) -> float:
         """b / a: one more verified node as a fraction of a one-token pass."""

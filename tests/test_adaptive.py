@@ -76,6 +76,31 @@ def test_adaptive_prices_a_token_by_the_measured_verify_line():
     assert drafter.cost.seen[-1] == (3, 0.5) and rule.tokens == 13
 
 
+def test_adaptive_skips_the_rounds_whose_draft_caught_up_on_context():
+    """In the hybrid, the draft's first round of a run, and its first round after an n-gram
+    streak, first feed it what it has not seen: those draft times are no C_D."""
+    drafter = AdaptiveProposer(types.SimpleNamespace(report_confidences=False), VerifyCost())
+
+    def round_(n, draft_s, drafted_by_model=True):
+        drafter.last = Draft([1, 2], None, 2, draft_s, confidences=(0.9, 0.9)) if drafted_by_model else None
+        drafter.observe_round(measured_round(n, 2, 1, draft_s, 0.3))
+
+    round_(1, 0.0, drafted_by_model=False)  # the n-gram drafted round 1
+    round_(2, 5.0)  # the draft's prefill of the prompt
+    assert drafter.rule is None and drafter.draft_pass is None and len(drafter.cost.seen) == 1
+    round_(3, 0.04)
+    assert drafter.draft_pass == pytest.approx(0.02) and drafter.rule.seconds == pytest.approx(0.34)
+    drafter.forget()  # the n-gram drafted round 4
+    round_(4, 0.0, drafted_by_model=False)
+    round_(5, 3.0)  # catching up on the n-gram's tokens
+    round_(6, 0.06)
+    assert drafter.draft_pass == pytest.approx(0.7 * 0.02 + 0.3 * 0.03)
+    assert drafter.rule.seconds == pytest.approx(0.34 + 0.36) and len(drafter.cost.seen) == 5
+    round_(1, 9.0)  # a new run whose round 1 the draft drafted (its prefill): round 2 counts
+    round_(2, 0.04)
+    assert drafter.rule.seconds == pytest.approx(0.34 + 0.36 + 0.34)
+
+
 def test_adaptive_run_reports_its_draft_lengths(pair):
     events = list(specviz.generate(pair, "def fibonacci(n):", proposer="adaptive", k=12,
                                    max_new_tokens=60))

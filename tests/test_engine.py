@@ -166,8 +166,10 @@ def test_draft_proposer_needs_a_draft_model(pair):
 
 def test_adaptive_stop_rule_keeps_the_targets_distribution(pair):
     # The stop rule acts from the drafter's round 3, so one drafter is warmed up by a 12-token run
-    # first and then kept for every sample: its rule cuts each draft at 1 or 2 tokens as it sees
-    # fit. 1200 runs of 3 tokens at temperature 1, top_k=2 (8 outcomes); chi-square p > 0.001.
+    # first and then kept for every sample, its learning frozen: its rule (DraftLength) cuts the
+    # odd runs' drafts after one token (a run rate so high that no token pays) and lets the even
+    # ones run to k. 1200 runs of 3 tokens at temperature 1, top_k=2 (8 outcomes); chi-square
+    # p > 0.001.
     from specviz.proposers import AdaptiveProposer, ModelProposer
 
     params = SamplingParams(1.0, top_k=2)
@@ -176,6 +178,7 @@ def test_adaptive_stop_rule_keeps_the_targets_distribution(pair):
     drafter = AdaptiveProposer(ModelProposer(pair.draft, pair.vocab_size))
     run(pair, prompt="for i in range(10):", proposer=drafter, k=4, max_new_tokens=12, temperature=1.0)
     assert drafter.rule is not None
+    drafter.observe_round = lambda event: None  # frozen: each run's lengths are set below
     with torch.no_grad():
         p1 = process(pair.target(torch.tensor([ids])).logits[0, -1, : pair.vocab_size], params)
         s1 = p1.nonzero().flatten().tolist()
@@ -190,11 +193,12 @@ def test_adaptive_stop_rule_keeps_the_targets_distribution(pair):
                     joint[(a, b, c)] = float(p1[a] * p2[i, b] * p3[c])
     counts, lengths = dict.fromkeys(joint, 0), set()
     for seed in range(1200):
+        drafter.rule.tokens, drafter.rule.seconds = (1e9 if seed % 2 else 0.0), 1.0  # R: bar huge or 0
         events = run(pair, prompt=prompt, proposer=drafter, k=2, max_new_tokens=3, temperature=1.0,
                      top_k=2, seed=seed)
-        lengths.add(events[0].k)
+        lengths.add((seed % 2, events[0].k))
         counts[tuple(tokens(events))] += 1  # a KeyError here is an outcome the target forbids
-    assert lengths == {1, 2}  # the rule cut some drafts short and let others run
+    assert lengths == {(1, 1), (0, 2)}  # the rule cut the odd runs' drafts short
     cells = list(joint)
     expected = torch.tensor([joint[c] for c in cells], dtype=torch.float64)
     stat = chisquare([counts[c] for c in cells], (expected / expected.sum() * 1200).numpy())

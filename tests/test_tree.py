@@ -175,6 +175,12 @@ def test_verify_cost_fits_a_line_and_falls_back_to_the_prior():
     for n, t in [(1, 0.2 + 0.05 * 1), (9, 0.2 + 0.05 * 9), (4, 0.2 + 0.05 * 4)]:
         cost.observe(n, t)
     assert cost.fit() == pytest.approx((0.2, 0.05)) and cost.slope() == pytest.approx(0.25)
+    # a drafter that learnt to draft one or two tokens: the window loses its spread, and the
+    # fitted slope holds (not the prior), a = mean t / (1 + 0.25 * mean n) = 0.275 / 1.375
+    for i in range(40):
+        cost.observe(1 + i % 2, 0.2 + 0.05 * (1 + i % 2))
+    assert {n for n, _ in cost.seen} == {1, 2} and cost.measured
+    assert cost.fit() == pytest.approx((0.2, 0.05)) and cost.slope() == pytest.approx(0.25)
 
 
 def test_an_unmeasured_verify_cost_alternates_two_small_sizes_then_lifts_the_cap(pair):
