@@ -15,6 +15,8 @@ present, also times the real pair. It reports:
   and speculative-style verify rounds of width k+1 with some drafts corrupted, so the static
   cache is rolled back past rejected tokens), and eager against a cache-free forward;
 - the projected speedup per k and drafter (profiles.projection, acceptance measured on CPU);
+- the engine's own rounds end to end (enginecheck): how much of a round is neither the draft's
+  passes nor the verify pass, against what the profile projects for the same passes;
 - each goal of the GPU issue as met / not met.
 
 It writes the pass costs as a cost profile (specviz.profiles) that the k explorer and the bench
@@ -38,7 +40,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from . import profiles
+from . import enginecheck, profiles
 from .lm import CachedLM
 
 CONFIGS = Path(__file__).parent.parent / "assets" / "configs"
@@ -62,6 +64,7 @@ class Settings:
     # compiled tree pass feeds (1 + lm.bucket(nodes))
     fast_widths: tuple[int, ...] = (1, 5, 9, 3, 2, 17, 33, 65)
     identity_tokens: int = 48
+    engine_tokens: int = 48  # tokens each engine run (enginecheck) generates
     k: int = 4
     copy_mib: int = 2048
     budget: float = 270.0  # seconds for the whole check
@@ -72,11 +75,12 @@ class Settings:
         s = cls(device, quick, compile=device == "cuda")
         if device != "cuda":
             s = replace(s, repeats=3, context=64, eager_widths=(1, 2, 3, 5, 9, 17),
-                        fast_widths=(1, 5, 9, 3, 2, 17), identity_tokens=16,
+                        fast_widths=(1, 5, 9, 3, 2, 17), identity_tokens=16, engine_tokens=24,
                         copy_mib=256, budget=900.0)
         if quick:
             s = replace(s, repeats=3, context=16, eager_widths=(1, 2, 5), fast_widths=(1, 5),
-                        identity_tokens=12, copy_mib=min(s.copy_mib, 64), real=False, budget=120.0)
+                        identity_tokens=12, engine_tokens=12, copy_mib=min(s.copy_mib, 64), real=False,
+                        budget=120.0)
         return replace(s, **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -415,7 +419,7 @@ def run(s: Settings, log=print) -> dict:
     if "fast" in paths_ok:
         paths["fast"] = time_path(models, "fast", s, clock, first, skipped, "random")
         logged("fast")
-    result = {"identity": None, "real": None, "real_identity": None}
+    result = {"identity": None, "real": None, "real_identity": None, "engine": {}}
     if clock.left() > 0.2 * s.budget or s.quick:
         model32 = random_model(cfgs["target"], s.device, torch.float32, seed=0)
         result["identity"] = identity(model32, s)
@@ -427,6 +431,16 @@ def run(s: Settings, log=print) -> dict:
     if "fast" in paths_ok and rest:
         time_path(models, "fast", s, clock, rest, skipped, "random", into=paths["fast"], margin=2.0)
         logged("fast")
+    for kind in enginecheck.RUNS if "fast" in paths_ok else ():  # a tree run's shapes capture anew
+        if clock.left() < 0.4 * s.budget and not s.quick:
+            skipped.append(f"engine rounds, {kind} (time budget)")
+            continue
+        try:
+            result["engine"][kind] = enginecheck.engine_run(
+                models, "compiled" if s.compile else "static", kind, s.k, s.context, s.engine_tokens)
+            log(f"engine rounds, {kind}: {json.dumps(result['engine'][kind])}")
+        except Exception as e:  # noqa: BLE001 - a measurement: say what failed, keep the rest
+            skipped.append(f"engine rounds, {kind}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
     del models
     if s.real and clock.left() > 0.4 * s.budget:
         real = real_models(s.device, dtype)
@@ -543,6 +557,8 @@ def text(report: dict) -> str:
         for name, path in report["real"].items():
             lines.append(f"real pair, {name}: C_D {path.get('draft_ms', 0):.3f} ms; C_T "
                          + ", ".join(f"{w}: {ms:.3f}" for w, ms in path["target_ms"].items()) + " ms")
+    if report.get("engine"):
+        lines += enginecheck.lines(report["engine"], profiles.from_dict(prof))
     for item in report["skipped"]:
         lines.append(f"skipped: {item}")
     lines.append("goals (set for an H200):")

@@ -111,6 +111,45 @@ def test_goals_match_a_hand_computation():
     assert gpucheck.summary(hand_profile(), 1, 1.0, None, 4)["goals"][4]["met"] is None  # not measured
 
 
+def test_engine_section_splits_each_round_and_prices_its_passes():
+    from specviz import enginecheck
+    from specviz.engine import RoundEvent
+
+    def event(n, k, draft_passes, draft_ms, target_ms, round_ms, new):
+        return RoundEvent(n, k, [1] * k, len(new) - 1, 2, "recovered", new, [], [], n, draft_passes,
+                          draft_ms / 1e3, target_ms / 1e3, round_ms / 1e3, 0.0, 0, "draft", 0, None)
+
+    events = [event(1, 4, 4, 90.0, 50.0, 150.0, [3]),  # round 1 fed the prompt: left out
+              event(2, 4, 8, 4.0, 1.2, 6.0, [3]), event(3, 4, 12, 4.0, 1.2, 7.0, [1, 3]),
+              event(4, 2, 14, 2.0, 1.1, 4.0, [3])]
+    r = enginecheck.split(events)
+    assert (r["rounds"], r["tokens"], r["draft_passes"], r["widths"]) == (3, 4, 10, {"3": 1, "5": 2})
+    assert math.isclose(r["nodes"], 10 / 3) and math.isclose(r["round_ms"], 17 / 3)
+    assert math.isclose(r["draft_ms"], 10 / 3) and math.isclose(r["target_ms"], 3.5 / 3)
+    assert math.isclose(r["engine_ms"], (0.8 + 1.8 + 0.9) / 3)  # each round's rest
+    assert math.isclose(r["engine_share"], 3.5 / 17)
+    profile = profiles.Profile("hand", {"name": "x"}, {}, {
+        "fast": profiles.PathCosts("static", True, 0.1, ((1, 1.0), (3, 1.1), (5, 1.2)))})
+    # 10 draft passes at 0.1 ms, two verify passes of 5 tokens at 1.2, one of 3 at 1.1: 4.5 ms
+    assert math.isclose(enginecheck.projected_ms(r, profile, "fast"), 4.5 / 3)
+    assert enginecheck.projected_ms(r, profile, "eager") is None  # no such path
+    with pytest.raises(ValueError, match="two rounds"):
+        enginecheck.split(events[:1])
+
+
+def test_quick_check_times_the_engines_own_rounds(quick):
+    report = quick[0]
+    assert set(report["engine"]) == {"chain", "tree"}
+    for name, r in report["engine"].items():
+        assert r["rounds"] >= 1 and r["tokens"] >= r["rounds"] and r["k"] == 4
+        assert r["tree"] == (name == "tree")
+        assert math.isclose(r["round_ms"], r["draft_ms"] + r["target_ms"] + r["engine_ms"], rel_tol=1e-9)
+        assert 0 <= r["engine_share"] < 1 and sum(r["widths"].values()) == r["rounds"]
+    assert max(map(int, report["engine"]["tree"]["widths"])) == 1 + 16  # the fixed 16-node budget
+    text = gpucheck.text(report)
+    assert "engine rounds (fast path" in text and "the profile projects" in text
+
+
 def tiny(layers=3):
     from transformers import Qwen2Config
 

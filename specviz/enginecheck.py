@@ -1,0 +1,102 @@
+"""gpucheck's engine section: the engine's own rounds, end to end, on the random-weight pair.
+
+The pass timings price a round as k draft passes plus one verify pass; the cost profiles'
+projections (profiles.project) add nothing else. Everything else a round does is the engine's own
+work: sampling, the rule, the host read-backs, the KV bookkeeping, the event. On a CPU that is
+under 1% of a round; on a GPU, where a graphed pass takes about a millisecond, it may not be.
+This section runs `specviz.generate` (greedy, a chain at k and a token tree of depth k with a
+fixed node budget) and splits each round's wall time into the draft's passes, the target's
+verify pass and the rest, as the engine's RoundEvents time them. Random weights keep nearly
+every draft refused, so each round commits about one token: the split, not the speed, is the
+figure here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from statistics import fmean
+
+from . import profiles
+from .engine import generate
+from .loading import Pair
+
+TREE_NODES = 16  # a fixed budget: the tree's verify width is known (17, a power of two plus 1)
+
+
+class Vocabulary:
+    """The tokenizer a random-weight pair needs: its size, no end-of-sequence token, ids as text."""
+
+    eos_token_id = None
+    chat_template = None
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def decode(self, ids, **_) -> str:
+        return " ".join(f"<{int(i)}>" for i in ids)
+
+
+def split(events) -> dict:
+    """Means per round over the events after the first (it also fed the prompt): wall ms, the
+    draft's and the target's ms, the engine's own ms (the rest), and the rest's share of the
+    rounds' total time; with the rounds, the tokens they committed, the nodes verified a round,
+    and the passes they asked for (draft passes, target passes by verify width)."""
+    events = list(events)
+    first, later = events[:1], events[1:]
+    if not later:
+        raise ValueError("the engine section needs two rounds or more")
+    total = sum(e.round_seconds for e in later)
+    widths = Counter(e.nodes + 1 for e in later)
+    return {"rounds": len(later), "tokens": sum(len(e.new_tokens) for e in later),
+            "nodes": fmean(e.nodes for e in later),
+            "round_ms": 1e3 * fmean(e.round_seconds for e in later),
+            "draft_ms": 1e3 * fmean(e.draft_seconds for e in later),
+            "target_ms": 1e3 * fmean(e.target_seconds for e in later),
+            "engine_ms": 1e3 * fmean(e.overhead_seconds for e in later),
+            "engine_share": sum(e.overhead_seconds for e in later) / total if total else 0.0,
+            "draft_passes": later[-1].draft_passes - first[0].draft_passes,
+            "widths": {str(w): n for w, n in sorted(widths.items())},
+            "tree": any(e.tree for e in later)}
+
+
+def projected_ms(r: dict, profile: profiles.Profile, path: str) -> float | None:
+    """What the profile's path charges those rounds' passes (profiles.project), per round."""
+    passes = profiles.Passes(r["draft_passes"], {int(w): n for w, n in r["widths"].items()}, r["tree"])
+    try:
+        return 1e3 * profiles.project(passes, profile, path) / r["rounds"]
+    except ValueError:  # no draft cost or no such path on this profile
+        return None
+
+
+RUNS = {"chain": {"proposer": "draft"}, "tree": {"proposer": "tree", "nodes": TREE_NODES}}
+
+
+def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens: int) -> dict:
+    """split() of a greedy `kind` run (RUNS) on the random pair through the engine, after a short
+    warm-up run (on CUDA the first use of a shape captures its graph), with k."""
+    target, draft = models["target"], models["draft"]
+    vocab = target.config.vocab_size
+    pair = Pair(target, Vocabulary(vocab), draft, "random target", "random draft", fast=fast)
+    prompt = [(11 * i + 5) % vocab for i in range(context)]
+    eos, target.generation_config.eos_token_id = target.generation_config.eos_token_id, None
+    try:
+        list(generate(pair, prompt, k=k, max_new_tokens=k + 2, **RUNS[kind]))
+        return split(generate(pair, prompt, k=k, max_new_tokens=tokens, **RUNS[kind])) | {"k": k}
+    finally:
+        target.generation_config.eos_token_id = eos
+
+
+def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") -> list[str]:
+    """The section for a terminal, each run against what the profile's path projects for it."""
+    out = [f"engine rounds ({path} path, random weights, greedy; means over the rounds after the "
+           "first):"]
+    for name, r in result.items():
+        projected = projected_ms(r, profile, path) if profile is not None else None
+        out.append(f"  {name} k={r['k']}, {r['nodes']:.1f} nodes a round: round {r['round_ms']:.3f} ms = "
+                   f"draft {r['draft_ms']:.3f} + target {r['target_ms']:.3f} + engine "
+                   f"{r['engine_ms']:.3f} ms ({r['engine_share']:.1%} of the time)"
+                   + ("" if projected is None else f"; the profile projects {projected:.3f} ms"))
+    return out
