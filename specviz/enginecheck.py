@@ -13,6 +13,7 @@ figure here.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from statistics import fmean
 
@@ -39,15 +40,18 @@ class Vocabulary:
         return " ".join(f"<{int(i)}>" for i in ids)
 
 
-def split(events) -> dict:
-    """Means per round over the events after the first (it also fed the prompt): wall ms, the
-    draft's and the target's ms, the engine's own ms (the rest), and the rest's share of the
-    rounds' total time; with the rounds, the tokens they committed, the nodes verified a round,
-    and the passes they asked for (draft passes, target passes by verify width)."""
+def split(events, k: int, max_new_tokens: int) -> dict:
+    """Means per round over the full rounds after the first (round 1 also fed the prompt; near
+    the end the budget cuts a round's drafts, and the verify widths it then feeds run uncaptured):
+    wall ms, the draft's and the target's ms, the engine's own ms (the rest), and the rest's share
+    of those rounds' time; with the rounds, the tokens they committed, the nodes they verified a
+    round, and the passes they asked for (draft passes, target passes by verify width)."""
     events = list(events)
-    first, later = events[:1], events[1:]
-    if not later:
-        raise ValueError("the engine section needs two rounds or more")
+    kept = [(before, e) for before, e in zip(events, events[1:], strict=False)
+            if max_new_tokens - e.position - 1 >= k]
+    if not kept:
+        raise ValueError("the engine section needs a full round after the first: generate more tokens")
+    later = [e for _, e in kept]
     total = sum(e.round_seconds for e in later)
     widths = Counter(e.nodes + 1 for e in later)
     return {"rounds": len(later), "tokens": sum(len(e.new_tokens) for e in later),
@@ -57,7 +61,7 @@ def split(events) -> dict:
             "target_ms": 1e3 * fmean(e.target_seconds for e in later),
             "engine_ms": 1e3 * fmean(e.overhead_seconds for e in later),
             "engine_share": sum(e.overhead_seconds for e in later) / total if total else 0.0,
-            "draft_passes": later[-1].draft_passes - first[0].draft_passes,
+            "draft_passes": sum(e.draft_passes - before.draft_passes for before, e in kept),
             "widths": {str(w): n for w, n in sorted(widths.items())},
             "tree": any(e.tree for e in later)}
 
@@ -76,22 +80,27 @@ RUNS = {"chain": {"proposer": "draft"}, "tree": {"proposer": "tree", "nodes": TR
 
 def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens: int) -> dict:
     """split() of a greedy `kind` run (RUNS) on the random pair through the engine, after a short
-    warm-up run (on CUDA the first use of a shape captures its graph), with k."""
+    warm-up run that reaches every width the run feeds (on CUDA the first use of a shape captures
+    its graph: a chain at k reuses the widths the pass timings captured, a tree captures three
+    masked passes anew)."""
     target, draft = models["target"], models["draft"]
     vocab = target.config.vocab_size
     pair = Pair(target, Vocabulary(vocab), draft, "random target", "random draft", fast=fast)
     prompt = [(11 * i + 5) % vocab for i in range(context)]
     eos, target.generation_config.eos_token_id = target.generation_config.eos_token_id, None
     try:
+        start = time.perf_counter()
         list(generate(pair, prompt, k=k, max_new_tokens=k + 2, **RUNS[kind]))
-        return split(generate(pair, prompt, k=k, max_new_tokens=tokens, **RUNS[kind])) | {"k": k}
+        events = list(generate(pair, prompt, k=k, max_new_tokens=tokens, **RUNS[kind]))
+        # seconds: the whole section for this kind, its warm-up (and any graph captures) included
+        return split(events, k, tokens) | {"k": k, "seconds": round(time.perf_counter() - start, 2)}
     finally:
         target.generation_config.eos_token_id = eos
 
 
 def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") -> list[str]:
     """The section for a terminal, each run against what the profile's path projects for it."""
-    out = [f"engine rounds ({path} path, random weights, greedy; means over the rounds after the "
+    out = [f"engine rounds ({path} path, random weights, greedy; means over the full rounds after the "
            "first):"]
     for name, r in result.items():
         projected = projected_ms(r, profile, path) if profile is not None else None

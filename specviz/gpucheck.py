@@ -428,19 +428,29 @@ def run(s: Settings, log=print) -> dict:
     else:
         skipped.append("float32 identity check (time budget)")
     rest = tuple(w for w in s.fast_widths if w not in first)
-    if "fast" in paths_ok and rest:
-        time_path(models, "fast", s, clock, rest, skipped, "random", into=paths["fast"], margin=2.0)
-        logged("fast")
-    for kind in enginecheck.RUNS if "fast" in paths_ok else ():  # a tree run's shapes capture anew
-        if clock.left() < 0.4 * s.budget and not s.quick:
+
+    def engine(models: dict, kind: str, captures: int) -> None:
+        """The engine's own rounds (enginecheck) while the budget lasts: `captures` new shapes,
+        each priced at the costliest fast width so far (its capture included)."""
+        capture = max(paths["fast"]["seconds"].values(), default=0.0)
+        if clock.left() < 0.4 * s.budget + captures * capture and not s.quick:
             skipped.append(f"engine rounds, {kind} (time budget)")
-            continue
+            return
         try:
             result["engine"][kind] = enginecheck.engine_run(
                 models, "compiled" if s.compile else "static", kind, s.k, s.context, s.engine_tokens)
             log(f"engine rounds, {kind}: {json.dumps(result['engine'][kind])}")
         except Exception as e:  # noqa: BLE001 - a measurement: say what failed, keep the rest
-            skipped.append(f"engine rounds, {kind}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            first_line = (str(e).splitlines() or [""])[0][:200]
+            skipped.append(f"engine rounds, {kind}: {type(e).__name__}: {first_line}")
+
+    if "fast" in paths_ok:  # the chain feeds the widths just captured (1 and k + 1): seconds
+        engine(models, "chain", 0)
+    if "fast" in paths_ok and rest:
+        time_path(models, "fast", s, clock, rest, skipped, "random", into=paths["fast"], margin=2.0)
+        logged("fast")
+    if "fast" in paths_ok:  # a tree captures three masked passes anew (draft 4 wide, target 17 and 5)
+        engine(models, "tree", 3)
     del models
     if s.real and clock.left() > 0.4 * s.budget:
         real = real_models(s.device, dtype)

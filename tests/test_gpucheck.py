@@ -115,26 +115,27 @@ def test_engine_section_splits_each_round_and_prices_its_passes():
     from specviz import enginecheck
     from specviz.engine import RoundEvent
 
-    def event(n, k, draft_passes, draft_ms, target_ms, round_ms, new):
+    def event(n, k, draft_passes, draft_ms, target_ms, round_ms, new, position):
         return RoundEvent(n, k, [1] * k, len(new) - 1, 2, "recovered", new, [], [], n, draft_passes,
-                          draft_ms / 1e3, target_ms / 1e3, round_ms / 1e3, 0.0, 0, "draft", 0, None)
+                          draft_ms / 1e3, target_ms / 1e3, round_ms / 1e3, 0.0, position, "draft", 0, None)
 
-    events = [event(1, 4, 4, 90.0, 50.0, 150.0, [3]),  # round 1 fed the prompt: left out
-              event(2, 4, 8, 4.0, 1.2, 6.0, [3]), event(3, 4, 12, 4.0, 1.2, 7.0, [1, 3]),
-              event(4, 2, 14, 2.0, 1.1, 4.0, [3])]
-    r = enginecheck.split(events)
-    assert (r["rounds"], r["tokens"], r["draft_passes"], r["widths"]) == (3, 4, 10, {"3": 1, "5": 2})
-    assert math.isclose(r["nodes"], 10 / 3) and math.isclose(r["round_ms"], 17 / 3)
-    assert math.isclose(r["draft_ms"], 10 / 3) and math.isclose(r["target_ms"], 3.5 / 3)
-    assert math.isclose(r["engine_ms"], (0.8 + 1.8 + 0.9) / 3)  # each round's rest
-    assert math.isclose(r["engine_share"], 3.5 / 17)
+    # a run of 7 tokens at k = 2: round 1 fed the prompt, the last round's drafts were cut to 1
+    events = [event(1, 2, 2, 90.0, 50.0, 150.0, [3], 0),
+              event(2, 2, 4, 2.0, 1.2, 4.0, [3], 1), event(3, 2, 6, 2.0, 1.2, 5.0, [1, 3], 2),
+              event(4, 2, 9, 3.0, 1.2, 4.5, [3], 4), event(5, 1, 10, 1.0, 9.0, 11.0, [1, 3], 5)]
+    r = enginecheck.split(events, k=2, max_new_tokens=7)
+    assert (r["rounds"], r["tokens"], r["draft_passes"], r["widths"]) == (3, 4, 7, {"3": 3})
+    assert math.isclose(r["nodes"], 2) and math.isclose(r["round_ms"], 13.5 / 3)
+    assert math.isclose(r["draft_ms"], 7 / 3) and math.isclose(r["target_ms"], 1.2)
+    assert math.isclose(r["engine_ms"], (0.8 + 1.8 + 0.3) / 3)  # each round's rest
+    assert math.isclose(r["engine_share"], 2.9 / 13.5)
     profile = profiles.Profile("hand", {"name": "x"}, {}, {
         "fast": profiles.PathCosts("static", True, 0.1, ((1, 1.0), (3, 1.1), (5, 1.2)))})
-    # 10 draft passes at 0.1 ms, two verify passes of 5 tokens at 1.2, one of 3 at 1.1: 4.5 ms
-    assert math.isclose(enginecheck.projected_ms(r, profile, "fast"), 4.5 / 3)
+    # 7 draft passes at 0.1 ms and three verify passes of 3 tokens at 1.1 ms: 4.0 ms
+    assert math.isclose(enginecheck.projected_ms(r, profile, "fast"), 4.0 / 3)
     assert enginecheck.projected_ms(r, profile, "eager") is None  # no such path
-    with pytest.raises(ValueError, match="two rounds"):
-        enginecheck.split(events[:1])
+    with pytest.raises(ValueError, match="a full round after the first"):
+        enginecheck.split(events[:1] + events[-1:], k=2, max_new_tokens=7)
 
 
 def test_quick_check_times_the_engines_own_rounds(quick):
