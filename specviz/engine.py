@@ -85,8 +85,8 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
                          "or use proposer='ngram' or 'none'")
     if proposer == "none":
         return NoProposer()
-    if proposer == "ngram":
-        return NgramProposer(ngram_size)
+    if proposer == "ngram":  # the slope stays as it is at the start of the run (replayable)
+        return NgramProposer(ngram_size, ngram_slope(pair))
     if proposer == "tree":
         return TreeProposer(pair.draft, pair.vocab_size, nodes, branching, VerifyCost.of(pair.target),
                             **cache_kwargs(pair.draft, pair.fast, max_len))
@@ -97,6 +97,12 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
     if proposer == "adaptive":
         return adaptive
     return HybridProposer(adaptive, NgramProposer(max(ngram_size, 8)))
+
+
+def ngram_slope(pair) -> float:
+    """What the n-gram drafter prices a proposed token at: the target's verify line as measured
+    so far (verifycost.VerifyCost.of; the prior VERIFY_SLOPE until a run has fitted one)."""
+    return VerifyCost.of(pair.target).slope()
 
 
 def check_settings(k: int, max_new_tokens: int) -> None:

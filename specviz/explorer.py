@@ -13,12 +13,12 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .detok import token_pieces
-from .engine import MAX_K
+from .engine import MAX_K, ngram_slope
 from .lm import input_rows
 from .metrics import RunStats
 from .proposers import DraftLength, NgramProposer
 from .render import ACCEPTED, BONUS, RECOVERED, REJECTED, TARGET, Span
-from .verifycost import fit_line
+from .verifycost import VERIFY_SLOPE, fit_line
 
 EXPLORER_PROPOSERS = ("draft", "ngram")
 
@@ -39,6 +39,12 @@ class Recording:
     confidences: list[float] | tuple[float, ...] = ()  # draft top probability per position, true prefix
     verify_line: tuple[float, float] | None = None  # (c0, c1): a target pass feeding x tokens costs
     # c0 + c1 * x seconds, fitted to the recorded run (None: the flat mean, as older traces hold)
+    ngram_slope: float | None = None  # the n-gram rule's price of a proposed token in target
+    # passes, as the run used it (engine.ngram_slope); None: the prior, as older traces used
+
+    def lookup(self) -> NgramProposer:
+        """A fresh n-gram drafter exactly as the recorded run drafted."""
+        return NgramProposer(self.ngram_size, VERIFY_SLOPE if self.ngram_slope is None else self.ngram_slope)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -116,8 +122,10 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
     guess_pieces = [token_pieces(pair.tokenizer, prompt_ids + output[:i], [g])[0]
                     for i, g in enumerate(guesses)]
     token_text = {str(t): pair.tokenizer.decode([t]) for t in set(prompt_ids + output)}
+    slope = ngram_slope(pair) if proposer == "ngram" else None  # unchanged by the n-gram run itself
     return Recording(proposer, list(prompt_ids), output, guesses, cost_d, cost_t, max_new_tokens,
-                     ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences, line)
+                     ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences, line,
+                     slope)
 
 
 def verify_line(events, prompt_tokens: int) -> tuple[float, float] | None:
@@ -147,7 +155,7 @@ def _round(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> Round:
 
 def replay(rec: Recording, k: int) -> Replay:
     """The rounds a fixed-k run makes (the engine's budget rule included)."""
-    lookup, pos, rounds = NgramProposer(rec.ngram_size), 0, []
+    lookup, pos, rounds = rec.lookup(), 0, []
     while pos < len(rec.output):
         r = _round(rec, pos, min(k, rec.max_new_tokens - pos - 1), lookup)
         rounds.append(r)
@@ -178,7 +186,7 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
     else:  # the run's fitted line (round 1's prompt pass included): C_T = T(0 drafts), b = c1
         c0, c1 = rec.verify_line
         rule = DraftLength(rec.draft_pass_seconds or 1e-9, c0 + c1, slope=c1 / (c0 + c1))
-    lookup, pos, rounds = NgramProposer(rec.ngram_size), 0, []
+    lookup, pos, rounds = rec.lookup(), 0, []
     while pos < len(rec.output):
         budget = min(k_max, rec.max_new_tokens - pos - 1)
         if len(rounds) < 2:  # like the live proposer: two rounds of min(4, k) measure the costs

@@ -65,22 +65,23 @@ class NgramProposer:
     several matches it takes the one that continues the last kept copy (see match()); when
     nothing matches, it reads on from where that copy left off.
 
-    A proposed token costs one more verified position (VERIFY_SLOPE of a target pass) and buys a
-    token only if it and all before it are kept. The proposer learns from the run, per match
-    length n, how often the first proposed token is kept (a_1, prior 1/2), and how often a token
-    after a kept one is kept (a_c, prior 4/5: copies come in runs). It proposes token j while
-    P(first j kept) = a_1 * a_c^(j-1) > R * VERIFY_SLOPE, R being the run's tokens per unit of
-    target-pass cost so far, and always one token when there is a match. Deterministic: it
-    counts costs in passes, not seconds, so the k explorer replays it exactly.
+    A proposed token costs one more verified position (`slope` of a target pass: the engine
+    passes the target's measured verify line, verifycost.VerifyCost, as it stands when the run
+    starts; VERIFY_SLOPE before any is measured) and buys a token only if it and all before it
+    are kept. The proposer learns from the run, per match length n, how often the first proposed
+    token is kept (a_1, prior 1/2), and how often a token after a kept one is kept (a_c, prior
+    4/5: copies come in runs). It proposes token j while P(first j kept) = a_1 * a_c^(j-1) >
+    R * slope, R being the run's tokens per unit of target-pass cost so far, and always one token
+    when there is a match. Deterministic: it counts costs in passes, not seconds, and its slope is
+    fixed for the run, so the k explorer replays it exactly (Recording.ngram_slope).
     """
 
     name = "ngram"
-    VERIFY_SLOPE = VERIFY_SLOPE
 
-    def __init__(self, max_ngram: int = 3):
+    def __init__(self, max_ngram: int = 3, slope: float = VERIFY_SLOPE):
         if not 1 <= max_ngram <= 16:
             raise ValueError(f"ngram size must be in 1..16, got {max_ngram}")
-        self.max_ngram = max_ngram
+        self.max_ngram, self.slope = max_ngram, slope
         self.first: dict[int, list[float]] = {}  # match length -> [first token kept, proposals]
         self.later = [0.0, 0.0]  # [kept, reached] for tokens after a kept one
         self.tokens, self.cost = 0.0, 0.0  # the run so far, cost in target passes
@@ -150,7 +151,7 @@ class NgramProposer:
                 self.later[0] += kept - 1
                 self.later[1] += min(kept, len(proposal) - 1)
         self.tokens += len(grown)
-        self.cost += 1 + self.VERIFY_SLOPE * len(proposal)
+        self.cost += 1 + self.slope * len(proposal)
 
     def proposal(self, ids: list[int], k: int) -> list[int]:
         """This round's proposal for context ids (learning from the previous call's outcome)."""
@@ -163,7 +164,7 @@ class NgramProposer:
         kept, seen = self.first.get(n, [0.0, 0.0])
         a_first = (kept + 1) / (seen + 2)
         a_later = (self.later[0] + 4) / (self.later[1] + 5)
-        bar = (self.tokens + 2) / (self.cost + 2) * self.VERIFY_SLOPE
+        bar = (self.tokens + 2) / (self.cost + 2) * self.slope
         length, sure = 0, 1.0
         while length < len(tokens) and sure * (a_later if length else a_first) > bar:
             sure *= a_later if length else a_first

@@ -136,7 +136,13 @@ def test_ngram_proposes_only_what_its_record_says_will_pay():
     # the target kept 1 and 2, then said 42 instead of 3
     burnt.proposal(ids + [1, 2, 42], 8)
     assert burnt.first[1] == [1.0, 11.0] and burnt.later == [1.0, 2.0]
-    assert burnt.tokens == 13.0 and burnt.cost == 11.0 + 4 * NgramProposer.VERIFY_SLOPE
+    assert burnt.tokens == 13.0 and burnt.cost == 11.0 + 4 * VERIFY_SLOPE
+    # where a verified token costs half a pass (this CPU), the bar is 2 / 2 * 0.5 = 0.5 and the
+    # first token's 1/2 does not clear it: only the one token a match always gets
+    steep = NgramProposer(3, slope=0.5)
+    assert steep.proposal(ids, 8) == [1]
+    steep.proposal(ids + [1, 2], 8)  # kept: cost 1 + 0.5 * 1 pass for 2 tokens
+    assert steep.tokens == 2.0 and steep.cost == 1.5
 
 
 def test_ngram_keeps_copying_where_the_last_kept_copy_left_off():

@@ -31,6 +31,25 @@ def test_replay_equals_real_runs_at_every_k(pair, proposer):
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
 
 
+def test_ngram_replay_prices_tokens_at_the_slope_the_run_used(pair, monkeypatch):
+    from specviz import verifycost
+
+    monkeypatch.setattr(verifycost, "_COSTS", verifycost.weakref.WeakKeyDictionary())
+    for n, t in [(1, 0.3), (5, 0.7), (9, 1.1)]:  # a target pass costs 0.2 + 0.1 n: slope 0.5
+        verifycost.VerifyCost.of(pair.target).observe(n, t)
+    pair.target.generation_config.eos_token_id = None
+    try:
+        rec = explorer.record(pair, pair.encode(PROMPT), real(pair, "ngram", 8), "ngram", max_new_tokens=40)
+        assert rec.ngram_slope == pytest.approx(0.5) and rec.lookup().slope == rec.ngram_slope
+        for k in (2, 8):
+            rep, run = explorer.replay(rec, k), real(pair, "ngram", k)
+            assert [(r.k, r.accepted) for r in rep.rounds] == [(e.k, e.accepted) for e in run.events], k
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+    drafted = explorer.record(pair, pair.encode(PROMPT), real(pair, "draft", 2, 8), "draft", 8)
+    assert drafted.ngram_slope is None
+
+
 def test_replay_spans_show_every_output_token_once(pair):
     measured = real(pair, "draft", 3)
     rec = explorer.record(pair, pair.encode(PROMPT), measured, "draft", max_new_tokens=40)
