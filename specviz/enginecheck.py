@@ -25,19 +25,16 @@ TREE_NODES = 16  # a fixed budget: the tree's verify width is known (17, a power
 
 
 class Vocabulary:
-    """The tokenizer a random-weight pair needs: its size, no end-of-sequence token, ids as text."""
+    """All of a tokenizer the engine asks of a random-weight pair fed token ids: its size, and no
+    end-of-sequence token."""
 
     eos_token_id = None
-    chat_template = None
 
     def __init__(self, size: int):
         self.size = size
 
     def __len__(self) -> int:
         return self.size
-
-    def decode(self, ids, **_) -> str:
-        return " ".join(f"<{int(i)}>" for i in ids)
 
 
 def split(events, k: int, max_new_tokens: int) -> dict:

@@ -49,12 +49,21 @@ class Recording:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def target_seconds(self, drafts: int) -> float:
-        """C_T of a round that verifies `drafts` drafted tokens (it feeds 1 + drafts)."""
+    @property
+    def per_draft(self) -> tuple[float, float] | None:
+        """(C_T, b): verify_line read per drafted token, a round verifying n drafts (feeding
+        1 + n tokens) costing C_T + b * n seconds; None for older traces."""
         if self.verify_line is None:
-            return self.target_pass_seconds
+            return None
         c0, c1 = self.verify_line
-        return c0 + c1 * (1 + drafts)
+        return c0 + c1, c1
+
+    def target_seconds(self, drafts: int) -> float:
+        """C_T of a round that verifies `drafts` drafted tokens (the flat mean for older traces)."""
+        if self.per_draft is None:
+            return self.target_pass_seconds
+        c_t, b = self.per_draft
+        return c_t + b * drafts
 
     @property
     def replays_adaptive(self) -> bool:
@@ -181,11 +190,11 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
                          "record a greedy run of the draft drafter")
     if not 1 <= k_max <= MAX_K:
         raise ValueError(f"k must be in 1..{MAX_K}, got {k_max}")
-    if rec.verify_line is None:  # an older trace: the flat mean and the prior slope
+    if rec.per_draft is None:  # an older trace: the flat mean and the prior slope
         rule = DraftLength(rec.draft_pass_seconds or 1e-9, rec.target_pass_seconds or 1e-9)
-    else:  # the run's fitted line (round 1's prompt pass included): C_T = T(0 drafts), b = c1
-        c0, c1 = rec.verify_line
-        rule = DraftLength(rec.draft_pass_seconds or 1e-9, c0 + c1, slope=c1 / (c0 + c1))
+    else:  # the run's fitted line (round 1's prompt pass included)
+        c_t, b = rec.per_draft
+        rule = DraftLength(rec.draft_pass_seconds or 1e-9, c_t, slope=b / c_t)
     lookup, pos, rounds = rec.lookup(), 0, []
     while pos < len(rec.output):
         budget = min(k_max, rec.max_new_tokens - pos - 1)

@@ -205,12 +205,12 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
 
 def cost_text(rec: explorer.Recording) -> str:
     """The pass costs a replay is priced at, as the k explorer states them."""
-    if rec.verify_line is None:
+    if rec.per_draft is None:
         return (f"C_D={rec.draft_pass_seconds * 1000:.0f} ms, C_T={rec.target_pass_seconds * 1000:.0f} ms "
                 "per target pass, whatever it verifies")
-    c0, c1 = rec.verify_line
+    c_t, b = rec.per_draft
     return (f"C_D={rec.draft_pass_seconds * 1000:.0f} ms; a target pass verifying k drafts costs "
-            f"{(c0 + c1) * 1000:.0f} + {c1 * 1000:.1f}·k ms, fitted to this run's passes, the prompt's "
+            f"{c_t * 1000:.0f} + {b * 1000:.1f}·k ms, fitted to this run's passes, the prompt's "
             "included")
 
 
