@@ -60,6 +60,8 @@ class Record:
     widths: dict[int, int] | None = None  # target passes by tokens verified (1 + k or 1 + nodes)
     nodes_verified: int | None = None  # drafted tokens the target verified (tree nodes, or each k)
     accepted: int | None = None  # drafted tokens kept
+    decode_tokens: int | None = None  # committed after round 1 (which also paid the prefills)
+    decode_seconds: float | None = None  # from the end of round 1 to the end of the run
 
     @property
     def passes(self) -> profiles.Passes | None:
@@ -102,7 +104,8 @@ def specviz_method(proposer: str, k: int, **tree):
                                   draft_seconds=stats.draft_seconds, target_seconds=stats.target_seconds,
                                   other_seconds=stats.overhead_seconds,
                                   draft_passes=stats.draft_passes, widths=widths_of(stats.events),
-                                  nodes_verified=stats.nodes_verified, accepted=stats.accepted)
+                                  nodes_verified=stats.nodes_verified, accepted=stats.accepted,
+                                  decode_tokens=stats.decode_tokens, decode_seconds=stats.decode_seconds)
     return run
 
 
@@ -279,7 +282,9 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                              peak_rss_gib=rss.peak / 2**30, matches_target=None if ref is None
                              else diff is None, first_difference=diff, **details)
                 records.append(rec)
-                log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s"
+                decode = "" if not rec.decode_seconds else \
+                    f" ({rec.decode_tokens / rec.decode_seconds:.2f} after round 1)"
+                log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s{decode}"
                     f"{'' if rec.matches_target in (True, None) else f'  differs at {diff}'}")
     texts = {i: t for (_, i), t in sorted(reference.items(), key=lambda r: r[0][0] == "transformers")}
     return records, texts  # prompt -> the target alone's output (transformers' where it ran)

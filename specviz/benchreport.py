@@ -72,6 +72,9 @@ def summarize(records: list[Record]) -> dict:
                         "draft_seconds": sum(r.draft_seconds for r in rs),
                         "target_seconds": sum(r.target_seconds for r in rs),
                         "other_seconds": sum(r.other_seconds for r in rs)}
+            if rs[0].decode_seconds is not None:  # specviz's runs: the rate with the prompt paid
+                decode = sum(r.decode_seconds for r in rs)
+                row["decode_tokens_per_second"] = sum(r.decode_tokens for r in rs) / decode if decode else 0.0
             if rs[0].nodes_verified is not None and rs[0].target_passes is not None:
                 nodes = sum(r.nodes_verified for r in rs)
                 row |= {"nodes_per_round": nodes / sum(r.target_passes for r in rs),
@@ -111,12 +114,18 @@ def counterparts(method: str, out: dict) -> list[str]:
     return []
 
 
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
 def tree_vs_chain(summary: dict) -> dict:
     """{tree method: {chain, depth, nodes, branching, classes: {class: ratios}, verdicts}}: each
     tree against the chain at its depth, per class, as issue 13's goals read them:
     tokens_per_pass = tree's tokens per target pass / chain's, tokens_per_second likewise, each
-    with _ok against TREE_GOALS. The verdicts (tokens_per_pass_ok, tokens_per_second_ok) hold in
-    every prompt class ("all" aside); `goal_depth` marks the depth the issue states them at."""
+    with _ok against TREE_GOALS, and decode_tokens_per_second (tok/s after round 1, the prompt
+    paid: shown beside the goal, not judged; None where a run had one round). The verdicts
+    (tokens_per_pass_ok, tokens_per_second_ok) hold in every prompt class ("all" aside);
+    `goal_depth` marks the depth the issue states them at."""
     out = {}
     for method, rows in summary.items():
         shape = tree_method(method)
@@ -132,6 +141,8 @@ def tree_vs_chain(summary: dict) -> dict:
             tpp = row["tokens_per_pass"] / base["tokens_per_pass"]
             tps = row["tokens_per_second"] / base["tokens_per_second"]
             classes[cls] = {"tokens_per_pass": tpp, "tokens_per_second": tps,
+                            "decode_tokens_per_second": _ratio(row.get("decode_tokens_per_second"),
+                                                               base.get("decode_tokens_per_second")),
                             "tokens_per_pass_ok": tpp >= TREE_GOALS["tokens_per_pass"],
                             "tokens_per_second_ok": tps >= TREE_GOALS["tokens_per_second"]}
         named = [c for c in classes if c != "all"] or list(classes)
@@ -149,9 +160,9 @@ def tree_table(trees: dict, summary: dict) -> str:
     lines = [f"Token trees against the chain at the same depth (issue 13's goals, stated at depth "
              f"{TREE_GOALS['depth']}: tokens per target pass >= {TREE_GOALS['tokens_per_pass']:.2f}x the "
              f"chain's in every class; tok/s >= {TREE_GOALS['tokens_per_second']:.2f}x):", "",
-             "| tree | class | tokens/pass tree / chain | ratio | tok/s tree / chain | ratio | nodes/round "
-             "tree / chain | accepted/node | tree's draft / target / other s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| tree | class | tokens/pass tree / chain | ratio | tok/s tree / chain | ratio | decode tok/s "
+             "ratio | nodes/round tree / chain | accepted/node | tree's draft / target / other s |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for method, t in trees.items():
         for cls, r in t["classes"].items():
             tree, chain = summary[method][cls], summary[t["chain"]][cls]
@@ -160,12 +171,13 @@ def tree_table(trees: dict, summary: dict) -> str:
                 f"{r['tokens_per_pass']:.2f}x {ok(r['tokens_per_pass_ok'])} | "
                 f"{tree['tokens_per_second']:.2f} / {chain['tokens_per_second']:.2f} | "
                 f"{r['tokens_per_second']:.2f}x {ok(r['tokens_per_second_ok'])} | "
+                f"{_times(r.get('decode_tokens_per_second'))} | "
                 f"{tree.get('nodes_per_round', 0):.1f} / {chain.get('nodes_per_round', 0):.1f} | "
                 f"{tree.get('accepted_per_node', 0):.2f} | {tree.get('draft_seconds', 0):.2f} / "
                 f"{tree.get('target_seconds', 0):.2f} / {tree.get('other_seconds', 0):.3f} |")
         goal = "" if t["goal_depth"] else f" (the goals are stated at depth {TREE_GOALS['depth']})"
         lines.append(f"| {method} | every class{goal} | | {ok(t['tokens_per_pass_ok'])} | | "
-                     f"{ok(t['tokens_per_second_ok'])} | | | |")
+                     f"{ok(t['tokens_per_second_ok'])} | | | | |")
     return "\n".join(lines)
 
 

@@ -126,6 +126,23 @@ class RunStats:
         return self.new_tokens / self.wall_seconds if self.wall_seconds else 0.0
 
     @property
+    def decode_tokens(self) -> int:
+        """Tokens committed after round 1, the round that also paid the prompt's prefills."""
+        return self.new_tokens - (len(self.events[0].new_tokens) if self.events else 0)
+
+    @property
+    def decode_seconds(self) -> float:
+        """Seconds from the end of round 1 to the end of the run: decoding with the prompt paid."""
+        return self.events[-1].elapsed - self.events[0].elapsed if self.events else 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """decode_tokens / decode_seconds: the rate once the prompt is in both caches. Every method
+        pays the same target prefill, which on a CPU can be half of a short run's wall time and
+        swamps the difference between drafters; 0 for a run of one round."""
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds > 0 else 0.0
+
+    @property
     def draft_seconds(self) -> float:
         return sum(e.draft_seconds for e in self.events)
 
@@ -164,6 +181,7 @@ class RunStats:
             "accepted_histogram": self.accepted_histogram,
             "predicted_tokens_per_pass": self.predicted_tokens_per_pass,
             "wall_seconds": self.wall_seconds, "tokens_per_second": self.tokens_per_second,
+            "decode_tokens_per_second": self.decode_tokens_per_second,
             "draft_seconds": self.draft_seconds, "target_seconds": self.target_seconds,
             "overhead_seconds": self.overhead_seconds, "cost_ratio": self.cost_ratio,
             "stop": self.stop,

@@ -72,9 +72,11 @@ class TreeProposer:
         return min(1.0, score * self.kept / self.predicted)
 
     def bar(self) -> float:
-        """R * slope: the tokens one more verified node's cost would buy at the run's rate."""
+        """R * slope: the tokens one more verified node's cost would buy at the run's rate. Until
+        the run has a measured round R is 1, the target alone's rate: a node must at least buy
+        what its time would buy without drafting."""
         fit = self.cost.fit()
-        rate = 1.5 if fit is None or self.seconds <= 0 else self.tokens / (self.seconds / fit[0])
+        rate = 1.0 if fit is None or self.seconds <= 0 else self.tokens / (self.seconds / fit[0])
         return rate * self.cost.slope()
 
     def _learn(self, ids: list[int]) -> None:

@@ -164,23 +164,30 @@ def test_tree_method_names_parse_select_and_bring_their_chain():
             bench.check_methods({bad}, (4,))
 
 
-def trec(method, cls, tokens, seconds, passes, nodes, prompt=0, widths=None, draft=0):
+def trec(method, cls, tokens, seconds, passes, nodes, prompt=0, widths=None, draft=0, decode=4.0):
+    """decode: seconds after round 1, which committed 5 of the tokens."""
     return Record(method, "specviz", 4, prompt, cls, 0, tokens, seconds, target_passes=passes, alpha=0.5,
                   draft_seconds=1.0, target_seconds=seconds - 1.5, other_seconds=0.5, nodes_verified=nodes,
-                  accepted=tokens - passes, widths=widths, draft_passes=draft)
+                  accepted=tokens - passes, widths=widths, draft_passes=draft, decode_tokens=tokens - 5,
+                  decode_seconds=decode)
 
 
 def test_tree_against_the_chain_ratios_and_verdicts_are_exact():
-    records = [trec("specviz:draft-4", "edit", 60, 10.0, 20, 80),
-               trec("specviz:draft-4", "chat", 60, 12.0, 30, 120, prompt=1),
-               trec("specviz:tree-4", "edit", 60, 10.5, 15, 150),
-               trec("specviz:tree-4", "chat", 60, 12.0, 28, 280, prompt=1)]
+    records = [trec("specviz:draft-4", "edit", 60, 10.0, 20, 80, decode=6.0),
+               trec("specviz:draft-4", "chat", 60, 12.0, 30, 120, prompt=1, decode=8.0),
+               trec("specviz:tree-4", "edit", 60, 10.5, 15, 150, decode=5.0),
+               trec("specviz:tree-4", "chat", 60, 12.0, 28, 280, prompt=1, decode=11.0)]
     s = benchreport.summarize(records)
     t = benchreport.tree_vs_chain(s)["specviz:tree-4"]
     edit, chat, every = t["classes"]["edit"], t["classes"]["chat"], t["classes"]["all"]
     # edit: 4.0 against 3.0 tokens per pass; 60 / 10.5 against 6.0 tok/s
     assert edit["tokens_per_pass"] == pytest.approx(4 / 3) and edit["tokens_per_pass_ok"]
     assert edit["tokens_per_second"] == pytest.approx(10 / 10.5) and edit["tokens_per_second_ok"]
+    # with the prompt paid (55 tokens after round 1 in each): 55 / 5 against 55 / 6 s
+    assert edit["decode_tokens_per_second"] == pytest.approx(6 / 5)
+    assert chat["decode_tokens_per_second"] == pytest.approx(8 / 11)
+    assert every["decode_tokens_per_second"] == pytest.approx(14 / 16)  # 110 / 16 against 110 / 14
+    assert s["specviz:tree-4"]["edit"]["decode_tokens_per_second"] == pytest.approx(11.0)
     # chat: 60 / 28 against 2.0 tokens per pass = 1.071 < 1.1; same tok/s
     assert chat["tokens_per_pass"] == pytest.approx(30 / 28) and not chat["tokens_per_pass_ok"]
     assert chat["tokens_per_second"] == pytest.approx(1.0) and chat["tokens_per_second_ok"]
@@ -195,10 +202,10 @@ def test_tree_against_the_chain_ratios_and_verdicts_are_exact():
     assert (row["draft_seconds"], row["target_seconds"], row["other_seconds"]) == (1.0, 9.0, 0.5)
     assert s["specviz:draft-4"]["edit"]["nodes_per_round"] == 4.0
     text = benchreport.tree_table(benchreport.tree_vs_chain(s), s)
-    assert ("| specviz:tree-4 | edit | 4.00 / 3.00 | 1.33x pass | 5.71 / 6.00 | 0.95x pass | 10.0 / 4.0 "
-            "| 0.30 | 1.00 / 9.00 / 0.500 |") in text
+    assert ("| specviz:tree-4 | edit | 4.00 / 3.00 | 1.33x pass | 5.71 / 6.00 | 0.95x pass | 1.20x "
+            "| 10.0 / 4.0 | 0.30 | 1.00 / 9.00 / 0.500 |") in text
     assert "| specviz:tree-4 | chat | 2.14 / 2.00 | 1.07x FAIL | 5.00 / 5.00 | 1.00x pass |" in text
-    assert "| specviz:tree-4 | every class | | FAIL | | pass | | | |" in text
+    assert "| specviz:tree-4 | every class | | FAIL | | pass | | | | |" in text
     rows = benchreport.per_prompt(records)
     assert rows["specviz:tree-4"][1] == {"class": "chat", "runs": 1, "tokens": 60, "seconds": 12.0,
                                          "tokens_per_second": 5.0, "tokens_per_pass": 60 / 28,

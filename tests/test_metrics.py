@@ -83,3 +83,17 @@ def test_the_stats_table_shows_the_hand_computed_figures():
         assert shown in html, shown
     curve = k_prediction(spec).data[0]  # the i.i.d. curve over k at the per-token α
     assert curve.y[3] == pytest.approx((1 - a ** 5) / (1 - a)) and curve.x[3] == 4
+
+
+def test_decode_rate_leaves_out_the_round_that_paid_the_prompt():
+    from dataclasses import replace
+
+    # round 1 (prefill + verify) ends at 10 s with 5 tokens; rounds 2-3 add 2 + 4 tokens by 13 s
+    rounds = run([(4, 4), (4, 1), (4, 3)]).events
+    events = [replace(e, elapsed=t) for e, t in zip(rounds, (10.0, 11.5, 13.0), strict=True)]
+    stats = RunStats.of(events)
+    assert (stats.decode_tokens, stats.decode_seconds) == (6, pytest.approx(3.0))
+    assert stats.decode_tokens_per_second == pytest.approx(2.0)  # against 11 / 13 = 0.85 overall
+    assert stats.tokens_per_second == pytest.approx(11 / 13)
+    assert stats.summary()["decode_tokens_per_second"] == pytest.approx(2.0)
+    assert RunStats.of(events[:1]).decode_tokens_per_second == 0.0  # one round: nothing after it

@@ -196,6 +196,17 @@ def test_an_unmeasured_verify_cost_alternates_two_small_sizes_then_lifts_the_cap
     assert VerifyCost.of(pair.target) is VerifyCost.of(pair.target)  # kept across runs
 
 
+def test_the_node_bar_is_the_runs_rate_times_the_verify_slope(pair):
+    cost = VerifyCost()
+    proposer = TreeProposer(pair.draft, pair.vocab_size, cost=cost)
+    assert proposer.bar() == pytest.approx(0.04)  # nothing measured: R = 1 (the target alone), prior
+    for n, t in [(4, 0.9), (8, 1.5), (4, 0.9)]:  # a = 0.3 s a pass, b = 0.15 s a node: slope 0.5
+        cost.observe(n, t)
+    assert proposer.bar() == pytest.approx(0.5)  # still no round of this run: R = 1
+    proposer.tokens, proposer.seconds = 6, 0.9  # 6 tokens in 3 one-token passes' time: R = 2
+    assert proposer.bar() == pytest.approx(1.0)
+
+
 def test_the_tree_sizes_by_the_engines_measured_verify_times_not_its_callers(pair):
     import time
 
