@@ -73,15 +73,34 @@ def tv(a: torch.Tensor, b: torch.Tensor) -> float:
     return 0.5 * float((a - b).abs().sum())
 
 
+MIN_EXPECTED = 5.0  # Pearson's rule: a cell expecting fewer counts is pooled
+
+
 def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson's chi-square test of counts [vocab] against probs [vocab] (cells with p > 0)."""
+    """Pearson's chi-square test of counts [vocab] against probs [vocab]. Cells expecting fewer
+    than MIN_EXPECTED counts are pooled into one (into the smallest other cell, if the pool itself
+    expects fewer): a real vocabulary has ~150,000 cells with p > 0, and with one degree of
+    freedom each the test could not see a bias of several percent at any feasible trial count."""
     mask = probs > 0
     if bool((counts[~mask] > 0).any()):
         return 0.0  # an outcome that p forbids
     n = counts.sum().double()
-    expected = probs[mask].double() * n
-    stat = ((counts[mask].double() - expected) ** 2 / expected).sum()
-    df = max(int(mask.sum()) - 1, 1)
+    expected, observed = probs[mask].double() * n, counts[mask].double()  # [cells]
+    big = expected >= MIN_EXPECTED
+    expected_cells, observed_cells = expected[big], observed[big]  # [m]
+    rest_expected, rest_observed = expected[~big].sum(), observed[~big].sum()
+    if rest_expected > 0:
+        if rest_expected >= MIN_EXPECTED or not bool(big.any()):
+            expected_cells = torch.cat([expected_cells, rest_expected.view(1)])
+            observed_cells = torch.cat([observed_cells, rest_observed.view(1)])
+        else:
+            smallest = int(expected_cells.argmin())
+            expected_cells = expected_cells.clone()
+            observed_cells = observed_cells.clone()
+            expected_cells[smallest] += rest_expected
+            observed_cells[smallest] += rest_observed
+    stat = ((observed_cells - expected_cells) ** 2 / expected_cells).sum()
+    df = max(len(expected_cells) - 1, 1)
     return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2))
 
 

@@ -60,6 +60,30 @@ def test_chi_square_pvalue_matches_scipy():
     assert ours == pytest.approx(theirs, rel=1e-6)
 
 
+def test_chi_square_sees_a_one_percent_bias_over_a_real_vocabulary():
+    """151,936 cells with p > 0 (Qwen's vocabulary) and 200,000 trials: one degree of freedom a
+    cell would need a statistic near 153,000 to flag anything; pooling the cells that expect
+    fewer than 5 counts leaves the test its power."""
+    g = torch.Generator().manual_seed(0)
+    vocab, n = 151_936, 200_000
+    logits = torch.randn(vocab, generator=g, dtype=torch.float64) * 2.5
+    p = logits.softmax(-1)
+    q = (logits + torch.randn(vocab, generator=g, dtype=torch.float64)).softmax(-1)
+    wrong = lab.predicted("accept_if_target_argmax", p, q)
+    assert 0.005 < lab.tv(wrong, p) < 0.02
+
+    def draws(dist):
+        return torch.bincount(torch.multinomial(dist, n, replacement=True, generator=g), minlength=vocab)
+
+    assert lab.chi_square_pvalue(draws(p).double(), p) > 1e-3
+    biased = draws(wrong).double()
+    assert lab.chi_square_pvalue(biased, p) < 1e-9 and lab.chi_square_pvalue(biased, wrong) > 1e-3
+    # 3 cells expecting 1, 1 and 8 of 10 trials: the two small ones join the big one, one cell
+    # holding all 10 is no evidence (unpooled: statistic 2.5 on 2 degrees of freedom, p = 0.29)
+    assert lab.chi_square_pvalue(torch.tensor([0.0, 0.0, 10.0]), torch.tensor([0.1, 0.1, 0.8])) \
+        == pytest.approx(1.0)
+
+
 def test_lab_on_a_round_of_a_real_run(pair):
     import specviz
     from specviz import labview
