@@ -47,7 +47,9 @@ class RoundEvent:
     draft_seconds: float  # this round
     target_seconds: float  # this round
     round_seconds: float  # this round, everything included
-    elapsed: float  # since the run started
+    elapsed: float  # the engine's seconds since the run started; time the caller held the
+    # generator between rounds (an app drawing the page) is left out, so runs shown at different
+    # rates race fairly
     position: int  # tokens generated before this round
     source: str  # which drafter proposed ("draft", "ngram", "none")
     target_cache_length: int  # after the round: == prompt + generated - 1
@@ -172,6 +174,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
     target.compiled_widths = {1, k + 1}  # the baseline's step and a full verify
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     prompt_len, draft_passes, started = len(ids), 0, time.perf_counter()
+    paused = 0.0  # seconds the caller held the generator between rounds: not the run's time
     for round_ in range(1, max_new_tokens + 1):
         round_start = time.perf_counter()
         position = len(ids) - prompt_len
@@ -209,12 +212,14 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             target_probs=list(verdict.target_probs), draft_probs=list(verdict.draft_probs),
             target_passes=target.passes, draft_passes=draft_passes,
             draft_seconds=draft.seconds, target_seconds=target.seconds - target_before,
-            round_seconds=now - round_start, elapsed=now - started, position=position,
+            round_seconds=now - round_start, elapsed=now - started - paused, position=position,
             source=draft.source, target_cache_length=target.cache_length, stop=stop,
             target_top2=top2(top),
             tree=judged.nodes if judged else ())
         if hasattr(drafter, "observe_round"):  # adaptive and tree drafters size drafts by these times
             drafter.observe_round(event)
+        held = time.perf_counter()
         yield event
+        paused += time.perf_counter() - held
         if stop:
             return

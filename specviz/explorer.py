@@ -29,8 +29,8 @@ class Recording:
     prompt_ids: list[int]
     output: list[int]  # the target's greedy output
     guesses: list[int]  # draft's greedy token at each output position given the true prefix
-    draft_pass_seconds: float  # C_D, measured (0 for n-gram)
-    target_pass_seconds: float  # C_T, measured mean per target pass
+    draft_pass_seconds: float  # C_D, measured after round 1 (0 for n-gram)
+    target_pass_seconds: float  # C_T, measured mean per target pass after round 1
     max_new_tokens: int
     ngram_size: int = 3
     output_pieces: tuple[str, ...] = ()  # display text of each output token in context
@@ -100,7 +100,8 @@ class Replay:
 
     @property
     def predicted_seconds(self) -> float:
-        """Draft passes * C_D + each round's C_T at the width it verifies (Recording.verify_line)."""
+        """Draft passes * C_D + each round's C_T at the width it verifies (Recording.verify_line).
+        Round 1 is priced like the others: the prompt's prefill, the same at every k, is left out."""
         rec = self.recording
         return self.draft_passes * rec.draft_pass_seconds + sum(rec.target_seconds(r.k) for r in self.rounds)
 
@@ -123,9 +124,7 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
         logits = logits[:, : pair.vocab_size].float()  # [n, vocab]
         guesses = logits.argmax(-1).tolist()
         confidences = logits.softmax(-1).amax(-1).tolist()
-    draft_passes = stats.draft_passes
-    cost_d = stats.draft_seconds / draft_passes if draft_passes else 0.0
-    cost_t = stats.target_seconds / max(stats.target_passes, 1)
+    cost_d, cost_t = stats.draft_pass_seconds, stats.target_pass_seconds  # after round 1's prefills
     line = verify_line(stats.events, len(prompt_ids))
     out_pieces = token_pieces(pair.tokenizer, prompt_ids, output)
     guess_pieces = [token_pieces(pair.tokenizer, prompt_ids + output[:i], [g])[0]

@@ -7,7 +7,7 @@ from collections import Counter
 
 import plotly.graph_objects as go
 
-from .metrics import RunStats
+from .metrics import RunStats, target_line
 from .theory import break_even_tokens, expected_tokens_per_pass
 
 SPEC, BASE, THEORY = "#2563eb", "#6b7280", "#d97706"
@@ -57,21 +57,42 @@ def acceptance_by_position(spec: RunStats) -> go.Figure:
                    "P(kept | 1..i-1 kept)")
 
 
-def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = None) -> go.Figure:
+def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = None,
+                 base: RunStats | None = None) -> go.Figure:
     """(1 - α^(k+1))/(1 - α) over k at the measured α, the measured point, and break-even.
-    A tree run gets no chain prediction: its measured point at depth k, and the chain's there."""
+    A tree run gets no chain prediction: its measured point at depth k, and the chain's there.
+
+    Break-even is the round's time over the target alone's per token (theory.break_even_tokens),
+    priced by the target's measured line T(n) = T0 + b n (metrics.target_line: the run's rounds
+    and the baseline's); without a spread of n to fit it, Leviathan's 1 + k C_D/C_T, which assumes
+    verifying k tokens costs one pass (on a CPU without bf16 matrix hardware it costs ~1 + k/2)."""
     if spec.is_tree:
         return _tree_points(spec, chain, k or spec.k)
     ks = list(range(1, MAX_K_PLOT + 1))
     fig = go.Figure(go.Scatter(x=ks, y=[expected_tokens_per_pass(spec.alpha, k) for k in ks],
                                name=f"i.i.d. prediction at α={spec.alpha:.2f}", line_color=THEORY))
-    if spec.cost_ratio:
+    line = target_line(spec, base)
+    if line is not None:
+        t0, b = line
+        ratio, slope = spec.draft_pass_seconds / t0, b / t0
+        fig.add_scatter(x=ks, y=[break_even_tokens(k, ratio, slope) for k in ks],
+                        name=f"break-even 1 + k·(C_D + b)/T₀ (measured: C_D = {ratio:.2f}·T₀, each "
+                             f"verified token +{slope:.2f}·T₀)", line=dict(dash="dash", color=BASE))
+    elif spec.cost_ratio:
         fig.add_scatter(x=ks, y=[break_even_tokens(k, spec.cost_ratio) for k in ks],
-                        name=f"break-even 1 + k·C_D/C_T (C_D/C_T={spec.cost_ratio:.2f})",
-                        line=dict(dash="dash", color=BASE))
-    if spec.k:
+                        name=f"break-even 1 + k·C_D/C_T (C_D/C_T={spec.cost_ratio:.2f}; assumes verifying "
+                             "k tokens costs one pass)", line=dict(dash="dash", color=BASE))
+    drafting = [e.k for e in spec.events]
+    if spec.k and all(n == spec.k for n in drafting[:-1]):  # a fixed k (the last round may be cut)
         fig.add_scatter(x=[spec.k], y=[spec.tokens_per_pass], mode="markers", name="this run",
                         marker=dict(size=12, color=SPEC, symbol="diamond"))
+    elif spec.k:  # n-gram, adaptive, hybrid: each round drafts its own length
+        mean_k = sum(drafting) / len(drafting)
+        fig.add_scatter(x=[mean_k], y=[spec.tokens_per_pass], mode="markers",
+                        name=f"this run (k varies by round: mean {mean_k:.1f})",
+                        marker=dict(size=12, color=SPEC, symbol="diamond"))
+        fig.add_scatter(x=[mean_k], y=[spec.predicted_tokens_per_pass], mode="markers",
+                        name="i.i.d. prediction for its rounds' k", marker=dict(size=10, color=THEORY))
     return _layout(fig, "Tokens per pass against k", "k (tokens drafted per round)",
                    "tokens per target pass")
 
@@ -137,7 +158,7 @@ def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = 
     figures = {"tokens_per_pass": tokens_per_pass(spec),
                "cumulative": cumulative_tokens(spec, base),
                "acceptance": acceptance_by_position(spec),
-               "k_prediction": k_prediction(spec, chain, k),
+               "k_prediction": k_prediction(spec, chain, k, base),
                "time": tokens_over_time(spec, base)}
     if spec.is_tree:
         figures |= {"tree_nodes": tree_nodes(spec), "tree_chain": tree_vs_chain(spec, chain, k)}

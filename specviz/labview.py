@@ -261,7 +261,7 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
     numbers = (f"<div class='specviz-lab'><b>{f'adaptive k ≤ {k}' if adaptive else f'k = {k}'}</b>: "
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
                f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {rep.predicted_seconds:.2f} s "
-               f"({cost_text(rec)})."
+               f"({cost_text(rec)}; round 1 priced like any round, without the prompt's prefill)."
                f"{on_profile(rep, profile) if profile else ''}{check}{note}</div>")
     fig = go.Figure()
     ks = [r.k for r in reps]

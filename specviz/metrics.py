@@ -9,6 +9,7 @@ from itertools import accumulate
 
 from .engine import RoundEvent
 from .theory import expected_tokens_per_pass
+from .verifycost import fit_line
 
 
 @dataclass(frozen=True)
@@ -155,16 +156,29 @@ class RunStats:
         return sum(e.overhead_seconds for e in self.events)
 
     @property
+    def draft_pass_seconds(self) -> float:
+        """C_D: seconds of one draft pass after round 1 (round 1 also fed the draft the prompt);
+        round 1's own when no later round drafted; 0 without draft passes."""
+        later = self.events[1:]
+        passes = self.draft_passes - self.events[0].draft_passes if later else 0
+        if passes:
+            return sum(e.draft_seconds for e in later) / passes
+        return self.draft_seconds / self.draft_passes if self.draft_passes else 0.0
+
+    @property
+    def target_pass_seconds(self) -> float:
+        """C_T: mean target seconds of a round after round 1 (round 1 also paid the prefill);
+        round 1's own for a run of one round."""
+        rounds = self.events[1:] or self.events
+        return sum(e.target_seconds for e in rounds) / len(rounds) if rounds else 0.0
+
+    @property
     def cost_ratio(self) -> float:
         """Measured C_D / C_T: one draft pass over one target pass (prefill rounds excluded)."""
         later = self.events[1:]
-        if not later:
+        if not later or not self.draft_passes - self.events[0].draft_passes or not self.target_pass_seconds:
             return 0.0
-        draft_passes = self.draft_passes - self.events[0].draft_passes
-        target = sum(e.target_seconds for e in later)
-        if not draft_passes or not target:
-            return 0.0
-        return (sum(e.draft_seconds for e in later) / draft_passes) / (target / len(later))
+        return self.draft_pass_seconds / self.target_pass_seconds
 
     @property
     def stop(self) -> str | None:
@@ -186,3 +200,16 @@ class RunStats:
             "overhead_seconds": self.overhead_seconds, "cost_ratio": self.cost_ratio,
             "stop": self.stop,
         }
+
+
+def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, float] | None:
+    """(T0, b) in seconds: the target's pass T(n) = T0 + b * n over the n drafted tokens it
+    verifies, least squares over the rounds after round 1 (which also paid the prefill) of spec
+    (n = its nodes) and of base, the target alone (n = 0). None where those rounds' n do not
+    spread (a fixed-k run without its baseline) or the fit has no positive intercept."""
+    points = [(e.nodes, e.target_seconds) for e in spec.events[1:]]
+    points += [(0, e.target_seconds) for e in (base.events[1:] if base else ())]
+    if len(points) < 2:
+        return None
+    return fit_line([float(n) for n, _ in points], [t for _, t in points])
+

@@ -59,6 +59,23 @@ def test_round_events_are_consistent(pair):
     assert events[-1].draft_passes == sum(e.k for e in events)
 
 
+def test_elapsed_leaves_out_the_time_the_caller_holds_the_generator(pair):
+    """An app draws the page between rounds: the speculative run yields every round, the baseline
+    less often, so counting the caller's time would race them unfairly."""
+    import time
+
+    start, events = time.perf_counter(), []
+    for e in specviz.generate(pair, "def f", k=2, max_new_tokens=12):
+        events.append(e)
+        time.sleep(0.05)
+    wall = time.perf_counter() - start
+    assert len(events) >= 3
+    assert events[-1].elapsed <= wall - 0.05 * len(events)  # every sleep left out
+    assert events[-1].elapsed >= sum(e.round_seconds for e in events)  # the rounds all counted
+    assert all(b.elapsed - a.elapsed == pytest.approx(b.round_seconds, abs=0.01)
+               for a, b in zip(events, events[1:], strict=False))
+
+
 @pytest.mark.parametrize("which", ["pair", "static_pair"])
 def test_target_cache_holds_committed_minus_last_every_round(which, request):
     pair = request.getfixturevalue(which)

@@ -50,6 +50,16 @@ def test_ngram_replay_prices_tokens_at_the_slope_the_run_used(pair, monkeypatch)
     assert drafted.ngram_slope is None
 
 
+def test_recorded_pass_costs_leave_out_round_ones_prefills(pair):
+    import dataclasses
+
+    measured = real(pair, "draft", 3)
+    timed = [dataclasses.replace(e, draft_seconds=5.0 if e.round == 1 else 0.03 * e.k,
+                                 target_seconds=9.0 if e.round == 1 else 0.2) for e in measured.events]
+    rec = explorer.record(pair, pair.encode(PROMPT), specviz.RunStats.of(timed), "draft", max_new_tokens=40)
+    assert rec.draft_pass_seconds == pytest.approx(0.03) and rec.target_pass_seconds == pytest.approx(0.2)
+
+
 def test_replay_spans_show_every_output_token_once(pair):
     measured = real(pair, "draft", 3)
     rec = explorer.record(pair, pair.encode(PROMPT), measured, "draft", max_new_tokens=40)

@@ -5,8 +5,8 @@ import random
 import pytest
 
 from specviz.engine import RoundEvent
-from specviz.metrics import RunStats
-from specviz.theory import expected_tokens_per_pass
+from specviz.metrics import RunStats, target_line
+from specviz.theory import break_even_tokens, expected_tokens_per_pass
 
 
 def round_(number: int, position: int, k: int, accepted: int) -> RoundEvent:
@@ -97,3 +97,40 @@ def test_decode_rate_leaves_out_the_round_that_paid_the_prompt():
     assert stats.tokens_per_second == pytest.approx(11 / 13)
     assert stats.summary()["decode_tokens_per_second"] == pytest.approx(2.0)
     assert RunStats.of(events[:1]).decode_tokens_per_second == 0.0  # one round: nothing after it
+
+
+def test_break_even_prices_the_measured_verify_line():
+    import dataclasses
+
+    from specviz.figures import k_prediction
+
+    # k = 4: round 1 pays both prefills (2 s draft, 5 s target); later rounds 4 draft passes in
+    # 0.4 s and a 0.9 s verify. The target alone: 5 s prefill, then 0.3 s a pass.
+    spec = RunStats.of([dataclasses.replace(e, draft_seconds=2.0 if e.round == 1 else 0.4,
+                                            target_seconds=5.0 if e.round == 1 else 0.9)
+                        for e in run([(4, 4), (4, 1), (4, 0), (4, 2)]).events])
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), target_seconds=5.0 if i == 1 else 0.3)
+                        for i in range(1, 9)])
+    assert (spec.draft_pass_seconds, spec.target_pass_seconds) == (pytest.approx(0.1), pytest.approx(0.9))
+    assert spec.cost_ratio == pytest.approx(0.1 / 0.9)
+    assert target_line(spec, base) == pytest.approx((0.3, 0.15))  # T(n) = 0.3 + 0.15 n
+    # a round costs 4 * 0.1 + 0.9 = 1.3 s, the target alone 0.3 s a token: 4.33 tokens to break even
+    assert break_even_tokens(4, 0.1 / 0.3, 0.15 / 0.3) == pytest.approx(1.3 / 0.3)
+    even = k_prediction(spec, base=base).data[1]
+    assert even.y[3] == pytest.approx(1.3 / 0.3) and "C_D = 0.33·T₀" in even.name and "+0.50·T₀" in even.name
+    # no baseline and one width: nothing to fit, Leviathan's flat 1 + k C_D / C_T, said so
+    assert target_line(spec) is None
+    flat = k_prediction(spec).data[1]
+    assert flat.y[3] == pytest.approx(1 + 4 * 0.1 / 0.9) and "assumes verifying" in flat.name
+
+
+def test_a_run_of_varying_k_is_plotted_at_its_mean_k():
+    from specviz.figures import k_prediction
+
+    spec = run([(4, 4), (2, 1), (0, 0), (4, 0)])  # 5 + 2 + 1 + 1 tokens in 4 passes
+    names = {t.name: t for t in k_prediction(spec).data}
+    point = names["this run (k varies by round: mean 2.5)"]
+    assert (point.x[0], point.y[0]) == (2.5, pytest.approx(9 / 4))
+    assert names["i.i.d. prediction for its rounds' k"].y[0] == pytest.approx(spec.predicted_tokens_per_pass)
+    fixed = run([(4, 4), (4, 1), (3, 0)])  # the last round cut by the budget: still k = 4
+    assert [t.x[0] for t in k_prediction(fixed).data if t.name == "this run"] == [4]
