@@ -12,6 +12,7 @@ A deterministic proposal carries q=None (one-hot q in the rule).
 
 from __future__ import annotations
 
+import math
 import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
@@ -71,9 +72,12 @@ class NgramProposer:
     are kept. The proposer learns from the run, per match length n, how often the first proposed
     token is kept (a_1, prior 1/2), and how often a token after a kept one is kept (a_c, prior
     4/5: copies come in runs). It proposes token j while P(first j kept) = a_1 * a_c^(j-1) >
-    R * slope, R being the run's tokens per unit of target-pass cost so far, and always one token
-    when there is a match. Deterministic: it counts costs in passes, not seconds, and its slope is
-    fixed for the run, so the k explorer replays it exactly (Recording.ngram_slope).
+    R * slope, R being the run's tokens per unit of target-pass cost so far. The first token is
+    proposed while it may still pay: while a_1 one posterior standard deviation up clears the bar,
+    so a match length with a short record is still tried, and one whose record says its first
+    token is rarely kept (short matches in prose, where verifying costs half a pass) proposes
+    nothing and lets the target go alone. Deterministic: it counts costs in passes, not seconds,
+    and its slope is fixed for the run, so the k explorer replays it exactly (Recording.ngram_slope).
     """
 
     name = "ngram"
@@ -162,14 +166,15 @@ class NgramProposer:
             at = self.pointer  # n stays 0: these proposals learn their own first-token rate
             tokens = ids[at:at + k]
         kept, seen = self.first.get(n, [0.0, 0.0])
-        a_first = (kept + 1) / (seen + 2)
+        a_first = (kept + 1) / (seen + 2)  # the Beta(kept + 1, seen - kept + 1) posterior's mean
+        hope = a_first + math.sqrt(a_first * (1 - a_first) / (seen + 3))  # one posterior sd up
         a_later = (self.later[0] + 4) / (self.later[1] + 5)
         bar = (self.tokens + 2) / (self.cost + 2) * self.slope
-        length, sure = 0, 1.0
-        while length < len(tokens) and sure * (a_later if length else a_first) > bar:
-            sure *= a_later if length else a_first
+        length, sure = (1, a_first) if tokens and hope > bar else (0, 1.0)
+        while 0 < length < len(tokens) and sure * a_later > bar:
+            sure *= a_later
             length += 1
-        tokens = tokens[: max(length, 1)]
+        tokens = tokens[:length]
         self.last = (list(ids), list(tokens), n, at)
         return tokens
 

@@ -137,12 +137,21 @@ def test_ngram_proposes_only_what_its_record_says_will_pay():
     burnt.proposal(ids + [1, 2, 42], 8)
     assert burnt.first[1] == [1.0, 11.0] and burnt.later == [1.0, 2.0]
     assert burnt.tokens == 13.0 and burnt.cost == 11.0 + 4 * VERIFY_SLOPE
-    # where a verified token costs half a pass (this CPU), the bar is 2 / 2 * 0.5 = 0.5 and the
-    # first token's 1/2 does not clear it: only the one token a match always gets
+    # where a verified token costs half a pass (this CPU), the bar is 2 / 2 * 0.5 = 0.5. A fresh
+    # record's first token, 1/2 + sd sqrt(1/4 / 3) = 0.789, is tried; a second, 1/2 * 0.8, is not
     steep = NgramProposer(3, slope=0.5)
     assert steep.proposal(ids, 8) == [1]
     steep.proposal(ids + [1, 2], 8)  # kept: cost 1 + 0.5 * 1 pass for 2 tokens
     assert steep.tokens == 2.0 and steep.cost == 1.5
+    # 0 of 4 one-token matches kept: 1/6 + sqrt(1/6 * 5/6 / 7) = 0.308 < 0.5, nothing proposed
+    shy = NgramProposer(3, slope=0.5)
+    shy.first = {1: [0.0, 4.0]}
+    assert shy.proposal(ids, 8) == []
+    shy.proposal(ids + [9], 8)  # the target went alone: a pass, one token, no record of n = 1
+    assert (shy.tokens, shy.cost, shy.first) == (1.0, 1.0, {1: [0.0, 4.0]})
+    # 2 of 4 kept: 1/2 + sqrt(1/4 / 7) = 0.689 > 0.5, tried
+    shy.first = {1: [2.0, 4.0]}
+    assert shy.proposal(ids, 8) == [1]
 
 
 def test_ngram_keeps_copying_where_the_last_kept_copy_left_off():
