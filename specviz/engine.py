@@ -22,7 +22,7 @@ from .proposers import (
     Proposer,
 )
 from .sampling import SamplingParams, process
-from .tree import TreeNode, TreeVerdict, walk
+from .tree import TreeNode, TreeVerdict, check, walk
 from .treedraft import BRANCHING, MAX_NODES, TreeProposer, check_tree_settings
 from .verifycost import VerifyCost
 
@@ -161,6 +161,16 @@ def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],
     return judged, verdict, [nodes[i].token for i in chain], logits[[0] + [1 + i for i in chain]]
 
 
+def check_draft(draft, vocab_size: int) -> None:
+    """A proposer's draft (any Proposer, the caller's own included): token ids the target can
+    verify, and a well-formed tree (tree.check); ValueError naming what is wrong."""
+    if draft.tree:
+        check(draft.tree, vocab_size)
+    bad = [t for t in draft.tokens if not (isinstance(t, int) and 0 <= t < vocab_size)]
+    if bad:
+        raise ValueError(f"the proposer drafted a token outside 0..{vocab_size - 1}: {bad[0]!r}")
+
+
 def top2(top) -> list[list[tuple[int, float]]]:
     """A topk(2) result [rows, 2] as (id, logit) pairs per row, read back in one transfer."""
     rows = torch.stack([top.indices.double(), top.values.double()], -1).tolist()  # [rows, 2, 2]
@@ -181,6 +191,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         # 1. Draft: at most what the budget can still use (the target adds one token itself).
         draft = drafter.propose(ids, min(k, max_new_tokens - position - 1), params, generator)
         draft_passes += draft.passes
+        check_draft(draft, pair.vocab_size)
         # 2. Verify: one target pass over the uncached tail and the drafts (a chain or a tree).
         # 3. The rule: greedy compares argmaxes; sampling is Algorithm 1 (tree.walk for trees).
         target_before, judged, drafted = target.seconds, None, draft.tokens

@@ -33,7 +33,7 @@ class Span:
     token: int
     round: int
     position: int  # 1-based draft position within the round (0: the target's own token)
-    p: float | None = None  # p(x) of a drafted token
+    p: float | None = None  # p(x) of a drafted token (None: a tree node the walk never reached)
     q: float | None = None  # q(x) of a drafted token
 
     @property
@@ -50,6 +50,8 @@ class Span:
     def tooltip(self) -> str:
         where = f"round {self.round}, " + (f"draft position {self.position}" if self.position
                                             else "target's token")
+        if self.p is None and self.q is not None:  # a tree's node past the first refusal
+            return f"{self.fate}: {where}; q(x)={self.q:.4f}; p(x) not computed: the walk never reached it"
         if self.p is None:
             return f"{self.fate}: {where}"
         return (f"{self.fate}: {where}; p(x)={self.p:.4f}  q(x)={self.q:.4f}  "
@@ -62,8 +64,9 @@ def round_spans(event: RoundEvent, tokenizer, context: list[int]) -> list[Span]:
     shown = drafts[:n] + drafts[n:]  # kept drafts, then the refused ones
     texts = token_pieces(tokenizer, context, drafts[:n])
     refused = token_pieces(tokenizer, context + drafts[:n], drafts[n:])
+    unreached = n + 1 if event.tree else len(drafts)  # a tree's walk computes p up to its refusal
     spans = [Span(t, ACCEPTED if i < n else REJECTED, x, event.round, i + 1,
-                  event.target_probs[i], event.draft_probs[i])
+                  event.target_probs[i] if i < unreached else None, event.draft_probs[i])
              for i, (x, t) in enumerate(zip(shown, texts + refused, strict=True))]
     spans = [s for s in spans if s.fate == REJECTED or s.position <= len(event.new_tokens)]
     if len(event.new_tokens) > n:  # the target's token survived truncation

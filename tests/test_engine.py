@@ -174,6 +174,31 @@ def test_bad_input_is_a_clear_value_error(pair, kwargs, match):
         run(pair, **kwargs)
 
 
+def test_a_custom_proposers_malformed_draft_is_refused_not_verified(pair):
+    """The walk trusts its tree: two siblings with one token would try it twice (P(x) = 1 where
+    p(x) = 1/2), a negative id would read the last vocabulary row. The engine checks any draft."""
+    from specviz.proposers import Draft
+    from specviz.tree import TreeNode
+
+    def proposer(tokens=(), tree=()):
+        class Fixed:
+            name = "mine"
+
+            def propose(self, ids, k, params, generator):
+                return Draft(list(tokens), None, source="mine", tree=tuple(tree))
+        return Fixed()
+
+    twins = [TreeNode(-1, 5, 1, 0.5, 0.5), TreeNode(-1, 5, 1, 0.5, 0.5)]
+    orphan = [TreeNode(1, 5, 2, 0.5, 0.5)]
+    for drafter, match in [(proposer(tree=twins, tokens=[5]), "repeats a sibling"),
+                           (proposer(tree=orphan, tokens=[5]), "parent must come before"),
+                           (proposer(tree=[TreeNode(-1, -1, 1, 0.5, 0.5)], tokens=[-1]), "not an id"),
+                           (proposer(tokens=[3, pair.vocab_size]), "outside 0.."),
+                           (proposer(tokens=[-2]), "outside 0..")]:
+        with pytest.raises(ValueError, match=match):
+            list(specviz.generate(pair, "def f", proposer=drafter, k=2, max_new_tokens=4))
+
+
 def test_draft_proposer_needs_a_draft_model(pair):
     alone = Pair(pair.target, pair.tokenizer)
     with pytest.raises(ValueError, match="needs a draft model"):

@@ -195,3 +195,20 @@ def test_a_character_split_over_two_tokens_shows_whole_on_the_node_that_complete
     round_text, overview = treeview.tree_views(rounds, pieces_of)
     assert "accepted: &#x27;é&#x27; at depth 1" in round_text and "\ufffd" not in round_text + overview
     assert "<code>éy</code>" in overview
+
+
+def test_token_text_says_an_unreached_tree_node_has_no_p(pair):
+    import specviz
+    from specviz.render import REJECTED, all_spans
+
+    ids = pair.encode("def f")
+    events = list(specviz.generate(pair, ids, proposer="tree", k=4, nodes=12, max_new_tokens=40))
+    spans = all_spans(events, pair.tokenizer, ids)
+    walked = [(e, s) for e in events for s in spans if s.round == e.round and s.position]
+    assert any(s.position > e.accepted + 1 for e, s in walked)  # some walked branch ran past a refusal
+    for e, s in walked:
+        if s.position <= e.accepted + 1:  # the kept path and the first refused child: p computed
+            assert s.p == e.target_probs[s.position - 1] and "p(x)=" in s.tooltip
+        else:
+            assert s.fate == REJECTED and s.p is None and s.q == e.draft_probs[s.position - 1]
+            assert "p(x) not computed" in s.tooltip and "min(1" not in s.tooltip
