@@ -26,7 +26,7 @@ from transformers import GenerationConfig
 from . import benchreport as report
 from . import profiles, quant
 from .benchreport import TREE_NAME, tree_method, tree_name
-from .compare import first_difference
+from .compare import compare, first_difference
 from .engine import MAX_K, generate
 from .loading import Pair
 from .metrics import RunStats
@@ -62,6 +62,8 @@ class Record:
     accepted: int | None = None  # drafted tokens kept
     decode_tokens: int | None = None  # committed after round 1 (which also paid the prefills)
     decode_seconds: float | None = None  # from the end of round 1 to the end of the run
+    difference: str | None = None  # why a specviz output differs from specviz's target alone
+    # (compare.Comparison's verdict and both runs' top-2 margins there), None where it matches
 
     @property
     def passes(self) -> profiles.Passes | None:
@@ -105,7 +107,8 @@ def specviz_method(proposer: str, k: int, **tree):
                                   other_seconds=stats.overhead_seconds,
                                   draft_passes=stats.draft_passes, widths=widths_of(stats.events),
                                   nodes_verified=stats.nodes_verified, accepted=stats.accepted,
-                                  decode_tokens=stats.decode_tokens, decode_seconds=stats.decode_seconds)
+                                  decode_tokens=stats.decode_tokens, decode_seconds=stats.decode_seconds,
+                                  _stats=stats)
     return run
 
 
@@ -264,6 +267,7 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
     if any(tree_method(name) for name in table):
         list(generate(spec_pair, encoded[0], proposer="tree", max_new_tokens=8))  # the tree paths too
     reference: dict[tuple[str, int], list[int]] = {}  # (family, prompt) -> target alone's output
+    alone: dict[tuple[str, int], RunStats | None] = {}  # its run, where specviz made it
     records = []
     for repeat in range(repeats):
         for i, (p, ids) in enumerate(zip(prompts, encoded, strict=True)):
@@ -273,21 +277,33 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                     on = spec_pair if family != "transformers" or name.endswith("-qdraft") else pair
                     tokens, details = runner(on, ids, max_new_tokens)
                     seconds = time.perf_counter() - start
+                stats = details.pop("_stats", None)
                 if name in ("hf:target", "specviz:none", "specviz:none-plainhead") \
                         and (family, i) not in reference:
                     reference[family, i] = tokens  # each family against its own target alone
+                    alone[family, i] = stats
                 ref = reference.get((family, i))
                 diff = None if ref is None else first_difference(tokens, ref)
+                why = None if diff is None else explain(stats, alone.get((family, i)), on)
                 rec = Record(name, family, k, i, p["class"], repeat, len(tokens), seconds,
                              peak_rss_gib=rss.peak / 2**30, matches_target=None if ref is None
-                             else diff is None, first_difference=diff, **details)
+                             else diff is None, first_difference=diff, difference=why, **details)
                 records.append(rec)
                 decode = "" if not rec.decode_seconds else \
                     f" ({rec.decode_tokens / rec.decode_seconds:.2f} after round 1)"
                 log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s{decode}"
-                    f"{'' if rec.matches_target in (True, None) else f'  differs at {diff}'}")
+                    f"{'' if rec.matches_target in (True, None) else f'  differs at {diff}: {why}'}")
     texts = {i: t for (_, i), t in sorted(reference.items(), key=lambda r: r[0][0] == "transformers")}
     return records, texts  # prompt -> the target alone's output (transformers' where it ran)
+
+
+def explain(spec: RunStats | None, base: RunStats | None, pair) -> str:
+    """Why two greedy specviz runs part (compare.compare): a floating-point near-tie, or not."""
+    if spec is None or base is None:
+        return "not explained (only specviz runs carry the top-2 logits)"
+    c = compare(spec, base, pair.dtype, pair.device, pair.numerics)
+    margins = " / ".join(f"{m:.3g}" for m in (c.margin(c.spec_top2), c.margin(c.base_top2)) if m is not None)
+    return f"{c.verdict} (top-2 margins {margins or '-'}; near-tie bound {c.threshold:.3g})"
 
 
 def same_text_passes(pair, prompts, texts: dict[int, list[int]], max_new_tokens: int) -> dict:
@@ -375,7 +391,10 @@ def cmd_bench(args) -> int:
     tree_text = (report.tree_table(trees, summary) + "\n\n" + report.per_prompt_table(prompt_rows, shown)
                  if trees else "")
     same_text = same_text_passes(pair, prompts, texts, args.max_new_tokens)
+    differences = report.differences(records)
     print(report.table(summary))
+    if differences:
+        print(differences)
     if tree_text:
         print(tree_text)
     if same_text:
@@ -395,6 +414,7 @@ def cmd_bench(args) -> int:
             | ({"profile": profile.to_dict(), "projected": onto} if profile else {}), indent=1))
     if args.markdown_path:
         Path(args.markdown_path).write_text(report.markdown(summary, meta) + (
+            "\n" + differences + "\n" if differences else "") + (
             "\n" + tree_text + "\n" if tree_text else "") + (
             "\n" + report.same_text_table(same_text) + "\n" if same_text else "") + (
             "\n" + report.projected_table(onto, profile) + "\n" if onto else ""))

@@ -242,6 +242,14 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def differences(records: list[Record]) -> str:
+    """Markdown: each greedy output that parted from its family's target alone, and why."""
+    parted = [r for r in records if r.matches_target is False]
+    return "\n".join(["Outputs that differ from the target alone's:", ""] + [
+        f"- {r.method}, prompt #{r.prompt} ({r.cls}), repeat {r.repeat}: from token {r.first_difference}: "
+        f"{r.difference or 'not explained'}" for r in parted]) if parted else ""
+
+
 def markdown(summary: dict, meta: dict) -> str:
     """Tables for docs/benchmarks.md: speed by class, then the 'all' row's details."""
     classes = [c for c in next(iter(summary.values())) if c != "all"] + ["all"]

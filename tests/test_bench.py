@@ -99,6 +99,27 @@ def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
     assert rc == 0 and "Self CPU" in capsys.readouterr().out
 
 
+def test_a_differing_output_is_explained_by_its_top2_margins(pair):
+    from dataclasses import replace
+
+    import specviz
+
+    base = specviz.RunStats.of(specviz.generate(pair, "def f", proposer="none", max_new_tokens=6))
+    e = base.events[3]
+    (a, la), _ = e.target_top2[0]
+    # the speculative run chose another token at position 3, its top two 1e-7 apart: a near-tie
+    spec = specviz.RunStats.of(base.events[:3] + (replace(e, new_tokens=[a + 1], token=a + 1,
+                                                          target_top2=[[(a + 1, la), (a, la - 1e-7)]]),))
+    why = bench.explain(spec, base, pair)
+    assert why.startswith("near-tie flipped by floating point (top-2 margins 1e-07 / ")
+    assert bench.explain(spec, None, pair).startswith("not explained")
+    records = [rec("specviz:tree-4", "specviz", "chat", 6, 1.0, matches_target=False, first_difference=3,
+                   difference=why), rec("specviz:draft-4", "specviz", "chat", 6, 1.0, matches_target=True)]
+    assert benchreport.differences(records).splitlines()[2] \
+        == f"- specviz:tree-4, prompt #0 (chat), repeat 0: from token 3: {why}"
+    assert benchreport.differences(records[1:]) == ""
+
+
 def test_passes_on_text_counts_rounds_exactly():
     out = [4, 5, 6, 7]
     assert bench.passes_on_text([1, 2, 3], out, lambda ids, budget: []) == 4  # one token a pass
