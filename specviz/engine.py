@@ -103,7 +103,8 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
 
 def ngram_slope(pair) -> float:
     """What the n-gram drafter prices a proposed token at: the target's verify line as measured
-    so far (verifycost.VerifyCost.of; the prior VERIFY_SLOPE until a run has fitted one)."""
+    so far (verifycost.VerifyCost.of, fed by every run but the n-gram's own; the prior
+    VERIFY_SLOPE until the rounds span enough widths, e.g. a chain run and a baseline)."""
     return VerifyCost.of(pair.target).slope()
 
 
@@ -182,6 +183,9 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
     target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
                       **cache_kwargs(pair.target, pair.fast, length or run_length(ids, max_new_tokens, k)))
     target.compiled_widths = {1, k + 1}  # the baseline's step and a full verify
+    # The chain and the target alone measure the target's shared verify line (the sizing drafters,
+    # adaptive, hybrid and tree, feed their own; the n-gram rule keeps the price it started with).
+    line = VerifyCost.of(pair.target) if isinstance(drafter, (ModelProposer, NoProposer)) else None
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     prompt_len, draft_passes, started = len(ids), 0, time.perf_counter()
     paused = 0.0  # seconds the caller held the generator between rounds: not the run's time
@@ -227,6 +231,8 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             source=draft.source, target_cache_length=target.cache_length, stop=stop,
             target_top2=top2(top),
             tree=judged.nodes if judged else ())
+        if line is not None and round_ > 1:  # round 1 also paid the prefill
+            line.observe(event.nodes, event.target_seconds)
         if hasattr(drafter, "observe_round"):  # adaptive and tree drafters size drafts by these times
             drafter.observe_round(event)
         held = time.perf_counter()

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .detok import token_pieces
-from .engine import MAX_K, ngram_slope
+from .engine import MAX_K
+from .engine import ngram_slope as current_slope
 from .lm import input_rows
 from .metrics import RunStats
 from .proposers import DraftLength, NgramProposer
@@ -108,8 +109,11 @@ class Replay:
 
 @torch.inference_mode()
 def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_tokens: int,
-           ngram_size: int = 3) -> Recording:
-    """Record a finished greedy run (one teacher-forced draft pass for the draft model)."""
+           ngram_size: int = 3, ngram_slope: float | None = None) -> Recording:
+    """Record a finished greedy run (one teacher-forced draft pass for the draft model).
+
+    ngram_slope: the price the n-gram run drafted with (its NgramProposer's slope). Left out, the
+    target's line as it stands now, which is the run's only if no chain or baseline ran since."""
     if proposer not in EXPLORER_PROPOSERS:
         raise ValueError(f"the k explorer replays 'draft' or 'ngram' runs, not {proposer!r}")
     output = stats.tokens
@@ -130,7 +134,7 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
     guess_pieces = [token_pieces(pair.tokenizer, prompt_ids + output[:i], [g])[0]
                     for i, g in enumerate(guesses)]
     token_text = {str(t): pair.tokenizer.decode([t]) for t in set(prompt_ids + output)}
-    slope = ngram_slope(pair) if proposer == "ngram" else None  # unchanged by the n-gram run itself
+    slope = None if proposer != "ngram" else current_slope(pair) if ngram_slope is None else ngram_slope
     return Recording(proposer, list(prompt_ids), output, guesses, cost_d, cost_t, max_new_tokens,
                      ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences, line,
                      slope)

@@ -18,7 +18,7 @@ import torch
 from . import presets, treeview
 from .compare import Comparison, compare
 from .detok import token_pieces
-from .engine import NEEDS_DRAFT, RoundEvent, generate
+from .engine import NEEDS_DRAFT, RoundEvent, generate, make_proposer
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .loading import Pair, load_pair
@@ -286,7 +286,9 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     pieces_of = token_text(pair.tokenizer)  # one memo for the run's tree views
     views = dict(greedy=greedy, k=s.k, pieces_of=pieces_of)
     events, spans, context, plots = [], [], list(prompt_ids), _Every(PLOT_SECONDS)
-    for event in generate(pair, prompt_ids, proposer=s.proposer, nodes=s.tree_nodes, branching=s.branching,
+    # an n-gram run keeps the price it starts with; the baseline below moves the target's line
+    drafter = make_proposer(pair, "ngram") if s.proposer == "ngram" else s.proposer
+    for event in generate(pair, prompt_ids, proposer=drafter, nodes=s.tree_nodes, branching=s.branching,
                           **kwargs):
         events.append(event)
         spans += round_spans(event, pair.tokenizer, context)  # only this round's tokens decoded
@@ -352,7 +354,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     recording = None
     if greedy and s.proposer in EXPLORER_PROPOSERS:
         try:
-            recording = record(pair, prompt_ids, spec, s.proposer, s.max_new_tokens)
+            recording = record(pair, prompt_ids, spec, s.proposer, s.max_new_tokens,
+                               ngram_slope=getattr(drafter, "slope", None))
         except ValueError:  # a draft that cannot read every token: no k explorer for this run
             recording = None
     trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans), base.events, recording)

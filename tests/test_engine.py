@@ -199,6 +199,23 @@ def test_a_custom_proposers_malformed_draft_is_refused_not_verified(pair):
             list(specviz.generate(pair, "def f", proposer=drafter, k=2, max_new_tokens=4))
 
 
+def test_chain_and_baseline_rounds_measure_the_targets_verify_line(pair, monkeypatch):
+    """What the n-gram rule prices a token at comes from the target's measured line: the chain's
+    rounds (k drafts) and the target alone's (none) span the widths to fit it."""
+    from specviz import verifycost
+
+    monkeypatch.setattr(verifycost, "_COSTS", verifycost.weakref.WeakKeyDictionary())
+    chain = run(pair, k=4, max_new_tokens=12)
+    alone = run(pair, proposer="none", max_new_tokens=12)
+    line = verifycost.VerifyCost.of(pair.target)
+    assert list(line.seen) == [(e.k, e.target_seconds) for e in chain[1:]] \
+        + [(0, e.target_seconds) for e in alone[1:]]
+    assert line.measured
+    before = list(line.seen)
+    run(pair, proposer="ngram", max_new_tokens=12)  # keeps the price it started with: no feed
+    assert list(line.seen) == before
+
+
 def test_draft_proposer_needs_a_draft_model(pair):
     alone = Pair(pair.target, pair.tokenizer)
     with pytest.raises(ValueError, match="needs a draft model"):

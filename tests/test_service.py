@@ -40,7 +40,7 @@ def counting(monkeypatch):
     calls, real = [], service.generate
 
     def generate(*args, proposer="draft", **kwargs):
-        calls.append(proposer)
+        calls.append(getattr(proposer, "name", proposer))
         return real(*args, proposer=proposer, **kwargs)
 
     monkeypatch.setattr(service, "generate", generate)
@@ -117,6 +117,26 @@ def test_end_to_end_sampling_obeys_the_sample_cap_and_the_time_limit(store):
         in steps[0]["stopped"]
     steps = list(continuations(pair, s, 10))
     assert [x["done"] for x in steps[:-1]] == list(range(1, 21)) and steps[-1]["final"]
+
+
+def test_an_ngram_recording_keeps_the_price_its_run_drafted_with(store, monkeypatch):
+    """The baseline after the run moves the target's verify line; the k explorer must replay the
+    n-gram rule at the slope the run used, or its replay at the run's k would not be the run."""
+    from specviz import explorer, verifycost
+
+    monkeypatch.setattr(verifycost, "_COSTS", verifycost.weakref.WeakKeyDictionary())
+    pair = store.get(RunSettings(pair="tiny", dtype="float32"))
+    for n, t in [(1, 0.3), (5, 0.7), (9, 1.1)]:  # 0.2 + 0.1 n seconds: slope 0.5
+        verifycost.VerifyCost.of(pair.target).observe(n, t)
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=30, prompt="a b a b a b", dtype="float32",
+                    proposer="ngram", k=4)
+    trace = list(run_views(store, s, Limits()))[-1].trace
+    line = verifycost.VerifyCost.of(pair.target)
+    assert any(n == 0 for n, _ in line.seen)  # the baseline's rounds fed the line
+    assert line.slope() != pytest.approx(0.5)  # and moved it (tiny models: nearly flat)
+    assert trace.recording.ngram_slope == pytest.approx(0.5)
+    replayed = explorer.replay(trace.recording, 4)
+    assert [(r.k, r.accepted) for r in replayed.rounds] == [(e.k, e.accepted) for e in trace.events]
 
 
 def test_an_ngram_round_in_the_lab_has_a_one_hot_q_on_the_drafted_token(store):
