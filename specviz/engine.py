@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from numbers import Integral
 
 import torch
 
@@ -167,9 +168,9 @@ def check_draft(draft, vocab_size: int) -> None:
     verify, and a well-formed tree (tree.check); ValueError naming what is wrong."""
     if draft.tree:
         check(draft.tree, vocab_size)
-    bad = [t for t in draft.tokens if not (isinstance(t, int) and 0 <= t < vocab_size)]
+    bad = [t for t in draft.tokens if not (isinstance(t, Integral) and 0 <= t < vocab_size)]
     if bad:
-        raise ValueError(f"the proposer drafted a token outside 0..{vocab_size - 1}: {bad[0]!r}")
+        raise ValueError(f"the proposer drafted {bad[0]!r}, not a token id in 0..{vocab_size - 1}")
 
 
 def top2(top) -> list[list[tuple[int, float]]]:

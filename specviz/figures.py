@@ -83,7 +83,7 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
                         name=f"break-even 1 + k·C_D/C_T (C_D/C_T={spec.cost_ratio:.2f}; assumes verifying "
                              "k tokens costs one pass)", line=dict(dash="dash", color=BASE))
     drafting = [e.k for e in spec.events]
-    if spec.k and all(n == spec.k for n in drafting[:-1]):  # a fixed k (the last round may be cut)
+    if spec.fixed_k:  # a chain (the budget may cut its last rounds)
         fig.add_scatter(x=[spec.k], y=[spec.tokens_per_pass], mode="markers", name="this run",
                         marker=dict(size=12, color=SPEC, symbol="diamond"))
     elif spec.k:  # n-gram, adaptive, hybrid: each round drafts its own length

@@ -9,7 +9,7 @@ from itertools import accumulate
 
 from .engine import RoundEvent
 from .theory import expected_tokens_per_pass
-from .verifycost import fit_line
+from .verifycost import VerifyCost, fit_line, spans_widths
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,21 @@ class RunStats:
     def k(self) -> int:
         """The largest k drafted in a round (the asked k, unless the budget cut every round)."""
         return max((e.k for e in self.events), default=0)
+
+    @property
+    def fixed_k(self) -> int | None:
+        """k when every round drafted it but those the token budget cut (a chain run: once fewer
+        than k + 1 tokens are left, each round drafts what is left less one) or the last; None
+        when the rounds chose their own lengths (n-gram, adaptive, hybrid)."""
+        if not self.k:
+            return None
+        last = self.events[-1]
+        left = last.position + len(last.new_tokens)  # the budget, when the run stopped on it
+
+        def cut(e: RoundEvent) -> bool:
+            return last.stop == "length" and e.k == left - e.position - 1
+
+        return self.k if all(e.k == self.k or cut(e) for e in self.events[:-1]) else None
 
     @property
     def acceptance_by_position(self) -> list[float]:
@@ -206,10 +221,12 @@ def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, fl
     """(T0, b) in seconds: the target's pass T(n) = T0 + b * n over the n drafted tokens it
     verifies, least squares over the rounds after round 1 (which also paid the prefill) of spec
     (n = its nodes) and of base, the target alone (n = 0). None where those rounds' n do not
-    spread (a fixed-k run without its baseline) or the fit has no positive intercept."""
+    spread (verifycost.spans_widths: a fixed-k run without its baseline, whose few budget-cut
+    last rounds are no line) or the fit has no positive intercept."""
     points = [(e.nodes, e.target_seconds) for e in spec.events[1:]]
     points += [(0, e.target_seconds) for e in (base.events[1:] if base else ())]
-    if len(points) < 2:
+    ns = [float(n) for n, _ in points]
+    if not spans_widths(ns, VerifyCost.MIN_ROUNDS, VerifyCost.MIN_SPREAD):
         return None
-    return fit_line([float(n) for n, _ in points], [t for _, t in points])
+    return fit_line(ns, [t for _, t in points])
 

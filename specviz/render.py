@@ -54,8 +54,10 @@ class Span:
             return f"{self.fate}: {where}; q(x)={self.q:.4f}; p(x) not computed: the walk never reached it"
         if self.p is None:
             return f"{self.fate}: {where}"
-        return (f"{self.fate}: {where}; p(x)={self.p:.4f}  q(x)={self.q:.4f}  "
-                f"min(1, p/q)={self.accept_probability:.4f}")
+        ratio = self.accept_probability  # None without a q (a trace may leave it out)
+        return (f"{self.fate}: {where}; p(x)={self.p:.4f}"
+                + ("" if self.q is None else f"  q(x)={self.q:.4f}")
+                + ("" if ratio is None else f"  min(1, p/q)={ratio:.4f}"))
 
 
 def round_spans(event: RoundEvent, tokenizer, context: list[int]) -> list[Span]:

@@ -17,6 +17,7 @@ distribution exactly. Greedy: follow the child equal to the target's argmax, els
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from numbers import Integral
 
 import torch
 
@@ -88,7 +89,7 @@ def check(nodes: list[TreeNode] | tuple[TreeNode, ...], vocab_size: int | None =
             raise ValueError(f"tree node {i}: depth {n.depth!r} is not its parent's depth + 1")
         if (n.parent, n.token) in seen:
             raise ValueError(f"tree node {i}: token {n.token!r} repeats a sibling's; siblings must differ")
-        if vocab_size is not None and not (isinstance(n.token, int) and 0 <= n.token < vocab_size):
+        if vocab_size is not None and not (isinstance(n.token, Integral) and 0 <= n.token < vocab_size):
             raise ValueError(f"tree node {i}: token {n.token!r} is not an id in 0..{vocab_size - 1}")
         seen.add((n.parent, n.token))
 

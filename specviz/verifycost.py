@@ -30,14 +30,26 @@ def fit_line(xs: list[float], ts: list[float]) -> tuple[float, float] | None:
     return (a, b) if a > 0 else None
 
 
+def spans_widths(ns: list[float], rounds: int = 3, spread: int = 4) -> bool:
+    """Enough rounds at both ends to fit a line: sizes spanning `spread`, with at least `rounds`
+    of them in each half of that span. A line through one round at one end is that round's noise;
+    a baseline's many one-token rounds after a chain's few verify rounds must not fit one."""
+    if not ns or max(ns) - min(ns) < spread:
+        return False
+    mid = (max(ns) + min(ns)) / 2
+    high = sum(n > mid for n in ns)
+    return high >= rounds and len(ns) - high >= rounds
+
+
 class VerifyCost:
     """Target seconds per round against the drafted tokens it verified (a chain's k, a tree's
-    nodes), T(n) = a + b * n: least squares over the last WINDOW rounds. Until MIN_ROUNDS rounds
-    spanning MIN_SPREAD sizes have been seen (a line through two noisy points can say anything),
-    b = VERIFY_SLOPE * a. Once a slope is fitted it holds while the window lacks the spread (a
-    drafter that learnt to draft short no longer varies its sizes), with a re-estimated from the
-    window. `of(target)` keeps one per target model across runs and drafters, so only a pair's
-    first sizing run has to measure it."""
+    nodes), T(n) = a + b * n: least squares over the last WINDOW rounds. Until the window holds
+    MIN_ROUNDS rounds at each end of a span of MIN_SPREAD sizes (spans_widths: a line through a
+    few noisy points can say anything), b = VERIFY_SLOPE * a. Once a slope is fitted it holds
+    while the window lacks the spread (a drafter that learnt to draft short no longer varies its
+    sizes; a baseline's rounds push a chain's out), with a re-estimated from the window.
+    `of(target)` keeps one per target model across runs and drafters, so only a pair's first
+    runs have to measure it."""
 
     WINDOW, MIN_ROUNDS, MIN_SPREAD = 32, 3, 4
 
@@ -58,7 +70,7 @@ class VerifyCost:
     def _line(self) -> tuple[float, float] | None:
         """The window's own least-squares line, when its sizes spread enough to say anything."""
         n = [float(x) for x, _ in self.seen]
-        if len(n) < self.MIN_ROUNDS or max(n) - min(n) < self.MIN_SPREAD:
+        if not spans_widths(n, self.MIN_ROUNDS, self.MIN_SPREAD):
             return None
         return fit_line(n, [s for _, s in self.seen])
 

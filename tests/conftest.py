@@ -69,6 +69,18 @@ def perturbed(model, seed: int, noise: float):
     return draft
 
 
+@pytest.fixture(autouse=True)
+def fresh_verify_lines(monkeypatch):
+    """Each test starts with the target's verify line unmeasured (verifycost.VerifyCost.of keeps
+    one per target model, fed by every chain and baseline run): what the n-gram rule and the
+    sizing drafters price a token at must not depend on the tests that ran before."""
+    import weakref
+
+    from specviz import verifycost
+
+    monkeypatch.setattr(verifycost, "_COSTS", weakref.WeakKeyDictionary())
+
+
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory):
     """Saved tiny models: {name: folder}. The draft shares the tokenizer; 'padded' has 16 more rows."""

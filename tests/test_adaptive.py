@@ -46,13 +46,16 @@ def measured_round(n: int, drafts: int, kept: int, draft_s: float, target_s: flo
 def test_adaptive_prices_a_token_by_the_measured_verify_line():
     """On a CPU where one more verified token costs half a one-token pass, the rule must learn
     that slope from the rounds, not keep the 4% prior, and count only the models' time."""
-    drafter = AdaptiveProposer(types.SimpleNamespace(report_confidences=False), VerifyCost())
+    line = VerifyCost()  # the target's line, as a baseline (0 drafts) and a chain (8) measured it:
+    for n in (0, 8, 0, 8, 0, 8):  # the target's pass over n drafts costs 0.2 + 0.1 n
+        line.observe(n, 0.2 + 0.1 * n)
+    drafter = AdaptiveProposer(types.SimpleNamespace(report_confidences=False), line)
     confident = (0.9,) * 8
     # round 1 paid the prefills: it teaches nothing
     drafter.last = Draft([1, 2, 3, 4], None, 4, 9.0, confidences=confident[:4])
     drafter.observe_round(measured_round(1, 4, 4, 9.0, 9.0))
-    assert drafter.rule is None and not drafter.cost.seen
-    # rounds 2-5: draft passes of 0.02 s; the target's pass over n drafts costs 0.2 + 0.1 n
+    assert drafter.rule is None and len(drafter.cost.seen) == 6
+    # rounds 2-5: draft passes of 0.02 s; the target's pass on the same line
     lengths, kept = (4, 1, 8, 2), (4, 0, 3, 2)
     for i, (n, m) in enumerate(zip(lengths, kept, strict=True)):
         drafter.last = Draft(list(range(1, n + 1)), None, n, 0.02 * n, confidences=confident[:n])
@@ -110,9 +113,7 @@ def test_adaptive_run_reports_its_draft_lengths(pair):
 
 
 def test_hybrid_uses_the_ngram_on_repeats_and_the_draft_otherwise(pair, monkeypatch):
-    from specviz import verifycost
 
-    monkeypatch.setattr(verifycost, "_COSTS", verifycost.weakref.WeakKeyDictionary())
     prompt = "The quick brown fox jumps over the lazy dog. The quick brown fox jumps"
     events = list(specviz.generate(pair, prompt, proposer="hybrid", k=8, max_new_tokens=30))
     assert events[0].source == "ngram" and events[0].draft_tokens  # a 4+ token repeat

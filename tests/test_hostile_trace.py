@@ -117,6 +117,14 @@ def test_the_synthetic_trace_is_valid_and_replays():
     assert replay_view(t).verdict_html and explorer.replay(t.recording, 3).rounds
 
 
+def test_spans_missing_q_or_p_still_show():
+    d = synthetic()
+    drafted = [s for s in d["spans"] if s["p"] is not None]
+    drafted[0]["q"], drafted[1]["q"], drafted[2]["p"] = None, 0.0, None
+    view = replay_view(trace.loads(json.dumps(d)))
+    assert "p(x)=" in view.text_html and view.stats_html
+
+
 def test_huge_k_in_an_event_is_refused_at_once():
     d = synthetic()
     d["events"][0]["k"] = 10**12

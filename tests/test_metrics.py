@@ -125,6 +125,8 @@ def test_break_even_prices_the_measured_verify_line():
 
 
 def test_a_run_of_varying_k_is_plotted_at_its_mean_k():
+    import dataclasses
+
     from specviz.figures import k_prediction
 
     spec = run([(4, 4), (2, 1), (0, 0), (4, 0)])  # 5 + 2 + 1 + 1 tokens in 4 passes
@@ -134,3 +136,10 @@ def test_a_run_of_varying_k_is_plotted_at_its_mean_k():
     assert names["i.i.d. prediction for its rounds' k"].y[0] == pytest.approx(spec.predicted_tokens_per_pass)
     fixed = run([(4, 4), (4, 1), (3, 0)])  # the last round cut by the budget: still k = 4
     assert [t.x[0] for t in k_prediction(fixed).data if t.name == "this run"] == [4]
+    # a budget of 10 tokens: from position 6 on, each round drafts what is left less one
+    tail = run([(4, 4), (4, 0), (3, 0), (2, 0), (1, 0), (0, 0)]).events
+    cut = RunStats.of(tail[:-1] + (dataclasses.replace(tail[-1], stop="length"),))
+    assert cut.new_tokens == 10 and cut.fixed_k == 4
+    assert [t.x[0] for t in k_prediction(cut).data if t.name == "this run"] == [4]
+    assert RunStats.of(tail).fixed_k is None  # stopped on EOS: those short rounds were chosen
+    assert spec.fixed_k is None and run([]).fixed_k is None

@@ -172,8 +172,10 @@ def test_verify_cost_fits_a_line_and_falls_back_to_the_prior():
     cost.observe(5, 0.28)  # two rounds a node apart: still the prior, not a line through noise
     assert cost.slope() == 0.04
     cost.seen.clear()
-    for n, t in [(1, 0.2 + 0.05 * 1), (9, 0.2 + 0.05 * 9), (4, 0.2 + 0.05 * 4)]:
-        cost.observe(n, t)
+    for n in (1, 9, 4, 1, 9):  # two rounds above the span's middle (5): still the prior
+        cost.observe(n, 0.2 + 0.05 * n)
+    assert cost.slope() == 0.04 and not cost.measured
+    cost.observe(8, 0.2 + 0.05 * 8)  # three at each end: the line
     assert cost.fit() == pytest.approx((0.2, 0.05)) and cost.slope() == pytest.approx(0.25)
     # a drafter that learnt to draft one or two tokens: the window loses its spread, and the
     # fitted slope holds (not the prior), a = mean t / (1 + 0.25 * mean n) = 0.275 / 1.375
@@ -187,10 +189,10 @@ def test_an_unmeasured_verify_cost_alternates_two_small_sizes_then_lifts_the_cap
     cost = VerifyCost()
     proposer = TreeProposer(pair.draft, pair.vocab_size, cost=cost)
     caps = []
-    for n, t in [(4, 0.9), (8, 1.5), (4, 0.9)]:  # a = 0.3 s a pass, b = 0.15 s a node
+    for n in (4, 8, 4, 8, 4, 8):  # a = 0.3 s a pass, b = 0.15 s a node
         caps.append(proposer.cap(4))
-        cost.observe(n, t)
-    assert caps == [4, 8, 4] and cost.measured and proposer.cap(4) == 64
+        cost.observe(n, 0.3 + 0.15 * n)
+    assert caps == [4, 8, 4, 8, 4, 8] and cost.measured and proposer.cap(4) == 64
     assert cost.slope() == pytest.approx(0.5)
     assert TreeProposer(pair.draft, pair.vocab_size, nodes=10, cost=VerifyCost()).cap(4) == 10
     assert VerifyCost.of(pair.target) is VerifyCost.of(pair.target)  # kept across runs
@@ -200,8 +202,8 @@ def test_the_node_bar_is_the_runs_rate_times_the_verify_slope(pair):
     cost = VerifyCost()
     proposer = TreeProposer(pair.draft, pair.vocab_size, cost=cost)
     assert proposer.bar() == pytest.approx(0.04)  # nothing measured: R = 1 (the target alone), prior
-    for n, t in [(4, 0.9), (8, 1.5), (4, 0.9)]:  # a = 0.3 s a pass, b = 0.15 s a node: slope 0.5
-        cost.observe(n, t)
+    for n in (4, 8, 4, 8, 4, 8):  # a = 0.3 s a pass, b = 0.15 s a node: slope 0.5
+        cost.observe(n, 0.3 + 0.15 * n)
     assert proposer.bar() == pytest.approx(0.5)  # still no round of this run: R = 1
     proposer.tokens, proposer.seconds = 6, 0.9  # 6 tokens in 3 one-token passes' time: R = 2
     assert proposer.bar() == pytest.approx(1.0)
