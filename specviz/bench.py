@@ -74,6 +74,11 @@ class Record:
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
 
+    @property
+    def decode_tokens_per_second(self) -> float | None:
+        """tok/s after round 1 (RunStats.decode_tokens_per_second); None for a transformers run."""
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds else None
+
 
 class PeakRSS:
     """Samples this process's resident memory every 20 ms while a method runs."""
@@ -291,8 +296,8 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                              peak_rss_gib=rss.peak / 2**30, matches_target=None if ref is None
                              else diff is None, first_difference=diff, difference=why, **details)
                 records.append(rec)
-                decode = "" if not rec.decode_seconds else \
-                    f" ({rec.decode_tokens / rec.decode_seconds:.2f} after round 1)"
+                rate = rec.decode_tokens_per_second
+                decode = "" if rate is None else f" ({rate:.2f} after round 1)"
                 log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s{decode}"
                     f"{'' if rec.matches_target in (True, None) else f'  differs at {diff}: {why}'}")
     texts = {i: t for (_, i), t in sorted(reference.items(), key=lambda r: r[0][0] == "transformers")}

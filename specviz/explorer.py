@@ -134,10 +134,11 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
     guess_pieces = [token_pieces(pair.tokenizer, prompt_ids + output[:i], [g])[0]
                     for i, g in enumerate(guesses)]
     token_text = {str(t): pair.tokenizer.decode([t]) for t in set(prompt_ids + output)}
-    slope = None if proposer != "ngram" else current_slope(pair) if ngram_slope is None else ngram_slope
+    if proposer == "ngram" and ngram_slope is None:
+        ngram_slope = current_slope(pair)
     return Recording(proposer, list(prompt_ids), output, guesses, cost_d, cost_t, max_new_tokens,
                      ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences, line,
-                     slope)
+                     ngram_slope if proposer == "ngram" else None)
 
 
 def verify_line(events, prompt_tokens: int) -> tuple[float, float] | None:

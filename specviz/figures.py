@@ -82,12 +82,11 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
         fig.add_scatter(x=ks, y=[break_even_tokens(k, spec.cost_ratio) for k in ks],
                         name=f"break-even 1 + k·C_D/C_T (C_D/C_T={spec.cost_ratio:.2f}; assumes verifying "
                              "k tokens costs one pass)", line=dict(dash="dash", color=BASE))
-    drafting = [e.k for e in spec.events]
     if spec.fixed_k:  # a chain (the budget may cut its last rounds)
         fig.add_scatter(x=[spec.k], y=[spec.tokens_per_pass], mode="markers", name="this run",
                         marker=dict(size=12, color=SPEC, symbol="diamond"))
     elif spec.k:  # n-gram, adaptive, hybrid: each round drafts its own length
-        mean_k = sum(drafting) / len(drafting)
+        mean_k = spec.drafted / len(spec.events)
         fig.add_scatter(x=[mean_k], y=[spec.tokens_per_pass], mode="markers",
                         name=f"this run (k varies by round: mean {mean_k:.1f})",
                         marker=dict(size=12, color=SPEC, symbol="diamond"))

@@ -9,7 +9,7 @@ from itertools import accumulate
 
 from .engine import RoundEvent
 from .theory import expected_tokens_per_pass
-from .verifycost import VerifyCost, fit_line, spans_widths
+from .verifycost import fit_spread
 
 
 @dataclass(frozen=True)
@@ -221,12 +221,8 @@ def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, fl
     """(T0, b) in seconds: the target's pass T(n) = T0 + b * n over the n drafted tokens it
     verifies, least squares over the rounds after round 1 (which also paid the prefill) of spec
     (n = its nodes) and of base, the target alone (n = 0). None where those rounds' n do not
-    spread (verifycost.spans_widths: a fixed-k run without its baseline, whose few budget-cut
+    spread (verifycost.fit_spread: a fixed-k run without its baseline, whose few budget-cut
     last rounds are no line) or the fit has no positive intercept."""
     points = [(e.nodes, e.target_seconds) for e in spec.events[1:]]
     points += [(0, e.target_seconds) for e in (base.events[1:] if base else ())]
-    ns = [float(n) for n, _ in points]
-    if not spans_widths(ns, VerifyCost.MIN_ROUNDS, VerifyCost.MIN_SPREAD):
-        return None
-    return fit_line(ns, [t for _, t in points])
-
+    return fit_spread([float(n) for n, _ in points], [t for _, t in points])

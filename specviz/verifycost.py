@@ -30,7 +30,10 @@ def fit_line(xs: list[float], ts: list[float]) -> tuple[float, float] | None:
     return (a, b) if a > 0 else None
 
 
-def spans_widths(ns: list[float], rounds: int = 3, spread: int = 4) -> bool:
+MIN_ROUNDS, MIN_SPREAD = 3, 4  # a line needs this many rounds at each end of this span of sizes
+
+
+def spans_widths(ns: list[float], rounds: int = MIN_ROUNDS, spread: int = MIN_SPREAD) -> bool:
     """Enough rounds at both ends to fit a line: sizes spanning `spread`, with at least `rounds`
     of them in each half of that span. A line through one round at one end is that round's noise;
     a baseline's many one-token rounds after a chain's few verify rounds must not fit one."""
@@ -39,6 +42,11 @@ def spans_widths(ns: list[float], rounds: int = 3, spread: int = 4) -> bool:
     mid = (max(ns) + min(ns)) / 2
     high = sum(n > mid for n in ns)
     return high >= rounds and len(ns) - high >= rounds
+
+
+def fit_spread(ns: list[float], ts: list[float]) -> tuple[float, float] | None:
+    """fit_line(ns, ts) where the sizes ns span enough to say anything (spans_widths), else None."""
+    return fit_line(ns, ts) if spans_widths(ns) else None
 
 
 class VerifyCost:
@@ -51,7 +59,7 @@ class VerifyCost:
     `of(target)` keeps one per target model across runs and drafters, so only a pair's first
     runs have to measure it."""
 
-    WINDOW, MIN_ROUNDS, MIN_SPREAD = 32, 3, 4
+    WINDOW, MIN_ROUNDS, MIN_SPREAD = 32, MIN_ROUNDS, MIN_SPREAD
 
     def __init__(self, prior_slope: float = VERIFY_SLOPE):
         self.prior = prior_slope
@@ -69,10 +77,7 @@ class VerifyCost:
 
     def _line(self) -> tuple[float, float] | None:
         """The window's own least-squares line, when its sizes spread enough to say anything."""
-        n = [float(x) for x, _ in self.seen]
-        if not spans_widths(n, self.MIN_ROUNDS, self.MIN_SPREAD):
-            return None
-        return fit_line(n, [s for _, s in self.seen])
+        return fit_spread([float(x) for x, _ in self.seen], [s for _, s in self.seen])
 
     def observe(self, nodes: int, seconds: float) -> None:
         self.seen.append((nodes, seconds))
