@@ -396,8 +396,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                                f"{step['outcomes']} distinct outcomes. TV distance between the "
                                f"speculative and the target-alone histograms: <b>{step['tv']:.3f}</b> "
                                "(two exact samplers at this N differ by sampling noise alone, roughly "
-                               f"√(outcomes/N) in the worst case). Time: {sec[s.proposer]:.1f} s "
-                               f"speculative, {sec['none']:.1f} s target alone.</div>")
+                               f"√(outcomes/N) in the worst case). Time: {sec['spec']:.1f} s "
+                               f"speculative, {sec['base']:.1f} s target alone.</div>")
 
             yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
                              job)

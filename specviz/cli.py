@@ -129,7 +129,7 @@ def cmd_run(args) -> int:
           f"({stats.tokens_per_pass:.2f} per pass), {stats.draft_passes} draft passes; "
           + run_line(stats))
     print(f"acceptance by position{' along the walked branch' if stats.is_tree else ''}: "
-          f"{', '.join(f'{a:.0%}' for a in stats.acceptance_by_position)}")
+          f"{', '.join('-' if a is None else f'{a:.0%}' for a in stats.acceptance_by_position)}")
     print(f"{stats.wall_seconds:.2f} s, {stats.tokens_per_second:.2f} tok/s "
           f"(draft {stats.draft_seconds:.2f} s, target {stats.target_seconds:.2f} s, "
           f"other {stats.overhead_seconds:.3f} s)")

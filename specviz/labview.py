@@ -68,7 +68,8 @@ def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_promp
     event = events[round_number - 1]
     if not event.draft_tokens:
         raise ValueError(f"round {round_number} drafted nothing: pick another round")
-    one_hot_q = event.source == "ngram"
+    candidates = [n.token for n in event.tree if n.parent == -1]  # a tree round's root candidates
+    one_hot_q = event.source == "ngram" or bool(candidates)  # both try drafts as one-hot
     if pair.draft is None and not one_hot_q:
         raise ValueError("this round was drafted by a draft model and the loaded pair has none: "
                          "load the run's pair with its draft, then come back")
@@ -81,8 +82,8 @@ def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_promp
     if len(prefix) > limit:
         raise ValueError(f"round {round_number} starts after {len(prefix)} tokens; the lab reads at "
                          f"most {limit} here: pick an earlier round")
-    drafted = event.draft_tokens[0]
-    if any(not 0 <= t < pair.vocab_size for t in [*prefix, drafted]):
+    drafted = candidates[0] if candidates else event.draft_tokens[0]  # the first draft the rule tried
+    if any(not 0 <= t < pair.vocab_size for t in [*prefix, *candidates, drafted]):
         raise ValueError(f"this trace holds token ids outside the loaded pair's vocabulary "
                          f"(0..{pair.vocab_size - 1}): it was not made with this pair; run it here first")
     s = trace.settings if isinstance(trace.settings, dict) else {}
@@ -110,7 +111,11 @@ def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_promp
             + (" (the run was greedy: one-hot p and q, so the lab looks at temperature 1)"
                if not run_temperature else "")
             + ("; an n-gram round: q is one-hot on the drafted token (a deterministic drafter), "
-               "as the rule used it" if one_hot_q else ""))
+               "as the rule used it" if event.source == "ngram" else "")
+            + (f"; a tree round: the walk tries the root's {len(candidates)} candidates one at a time, "
+               "each as a one-hot draft, so q is one-hot on the first; one of them is kept with "
+               f"probability Σ p(x) over the candidates = {float(p[candidates].sum()):.4f} (the tree "
+               "variants below try them all)" if candidates else ""))
     return p, q, [], drafted, note
 
 
@@ -276,11 +281,9 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
             continue
         fig.add_scatter(x=ks, y=speed, name=f"tokens / s on {profile.name[:40]}, {path}", yaxis="y2",
                         line=dict(color=THEORY, dash="solid" if path == "fast" else "dot"))
-    if measured_k is not None:
-        hit = next((r for r in reps if r.k == measured_k), None)
-        if hit:
-            fig.add_scatter(x=[measured_k], y=[hit.tokens_per_pass], mode="markers", name="measured run",
-                            marker=dict(size=12, color=BASE, symbol="diamond"))
+    if measured_k is not None and measured_rounds:  # the run's own figure, not its replay's
+        fig.add_scatter(x=[measured_k], y=[sum(measured_rounds) / len(measured_rounds)], mode="markers",
+                        name="measured run", marker=dict(size=12, color=BASE, symbol="diamond"))
     fig.update_layout(yaxis2=dict(overlaying="y", side="right", title="tokens / s"))
     return to_html(explorer.spans(rep)), numbers, _layout(fig, "Every k, recomputed from one run", "k",
                                                          "tokens per target pass")

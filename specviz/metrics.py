@@ -9,6 +9,7 @@ from itertools import accumulate
 
 from .engine import RoundEvent
 from .theory import expected_tokens_per_pass
+from .tree import REJECTED
 from .verifycost import fit_spread
 
 
@@ -55,14 +56,17 @@ class RunStats:
 
     @property
     def rejections(self) -> int:
-        """Rounds whose drafts met a refusal: each tests one token that failed."""
-        return sum(e.accepted < e.k for e in self.events)
+        """Drafts the rule tested and refused: one a chain round that met a refusal (the drafts
+        after it are never tested), and each refused candidate of a tree round (a tree tries a
+        node's children in turn until one is kept)."""
+        return sum(sum(n.fate == REJECTED for n in e.tree) if e.tree else e.accepted < e.k
+                   for e in self.events)
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / drafted (vLLM's "acceptance rate"). Drafts after the first refusal in a round
-        are never tested but count as failures here, so this is not the per-token chance."""
-        return self.accepted / self.drafted if self.drafted else 0.0
+        """accepted / drafted tokens verified (vLLM's "acceptance rate"; a tree's: its nodes).
+        Drafts the rule never tested count as failures here, so this is not the per-token chance."""
+        return self.accepted / self.nodes_verified if self.nodes_verified else 0.0
 
     @property
     def alpha(self) -> float:
@@ -87,17 +91,19 @@ class RunStats:
         left = last.position + len(last.new_tokens)  # the budget, when the run stopped on it
 
         def cut(e: RoundEvent) -> bool:
-            return last.stop == "length" and e.k == left - e.position - 1
+            # "eos": the engine names EOS before the budget when both end the run on one token
+            return last.stop in ("length", "eos") and e.k == left - e.position - 1
 
         return self.k if all(e.k == self.k or cut(e) for e in self.events[:-1]) else None
 
     @property
-    def acceptance_by_position(self) -> list[float]:
-        """P(draft i kept | drafts 1..i-1 kept), for i = 1..k."""
+    def acceptance_by_position(self) -> list[float | None]:
+        """P(draft i kept | drafts 1..i-1 kept), for i = 1..k; None where no round reached i
+        (a tree: depth i along the walked branch)."""
         rates = []
         for i in range(1, self.k + 1):
             reached = [e for e in self.events if e.k >= i and e.accepted >= i - 1]
-            rates.append(sum(e.accepted >= i for e in reached) / len(reached) if reached else 0.0)
+            rates.append(sum(e.accepted >= i for e in reached) / len(reached) if reached else None)
         return rates
 
     @property
@@ -171,13 +177,22 @@ class RunStats:
         return sum(e.overhead_seconds for e in self.events)
 
     @property
+    def _later_draft(self) -> tuple[float, int]:
+        """Draft seconds and passes after the first round that ran the draft: that round also fed
+        it the prompt (round 1, or a later one where the hybrid's n-gram drafted first)."""
+        first = next((i for i, e in enumerate(self.events) if e.draft_passes), None)
+        if first is None:
+            return 0.0, 0
+        later = self.events[first + 1:]
+        return sum(e.draft_seconds for e in later), self.draft_passes - self.events[first].draft_passes
+
+    @property
     def draft_pass_seconds(self) -> float:
-        """C_D: seconds of one draft pass after round 1 (round 1 also fed the draft the prompt);
-        round 1's own when no later round drafted; 0 without draft passes."""
-        later = self.events[1:]
-        passes = self.draft_passes - self.events[0].draft_passes if later else 0
+        """C_D: seconds of one draft pass after the round that fed the draft the prompt; that
+        round's own when no later round drafted; 0 without draft passes."""
+        seconds, passes = self._later_draft
         if passes:
-            return sum(e.draft_seconds for e in later) / passes
+            return seconds / passes
         return self.draft_seconds / self.draft_passes if self.draft_passes else 0.0
 
     @property
@@ -190,8 +205,7 @@ class RunStats:
     @property
     def cost_ratio(self) -> float:
         """Measured C_D / C_T: one draft pass over one target pass (prefill rounds excluded)."""
-        later = self.events[1:]
-        if not later or not self.draft_passes - self.events[0].draft_passes or not self.target_pass_seconds:
+        if not self._later_draft[1] or not self.target_pass_seconds:
             return 0.0
         return self.draft_pass_seconds / self.target_pass_seconds
 

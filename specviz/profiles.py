@@ -31,12 +31,12 @@ numbers and strings) and raises ValueError naming the field.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import untrusted as u
 from .lm import bucket
 
 FORMAT, VERSION = "specviz-costs", 1
@@ -125,46 +125,34 @@ class Profile:
 
 # ---- validation: a profile is hostile input ------------------------------------------------
 
-def _text(value, where: str, limit: int = 200, empty: bool = True) -> str:
-    if not isinstance(value, str) or len(value) > limit or (not empty and not value) \
-            or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError(f"profile field {where} must be a string of at most {limit} printable characters")
-    return value
+def _text(value, where: str, limit: int = 200) -> str:
+    return u.text(value, where, limit, printable=True)
 
 
 def _number(value, where: str, lo: float, hi: float, integer: bool = False) -> float | int:
-    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
-    if not ok or not math.isfinite(value) or not lo <= value <= hi:
-        kind = "an integer" if integer else "a number"
-        raise ValueError(f"profile field {where} must be {kind} in {lo:g}..{hi:g}, got {str(value)[:30]!r}")
-    return int(value) if integer else float(value)
+    return u.integer(value, where, lo, hi) if integer else u.number(value, where, lo, hi)
 
 
-def _object(value, where: str, known: set[str], limit: int = 16) -> dict:
-    if not isinstance(value, dict) or len(value) > limit:
-        raise ValueError(f"profile field {where} must be an object of at most {limit} keys")
-    unknown = [str(k)[:30] for k in value if k not in known]
-    if unknown:
-        raise ValueError(f"profile field {where} has unknown keys {unknown[:3]}: known are {sorted(known)}")
+def _flag(value, where: str) -> bool:
+    if type(value) is not bool:
+        u.fail(where, "must be true or false")
     return value
 
 
 def _path(name: str, raw) -> PathCosts:
     where = f"paths.{name}"
-    raw = _object(raw, where, PATH)
+    raw = u.keys(raw, where, PATH, most=len(PATH))
     cache = raw.get("cache", "dynamic")
     if cache not in ("dynamic", "static"):
-        raise ValueError(f"profile field {where}.cache must be 'dynamic' or 'static'")
-    compiled = raw.get("compiled", False)
-    if not isinstance(compiled, bool):
-        raise ValueError(f"profile field {where}.compiled must be true or false")
+        u.fail(f"{where}.cache", "must be 'dynamic' or 'static'")
+    compiled = _flag(raw.get("compiled", False), f"{where}.compiled")
     draft = raw.get("draft_ms")
     draft = None if draft is None else _number(draft, f"{where}.draft_ms", 1e-6, MAX_MS)
-    widths = _object(raw.get("target_ms"), f"{where}.target_ms", {str(w) for w in range(1, MAX_WIDTH + 1)},
-                     MAX_WIDTH)
+    widths = u.keys(raw.get("target_ms"), f"{where}.target_ms", [str(w) for w in range(1, MAX_WIDTH + 1)],
+                    most=MAX_WIDTH)
     costs = sorted((int(w), _number(ms, f"{where}.target_ms.{w}", 1e-6, MAX_MS)) for w, ms in widths.items())
     if not costs or costs[0][0] != 1:
-        raise ValueError(f"profile field {where}.target_ms must hold width \"1\" (the target alone)")
+        u.fail(f"{where}.target_ms", 'must hold width "1" (the target alone)')
     max_len = raw.get("max_len")
     max_len = None if max_len is None else _number(max_len, f"{where}.max_len", 1, 1 << 24, integer=True)
     return PathCosts(cache, compiled, draft, tuple(costs), _text(raw.get("dtype", ""), f"{where}.dtype", 20),
@@ -172,36 +160,38 @@ def _path(name: str, raw) -> PathCosts:
 
 
 def from_dict(raw) -> Profile:
-    raw = _object(raw, "(top level)", TOP_KEYS)
+    """A checked profile from a parsed JSON value; ValueError naming the field."""
+    try:
+        return _profile(raw)
+    except u.Invalid as e:
+        raise ValueError(f"profile field {e}") from None
+
+
+def _profile(raw) -> Profile:
+    raw = u.keys(raw, "(top level)", TOP_KEYS, most=len(TOP_KEYS))
     if raw.get("format") != FORMAT or raw.get("version") != VERSION:
         raise ValueError(f"not a cost profile: format must be {FORMAT!r} and version {VERSION}")
-    name = _text(raw.get("name"), "name", 64, empty=False)
+    name = _text(raw.get("name"), "name", 64)
     if not NAME.match(name):
-        raise ValueError("profile field name must be lower-case letters, digits, '.', '_' or '-'")
-    hardware = _object(raw.get("hardware"), "hardware", set(HARDWARE))
-    hw = {}
-    for key, kind in HARDWARE.items():
-        if hardware.get(key) is None:
-            continue
-        hw[key] = (_text(hardware[key], f"hardware.{key}", 100) if kind is str else
-                   _number(hardware[key], f"hardware.{key}", 0, 1e7, integer=kind is int))
+        u.fail("name", "must be lower-case letters, digits, '.', '_' or '-' (at most 64)")
+    hardware = u.keys(raw.get("hardware"), "hardware", HARDWARE, most=len(HARDWARE))
+    hw = {key: (_text(hardware[key], f"hardware.{key}", 100) if kind is str else
+                _number(hardware[key], f"hardware.{key}", 0, 1e7, integer=kind is int))
+          for key, kind in HARDWARE.items() if hardware.get(key) is not None}
     packages = {k: v if v is None else _text(v, f"packages.{k}", 60)
-                for k, v in _object(raw.get("packages"), "packages", PACKAGES).items()}
+                for k, v in u.keys(raw.get("packages"), "packages", PACKAGES, most=len(PACKAGES)).items()}
     models = {}
-    for role, model in _object(raw.get("models", {}), "models", {"target", "draft"}).items():
-        model = _object(model, f"models.{role}", set(MODEL))
+    for role, model in u.keys(raw.get("models", {}), "models", ("target", "draft"), most=2).items():
+        model = u.keys(model, f"models.{role}", MODEL, most=len(MODEL))
         models[role] = {k: (_text(v, f"models.{role}.{k}", 200) if MODEL[k] is str else
                             _number(v, f"models.{role}.{k}", 0, 1e15, integer=True))
                         for k, v in model.items()}
     paths = raw.get("paths")
-    if not isinstance(paths, dict) or not 1 <= len(paths) <= 8 \
+    if type(paths) is not dict or not 1 <= len(paths) <= 8 \
             or not all(isinstance(n, str) and NAME.match(n) for n in paths):
-        raise ValueError("profile field paths must map 1..8 path names (e.g. eager, fast) to their costs")
-    quick = raw.get("quick", False)
-    if not isinstance(quick, bool):
-        raise ValueError("profile field quick must be true or false")
+        u.fail("paths", "must map 1..8 path names (e.g. eager, fast) to their costs")
     return Profile(name, hw, packages, {n: _path(n, p) for n, p in paths.items()}, models,
-                   _text(raw.get("created", ""), "created", 40), quick,
+                   _text(raw.get("created", ""), "created", 40), _flag(raw.get("quick", False), "quick"),
                    _text(raw.get("note", ""), "note", 500))
 
 

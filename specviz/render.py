@@ -33,31 +33,50 @@ class Span:
     token: int
     round: int
     position: int  # 1-based draft position within the round (0: the target's own token)
-    p: float | None = None  # p(x) of a drafted token (None: a tree node the walk never reached)
+    p: float | None = None  # p(x) of a drafted token (None: the rule never tested it)
     q: float | None = None  # q(x) of a drafted token
+    keep: float | None = None  # the chance the rule kept it, once the round reached it (None: untested)
 
     @property
     def emitted(self) -> bool:
         return self.fate != REJECTED
 
     @property
-    def accept_probability(self) -> float | None:
-        if self.p is None or not self.q:
-            return None
-        return min(1.0, self.p / self.q)
-
-    @property
     def tooltip(self) -> str:
         where = f"round {self.round}, " + (f"draft position {self.position}" if self.position
                                             else "target's token")
-        if self.p is None and self.q is not None:  # a tree's node past the first refusal
-            return f"{self.fate}: {where}; q(x)={self.q:.4f}; p(x) not computed: the walk never reached it"
+        if self.p is None and self.q is not None:  # a draft after the round's first refusal
+            return (f"{self.fate}: {where}; q(x)={self.q:.4f}; never tested: the round stopped at an "
+                    "earlier refusal")
         if self.p is None:
             return f"{self.fate}: {where}"
-        ratio = self.accept_probability  # None without a q (a trace may leave it out)
         return (f"{self.fate}: {where}; p(x)={self.p:.4f}"
-                + ("" if self.q is None else f"  q(x)={self.q:.4f}")
-                + ("" if ratio is None else f"  min(1, p/q)={ratio:.4f}"))
+                + ("" if self.q is None else f"  q(x)={self.q:.4f}")  # a trace may leave q out
+                + ("" if self.keep is None else f"  kept with probability {self.keep:.4f}"))
+
+
+def target_fate(event: RoundEvent) -> str:
+    """The fate of a round's own target token: "target" in a round that drafted nothing."""
+    return TARGET if not event.k else BONUS if event.kind == "bonus" else RECOVERED
+
+
+def keep_probabilities(event: RoundEvent) -> list[float]:
+    """The chance the rule kept each tested draft of a round, given the round reached it: the
+    accepted ones, then the first refused one. A chain keeps x with min(1, p(x)/q(x)) (Algorithm 1;
+    greedy and n-gram drafts have q one-hot, so it is p(x)). A tree tries siblings as candidates
+    in the draft's order: x with p(x) over the mass its refused elder siblings left (tree.walk)."""
+    tested = range(min(event.accepted + 1, event.k))
+    if not event.tree:
+        return [min(1.0, p / q) if q else float(p > 0)  # acceptance.verify: keep iff u·q < p
+                for p, q in zip(event.target_probs[:len(tested)], event.draft_probs, strict=False)]
+    out, parents = [], [n.parent for n in event.tree]
+    path = [i for i, n in enumerate(event.tree) if n.fate == "accepted"]
+    end = path[-1] if path else -1
+    for i in path + [parents.index(end)] if len(path) < event.k else path:
+        elders = [j for j in range(i) if parents[j] == parents[i]]  # tried first, all refused
+        mass = 1.0 - sum(event.tree[j].p for j in elders)
+        out.append(min(1.0, event.tree[i].p / mass) if mass > 1e-12 else event.tree[i].p)
+    return out
 
 
 def round_spans(event: RoundEvent, tokenizer, context: list[int]) -> list[Span]:
@@ -66,13 +85,14 @@ def round_spans(event: RoundEvent, tokenizer, context: list[int]) -> list[Span]:
     shown = drafts[:n] + drafts[n:]  # kept drafts, then the refused ones
     texts = token_pieces(tokenizer, context, drafts[:n])
     refused = token_pieces(tokenizer, context + drafts[:n], drafts[n:])
-    unreached = n + 1 if event.tree else len(drafts)  # a tree's walk computes p up to its refusal
+    keep = keep_probabilities(event)  # the rule tests drafts up to the first refusal
     spans = [Span(t, ACCEPTED if i < n else REJECTED, x, event.round, i + 1,
-                  event.target_probs[i] if i < unreached else None, event.draft_probs[i])
+                  event.target_probs[i] if i < len(keep) else None, event.draft_probs[i],
+                  keep[i] if i < len(keep) else None)
              for i, (x, t) in enumerate(zip(shown, texts + refused, strict=True))]
     spans = [s for s in spans if s.fate == REJECTED or s.position <= len(event.new_tokens)]
     if len(event.new_tokens) > n:  # the target's token survived truncation
-        fate = TARGET if not event.k else BONUS if event.kind == "bonus" else RECOVERED
+        fate = target_fate(event)
         text = token_pieces(tokenizer, context + drafts[:n], [event.token])[0]
         spans.insert(n, Span(text, fate, event.token, event.round, 0))
     return spans

@@ -394,7 +394,8 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
                   tokens: int = 2) -> Iterator[dict]:
     """n short samples with and without speculation, as a stream: progress dicts
     {"done", "of"}, then the result {"final": True, histograms, TV distance, time}, or
-    {"stopped": message} when the job's time budget runs out. ValueError on bad input."""
+    {"stopped": message} when the job's time budget runs out; "seconds" maps "spec" and "base"
+    to each run's time. ValueError on bad input."""
     limits = limits or Limits()
     if not 10 <= n <= limits.max_samples:
         raise ValueError(f"samples must be in 10..{limits.max_samples} on this deployment "
@@ -409,9 +410,9 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
     kwargs = dict(k=s.k, max_new_tokens=tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
                   nodes=s.tree_nodes, branching=s.branching)
     counts, seconds, done = {}, {}, 0
-    for proposer in (s.proposer, "none"):
+    # Keyed by run, not by drafter: with the drafter "none" both runs are the target alone.
+    for run, proposer, offset in (("spec", s.proposer, 0), ("base", "none", 10**6)):  # independent seeds
         start, c = time.perf_counter(), Counter()
-        offset = 0 if proposer == s.proposer else 10**6  # independent seeds for the two runs
         for seed in range(offset, offset + n):
             events = generate(pair, prompt_ids, proposer=proposer, seed=seed, **kwargs)
             c[tuple(RunStats.of(events).tokens)] += 1
@@ -421,8 +422,8 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
                        "done": done, "of": 2 * n}
                 return
             yield {"done": done, "of": 2 * n, "method": proposer}  # Stop acts at each sample
-        counts[proposer], seconds[proposer] = c, time.perf_counter() - start
-    spec, base = counts[s.proposer], counts["none"]
+        counts[run], seconds[run] = c, time.perf_counter() - start
+    spec, base = counts["spec"], counts["base"]
     tv = 0.5 * sum(abs(spec[x] - base[x]) / n for x in set(spec) | set(base))
     yield {"final": True, "samples": n, "tv": tv, "seconds": seconds, "spec": spec, "base": base,
            "outcomes": len(set(spec) | set(base))}

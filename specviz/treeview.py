@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from .engine import RoundEvent
 from .metrics import RunStats
+from .render import target_fate
 from .tree import ACCEPTED, REJECTED, UNREACHED, ancestors, children
 
 Pieces = Callable[[Sequence[int], Sequence[int]], list[str]]  # (context, tokens) -> a text per token
@@ -53,6 +54,7 @@ CSS = """
 .tree-bar { display: inline-block; width: 8px; height: 10px; margin-right: 1px; border-radius: 2px; }
 .tree-bar.accepted { background: #22c55e; } .tree-bar.refused { background: #e5e7eb; }
 .tree-bar.recovered { background: #f97316; } .tree-bar.bonus { background: #3b82f6; }
+.tree-bar.target { background: #6b7280; }
 """
 
 
@@ -91,10 +93,12 @@ def _target_chip(event: RoundEvent, text: str) -> str:
     """The target's own token after the accepted path, if it survived the run's end."""
     if len(event.new_tokens) <= event.accepted:
         return ""
-    why = ("drawn from p with the refused candidates removed" if event.kind == "recovered"
-           else "drawn from p after a leaf was kept" if event.tree else "the target's token")
-    title = f"{event.kind}: {text!r}, the target's own token after the accepted path ({why})"
-    return (f'<div class="tree-branch"><span class="tok {html.escape(event.kind)} tree-node" '
+    fate = target_fate(event)
+    why = ("drawn from p with the refused candidates removed" if fate == "recovered"
+           else "drawn from p after a leaf was kept" if event.tree else "the target's token: "
+           "nothing was drafted this round")
+    title = f"{fate}: {text!r}, the target's own token after the accepted path ({why})"
+    return (f'<div class="tree-branch"><span class="tok {fate} tree-node" '
             f'title="{html.escape(title)}">{_chip_text(text)}</span></div>')
 
 
@@ -132,7 +136,7 @@ def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
 
     committed = "".join(committed)
     head = (f"<b>Round {event.round}{of}</b>: {len(nodes)} nodes verified in one target pass, depth "
-            f"{depth}; {event.accepted} accepted, then the target's token ({html.escape(event.kind)}). "
+            f"{depth}; {event.accepted} accepted, then the target's token ({target_fate(event)}). "
             f"Committed: <code>{_chip_text(committed, 80)}</code>. Hover a node for its p, q and "
             "cumulative draft probability; refused and never-reached branches are faded.")
     if greedy:
@@ -148,7 +152,7 @@ def _bar(event: RoundEvent) -> str:
     cells = ['<i class="tree-bar accepted"></i>'] * event.accepted
     cells += ['<i class="tree-bar refused"></i>'] * max(0, depth - event.accepted)
     if len(event.new_tokens) > event.accepted:
-        cells.append(f'<i class="tree-bar {html.escape(event.kind)}"></i>')
+        cells.append(f'<i class="tree-bar {target_fate(event)}"></i>')
     return "".join(cells)
 
 

@@ -24,8 +24,8 @@ def timeline_html(spans: list[Span], stats: RunStats) -> str:
         chips = by_round.get(e.round, [])
         drafts = "".join(_chip(s) for s in chips if s.position)
         own = "".join(_chip(s) for s in chips if not s.position)
-        nodes = f" of {e.nodes} nodes" if e.tree else ""  # a tree round: its walked branch shown
-        rows.append(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{e.accepted}/{e.k}{nodes}</td>"
+        kept = f"{e.accepted} of {e.nodes} nodes" if e.tree else f"{e.accepted}/{e.k}"  # a tree: its
+        rows.append(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{kept}</td>"  # walked branch shown
                     f"<td>{own or '(cut)'}</td><td>{len(e.new_tokens)}</td></tr>")
     return ('<table class="specviz-timeline"><thead><tr><th>round</th><th>drafted</th>'
             '<th>kept</th><th>target</th><th>tokens</th></tr></thead><tbody>'
@@ -60,15 +60,16 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
         row("draft passes", lambda r: f"{r.draft_passes}", "0" if b else ""),
         row("tokens per target pass", lambda r: f"{r.tokens_per_pass:.2f}", "1.00" if b else ""),
     ]
-    if tree:
+    if tree:  # accepted / nodes verified is a tree's acceptance rate
         rows += [row("drafted tokens verified (tree nodes; a chain: k a round)",
                      lambda r: f"{r.nodes_verified}"),
                  row("accepted per verified token", lambda r: f"{r.accepted_per_node:.1%}")]
     rows += [
-        row("per-token acceptance α = accepted / (accepted + rejections)",
+        row("per-token acceptance α = accepted / (accepted + rejections)"
+            + (" (a tree: rejections = candidates refused)" if tree else ""),
             lambda r: f"{r.alpha:.1%}" if r.drafted else "—"),
-        row("acceptance rate = accepted / drafted",
-            lambda r: f"{r.acceptance_rate:.1%}" if r.drafted else "—"),
+        *([] if tree else [row("acceptance rate = accepted / drafted",
+                               lambda r: f"{r.acceptance_rate:.1%}" if r.drafted else "—")]),
         row("i.i.d. prediction (1 − α^(k+1))/(1 − α)", _predicted),
         row("elapsed", lambda r: f"{r.wall_seconds:.2f} s", f"{b.wall_seconds:.2f} s" if b else ""),
         row("tokens / s", lambda r: f"{r.tokens_per_second:.2f}", f"{b.tokens_per_second:.2f}" if b else ""),

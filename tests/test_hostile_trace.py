@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from specviz import explorer, labview, trace
+from specviz import explorer, labview, trace, tracecheck
 from specviz.compare import Comparison
 from specviz.render import Span, to_html
 from specviz.service import replay_view
@@ -457,7 +457,7 @@ def test_over_the_size_cap_is_refused_at_once():
 
 
 def test_too_many_rounds_and_tokens_are_refused():
-    d = synthetic(rounds=trace.MAX_ROUNDS + 1, k=0, baseline=False)
+    d = synthetic(rounds=tracecheck.MAX_ROUNDS + 1, k=0, baseline=False)
     d["recording"] = None
     d["settings"].pop("max_new_tokens")
     refused(d, "events must be a list of 1..4096", seconds=5)
@@ -528,7 +528,7 @@ def test_token_html_escapes_text_and_attributes():
 def test_the_largest_trace_opens_in_bounded_time():
     """4096 rounds (the most) filling the size cap, views and k explorer included. A hang guard,
     not a benchmark: about 2 s here (docs/trace-format.md)."""
-    text = json.dumps(synthetic(rounds=trace.MAX_ROUNDS, k=3, kept=lambda i: 0, prompt=500,
+    text = json.dumps(synthetic(rounds=tracecheck.MAX_ROUNDS, k=3, kept=lambda i: 0, prompt=500,
                                 baseline=False), separators=(",", ":"))
     assert 0.8 * trace.MAX_TRACE_BYTES < len(text) <= trace.MAX_TRACE_BYTES
     start = time.perf_counter()
@@ -538,7 +538,7 @@ def test_the_largest_trace_opens_in_bounded_time():
     shown = time.perf_counter()
     labview.explorer_views(t.recording, 3, False, 3, [len(e.new_tokens) for e in t.events])
     done = time.perf_counter()
-    assert len(t.events) == trace.MAX_ROUNDS and view.text_html
+    assert len(t.events) == tracecheck.MAX_ROUNDS and view.text_html
     assert loaded - start < 10 and shown - loaded < 10 and done - shown < 10
 
 

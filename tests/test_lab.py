@@ -180,8 +180,11 @@ def test_lab_on_a_tree_round_of_a_real_run(pair):
     root = labview.tree_root(t, 1)
     assert root == [n.token for n in events[0].tree if n.parent == -1] and len(root) == 2
     assert labview.tree_root(t, 99) == [] and labview.tree_root(t, True) == []
-    # the root's candidates are the draft's top-2 under the q the lab recomputes
-    assert lab.tree_candidates(q, 2) == root
+    # the walk tries the root's candidates one at a time as one-hot drafts: the masses show the
+    # first, kept with p(x1) (not the soft draft's min(1, p/q)), and its residual is the walk's
+    assert drafted == root[0] and float(q[drafted]) == 1.0 and float(q.sum()) == 1.0
+    assert "a tree round" in note and f"{float(p[root].sum()):.4f}" in note
+    assert lab.Masses(p, q).accept_probability(drafted) == pytest.approx(float(p[drafted]))
     _, table = labview.monte_carlo(p, q, labels, 20_000, ["tree_exact"], tokenizer=pair.tokenizer,
                                    candidates=root)
     named = ", ".join(repr(pair.tokenizer.decode([c])) for c in root)

@@ -38,6 +38,11 @@ def test_alpha_counts_only_tested_drafts():
     assert stats.summary()["acceptance_rate"] == stats.acceptance_rate
 
 
+def test_acceptance_by_position_has_no_value_where_no_round_reached_it():
+    stats = run([(4, 0), (4, 0), (4, 1)])  # position 2 reached once (refused); 3 and 4 never
+    assert stats.acceptance_by_position == [pytest.approx(1 / 3), 0.0, None, None]
+
+
 def test_prediction_averages_over_each_rounds_draft_length():
     stats = run([(2, 2), (4, 1), (0, 0)])  # an adaptive run: k = 2, 4, then nothing drafted
     a = 3 / 4
@@ -113,6 +118,11 @@ def test_break_even_prices_the_measured_verify_line():
                         for i in range(1, 9)])
     assert (spec.draft_pass_seconds, spec.target_pass_seconds) == (pytest.approx(0.1), pytest.approx(0.9))
     assert spec.cost_ratio == pytest.approx(0.1 / 0.9)
+    # a hybrid whose n-gram drafted round 1: the draft first ran in round 2, on the whole prompt
+    seconds = {1: 0.0, 2: 2.0}
+    hybrid = RunStats.of([dataclasses.replace(e, draft_passes=max(0, e.draft_passes - 4),
+                                              draft_seconds=seconds.get(e.round, 0.4)) for e in spec.events])
+    assert hybrid.draft_pass_seconds == pytest.approx(0.1)  # (0.4 + 0.4) / 8: not (2 + 0.8) / 12
     assert target_line(spec, base) == pytest.approx((0.3, 0.15))  # T(n) = 0.3 + 0.15 n
     # a round costs 4 * 0.1 + 0.9 = 1.3 s, the target alone 0.3 s a token: 4.33 tokens to break even
     assert break_even_tokens(4, 0.1 / 0.3, 0.15 / 0.3) == pytest.approx(1.3 / 0.3)
@@ -141,5 +151,7 @@ def test_a_run_of_varying_k_is_plotted_at_its_mean_k():
     cut = RunStats.of(tail[:-1] + (dataclasses.replace(tail[-1], stop="length"),))
     assert cut.new_tokens == 10 and cut.fixed_k == 4
     assert [t.x[0] for t in k_prediction(cut).data if t.name == "this run"] == [4]
-    assert RunStats.of(tail).fixed_k is None  # stopped on EOS: those short rounds were chosen
+    # EOS as the budget's last token: the engine says "eos", and the rounds were still cut
+    assert RunStats.of(tail[:-1] + (dataclasses.replace(tail[-1], stop="eos"),)).fixed_k == 4
+    assert RunStats.of(tail).fixed_k is None  # the run goes on: those short rounds were chosen
     assert spec.fixed_k is None and run([]).fixed_k is None

@@ -265,3 +265,14 @@ def test_bench_records_passes_and_projects_onto_a_profile_file(model_dirs, tmp_p
     assert data["projected"]["hf:target"]["eager"]["seconds"] == pytest.approx(alone["target_passes"] * 0.010)
     assert "Projected onto the cost profile hand-made" in (tmp_path / "b.md").read_text()
     assert main(["bench", "--profile", str(tmp_path / "nope.json")]) == 2  # refused before any load
+
+
+def test_the_explorer_marks_the_measured_run_at_its_own_tokens_per_pass():
+    """The replay at k=2 commits 2, 3, 1 (2.00 a pass). A measured run of 1, 1, 1, 3 tokens a round
+    (4 passes: 1.50 a pass) does not match it: the marker shows the run's 1.50, not the replay's."""
+    _, numbers, fig = labview.explorer_views(hand_recording(), 2, False, 2, [1, 1, 1, 3])
+    marker = next(t for t in fig.data if t.name == "measured run")
+    assert list(marker.x) == [2] and list(marker.y) == [1.5] and "does NOT match" in numbers
+    _, numbers, fig = labview.explorer_views(hand_recording(), 2, False, 2, [2, 3, 1])
+    marker = next(t for t in fig.data if t.name == "measured run")
+    assert list(marker.y) == [2.0] and "matches it round by round" in numbers

@@ -33,6 +33,19 @@ def test_end_to_end_sampling_check(store):
         sample_continuations(store.current(), RunSettings(pair="tiny", temperature=0.0), 20)
 
 
+def test_end_to_end_check_with_the_drafter_none_compares_two_runs(store):
+    """Both runs are the target alone then; they were stored under one key, so the page showed
+    one histogram against itself (TV 0.000) and one time twice."""
+    s = RunSettings(pair="tiny", chat=False, prompt="The dog", temperature=1.0, top_k=3, k=2,
+                    dtype="float32", proposer="none")
+    store.get(s)
+    result = sample_continuations(store.current(), s, 40)
+    spec, base = result["spec"], result["base"]
+    assert set(result["seconds"]) == {"spec", "base"} and spec != base  # independent seeds
+    hand = sum(abs(spec[x] - base[x]) for x in set(spec) | set(base)) / (2 * 40)
+    assert result["tv"] == pytest.approx(hand) and result["tv"] > 0
+
+
 def counting(monkeypatch):
     """Record the proposer of every generate call the service makes."""
     import specviz.service as service

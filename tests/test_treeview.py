@@ -136,7 +136,7 @@ def test_a_round_that_drafted_nothing_shows_only_the_target_token():
     event = replace(tree_round(), tree=(), k=0, draft_tokens=[], accepted=0, target_probs=[],
                     draft_probs=[], new_tokens=[16], kind="bonus")
     text = treeview.round_html(event, pieces)
-    assert "drafted nothing" in text and "tok bonus tree-node" in text
+    assert "drafted nothing" in text and "tok target tree-node" in text
 
 
 def test_tree_figures_and_stats_match_hand_computations():
@@ -211,4 +211,35 @@ def test_token_text_says_an_unreached_tree_node_has_no_p(pair):
             assert s.p == e.target_probs[s.position - 1] and "p(x)=" in s.tooltip
         else:
             assert s.fate == REJECTED and s.p is None and s.q == e.draft_probs[s.position - 1]
-            assert "p(x) not computed" in s.tooltip and "min(1" not in s.tooltip
+            assert "never tested" in s.tooltip and s.keep is None and "kept with" not in s.tooltip
+
+
+def test_a_tree_round_that_drafted_nothing_shows_the_target_token_as_the_run_text_does():
+    """Its kind is "bonus" (0 of 0 drafts kept), but the token is the target's alone: grey
+    "target" in the Run text and the legend, so the tree panel and its bar say the same."""
+    from specviz.render import TARGET, round_spans
+
+    empty = replace(tree_round(2, tree=()), k=0, draft_tokens=[], accepted=0, target_probs=[],
+                    draft_probs=[], kind="bonus", new_tokens=[16], token=16)
+
+    class Tok:
+        def decode(self, ids, **_):
+            return "".join(TEXT.get(i, "?") for i in ids)
+
+    assert [s.fate for s in round_spans(empty, Tok(), [10])] == [TARGET]
+    panel = treeview.round_html(empty, pieces)
+    assert 'class="tok target tree-node"' in panel and "bonus" not in panel
+    row = treeview.overview_html([tree_round(1), empty], pieces).split("<tbody>")[1].split("</tr>")[1]
+    assert row.count("tree-bar target") == 1 and "tree-bar bonus" not in row
+
+
+def test_a_tree_runs_rates_count_nodes_and_refused_candidates():
+    """The hand tree: 6 nodes verified, "def" kept, its children "(" and ":" both refused. The
+    acceptance rate is over the nodes (1/6, not 1 over the walked branch's 3), α over the tested
+    candidates (1 / (1 + 2)), and depth 3 along the branch was never reached (no bar, not 0)."""
+    stats = RunStats.of([tree_round(1)])
+    assert stats.rejections == 2 and stats.alpha == pytest.approx(1 / 3)
+    assert stats.acceptance_rate == pytest.approx(1 / 6) == stats.accepted_per_node
+    assert stats.acceptance_by_position == [1.0, 0.0, None]
+    table = stats_html(stats, None, chain=RunStats.of([]))
+    assert "33.3%" in table and "16.7%" in table and "accepted / drafted" not in table

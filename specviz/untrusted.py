@@ -1,0 +1,135 @@
+"""Checks for untrusted JSON: the traces and cost profiles a visitor may upload.
+
+Each check takes a parsed value and the field's name, and returns the value or raises Invalid
+naming the field; the reader (trace.loads, profiles.from_dict) words Invalid as its own error.
+Lists are checked a whole column at a time where they may be long (a trace holds ~10^5 ids).
+NaN never reaches a check (the readers refuse it while parsing), and an infinity fails every
+finite bound, so min/max order the numbers they see.
+"""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+from itertools import accumulate, islice
+
+
+class Invalid(ValueError):
+    """A field that fails its check: `where` names it, `what` says what it must be."""
+
+    def __init__(self, where: str, what: str):
+        super().__init__(f"{where} {what}")
+        self.where, self.what = where, what
+
+
+def fail(where: str, what: str):
+    raise Invalid(where, what)
+
+
+def clip(value, n: int = 40) -> str:
+    """A short, safe description of an untrusted value for a message."""
+    text = repr(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+    return text if len(text) <= n else text[:n] + "…"
+
+
+def integer(v, where: str, lo: int, hi: int) -> int:
+    if type(v) is not int or not lo <= v <= hi:  # type(True) is bool: booleans are refused
+        fail(where, f"must be an integer in {lo}..{hi}, got {clip(v)}")
+    return v
+
+
+def number(v, where: str, lo: float, hi: float) -> float:
+    """A number in [lo, hi] (an integer counts); inf fails the bounds."""
+    if type(v) not in (int, float) or not lo <= v <= hi:
+        fail(where, f"must be a number in [{lo:g}, {hi:g}], got {clip(v)}")
+    return float(v)
+
+
+def _utf8(s: str, where: str) -> None:
+    if not s.isascii():
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            fail(where, "holds a lone surrogate (not UTF-8 text)")
+
+
+def text(v, where: str, cap: int, null: bool = False, printable: bool = False) -> str | None:
+    """A string of at most cap characters (or None with null); printable: no control characters."""
+    if v is None and null:
+        return None
+    if not isinstance(v, str) or len(v) > cap or (printable and not v.isprintable()):
+        kind = "printable characters" if printable else "characters"
+        fail(where, f"must be a string of at most {cap} {kind}" + (" or null" if null else ""))
+    _utf8(v, where)
+    return v
+
+
+def texts(v: list, where: str, cap: int) -> list[str]:
+    """Strings of at most cap characters each, checked together."""
+    if v and (not set(map(type, v)) <= {str} or max(map(len, v)) > cap):
+        fail(where, f"must hold strings of at most {cap} characters")
+    _utf8("".join(v), where)
+    return v
+
+
+def items(v, where: str, lo: int, hi: int, what: str) -> list:
+    """A list of lo..hi items (what they are named in the message)."""
+    if type(v) is not list or not lo <= len(v) <= hi:
+        n = f"{lo}" if lo == hi else f"{lo}..{hi}"
+        fail(where, f"must be a list of {n} {what}" + (f", got {len(v)}" if type(v) is list else ""))
+    return v
+
+
+def ids(v, where: str, vocab: int, lo: int, hi: int) -> list[int]:
+    """A list of lo..hi token ids in 0..vocab-1."""
+    items(v, where, lo, hi, "token ids")
+    if v and (not set(map(type, v)) <= {int} or min(v) < 0 or max(v) >= vocab):
+        fail(where, f"must hold token ids (integers in 0..{vocab - 1})")
+    return v
+
+
+def numbers(v, where: str, n: int, lo: float, hi: float) -> list[float]:
+    """A list of n numbers in [lo, hi]."""
+    items(v, where, n, n, "numbers")
+    if v and (not set(map(type, v)) <= {int, float} or min(v) < lo or max(v) > hi):
+        fail(where, f"must hold numbers in [{lo:g}, {hi:g}]")
+    return v
+
+
+def keys(d, where: str, allowed, required=(), most: int | None = None) -> dict:
+    """An object whose keys are among allowed and include required (at most `most` of them)."""
+    if type(d) is not dict or (most is not None and len(d) > most):
+        fail(where, "must be an object" + (f" of at most {most} keys" if most is not None else ""))
+    if d.keys() == set(allowed):
+        return d
+    missing, unknown = set(required) - d.keys(), d.keys() - set(allowed)
+    if missing or unknown:
+        named = [f"missing {', '.join(sorted(missing))}"] if missing else []
+        named += [f"unknown {', '.join(clip(k, 30) for k in islice(unknown, 3))}"] if unknown else []
+        fail(where, f"fields differ from {', '.join(allowed)}: {'; '.join(named)}")
+    return d
+
+
+_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def depth(data: bytes) -> int:
+    """Deepest bracket nesting of JSON text, at C speed: drop escapes, keep what lies outside
+    strings (the even pieces between quotes), map brackets to +1/-1 and take the running max."""
+    outside = b"".join(data.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')[::2])
+    steps = memoryview(outside.translate(_BRACKETS, _NOT_BRACKETS)).cast("b")
+    return max(accumulate(steps), default=0)
+
+
+@contextmanager
+def gc_paused():
+    """Collection pauses while a large upload is parsed and checked: the parse builds ~10^6
+    objects, and the collections they trigger would rescan them all, doubling the time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -1,0 +1,76 @@
+"""The token text's tooltips: p, q and the chance the rule kept each draft, against hand values
+and against the rule itself."""
+
+import math
+
+import torch
+
+from specviz.engine import RoundEvent
+from specviz.render import REJECTED, round_spans
+from specviz.tree import TreeNode, walk
+
+
+class Letters:
+    """A tokenizer where token i is the letter 'a' + i."""
+
+    def decode(self, ids, **_):
+        return "".join(chr(97 + i) for i in ids)
+
+
+def event(**fields) -> RoundEvent:
+    base = dict(round=2, k=3, draft_tokens=[0, 1, 2], accepted=1, token=3, kind="recovered",
+                new_tokens=[0, 3], target_probs=[0.5, 0.3, 0.9], draft_probs=[0.6, 0.35, 0.9],
+                target_passes=2, draft_passes=6, draft_seconds=0.01, target_seconds=0.1,
+                round_seconds=0.12, elapsed=0.3, position=1, source="draft", target_cache_length=3,
+                stop=None)
+    return RoundEvent(**base | fields)
+
+
+def test_a_chain_round_shows_min_1_p_over_q_up_to_its_first_refusal_and_nothing_after():
+    spans = [s for s in round_spans(event(), Letters(), [5]) if s.position]
+    kept, refused, untested = spans
+    assert math.isclose(kept.keep, 0.5 / 0.6) and "kept with probability 0.8333" in kept.tooltip
+    assert refused.fate == REJECTED and math.isclose(refused.keep, 0.3 / 0.35)
+    # the third draft was verified in the same pass, but the rule stopped at the second
+    assert untested.fate == REJECTED and untested.p is None and untested.keep is None
+    assert "never tested" in untested.tooltip and "p(x)" not in untested.tooltip
+
+
+def test_a_greedy_chain_keeps_with_p():
+    greedy = event(target_probs=[1.0, 0.0, 1.0], draft_probs=[1.0, 1.0, 1.0])
+    assert [s.keep for s in round_spans(greedy, Letters(), [5]) if s.position] == [1.0, 0.0, None]
+
+
+# Root -> A (token 0, p .5), B (token 1, p .3); B -> C (token 2, p .2), D (token 3).
+TREE = (TreeNode(-1, 0, 1, q=0.6, score=0.6), TreeNode(-1, 1, 1, q=0.35, score=0.35),
+        TreeNode(1, 2, 2, q=0.5, score=0.175), TreeNode(1, 3, 2, q=0.4, score=0.14))
+P = torch.tensor([[0.5, 0.3, 0.2, 0.0],  # row 0: the root's p; row 1 + i: after node i
+                  [0.25, 0.25, 0.25, 0.25],
+                  [0.1, 0.1, 0.2, 0.6],
+                  [0.25, 0.25, 0.25, 0.25],
+                  [0.25, 0.25, 0.25, 0.25]])
+
+
+def test_a_tree_round_shows_the_chance_the_walk_kept_each_candidate():
+    """The walk tries siblings in order: B, after A's refusal, is kept with p(B) / (1 - p(A)) =
+    0.6, not min(1, p/q) = 0.857; C, B's first child, with p(C) = 0.2. Checked against 20,000 walks."""
+    g = torch.Generator().manual_seed(0)
+    a_refused = b_kept = c_tried = c_kept = 0
+    verdict = None
+    for _ in range(20_000):
+        v = walk(TREE, P, g, greedy=False)
+        fates = [n.fate for n in v.nodes]
+        a_refused += fates[0] == "rejected"
+        b_kept += fates[1] == "accepted"
+        c_tried += fates[2] != "unreached"
+        c_kept += fates[2] == "accepted"
+        if fates == ["rejected", "accepted", "rejected", "rejected"]:
+            verdict = v
+    # 4 standard errors: sqrt(.24 / 10,000) = .005 and sqrt(.16 / 6,000) = .005
+    assert abs(b_kept / a_refused - 0.6) < 0.02 and abs(c_kept / c_tried - 0.2) < 0.02
+    tree_event = event(k=2, draft_tokens=[1, 2], accepted=1, token=3, new_tokens=[1, 3],
+                       target_probs=[0.3, 0.2], draft_probs=[0.35, 0.5], source="tree", tree=verdict.nodes)
+    spans = [s for s in round_spans(tree_event, Letters(), [5]) if s.position]
+    assert [s.fate for s in spans] == ["accepted", REJECTED]
+    assert [round(s.keep, 6) for s in spans] == [0.6, 0.2]
+    assert "kept with probability 0.6000" in spans[0].tooltip and "0.857" not in spans[0].tooltip
