@@ -91,8 +91,8 @@ class NgramProposer:
         self.tokens, self.cost = 0.0, 0.0  # the run so far, cost in target passes
         self.last: tuple[list[int], list[int], int, int] | None = None  # ids, proposal, n, source
         self.pointer: int | None = None  # where continuing the last kept copy reads next
-        self._seen: list[int] = []  # the context indexed so far, and token -> its positions
-        self._index: dict[int, list[int]] = {}
+        self._seen: list[int] = []  # the context indexed so far, and n-gram -> where it ends
+        self._ends: dict[tuple[int, ...], list[int]] = {}
 
     def match(self, ids: list[int], k: int, min_ngram: int = 1) -> tuple[list[int], int, int]:
         """Up to k tokens that followed an earlier match of the longest suffix (n = max_ngram..
@@ -100,35 +100,32 @@ class NgramProposer:
 
         Of several matches, the first one at or after the copy pointer (where the last kept copy
         would read on) wins, else the most recent: output that rewrites its input copies it in
-        order, so the next piece to copy follows the last one."""
-        positions = self._where(ids, ids[-1])  # ascending; candidates end before the last id
-        hi = bisect_right(positions, len(ids) - 2)
+        order, so the next piece to copy follows the last one. Each n is a dictionary lookup and
+        two bisections: a context of one token repeated costs no more than any other."""
+        self._extend(ids)
         for n in range(min(self.max_ngram, len(ids) - 1), min_ngram - 1, -1):
-            suffix = ids[-n:]
-
-            def start(j: int, n=n, suffix=suffix) -> int | None:
-                e = positions[j]
-                return e + 1 if e >= n - 1 and ids[e - n + 1:e + 1] == suffix else None
-
+            ends = self._ends.get(tuple(ids[-n:]), [])  # ascending ends of earlier copies
+            hi = bisect_right(ends, len(ids) - 2)  # the suffix itself ends at len(ids) - 1
             at = None
             if self.pointer is not None:  # the first match at or after the pointer
-                lo = bisect_left(positions, self.pointer - 1, 0, hi)
-                at = next((a for j in range(lo, hi) if (a := start(j)) is not None), None)
-            if at is None:  # else the most recent
-                at = next((a for j in range(hi - 1, -1, -1) if (a := start(j)) is not None), None)
+                lo = bisect_left(ends, self.pointer - 1, 0, hi)
+                at = ends[lo] + 1 if lo < hi else None
+            if at is None and hi:  # else the most recent
+                at = ends[hi - 1] + 1
             if at is not None:
                 return ids[at:at + k], n, at
         return [], 0, -1
 
-    def _where(self, ids: list[int], token: int) -> list[int]:
-        """Positions of token in ids, ascending, from an index extended as ids grow (a run, or
-        the k explorer's replay, calls with ever longer contexts: no rescan each round)."""
+    def _extend(self, ids: list[int]) -> None:
+        """Index every n-gram (n = 1..max_ngram) of ids by its end positions, ascending, extending
+        the index as ids grow (a run, or the k explorer's replay, calls with ever longer contexts:
+        no rescan each round)."""
         if ids[: len(self._seen)] != self._seen:  # another context: index it afresh
-            self._seen, self._index = [], {}
-        for i in range(len(self._seen), len(ids)):
-            self._index.setdefault(ids[i], []).append(i)
+            self._seen, self._ends = [], {}
+        for e in range(len(self._seen), len(ids)):
+            for n in range(1, min(self.max_ngram, e + 1) + 1):
+                self._ends.setdefault(tuple(ids[e - n + 1:e + 1]), []).append(e)
         self._seen = list(ids)
-        return self._index.get(token, [])
 
     def lookup(self, ids: list[int], k: int, min_ngram: int = 1) -> list[int]:
         """The full match continuation, untrimmed (the hybrid's n-gram branch); it moves the copy

@@ -48,6 +48,9 @@ MAX_TEMPERATURE = 100.0
 # 512 new tokens after a 2,048-token prompt: 0.8 s measured) keeps a hostile n-gram recording
 # near 2 s; a longer one is refused.
 MAX_NGRAM_REPLAY = 2 * 512 * (2048 + 512)
+# Each replay also indexes every n-gram of the context, n = 1..ngram_size: (len(prompt) +
+# len(output)) * ngram_size entries, bounded at twice the app's largest context at size 16.
+MAX_NGRAM_INDEX = 2 * (2048 + 512) * 16
 PROB_SLACK = 1e-6  # float32 rounding above 1.0 in a probability
 MODEL_DTYPES = ("float32", "bfloat16", "float16", "float64")
 SOURCES = PROPOSERS  # which drafter proposed a round ("draft", "ngram", "none", "adaptive", ...)
@@ -275,6 +278,10 @@ def _recording(d, prompt_ids: list[int], tokens: list[int], vocab: int) -> Recor
                for name in ("draft_pass_seconds", "target_pass_seconds")}
     max_new = u.integer(d["max_new_tokens"], "recording.max_new_tokens", max(n, 1), MAX_NEW_TOKENS)
     ngram = u.integer(d.get("ngram_size", 3), "recording.ngram_size", 1, 16)
+    if not draft and (len(prompt_ids) + n) * ngram > MAX_NGRAM_INDEX:
+        u.fail("recording", f"is an n-gram recording too long to replay: (prompt + output tokens) × "
+                           f"ngram_size must be at most {MAX_NGRAM_INDEX} (set recording to null to "
+                           "open the rest)")
     out_pieces = _pieces(d.get("output_pieces", []), "recording.output_pieces", n)
     guess_pieces = _pieces(d.get("guess_pieces", []), "recording.guess_pieces", len(guesses))
     text = d.get("token_text")

@@ -170,3 +170,35 @@ def test_ngram_keeps_copying_where_the_last_kept_copy_left_off():
     drafter = NgramProposer(3)
     assert drafter.proposal(ids[:10], 4) == [2, 8, 7, 3]
     assert drafter.proposal(ids[:13], 4) == [3, 4, 0, 7] and drafter.first == {2: [1.0, 1.0]}
+
+
+def brute_match(ids, k, max_ngram, pointer, min_ngram=1):
+    """The n-gram rule read off its definition: for n = max_ngram..min_ngram, the earlier copies
+    of the last n tokens; the first starting at or after the pointer, else the most recent."""
+    for n in range(min(max_ngram, len(ids) - 1), min_ngram - 1, -1):
+        starts = [e + 1 for e in range(n - 1, len(ids) - 1) if ids[e - n + 1:e + 1] == ids[-n:]]
+        after = [a for a in starts if pointer is not None and a >= pointer]
+        if starts:
+            at = after[0] if after else starts[-1]
+            return ids[at:at + k], n, at
+    return [], 0, -1
+
+
+def test_ngram_match_is_its_definition_on_random_and_repetitive_contexts():
+    """The index (n-gram -> end positions) gives what a scan of the context gives, as the context
+    grows one token at a time and the copy pointer moves; a context of one repeated token too
+    (it once cost a scan of every earlier position per n)."""
+    import random
+
+    from specviz.proposers import NgramProposer
+
+    rng = random.Random(0)
+    for trial in range(60):
+        size, vocab = rng.randint(1, 8), rng.choice([2, 3, 5, 50])
+        ids = [rng.randrange(vocab) for _ in range(rng.randint(1, 4))] if trial else [1, 1, 1, 1]
+        drafter = NgramProposer(size)
+        for _ in range(40):
+            drafter.pointer = rng.choice([None, rng.randrange(len(ids) + 2)])
+            k, low = rng.randint(1, 6), rng.randint(1, size)
+            assert drafter.match(ids, k, low) == brute_match(ids, k, size, drafter.pointer, low)
+            ids = ids + ([1] if trial == 0 else [rng.randrange(vocab)])

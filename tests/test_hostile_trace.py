@@ -475,6 +475,13 @@ def test_long_ngram_recordings_are_refused_with_a_way_out():
     assert "set recording to null" in message
     d["recording"] = None
     assert trace.loads(json.dumps(d)).recording is None
+    # a short output after a long prompt passes the first bound; the n-gram index bounds it too
+    d = synthetic(rounds=10, k=1, kept=lambda i: 1, prompt=10_000, baseline=False)
+    d["recording"].update(proposer="ngram", guesses=[], guess_pieces=[], confidences=[], ngram_size=9)
+    assert 20 * (10_000 + 20) <= tracecheck.MAX_NGRAM_REPLAY
+    refused(d, "(prompt + output tokens) × ngram_size must be at most 81920", seconds=5)
+    d["recording"]["ngram_size"] = 8
+    assert trace.loads(json.dumps(d)).recording.ngram_size == 8
 
 
 def test_ids_are_checked_against_a_given_vocabulary_and_positions():
