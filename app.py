@@ -111,8 +111,17 @@ def session_of(request: gr.Request | None) -> str | None:
     return getattr(request, "session_hash", None) if request is not None else None
 
 
+def address_of(request: gr.Request | None) -> str | None:
+    """The client's address as the server sees it (a proxy's, unless uvicorn is told to trust
+    its forwarded header: FORWARDED_ALLOW_IPS)."""
+    client = getattr(request, "client", None) if request is not None else None
+    host = getattr(client, "host", None)
+    return host if isinstance(host, str) else None
+
+
 def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
-    gate = Gate(limits.queue_size, stale_after=max(900.0, 3 * limits.max_job_seconds))
+    gate = Gate(limits.queue_size, stale_after=max(900.0, 3 * limits.max_job_seconds),
+                per_address=limits.jobs_per_address)
     shelf = Shelf(limits.held_trace_mb * 2**20)
     with gr.Blocks(title="specviz: speculative decoding, visible", delete_cache=CLEAN_CACHE) as demo:
         demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits)
@@ -239,7 +248,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             """Run job() (a generator of outputs) once the gate lets this visitor's ticket through;
             while waiting, yield waiting(jobs ahead) so the page shows it and Stop can act."""
             try:
-                with gate.ticket(session_of(request)) as ticket:
+                with gate.ticket(session_of(request), address_of(request)) as ticket:
                     for ahead in ticket.waiting():
                         yield waiting(ahead)
                     for out in job():

@@ -3,13 +3,16 @@ for the traces they look at. Plain Python, no Gradio.
 
 Gate: jobs hold the model one at a time, in arrival order. Each visitor (a session) may have at
 most one job waiting or running; a second one is refused at once with Busy (a ValueError the app
-shows as a message). A waiting job polls, so the app can yield "N ahead of you" and Stop can act
-while it waits.
+shows as a message). The session is the client's to choose, so two more limits stand on what the
+server sees: calls without a session (the HTTP API) share one place, and one public address may
+hold at most `per_address` places (a private one, such as a proxy's, is not counted: behind a
+proxy, its forwarded address counts once the server is told to trust it). A waiting job polls, so
+the app can yield "N ahead of you" and Stop can act while it waits.
 """
 
 from __future__ import annotations
 
-import itertools
+import ipaddress
 import secrets
 import threading
 import time
@@ -19,15 +22,29 @@ from collections.abc import Iterator
 BUSY = "busy: you already have a job waiting or running; wait for it or press Stop"
 
 
+BUSY_API = ("busy: a call without a session is already waiting or running (calls without one share "
+            "a place); wait for it, or call through a session (the page, or gradio_client)")
+NO_SESSION = "no-session"
+
+
 class Busy(ValueError):
     pass
+
+
+def public_address(address: str | None) -> str | None:
+    """The address if it is a public one, else None: a private or loopback address is a proxy's
+    or the operator's own, shared by many visitors, and a malformed one counts for nothing."""
+    try:
+        return address if address and ipaddress.ip_address(address).is_global else None
+    except ValueError:
+        return None
 
 
 class Ticket:
     """One job's place in line; release it (or leave the `with` block) when the job ends."""
 
-    def __init__(self, gate: Gate, session: str):
-        self.gate, self.session = gate, session
+    def __init__(self, gate: Gate, session: str, address: str | None = None):
+        self.gate, self.session, self.address = gate, session, address
         self.seen = time.monotonic()  # last sign of life: a poll, or a yield of the job
 
     def waiting(self, poll: float = 1.0) -> Iterator[int]:
@@ -58,22 +75,28 @@ class Gate:
     does a holder that shows no sign of life for that long, so a lost job cannot block the model.
     """
 
-    def __init__(self, max_jobs: int = 16, stale_after: float = 900.0):
-        self.max_jobs, self.stale_after = max_jobs, stale_after
+    def __init__(self, max_jobs: int = 16, stale_after: float = 900.0, per_address: int = 2):
+        self.max_jobs, self.stale_after, self.per_address = max_jobs, stale_after, per_address
         self._cond = threading.Condition()
         self._line: list[Ticket] = []
-        self._anonymous = itertools.count()
 
-    def ticket(self, session: str | None) -> Ticket:
-        """A place at the end of the line; Busy if this session already has one or the line is full."""
+    def ticket(self, session: str | None, address: str | None = None) -> Ticket:
+        """A place at the end of the line; Busy if this session (or, without one, any other call
+        without one) already has one, if this public address holds per_address, or if the line is
+        full. address: the client's, as the server sees it (see public_address)."""
+        session = NO_SESSION if session is None else session
+        address = public_address(address)
         with self._cond:
             self._drop_stale()
-            if session is not None and any(t.session == session for t in self._line):
-                raise Busy(BUSY)
+            if any(t.session == session for t in self._line):
+                raise Busy(BUSY if session != NO_SESSION else BUSY_API)
+            if address and sum(t.address == address for t in self._line) >= self.per_address:
+                raise Busy(f"busy: {self.per_address} jobs from your address are already waiting or "
+                           "running, the most this deployment allows; wait for one to finish")
             if len(self._line) >= self.max_jobs:
                 raise Busy(f"busy: {len(self._line)} jobs are already waiting for the model, the most "
                            "this deployment queues; try again in a minute")
-            ticket = Ticket(self, session if session is not None else f"anonymous-{next(self._anonymous)}")
+            ticket = Ticket(self, session, address)
             self._line.append(ticket)
             return ticket
 

@@ -112,11 +112,20 @@ def to_ansi(spans: list[Span], color: bool = True) -> str:
     return "".join(f"{ANSI[s.fate]}{s.text}\x1b[0m" if ANSI[s.fate] else s.text for s in spans)
 
 
+SHOWN_TOKEN_CHARS = 100  # a token's text on the page; an opened trace may hold up to 1,000
+
+
+def shown(text: str) -> str:
+    """A token's text as the page shows it: clipped, so that an opened trace's long token texts
+    (escaping can grow each character fivefold) cannot swell the page."""
+    return text if len(text) <= SHOWN_TOKEN_CHARS else text[:SHOWN_TOKEN_CHARS - 1] + "…"
+
+
 def to_html(spans: list[Span]) -> str:
     """Every token HTML-escaped; fates as CSS classes, details in the title tooltip."""
     parts = []
     for s in spans:
-        text = html.escape(s.text).replace("\n", "↵<br>") or "&#8203;"
+        text = html.escape(shown(s.text)).replace("\n", "↵<br>") or "&#8203;"
         parts.append(f'<span class="tok {s.fate}" title="{html.escape(s.tooltip)}" '
                      f'data-round="{s.round}">{text}</span>')
     return '<div class="specviz-text">' + "".join(parts) + "</div>"

@@ -57,6 +57,7 @@ class Limits:
     queue_size: int = 16  # SPECVIZ_QUEUE_SIZE: model jobs waiting or running, all visitors
     max_sessions: int = 1000  # SPECVIZ_MAX_SESSIONS: visitors whose page state the server keeps
     held_trace_mb: int = 64  # SPECVIZ_HELD_TRACE_MB: JSON size of all traces held for visitors
+    jobs_per_address: int = 2  # SPECVIZ_JOBS_PER_ADDRESS: model jobs one public address may hold
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -66,7 +67,7 @@ class Limits:
                    _env_float("SPECVIZ_MAX_JOB_SECONDS", 300.0),
                    presets.large_allowed(),
                    _env_int("SPECVIZ_QUEUE_SIZE", 16), _env_int("SPECVIZ_MAX_SESSIONS", 1000, 10),
-                   _env_int("SPECVIZ_HELD_TRACE_MB", 64, 8))
+                   _env_int("SPECVIZ_HELD_TRACE_MB", 64, 8), _env_int("SPECVIZ_JOBS_PER_ADDRESS", 2))
 
 
 def clip(value, n: int = SHOWN_CHARS) -> str:
@@ -129,8 +130,9 @@ class RunSettings:
                 out["target"] = "custom pair: type a target model (hub id or local path)"
         elif self.pair not in known_pairs:
             out["pair"] = f"unknown pair {clip(self.pair)!r}: pick one from the list"
-        elif (why := presets.too_large(self.pair, limits.allow_large)) is not None:
-            out["pair"] = why
+        elif self.pair in presets.BY_KEY and \
+                (why := presets.availability(presets.BY_KEY[self.pair], limits.allow_large)) is not None:
+            out["pair"] = f"{self.pair} cannot load on this deployment ({why}): pick another pair"
         if self.proposer not in PROPOSERS:
             out["proposer"] = f"unknown drafter {clip(self.proposer)!r}: use {', '.join(PROPOSERS)}"
         if not 1 <= self.k <= UI_MAX_K:

@@ -6,11 +6,11 @@ import html
 
 from .compare import Comparison
 from .metrics import RunStats
-from .render import Span
+from .render import Span, shown
 
 
 def _chip(span: Span) -> str:
-    text = html.escape(span.text.replace("\n", "↵")) or "∅"
+    text = html.escape(shown(span.text).replace("\n", "↵")) or "∅"
     return f'<span class="tok {span.fate}" title="{html.escape(span.tooltip)}">{text}</span>'
 
 

@@ -87,14 +87,24 @@ def test_cancel_stops_a_run_and_frees_the_model(app_url):
     assert client.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
 
 
-def test_share_link_round_trip():
+def test_share_link_round_trip(monkeypatch):
     s = RunSettings(pair="gpt2", k=7, temperature=0.5, prompt="a & b?", chat=False)
     params = dict(p.split("=", 1) for p in s.to_query().split("&"))
     from urllib.parse import unquote_plus
 
-    back, notices, run = from_query({k: unquote_plus(v) for k, v in params.items()}, RunSettings(),
-                                    Limits(), presets.BY_KEY)
+    query = {k: unquote_plus(v) for k, v in params.items()}
+    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: None)  # a connected host
+    back, notices, run = from_query(query, RunSettings(), Limits(), presets.BY_KEY)
     assert back == s and notices == [] and run is False
+    # where the preset cannot load (here: not cached, no hub), the link keeps the page's pair and
+    # says why, before anything is unloaded to try
+    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: "not cached and no hub")
+    back, notices, _ = from_query(query, RunSettings(), Limits(), presets.BY_KEY)
+    assert back.pair == RunSettings().pair and back.k == 7
+    assert notices == ["ignored link parameter pair: gpt2 cannot load on this deployment (not cached "
+                       "and no hub): pick another pair"]
+    with pytest.raises(ValueError, match="gpt2 cannot load on this deployment"):
+        s.check(Limits(), presets.BY_KEY)
 
 
 def test_bad_link_parameters_are_ignored_with_notices():
@@ -124,7 +134,7 @@ def link_params(s: RunSettings) -> dict[str, str]:
 
 
 def test_a_tree_link_carries_nodes_and_branching_and_a_chain_link_stays_short():
-    tree = RunSettings(pair="gpt2", proposer="tree", k=6, nodes=12, branching=4)
+    tree = RunSettings(proposer="tree", k=6, nodes=12, branching=4)
     params = link_params(tree)
     assert (params["proposer"], params["nodes"], params["branching"]) == ("tree", "12", "4")
     assert from_query(params, RunSettings(), Limits(), presets.BY_KEY) == (tree, [], False)
@@ -158,7 +168,7 @@ def test_bad_tree_link_values_are_ignored_with_a_notice_naming_the_fix(params, n
 def test_tree_settings_from_a_page_or_an_api_call():
     from specviz.settings import settings_from
 
-    base = {"pair": "gpt2", "proposer": "tree", "k": 4, "max_new_tokens": 8, "prompt": "x"}
+    base = {"pair": "embedded", "proposer": "tree", "k": 4, "max_new_tokens": 8, "prompt": "x"}
     s = settings_from(base | {"nodes": "24", "branching": 5.0}, Limits())
     assert (s.nodes, s.branching, s.tree_nodes) == (24, 5, 24)
     s = settings_from(base, Limits())  # absent: sized each round, three children a node

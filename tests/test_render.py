@@ -74,3 +74,15 @@ def test_a_tree_round_shows_the_chance_the_walk_kept_each_candidate():
     assert [s.fate for s in spans] == ["accepted", REJECTED]
     assert [round(s.keep, 6) for s in spans] == [0.6, 0.2]
     assert "kept with probability 0.6000" in spans[0].tooltip and "0.857" not in spans[0].tooltip
+
+
+def test_a_long_token_text_from_an_opened_trace_is_clipped_on_the_page():
+    """A trace may hold token texts of 1,000 characters; '&' escapes to five. The page shows 100,
+    so 4 MiB of such spans cannot become ~40 MiB of HTML (text and timeline chips)."""
+    from specviz.render import SHOWN_TOKEN_CHARS, Span, to_html
+    from specviz.views import _chip
+
+    span = Span("&" * 1000, "accepted", 1, 1, 1, 0.5, 0.5, 1.0)
+    for page in (to_html([span]), _chip(span)):
+        assert page.count("&amp;") == SHOWN_TOKEN_CHARS - 1 and "…" in page and len(page) < 1000
+    assert "&amp;" * 3 in to_html([Span("&&&", "accepted", 1, 1, 1)])  # short texts are whole
