@@ -89,6 +89,9 @@ def pair_choices(store: ModelStore, limits: Limits) -> list[tuple[str, str]]:
     return choices
 
 
+QUEUE_PER_JOB = 8  # Gradio's queue holds this many waiting events per place in the model's line
+
+
 def launch_options(limits: Limits) -> dict:
     """What demo.launch needs on hostile ground (main and the tests use the same)."""
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
@@ -122,7 +125,7 @@ def address_of(request: gr.Request | None) -> str | None:
 def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     gate = Gate(limits.queue_size, stale_after=max(900.0, 3 * limits.max_job_seconds),
                 per_address=limits.jobs_per_address)
-    shelf = Shelf(limits.held_trace_mb * 2**20)
+    shelf = Shelf(limits.held_trace_mb * 2**20, per_address=limits.jobs_per_address)
     with gr.Blocks(title="specviz: speculative decoding, visible", delete_cache=CLEAN_CACHE) as demo:
         demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits)
         gr.Markdown(INTRO)
@@ -283,9 +286,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                      for name in ("tree_nodes", "tree_chain")]
             return [view.tree_html, slider, gr.update(value=view.tree_overview, visible=True), *plots]
 
-        def show(view: View, session, final: bool | None = None):
+        def show(view: View, request, final: bool | None = None):
             f = view.figures
-            key = shelf.put(session, view.trace) if view.trace is not None else gr.skip()
+            key = shelf.put(session_of(request), view.trace, address=address_of(request)) \
+                if view.trace is not None else gr.skip()
             plots = [f.get(name, gr.skip()) for name in
                      ("tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time")]
             final = view.trace is not None if final is None else final
@@ -298,7 +302,6 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
             s = replace(s, dtype=dtype) if dtype else s
-            session = session_of(request)
 
             @zerogpu.gpu(zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2))
             def views():  # a run, its baseline (a tree run: and the chain); plain values cross back
@@ -306,7 +309,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
             def job():
                 for view in views():
-                    yield show(view, session)  # the shelf lives in this process
+                    yield show(view, request)  # the shelf lives in this process
 
             waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
             yield from gated(request, waiting, job)
@@ -469,7 +472,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 view = replay_view(trace)
             except ValueError as e:
                 raise user_error(e) from None
-            key = shelf.put(session_of(request), trace, nbytes=len(data))
+            key = shelf.put(session_of(request), trace, nbytes=len(data), address=address_of(request))
             return (*show(replace(view, trace=None), None, final=True)[:-1], key,
                     f"Opened: {view.status}. See the Run tab and the k explorer.")
 
@@ -492,19 +495,23 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         e2e_event = e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name="e2e", **model)
         stop_btn.click(None, None, None, api_name=False,
                        cancels=[run_event, auto_event, rerun_event, lab_event, e2e_event])
+        # The views of a held run, and uploads, each wait in a line of their own (one at a time):
+        # a flood of uploads delays other uploads, not the k explorer or the tree playback.
         explore_inputs = [ex_k, ex_adaptive, ex_profile, last]
+        views = dict(api_name=False, preprocess=False, concurrency_limit=1, concurrency_id="views")
         for trigger in (ex_k.input, ex_adaptive.change, ex_profile.change):
-            trigger(explore, explore_inputs, [ex_numbers, ex_text, ex_plot], api_name=False,
-                    preprocess=False)
-        last.change(explorer_k, last, ex_k, api_name=False).then(
-            explore, explore_inputs, [ex_numbers, ex_text, ex_plot], api_name=False,
-            preprocess=False)
-        tree_slider.input(play_tree, [tree_slider, last], [tree_view, tree_overview], api_name=False,
-                          preprocess=False, trigger_mode="always_last")
+            trigger(explore, explore_inputs, [ex_numbers, ex_text, ex_plot], **views)
+        last.change(explorer_k, last, ex_k, **views).then(
+            explore, explore_inputs, [ex_numbers, ex_text, ex_plot], **views)
+        tree_slider.input(play_tree, [tree_slider, last], [tree_view, tree_overview],
+                          trigger_mode="always_last", **views)
         save_btn.click(save, last, save_file, api_name=False)
-        open_file.upload(open_trace, open_file, [*outputs, replay_status], api_name="open_trace")
+        open_file.upload(open_trace, open_file, [*outputs, replay_status], api_name="open_trace",
+                         concurrency_limit=1, concurrency_id="upload")
         demo.unload(free_session)
-    demo.queue(default_concurrency_limit=1, max_size=limits.queue_size)
+    # Model jobs never wait in Gradio's queue (the gate is their line), so it holds only events
+    # waiting for a free handler: bounded, but well above what the gate lets through.
+    demo.queue(default_concurrency_limit=1, max_size=QUEUE_PER_JOB * limits.queue_size)
     return demo
 
 

@@ -138,24 +138,31 @@ class Gate:
 class Shelf:
     """Traces that visitors look at, held by the server; the page keeps only a key (a str).
 
-    The newest trace per session, at most max_bytes of trace JSON in all (least recently used
-    dropped first), so a crowd of visitors or of uploads cannot grow memory without bound. The
-    app drops a session's trace when its page closes (and when Gradio expires its state).
+    The newest trace per session (calls without one share one), at most per_address traces per
+    public address (sessions are the client's to make up), and at most max_bytes of trace JSON in
+    all (least recently used dropped first), so a crowd of visitors or of uploads cannot grow
+    memory without bound, nor one client push everyone else's traces out. The app drops a
+    session's trace when its page closes (and when Gradio expires its state).
     """
 
-    def __init__(self, max_bytes: int = 64 * 2**20):
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int = 64 * 2**20, per_address: int = 2):
+        self.max_bytes, self.per_address = max_bytes, per_address
         self._lock = threading.Lock()
-        self._items: OrderedDict[str, tuple[str, object, int]] = OrderedDict()  # key: (session, ..)
+        self._items: OrderedDict[str, tuple[str, object, int, str | None]] = OrderedDict()
+        # key: (session, trace, JSON bytes, public address or None)
 
-    def put(self, session: str | None, trace, nbytes: int | None = None) -> str:
+    def put(self, session: str | None, trace, nbytes: int | None = None, address: str | None = None) -> str:
         nbytes = len(trace.to_json()) if nbytes is None else nbytes
-        session = session or f"anonymous-{secrets.token_hex(8)}"
+        session, address = NO_SESSION if session is None else session, public_address(address)
         key = f"trace-{secrets.token_urlsafe(12)}"
         with self._lock:
-            for old in [k for k, (owner, _, _) in self._items.items() if owner == session]:
+            for old in [k for k, item in self._items.items() if item[0] == session]:
                 del self._items[old]
-            self._items[key] = (session, trace, nbytes)
+            if address:
+                mine = [k for k, item in self._items.items() if item[3] == address]
+                for old in mine[:max(0, len(mine) - self.per_address + 1)]:  # oldest first
+                    del self._items[old]
+            self._items[key] = (session, trace, nbytes, address)
             while len(self._items) > 1 and self.nbytes > self.max_bytes:
                 self._items.popitem(last=False)
         return key
@@ -174,12 +181,12 @@ class Shelf:
 
     def drop_session(self, session: str | None) -> None:
         with self._lock:
-            for key in [k for k, (owner, _, _) in self._items.items() if owner == session]:
+            for key in [k for k, item in self._items.items() if item[0] == session]:
                 del self._items[key]
 
     @property
     def nbytes(self) -> int:
-        return sum(n for _, _, n in self._items.values())
+        return sum(item[2] for item in self._items.values())
 
     def __len__(self) -> int:
         return len(self._items)

@@ -479,7 +479,7 @@ def test_an_uploaded_trace_leaves_memory_when_its_session_ends(demo, tmp_path):
     c = client(demo)
     c.predict(handle_file(str(path)), api_name="/open_trace")
     c.predict(handle_file(str(path)), api_name="/open_trace")  # a session keeps only its newest
-    mine = [k for k, (owner, _, _) in shelf._items.items() if owner == c.session_hash]
+    mine = [k for k, item in shelf._items.items() if item[0] == c.session_hash]
     assert len(mine) == 1
     unload = next(fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets))
     unload.fn(SimpleNamespace(session_hash=c.session_hash))  # what a closed tab triggers
@@ -510,6 +510,22 @@ def test_the_shelf_holds_a_bounded_number_of_bytes():
     assert shelf.get(keys[0]) is None and shelf.get(None) is None and shelf.get(["x"]) is None
 
 
+def test_one_client_cannot_push_everyone_elses_traces_off_the_shelf():
+    """Twenty uploads, each under a made-up session or none, from one public address: the shelf
+    keeps that address's newest two and one session-less trace, and every visitor's own."""
+    from specviz.gate import Shelf
+
+    shelf, trace = Shelf(max_bytes=1000, per_address=2), SimpleNamespace()
+    visitors = [shelf.put(f"visitor-{i}", trace, nbytes=100, address=f"1.1.1.{i}") for i in range(5)]
+    made_up = [shelf.put(f"made-up-{i}", trace, nbytes=100, address="8.8.8.8") for i in range(20)]
+    sessionless = [shelf.put(None, trace, nbytes=100, address="9.9.9.9") for _ in range(20)]
+    assert all(shelf.get(k) is trace for k in visitors + made_up[-2:] + sessionless[-1:])
+    assert len(shelf) == 5 + 2 + 1 and shelf.nbytes == 800
+    # behind a proxy (a private address) only the byte cap holds, as before
+    [shelf.put(f"p{i}", trace, nbytes=100, address="10.0.0.1") for i in range(5)]
+    assert shelf.nbytes <= 1000
+
+
 def test_uploads_over_the_size_limit_are_refused(demo, tmp_path):
     from gradio_client import handle_file
 
@@ -523,3 +539,18 @@ def test_uploads_over_the_size_limit_are_refused(demo, tmp_path):
 
 def test_busy_is_a_value_error_with_the_fix():
     assert issubclass(Busy, ValueError) and "press Stop" in BUSY
+
+
+def test_uploads_and_views_wait_in_lines_of_their_own(demo):
+    """A flood of uploads (each up to 4 MiB to check and render) waits behind other uploads only:
+    the k explorer and tree playback have their own line, model jobs the gate, and Gradio's queue
+    holds well more than the gate lets through before it answers "queue full"."""
+    import app
+
+    groups = {}
+    for fn in demo.fns.values():
+        groups.setdefault(fn.name, set()).add((fn.concurrency_id, fn.concurrency_limit))
+    assert groups["open_trace"] == {("upload", 1)}
+    assert groups["explore"] == groups["play_tree"] == {("views", 1)}
+    assert groups["run"] == {("model", None)}
+    assert demo._queue.max_size == app.QUEUE_PER_JOB * demo.specviz.limits.queue_size
