@@ -32,12 +32,19 @@ class Busy(ValueError):
 
 
 def public_address(address: str | None) -> str | None:
-    """The address if it is a public one, else None: a private or loopback address is a proxy's
-    or the operator's own, shared by many visitors, and a malformed one counts for nothing."""
+    """The client a public address stands for, else None: a private or loopback address is a
+    proxy's or the operator's own, shared by many visitors, and a malformed one counts for
+    nothing. An IPv4 address seen through IPv6 is the IPv4 one, and an IPv6 address counts as
+    its /64 (one subscriber's block: it holds 2^64 addresses to rotate through)."""
     try:
-        return address if address and ipaddress.ip_address(address).is_global else None
+        ip = ipaddress.ip_address(address.split("%")[0]) if isinstance(address, str) else None
     except ValueError:
         return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip is None or not ip.is_global:
+        return None
+    return str(ip) if ip.version == 4 else str(ipaddress.ip_network(f"{ip}/64", strict=False))
 
 
 class Ticket:
