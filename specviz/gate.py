@@ -35,7 +35,7 @@ def public_address(address: str | None) -> str | None:
     """The client a public address stands for, else None: a private or loopback address is a
     proxy's or the operator's own, shared by many visitors, and a malformed one counts for
     nothing. An IPv4 address seen through IPv6 is the IPv4 one, and an IPv6 address counts as
-    its /64 (one subscriber's block: it holds 2^64 addresses to rotate through)."""
+    its /56 (a common home delegation: one subscriber has 256 /64s of 2^64 addresses each)."""
     try:
         ip = ipaddress.ip_address(address.split("%")[0]) if isinstance(address, str) else None
     except ValueError:
@@ -44,7 +44,7 @@ def public_address(address: str | None) -> str | None:
         ip = ip.ipv4_mapped
     if ip is None or not ip.is_global:
         return None
-    return str(ip) if ip.version == 4 else str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip) if ip.version == 4 else str(ipaddress.ip_network(f"{ip}/56", strict=False))
 
 
 class Ticket:

@@ -12,6 +12,7 @@ from .figures import BASE, SPEC, THEORY, _layout
 from .lm import input_rows
 from .render import to_html
 from .sampling import SamplingParams, process
+from .untrusted import gc_paused
 
 TOP = 8  # tokens shown by name; the rest is summed into "other"
 LAB_VARIANTS = tuple(lab.VARIANTS)
@@ -244,6 +245,12 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
     profile: a cost profile, or the name of a shipped one (profiles.shipped(); a menu's value),
     onto which the replay is projected: predicted seconds and tokens/s on its eager and fast
     paths, and the curve's tokens/s on those paths instead of the recording's own costs."""
+    with gc_paused():  # 18 replays, each indexing every n-gram of the context: the cyclic
+        # collector would rescan those ~10^5 tuples again and again (1.4 s a call became 5 s)
+        return _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile)
+
+
+def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile):
     if not isinstance(profile, profiles.Profile):  # a menu value: only shipped names are accepted
         profile = profiles.load_shipped(profile) if profile else None
     note = ""

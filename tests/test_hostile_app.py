@@ -264,9 +264,9 @@ def test_sessions_a_client_makes_up_do_not_buy_more_places_than_its_address_allo
     for same in ("::ffff:8.8.8.8", "::FFFF:8.8.8.8"):  # the same client, seen through IPv6
         with pytest.raises(Busy, match="from your address"):
             gate.ticket("made-up-v6", same)
-    v6 = [gate.ticket(f"v6-{i}", f"2a00:1450:4001:810::{i + 1}") for i in range(2)]
-    with pytest.raises(Busy, match="from your address"):  # one /64 is one subscriber
-        gate.ticket("v6-2", "2a00:1450:4001:810:ffff::1%eth0")
+    v6 = [gate.ticket(f"v6-{i}", f"2a00:1450:4001:8{i}0::1") for i in range(2)]  # two /64s ...
+    with pytest.raises(Busy, match="from your address"):  # ... of one /56: one subscriber
+        gate.ticket("v6-2", "2a00:1450:4001:8ff:ffff::1%eth0")
     gate.ticket("v6-other", "2a00:1450:4001:900::1").release()
     for t in v6:
         t.release()
