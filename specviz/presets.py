@@ -67,10 +67,19 @@ def hub_reachable(timeout: float = 1.5) -> bool:
         return False
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
 def is_cached(model_id: str) -> bool:
+    """The model's config and weights are in the hub cache (a config alone, left by an
+    interrupted download, is not a model: its load would fail after the loaded pair was freed)."""
     from huggingface_hub import try_to_load_from_cache
 
-    return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
+    def cached(name: str) -> bool:
+        return isinstance(try_to_load_from_cache(model_id, name), str)
+
+    return cached("config.json") and any(map(cached, WEIGHT_FILES))
 
 
 @lru_cache(maxsize=1)

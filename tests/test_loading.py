@@ -107,3 +107,21 @@ def test_unreachable_hub_fails_without_touching_the_network(monkeypatch):
     with pytest.raises(ValueError, match="unreachable"):
         specviz.load_pair("nobody/not-cached-anywhere", device="cpu")
     assert sent == []  # local_files_only: no request, so no retries
+
+
+def test_a_preset_counts_as_cached_only_with_its_weights(monkeypatch):
+    """An interrupted download can leave config.json alone in the hub cache: offline, such a preset
+    is listed unavailable, so choosing it never frees the loaded pair for a load that fails."""
+    import huggingface_hub
+
+    from specviz import presets
+
+    files = {"config.json"}
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache",
+                        lambda repo, name, **_: f"/cache/{repo}/{name}" if name in files else None)
+    monkeypatch.setattr(presets, "hub_reachable", lambda timeout=1.5: False)
+    assert not presets.is_cached("gpt2")
+    assert "not cached" in presets.availability(presets.BY_KEY["gpt2"], allow_large=False)
+    files |= {"model.safetensors"}
+    assert presets.is_cached("gpt2")
+    assert presets.availability(presets.BY_KEY["gpt2"], allow_large=False) is None
