@@ -18,6 +18,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import NamedTuple
 
 BUSY = "busy: you already have a job waiting or running; wait for it or press Stop"
 
@@ -45,6 +46,12 @@ def public_address(address: str | None) -> str | None:
     if ip is None or not ip.is_global:
         return None
     return str(ip) if ip.version == 4 else str(ipaddress.ip_network(f"{ip}/56", strict=False))
+
+
+def client(session: str | None, address: str | None) -> tuple[str, str | None]:
+    """Who is asking, as the gate and the shelf count it: the session (calls without one share
+    NO_SESSION) and the public address (public_address)."""
+    return NO_SESSION if session is None else session, public_address(address)
 
 
 class Ticket:
@@ -91,8 +98,7 @@ class Gate:
         """A place at the end of the line; Busy if this session (or, without one, any other call
         without one) already has one, if this public address holds per_address, or if the line is
         full. address: the client's, as the server sees it (see public_address)."""
-        session = NO_SESSION if session is None else session
-        address = public_address(address)
+        session, address = client(session, address)
         with self._cond:
             self._drop_stale()
             if any(t.session == session for t in self._line):
@@ -142,6 +148,14 @@ class Gate:
             self._cond.notify_all()
 
 
+class Held(NamedTuple):
+    """One trace on the shelf and whose it is."""
+    session: str
+    trace: object
+    nbytes: int  # its JSON size
+    address: str | None  # public_address of the client that put it
+
+
 class Shelf:
     """Traces that visitors look at, held by the server; the page keeps only a key (a str).
 
@@ -155,21 +169,20 @@ class Shelf:
     def __init__(self, max_bytes: int = 64 * 2**20, per_address: int = 2):
         self.max_bytes, self.per_address = max_bytes, per_address
         self._lock = threading.Lock()
-        self._items: OrderedDict[str, tuple[str, object, int, str | None]] = OrderedDict()
-        # key: (session, trace, JSON bytes, public address or None)
+        self._items: OrderedDict[str, Held] = OrderedDict()  # key -> what it holds, oldest first
 
     def put(self, session: str | None, trace, nbytes: int | None = None, address: str | None = None) -> str:
         nbytes = len(trace.to_json()) if nbytes is None else nbytes
-        session, address = NO_SESSION if session is None else session, public_address(address)
+        session, address = client(session, address)
         key = f"trace-{secrets.token_urlsafe(12)}"
         with self._lock:
-            for old in [k for k, item in self._items.items() if item[0] == session]:
+            for old in [k for k, held in self._items.items() if held.session == session]:
                 del self._items[old]
             if address:
-                mine = [k for k, item in self._items.items() if item[3] == address]
+                mine = [k for k, held in self._items.items() if held.address == address]
                 for old in mine[:max(0, len(mine) - self.per_address + 1)]:  # oldest first
                     del self._items[old]
-            self._items[key] = (session, trace, nbytes, address)
+            self._items[key] = Held(session, trace, nbytes, address)
             while len(self._items) > 1 and self.nbytes > self.max_bytes:
                 self._items.popitem(last=False)
         return key
@@ -179,7 +192,7 @@ class Shelf:
             if not isinstance(key, str) or key not in self._items:
                 return None
             self._items.move_to_end(key)
-            return self._items[key][1]
+            return self._items[key].trace
 
     def drop(self, key) -> None:
         with self._lock:
@@ -188,12 +201,12 @@ class Shelf:
 
     def drop_session(self, session: str | None) -> None:
         with self._lock:
-            for key in [k for k, item in self._items.items() if item[0] == session]:
+            for key in [k for k, held in self._items.items() if held.session == session]:
                 del self._items[key]
 
     @property
     def nbytes(self) -> int:
-        return sum(item[2] for item in self._items.values())
+        return sum(held.nbytes for held in self._items.values())
 
     def __len__(self) -> int:
         return len(self._items)

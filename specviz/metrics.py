@@ -124,8 +124,8 @@ class RunStats:
 
     @property
     def accepted_per_node(self) -> float:
-        """accepted / nodes verified: what a verified position bought (a chain: acceptance_rate)."""
-        return self.accepted / self.nodes_verified if self.nodes_verified else 0.0
+        """accepted / nodes verified: what a verified position bought (the acceptance rate)."""
+        return self.acceptance_rate
 
     @property
     def predicted_tokens_per_pass(self) -> float | None:

@@ -130,7 +130,7 @@ def _text(value, where: str, limit: int = 200) -> str:
 
 
 def _number(value, where: str, lo: float, hi: float, integer: bool = False) -> float | int:
-    return u.integer(value, where, lo, hi) if integer else u.number(value, where, lo, hi)
+    return u.integer(value, where, int(lo), int(hi)) if integer else u.number(value, where, lo, hi)
 
 
 def _flag(value, where: str) -> bool:
@@ -141,15 +141,14 @@ def _flag(value, where: str) -> bool:
 
 def _path(name: str, raw) -> PathCosts:
     where = f"paths.{name}"
-    raw = u.keys(raw, where, PATH, most=len(PATH))
+    raw = u.keys(raw, where, PATH)
     cache = raw.get("cache", "dynamic")
     if cache not in ("dynamic", "static"):
         u.fail(f"{where}.cache", "must be 'dynamic' or 'static'")
     compiled = _flag(raw.get("compiled", False), f"{where}.compiled")
     draft = raw.get("draft_ms")
     draft = None if draft is None else _number(draft, f"{where}.draft_ms", 1e-6, MAX_MS)
-    widths = u.keys(raw.get("target_ms"), f"{where}.target_ms", [str(w) for w in range(1, MAX_WIDTH + 1)],
-                    most=MAX_WIDTH)
+    widths = u.keys(raw.get("target_ms"), f"{where}.target_ms", [str(w) for w in range(1, MAX_WIDTH + 1)])
     costs = sorted((int(w), _number(ms, f"{where}.target_ms.{w}", 1e-6, MAX_MS)) for w, ms in widths.items())
     if not costs or costs[0][0] != 1:
         u.fail(f"{where}.target_ms", 'must hold width "1" (the target alone)')
@@ -168,21 +167,21 @@ def from_dict(raw) -> Profile:
 
 
 def _profile(raw) -> Profile:
-    raw = u.keys(raw, "(top level)", TOP_KEYS, most=len(TOP_KEYS))
+    raw = u.keys(raw, "(top level)", TOP_KEYS)
     if raw.get("format") != FORMAT or raw.get("version") != VERSION:
         raise ValueError(f"not a cost profile: format must be {FORMAT!r} and version {VERSION}")
     name = _text(raw.get("name"), "name", 64)
     if not NAME.match(name):
         u.fail("name", "must be lower-case letters, digits, '.', '_' or '-' (at most 64)")
-    hardware = u.keys(raw.get("hardware"), "hardware", HARDWARE, most=len(HARDWARE))
+    hardware = u.keys(raw.get("hardware"), "hardware", HARDWARE)
     hw = {key: (_text(hardware[key], f"hardware.{key}", 100) if kind is str else
                 _number(hardware[key], f"hardware.{key}", 0, 1e7, integer=kind is int))
           for key, kind in HARDWARE.items() if hardware.get(key) is not None}
     packages = {k: v if v is None else _text(v, f"packages.{k}", 60)
-                for k, v in u.keys(raw.get("packages"), "packages", PACKAGES, most=len(PACKAGES)).items()}
+                for k, v in u.keys(raw.get("packages"), "packages", PACKAGES).items()}
     models = {}
-    for role, model in u.keys(raw.get("models", {}), "models", ("target", "draft"), most=2).items():
-        model = u.keys(model, f"models.{role}", MODEL, most=len(MODEL))
+    for role, model in u.keys(raw.get("models", {}), "models", ("target", "draft")).items():
+        model = u.keys(model, f"models.{role}", MODEL)
         models[role] = {k: (_text(v, f"models.{role}.{k}", 200) if MODEL[k] is str else
                             _number(v, f"models.{role}.{k}", 0, 1e15, integer=True))
                         for k, v in model.items()}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .detok import token_pieces
 from .engine import RoundEvent
+from .tree import first_branch
 
 ACCEPTED, REJECTED, RECOVERED, BONUS, TARGET = "accepted", "rejected", "recovered", "bonus", "target"
 LEGEND = {
@@ -65,14 +66,13 @@ def keep_probabilities(event: RoundEvent) -> list[float]:
     accepted ones, then the first refused one. A chain keeps x with min(1, p(x)/q(x)) (Algorithm 1;
     greedy and n-gram drafts have q one-hot, so it is p(x)). A tree tries siblings as candidates
     in the draft's order: x with p(x) over the mass its refused elder siblings left (tree.walk)."""
-    tested = range(min(event.accepted + 1, event.k))
     if not event.tree:
+        tested = min(event.accepted + 1, event.k)
         return [min(1.0, p / q) if q else float(p > 0)  # acceptance.verify: keep iff u·q < p
-                for p, q in zip(event.target_probs[:len(tested)], event.draft_probs, strict=False)]
+                for p, q in zip(event.target_probs[:tested], event.draft_probs, strict=False)]
     out, parents = [], [n.parent for n in event.tree]
-    path = [i for i, n in enumerate(event.tree) if n.fate == "accepted"]
-    end = path[-1] if path else -1
-    for i in path + [parents.index(end)] if len(path) < event.k else path:
+    path = [i for i, n in enumerate(event.tree) if n.fate == ACCEPTED]
+    for i in path + first_branch(parents, path[-1] if path else -1)[:1]:  # then the first refused
         elders = [j for j in range(i) if parents[j] == parents[i]]  # tried first, all refused
         mass = 1.0 - sum(event.tree[j].p for j in elders)
         out.append(min(1.0, event.tree[i].p / mass) if mass > 1e-12 else event.tree[i].p)

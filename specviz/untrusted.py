@@ -96,10 +96,10 @@ def numbers(v, where: str, n: int, lo: float, hi: float) -> list[float]:
     return v
 
 
-def keys(d, where: str, allowed, required=(), most: int | None = None) -> dict:
-    """An object whose keys are among allowed and include required (at most `most` of them)."""
-    if type(d) is not dict or (most is not None and len(d) > most):
-        fail(where, "must be an object" + (f" of at most {most} keys" if most is not None else ""))
+def keys(d, where: str, allowed, required=()) -> dict:
+    """An object whose keys are among allowed (so at most that many) and include required."""
+    if type(d) is not dict:
+        fail(where, "must be an object")
     if d.keys() == set(allowed):
         return d
     missing, unknown = set(required) - d.keys(), d.keys() - set(allowed)

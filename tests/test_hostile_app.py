@@ -488,7 +488,7 @@ def test_an_uploaded_trace_leaves_memory_when_its_session_ends(demo, tmp_path):
     c = client(demo)
     c.predict(handle_file(str(path)), api_name="/open_trace")
     c.predict(handle_file(str(path)), api_name="/open_trace")  # a session keeps only its newest
-    mine = [k for k, item in shelf._items.items() if item[0] == c.session_hash]
+    mine = [k for k, held in shelf._items.items() if held.session == c.session_hash]
     assert len(mine) == 1
     unload = next(fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets))
     unload.fn(SimpleNamespace(session_hash=c.session_hash))  # what a closed tab triggers
