@@ -20,9 +20,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf
+from specviz.guard import BodyGuard, cap_queue
 from specviz.render import legend_html
 from specviz.service import (
     ModelStore,
@@ -89,13 +91,20 @@ def pair_choices(store: ModelStore, limits: Limits) -> list[tuple[str, str]]:
     return choices
 
 
-QUEUE_PER_JOB = 8  # Gradio's queue holds this many waiting events per place in the model's line
+QUEUE_PER_JOB = 8  # each line of Gradio's queue holds this many waiting events per model place
+UPLOADS_PER_ADDRESS = 16  # uploads one public address may make while a file stays in the cache
+MULTIPART_SLACK = 64 * 2**10  # an upload's body: one trace and its multipart headers
+MAX_BODY = 2**20  # any other request's body (the largest, a Run's, is a few KiB of settings)
 
 
 def launch_options(limits: Limits) -> dict:
     """What demo.launch needs on hostile ground (main and the tests use the same)."""
+    body_guard = Middleware(BodyGuard, max_body=MAX_BODY, max_upload=MAX_TRACE_BYTES + MULTIPART_SLACK,
+                            per_address=UPLOADS_PER_ADDRESS, upload_bytes=limits.upload_mb * 2**20,
+                            window=sum(CLEAN_CACHE))  # the longest an upload stays on disk
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
-                state_session_capacity=limits.max_sessions)
+                state_session_capacity=limits.max_sessions,
+                app_kwargs={"middleware": [body_guard]})
 
 
 def link_notice(notices: list[str]) -> str:
@@ -510,8 +519,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                          concurrency_limit=1, concurrency_id="upload")
         demo.unload(free_session)
     # Model jobs never wait in Gradio's queue (the gate is their line), so it holds only events
-    # waiting for a free handler: bounded, but well above what the gate lets through.
-    demo.queue(default_concurrency_limit=1, max_size=QUEUE_PER_JOB * limits.queue_size)
+    # waiting for a free handler: bounded per line, well above what the gate lets through, and
+    # per public address, so that no one client fills a line or every line.
+    demo.queue(default_concurrency_limit=1)
+    cap_queue(demo._queue, per_line=QUEUE_PER_JOB * limits.queue_size,
+              per_address=QUEUE_PER_JOB * limits.jobs_per_address)
     return demo
 
 

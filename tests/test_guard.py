@@ -1,0 +1,159 @@
+"""The bounds in front of Gradio's queue and upload route (specviz/guard.py), played by one
+hostile client against a small Gradio app on loopback. Uvicorn trusts X-Forwarded-For from
+loopback, so a test can speak from any public address."""
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from specviz.guard import LINKED, BodyGuard, cap_queue, links_a_file
+
+PER_LINE, PER_ADDRESS = 6, 3
+
+
+@pytest.fixture(scope="module")
+def server():
+    """Two lines: `slow` (one handler, held until the test lets it go) and `fast`."""
+    import gradio as gr
+    from starlette.middleware import Middleware
+    from test_app import free_port
+
+    release = threading.Event()
+
+    def slow(x):
+        release.wait(30)
+        return x
+
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        box.submit(slow, box, box, api_name="slow", concurrency_limit=1, concurrency_id="slow")
+        box.change(lambda x: x, box, box, api_name="fast", concurrency_limit=1, concurrency_id="fast")
+    demo.queue()
+    cap_queue(demo._queue, per_line=PER_LINE, per_address=PER_ADDRESS)
+    guard = Middleware(BodyGuard, max_body=2**16, max_upload=2**20, per_address=4,
+                       upload_bytes=64 * 2**20, window=60)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
+                max_file_size=2**20, app_kwargs={"middleware": [guard]})
+    demo.url, demo.release = f"http://127.0.0.1:{port}/gradio_api", release
+    yield demo
+    release.set()
+    demo.close()
+
+
+def join(server, api: str, address: str | None = None) -> httpx.Response:
+    headers = {"X-Forwarded-For": address} if address else {}
+    return httpx.post(f"{server.url}/call/{api}", json={"data": ["x"]}, headers=headers, timeout=10)
+
+
+def test_one_address_cannot_fill_a_line_and_a_full_line_leaves_the_others_open(server):
+    try:
+        first = join(server, "slow", "8.8.8.8")  # holds the line's one handler
+        assert first.status_code == 200
+        codes = [join(server, "slow", "8.8.8.8").status_code for _ in range(PER_ADDRESS + 2)]
+        # the first one may still be waiting or already running: either way the address is capped
+        assert codes.count(503) >= 2 and 200 in codes
+        refused = join(server, "slow", "8.8.8.8")
+        assert refused.status_code == 503 and "your address" in refused.json()["detail"]
+        assert "wait for them to finish" in refused.json()["detail"]
+        # others still get in, until the line itself is full ...
+        others = [join(server, "slow", f"9.9.9.{i}").status_code for i in range(PER_LINE)]
+        assert 503 in others
+        full = join(server, "slow", "1.1.1.1")
+        assert full.status_code == 503 and "this line" in full.json()["detail"]
+        # ... and a full line does not close any other line (Gradio's own bound is one total)
+        assert join(server, "fast", "1.1.1.1").status_code == 200
+        # a private address (a proxy's) is not counted per address; the line bound still holds
+        assert join(server, "slow").status_code == 503
+    finally:
+        server.release.set()
+
+
+def upload(server, files: list[bytes], address: str, chunked: bool = False) -> httpx.Response:
+    url, headers = f"{server.url}/upload", {"X-Forwarded-For": address}
+    if not chunked:
+        parts = [("files", (f"t{i}.json", body, "application/json")) for i, body in enumerate(files)]
+        return httpx.post(url, files=parts, headers=headers, timeout=30)
+    request = httpx.Request("POST", url, files=[("files", ("t.json", files[0], "application/json"))])
+    body = request.read()
+    headers["content-type"] = request.headers["content-type"]
+
+    def stream():
+        for i in range(0, len(body), 2**16):
+            yield body[i:i + 2**16]
+
+    return httpx.post(url, content=stream(), headers=headers, timeout=30)
+
+
+def test_one_upload_request_writes_at_most_one_file_s_worth(server):
+    """Gradio takes up to 1,000 files a request, each up to the size limit: 50 files of 512 KiB
+    were 25 MiB on disk from one request. Now the body is bounded, declared or streamed."""
+    many = upload(server, [b"x" * 2**19] * 50, "5.5.5.5")
+    assert many.status_code == 413 and "1.0 MiB a request (one trace)" in many.json()["detail"]
+    streamed = upload(server, [b"x" * 3 * 2**20], "5.5.5.6", chunked=True)
+    assert streamed.status_code == 413
+    fine = upload(server, [b'{"ok": 1}'], "5.5.5.7", chunked=True)
+    assert fine.status_code == 200 and len(fine.json()) == 1
+
+
+def test_one_address_has_a_bounded_number_of_uploads(server):
+    codes = [upload(server, [b"{}"], "6.6.6.6").status_code for _ in range(5)]
+    assert codes == [200] * 4 + [429]
+    refused = upload(server, [b"{}"], "6.6.6.6")
+    assert "at most 4 in 1 minutes" in refused.json()["detail"]
+    assert upload(server, [b"{}"], "6.6.6.7").status_code == 200
+
+
+def test_all_uploads_together_stay_within_the_disk_budget_over_the_window(monkeypatch):
+    """Plain arithmetic on admit: an upload is charged its declared length while it runs, what
+    it sent once done, and is forgotten after the window (the longest a file stays on disk)."""
+    import specviz.guard
+
+    clock = [0.0]
+    monkeypatch.setattr(specviz.guard.time, "monotonic", lambda: clock[0])
+    guard = BodyGuard(None, max_body=10, max_upload=100, per_address=2, upload_bytes=250, window=10)
+    declared, undeclared = guard.admit(None, 100), guard.admit(None, None)  # 100 + 100 charged
+    assert declared[1] == undeclared[1] == 100
+    over = guard.admit(None, 60)  # 200 + 60 > 250
+    assert over[0] == 429 and "try again later" in over[1]
+    assert isinstance(guard.admit(None, 50), list) and sum(e[1] for e in guard.recent) == 250
+    assert guard.admit(None, 101)[0] == 413
+    undeclared[1] = 10  # it ended having sent 10 bytes: 160 charged
+    assert isinstance(guard.admit(None, 90), list)
+    assert guard.admit(None, 1)[0] == 429
+    clock[0] = 10.0  # the window has passed: everything before is forgotten (cleaned from disk)
+    assert isinstance(guard.admit("8.8.8.8", 100), list) and len(guard.recent) == 1
+    assert isinstance(guard.admit("8.8.8.8", 1), list)
+    assert guard.admit("8.8.8.8", 1)[0] == 429
+
+
+def test_any_request_body_is_bounded(server):
+    """A 200 MB JSON body to /queue/join took 0.8 GiB of server memory, and its event stayed
+    queued with it. Now any body over max_body is refused, declared or streamed."""
+    big = {"data": ["x" * 2**17], "session_hash": "s", "fn_index": 0}
+    declared = httpx.post(f"{server.url}/queue/join", json=big, timeout=10)
+    assert declared.status_code == 413 and "0.1 MiB a request" in declared.json()["detail"]
+    body = json.dumps(big).encode()
+    streamed = httpx.post(f"{server.url}/queue/join", timeout=10,
+                          content=(body[i:i + 4096] for i in range(0, len(body), 4096)),
+                          headers={"content-type": "application/json"})
+    assert streamed.status_code == 413
+    assert join(server, "fast", "2.2.2.2").status_code == 200
+
+
+@pytest.mark.parametrize("path", ["https://example.com/huge.bin", "http://10.0.0.1/x", "data:,x",
+                                  "file:///etc/passwd", "HTTPS://EXAMPLE.COM/a"])
+def test_an_event_naming_a_file_by_url_is_refused_before_gradio_downloads_it(server, path):
+    """Gradio downloads a file input given as a URL into its cache, with no size bound."""
+    file = {"path": path, "meta": {"_type": "gradio.FileData"}}
+    for data in ([file], [[{"nested": file}]]):
+        r = httpx.post(f"{server.url}/call/fast", json={"data": data}, timeout=10)
+        assert r.status_code == 400 and r.json()["detail"] == LINKED
+
+
+def test_links_a_file_sees_urls_only():
+    assert not links_a_file([{"path": "/tmp/gradio/abc/t.json"}, {"path": "C:\\x\\t.json"}, "https://x"])
+    assert not links_a_file({"url": "https://x/gradio_api/file=/tmp/t.json", "path": "/tmp/t.json"})
+    assert links_a_file([1, [{"a": {"path": "s3://bucket/key"}}]])
