@@ -582,3 +582,19 @@ def test_one_upload_request_holds_one_trace_and_an_address_a_few(demo):
     codes = [httpx.post(url, files=one, headers={"X-Forwarded-For": "7.7.7.8"}, timeout=30).status_code
              for _ in range(app.UPLOADS_PER_ADDRESS + 1)]
     assert codes == [200] * app.UPLOADS_PER_ADDRESS + [429]
+
+
+def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(monkeypatch):
+    import inspect
+    from pathlib import Path
+
+    names = re.findall(r"# (SPECVIZ_\w+)", inspect.getsource(Limits))
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert len(names) == 12 and [n for n in names if f"| `{n}` |" not in readme] == []
+    monkeypatch.setenv("SPECVIZ_UPLOAD_MB", "64")
+    monkeypatch.setenv("SPECVIZ_JOBS_PER_ADDRESS", "3")
+    assert (Limits.from_env().upload_mb, Limits.from_env().jobs_per_address) == (64, 3)
+    monkeypatch.setenv("SPECVIZ_UPLOAD_MB", "1")  # below one trace's worth: the floor
+    assert Limits.from_env().upload_mb == 8
+    monkeypatch.setenv("SPECVIZ_UPLOAD_MB", "lots")
+    assert Limits.from_env().upload_mb == Limits().upload_mb == 512
