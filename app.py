@@ -481,7 +481,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 view = replay_view(trace)
             except ValueError as e:
                 raise user_error(e) from None
-            key = shelf.put(session_of(request), trace, nbytes=len(data), address=address_of(request))
+            key = shelf.put(session_of(request), trace, nbytes=len(data), address=address_of(request),
+                            uploaded=True)
             return (*show(replace(view, trace=None), None, final=True)[:-1], key,
                     f"Opened: {view.status}. See the Run tab and the k explorer.")
 

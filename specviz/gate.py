@@ -154,6 +154,7 @@ class Held(NamedTuple):
     trace: object
     nbytes: int  # its JSON size
     address: str | None  # public_address of the client that put it
+    uploaded: bool  # opened from a file (cheap to repeat), not run through the gate
 
 
 class Shelf:
@@ -161,8 +162,10 @@ class Shelf:
 
     The newest trace per session (calls without one share one), at most per_address traces per
     public address (sessions are the client's to make up), and at most max_bytes of trace JSON in
-    all (least recently used dropped first), so a crowd of visitors or of uploads cannot grow
-    memory without bound, nor one client push everyone else's traces out. The app drops a
+    all, so a crowd of visitors or of uploads cannot grow memory without bound. Over max_bytes,
+    the least recently used uploaded trace goes first, and a run's only when no other upload is
+    left: runs pass the gate one at a time, uploads are cheap to repeat (and behind a proxy come
+    from no countable address), so a flood of uploads pushes out only uploads. The app drops a
     session's trace when its page closes (and when Gradio expires its state).
     """
 
@@ -171,7 +174,8 @@ class Shelf:
         self._lock = threading.Lock()
         self._items: OrderedDict[str, Held] = OrderedDict()  # key -> what it holds, oldest first
 
-    def put(self, session: str | None, trace, nbytes: int | None = None, address: str | None = None) -> str:
+    def put(self, session: str | None, trace, nbytes: int | None = None, address: str | None = None,
+            uploaded: bool = False) -> str:
         nbytes = len(trace.to_json()) if nbytes is None else nbytes
         session, address = client(session, address)
         key = f"trace-{secrets.token_urlsafe(12)}"
@@ -182,9 +186,10 @@ class Shelf:
                 mine = [k for k, held in self._items.items() if held.address == address]
                 for old in mine[:max(0, len(mine) - self.per_address + 1)]:  # oldest first
                     del self._items[old]
-            self._items[key] = Held(session, trace, nbytes, address)
-            while len(self._items) > 1 and self.nbytes > self.max_bytes:
-                self._items.popitem(last=False)
+            self._items[key] = Held(session, trace, nbytes, address, uploaded)
+            while len(self._items) > 1 and self.nbytes > self.max_bytes:  # the new key is last
+                uploads = (k for k, held in self._items.items() if held.uploaded and k != key)
+                del self._items[next(uploads, next(iter(self._items)))]
         return key
 
     def get(self, key) -> object | None:

@@ -535,6 +535,25 @@ def test_one_client_cannot_push_everyone_elses_traces_off_the_shelf():
     assert shelf.nbytes <= 1000
 
 
+def test_a_flood_of_uploads_pushes_out_only_uploads():
+    """Behind a proxy no address counts, and made-up sessions are free: 50 uploads from them
+    once pushed every visitor's run off the shelf. Over the byte budget, uploads go first (least
+    recently used), and a run only when no other upload is left."""
+    from specviz.gate import Shelf
+
+    shelf, trace = Shelf(max_bytes=1000), SimpleNamespace()
+    runs = [shelf.put(f"visitor-{i}", trace, nbytes=100) for i in range(5)]
+    opened = shelf.put("reader", trace, nbytes=100, uploaded=True)
+    assert shelf.get(opened) is trace  # the reader looks at it: the most recently used upload
+    flood = [shelf.put(f"made-up-{i}", trace, nbytes=100, uploaded=True) for i in range(50)]
+    assert all(shelf.get(k) is trace for k in runs) and shelf.nbytes == 1000
+    assert [shelf.get(k) is trace for k in flood] == [False] * 45 + [True] * 5
+    assert shelf.get(opened) is None  # an upload too, older than the flood's newest five
+    big = shelf.put("huge", trace, nbytes=800, uploaded=True)  # drops the five, then runs
+    assert shelf.get(big) is trace and shelf.nbytes == 1000
+    assert [shelf.get(k) is trace for k in runs] == [False, False, False, True, True]
+
+
 def test_uploads_over_the_size_limit_are_refused(demo, tmp_path):
     from gradio_client import handle_file
 
