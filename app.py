@@ -24,7 +24,7 @@ from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf
-from specviz.guard import BodyGuard, cap_queue
+from specviz.guard import BodyGuard, Pages, cap_queue
 from specviz.render import legend_html
 from specviz.service import (
     ModelStore,
@@ -94,6 +94,7 @@ def pair_choices(store: ModelStore, limits: Limits) -> list[tuple[str, str]]:
 QUEUE_PER_JOB = 8  # each line of Gradio's queue holds this many waiting events per model place
 UPLOADS_PER_ADDRESS = 16  # uploads one public address may make while a file stays in the cache
 MULTIPART_SLACK = 64 * 2**10  # an upload's body: one trace and its multipart headers
+ADDRESSES_TO_EXPIRE = 16  # public addresses it takes, in an hour, to expire every page's state
 MAX_BODY = 2**20  # any other request's body (the largest, a Run's, is a few KiB of settings)
 
 
@@ -524,7 +525,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     # per public address, so that no one client fills a line or every line.
     demo.queue(default_concurrency_limit=1)
     cap_queue(demo._queue, per_line=QUEUE_PER_JOB * limits.queue_size,
-              per_address=QUEUE_PER_JOB * limits.jobs_per_address)
+              per_address=QUEUE_PER_JOB * limits.jobs_per_address,
+              pages=Pages(max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE), TRACE_TTL))
     return demo
 
 

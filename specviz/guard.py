@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 
 from specviz.gate import public_address
 
@@ -26,9 +26,12 @@ QUEUE_FULL = ("queue full: {what} already has {n} events waiting; wait for them 
               "(or for the page to answer) and try again")
 LINKED = ("files must be uploaded, not linked: upload the file first (the page does; "
           "gradio_client's handle_file with a local path does too)")
+TOO_MANY_PAGES = ("too many pages from your address: {n} in {minutes} minutes; go on in a page "
+                  "you have open (calls through gradio_client keep one session)")
 UPLOAD_PATH = "/gradio_api/upload"
 TOO_LARGE = "request too large: at most {mib:.1f} MiB a request{what}"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # a scheme: http:, https:, data:, file: ...
+_WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
 
 
 def links_a_file(data) -> bool:
@@ -46,19 +49,43 @@ def links_a_file(data) -> bool:
     return False
 
 
-_WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
-
-
 def _address(request) -> str | None:
     client = getattr(request, "client", None)
     return public_address(getattr(client, "host", None))
 
 
-def cap_queue(queue, per_line: int, per_address: int) -> None:
+class Pages:
+    """The sessions (pages) each public address has used in the last `window` seconds. Gradio
+    keeps state for a bounded number of sessions and drops the least recently used, so a
+    client making up sessions would expire every other visitor's page; a call without a session
+    gets a fresh one from Gradio, so each counts as a new page."""
+
+    def __init__(self, per_address: int, window: float):
+        self.per_address, self.window = per_address, window
+        self.seen: dict[str, OrderedDict[str, float]] = {}  # address -> session -> last use
+        self.calls = 0
+
+    def admit(self, address: str, session: str | None, now: float) -> bool:
+        self.calls += 1
+        if self.calls % 1024 == 0:  # now and then, forget addresses idle for a whole window
+            self.seen = {a: m for a, m in self.seen.items()
+                         if m and next(reversed(m.values())) > now - self.window}
+        mine = self.seen.setdefault(address, OrderedDict())
+        while mine and next(iter(mine.values())) <= now - self.window:
+            mine.popitem(last=False)
+        if session is not None and session in mine:
+            mine.move_to_end(session)
+        elif len(mine) >= self.per_address:
+            return False
+        mine[session if session is not None else f"call-{self.calls}"] = now
+        return True
+
+
+def cap_queue(queue, per_line: int, per_address: int, pages: Pages | None = None) -> None:
     """Wrap a Gradio Queue's push: an event is refused ("queue_full", HTTP 503, with a message
     that names the fix) when its line already has per_line events waiting, or its client's public
-    address has per_address waiting across all lines. Gradio's own bound then never binds first.
-    An event whose data names a file by URL is refused (HTTP 400)."""
+    address has per_address waiting across all lines, or has used all its `pages`. Gradio's own
+    bound then never binds first. An event whose data names a file by URL is refused (HTTP 400)."""
     push = queue.push
     joining: defaultdict[tuple, int] = defaultdict(int)  # pushes under way, by line and address
 
@@ -80,6 +107,9 @@ def cap_queue(queue, per_line: int, per_address: int) -> None:
             return False, QUEUE_FULL.format(what="this line", n=per_line), "queue_full"
         if address is not None and waiting(None, address) >= per_address:
             return False, QUEUE_FULL.format(what="your address", n=per_address), "queue_full"
+        if address is not None and pages and not pages.admit(address, body.session_hash, time.monotonic()):
+            return False, TOO_MANY_PAGES.format(n=pages.per_address, minutes=round(pages.window / 60)), \
+                "queue_full"
         joining[line, address] += 1
         try:
             return await push(body, request, username)

@@ -8,9 +8,9 @@ import threading
 import httpx
 import pytest
 
-from specviz.guard import LINKED, BodyGuard, cap_queue, links_a_file
+from specviz.guard import LINKED, BodyGuard, Pages, cap_queue, links_a_file
 
-PER_LINE, PER_ADDRESS = 6, 3
+PER_LINE, PER_ADDRESS, PAGES = 6, 3, 8
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +31,14 @@ def server():
         box.submit(slow, box, box, api_name="slow", concurrency_limit=1, concurrency_id="slow")
         box.change(lambda x: x, box, box, api_name="fast", concurrency_limit=1, concurrency_id="fast")
     demo.queue()
-    cap_queue(demo._queue, per_line=PER_LINE, per_address=PER_ADDRESS)
+    cap_queue(demo._queue, per_line=PER_LINE, per_address=PER_ADDRESS, pages=Pages(PAGES, 60))
     guard = Middleware(BodyGuard, max_body=2**16, max_upload=2**20, per_address=4,
                        upload_bytes=64 * 2**20, window=60)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
                 max_file_size=2**20, app_kwargs={"middleware": [guard]})
     demo.url, demo.release = f"http://127.0.0.1:{port}/gradio_api", release
+    demo.fast = next(i for i, fn in demo.fns.items() if fn.api_name == "fast")
     yield demo
     release.set()
     demo.close()
@@ -157,3 +158,30 @@ def test_links_a_file_sees_urls_only():
     assert not links_a_file([{"path": "/tmp/gradio/abc/t.json"}, {"path": "C:\\x\\t.json"}, "https://x"])
     assert not links_a_file({"url": "https://x/gradio_api/file=/tmp/t.json", "path": "/tmp/t.json"})
     assert links_a_file([1, [{"a": {"path": "s3://bucket/key"}}]])
+
+
+def test_one_address_cannot_make_up_pages_enough_to_expire_everyone_else_s(server):
+    """Gradio keeps state for SPECVIZ_MAX_SESSIONS pages and drops the least recently used: one
+    client making up session hashes (or calling without one) expired every other page."""
+    def page(session, address="4.4.4.4"):
+        headers = {"X-Forwarded-For": address} if address else {}  # none: loopback, not counted
+        return httpx.post(f"{server.url}/queue/join", timeout=10, headers=headers,
+                          json={"data": ["x"], "fn_index": server.fast, "session_hash": session})
+
+    assert [page(f"s{i}").status_code for i in range(PAGES)] == [200] * PAGES
+    refused = page("one-more")
+    assert refused.status_code == 503 and "too many pages from your address" in refused.json()["detail"]
+    assert page("s0").status_code == 200  # an open page goes on
+    assert page("one-more", "4.4.4.5").status_code == 200  # another address is not affected
+    calls = [join(server, "fast", "4.4.4.6").status_code for _ in range(PAGES + 1)]
+    assert calls == [200] * PAGES + [503]  # each call without a session is a fresh page
+    assert [page(f"local-{i}", None).status_code for i in range(PAGES + 1)] == [200] * (PAGES + 1)
+
+
+def test_pages_are_forgotten_after_the_window():
+    pages = Pages(per_address=2, window=10)
+    assert pages.admit("a", "s1", 0) and pages.admit("a", "s2", 1) and not pages.admit("a", "s3", 2)
+    assert pages.admit("a", "s1", 9)  # an open page, used again: its window starts anew
+    assert pages.admit("a", "s3", 11)  # s2 (last used at 1) is forgotten
+    assert not pages.admit("a", "s4", 12) and pages.admit("b", "s4", 12)
+    assert pages.admit("a", None, 25) and pages.admit("a", None, 25) and not pages.admit("a", None, 25)
