@@ -8,10 +8,10 @@ a bounded server-side shelf, and messages are escaped and free of server paths.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import html
 import json
 import os
-import secrets
 import tempfile
 import threading
 import time
@@ -24,7 +24,7 @@ from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf
-from specviz.guard import BodyGuard, Pages, cap_queue
+from specviz.guard import Pages, RequestGuard, cap_queue, forbid_downloads
 from specviz.render import legend_html
 from specviz.service import (
     ModelStore,
@@ -100,12 +100,12 @@ MAX_BODY = 2**20  # any other request's body (the largest, a Run's, is a few KiB
 
 def launch_options(limits: Limits) -> dict:
     """What demo.launch needs on hostile ground (main and the tests use the same)."""
-    body_guard = Middleware(BodyGuard, max_body=MAX_BODY, max_upload=MAX_TRACE_BYTES + MULTIPART_SLACK,
-                            per_address=UPLOADS_PER_ADDRESS, upload_bytes=limits.upload_mb * 2**20,
-                            window=sum(CLEAN_CACHE))  # the longest an upload stays on disk
+    guard = Middleware(RequestGuard, max_body=MAX_BODY, max_upload=MAX_TRACE_BYTES + MULTIPART_SLACK,
+                       per_address=UPLOADS_PER_ADDRESS, upload_bytes=limits.upload_mb * 2**20,
+                       window=sum(CLEAN_CACHE))  # the longest an upload stays on disk
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
-                app_kwargs={"middleware": [body_guard]})
+                app_kwargs={"middleware": [guard]})
 
 
 def link_notice(notices: list[str]) -> str:
@@ -466,8 +466,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             for old in SAVES.glob("*.json"):  # gradio copies the file into its cache at once
                 if time.time() - old.stat().st_mtime > 300:
                     old.unlink(missing_ok=True)
-            path = SAVES / f"specviz-trace-{secrets.token_hex(6)}.json"
-            path.write_text(trace.to_json())
+            # one file a trace, written once: saving again (or a script saving in a loop) reuses
+            # it, and Gradio's cache, keyed by content, keeps one copy of it too
+            path = SAVES / f"specviz-trace-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
+            if not path.exists():
+                path.write_text(trace.to_json())
             return str(path)
 
         def open_trace(path, request: gr.Request):
@@ -523,7 +526,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     # Model jobs never wait in Gradio's queue (the gate is their line), so it holds only events
     # waiting for a free handler: bounded per line, well above what the gate lets through, and
     # per public address, so that no one client fills a line or every line.
-    demo.queue(default_concurrency_limit=1)
+    demo.queue(default_concurrency_limit=1, api_open=False)  # every event through the queue
+    forbid_downloads()
     cap_queue(demo._queue, per_line=QUEUE_PER_JOB * limits.queue_size,
               per_address=QUEUE_PER_JOB * limits.jobs_per_address,
               pages=Pages(max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE), TRACE_TTL))

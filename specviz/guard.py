@@ -6,9 +6,9 @@
   It also refuses an event that names a file by URL: Gradio would download it, unbounded.
 - No request body is bounded: a 200 MB JSON body to /queue/join took 0.8 GiB of server memory.
   Gradio's upload route writes every file of a request to disk (up to 1,000 files, each up to
-  the file size limit) and keeps them until the cache is cleaned. `BodyGuard` (ASGI middleware)
-  bounds every request's body, and one address's uploads and all uploads over the time a file
-  can stay on disk.
+  the file size limit) and keeps them until the cache is cleaned. `RequestGuard` (ASGI
+  middleware) bounds every request's body, an upload to one file, one address's uploads and all
+  uploads over the time a file can stay on disk, and refuses routes that would fetch a URL.
 
 Addresses count as gate.public_address says: a private one (a proxy's) is not counted.
 """
@@ -22,13 +22,15 @@ from collections import OrderedDict, defaultdict, deque
 
 from specviz.gate import public_address
 
-QUEUE_FULL = ("queue full: {what} already has {n} events waiting; wait for them to finish "
-              "(or for the page to answer) and try again")
+QUEUE_FULL = ("queue full: {what} already has {n} events waiting or unread; wait for them to "
+              "finish and read their results (the page does), then try again")
 LINKED = ("files must be uploaded, not linked: upload the file first (the page does; "
           "gradio_client's handle_file with a local path does too)")
 TOO_MANY_PAGES = ("too many pages from your address: {n} in {minutes} minutes; go on in a page "
                   "you have open (calls through gradio_client keep one session)")
 UPLOAD_PATH = "/gradio_api/upload"
+STREAM_PATH = "/gradio_api/stream/"
+_FETCH = re.compile(r"/gradio_api/(file=|file/|proxy=)[A-Za-z][A-Za-z0-9+.-]*:")  # ...=https://
 TOO_LARGE = "request too large: at most {mib:.1f} MiB a request{what}"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # a scheme: http:, https:, data:, file: ...
 _WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
@@ -82,19 +84,30 @@ class Pages:
 
 
 def cap_queue(queue, per_line: int, per_address: int, pages: Pages | None = None) -> None:
-    """Wrap a Gradio Queue's push: an event is refused ("queue_full", HTTP 503, with a message
-    that names the fix) when its line already has per_line events waiting, or its client's public
-    address has per_address waiting across all lines, or has used all its `pages`. Gradio's own
-    bound then never binds first. An event whose data names a file by URL is refused (HTTP 400)."""
+    """Wrap a Gradio Queue's push. An event is refused ("queue_full", HTTP 503, with a message
+    that names the fix) when its line already has per_line events waiting; when its client's
+    public address has per_address events waiting or unread (a result stays in server memory
+    until the client reads it: results never read were a way to fill it); or when the address
+    has used all its `pages`. Gradio's own bound then never binds first. An event whose data
+    names a file by URL is refused (HTTP 400): Gradio would download it."""
     push = queue.push
     joining: defaultdict[tuple, int] = defaultdict(int)  # pushes under way, by line and address
+    unread: dict[str, str] = {}  # event id -> public address, until its result is read
 
-    def waiting(line: str | None, address: str | None) -> int:
-        n = sum(1 for lane in queue.event_queue_per_concurrency_id.values() for event in lane.queue
-                if (line is None or event.concurrency_id == line)
-                and (address is None or _address(event.request) == address))
-        return n + sum(count for (ln, ad), count in joining.items()
-                       if (line is None or ln == line) and (address is None or ad == address))
+    def waiting(line: str) -> int:
+        return joining_count(line=line) + sum(
+            1 for lane in queue.event_queue_per_concurrency_id.values() for event in lane.queue
+            if event.concurrency_id == line)
+
+    def joining_count(line: str | None = None, address: str | None = None) -> int:
+        return sum(count for (ln, ad), count in joining.items()
+                   if (line is None or ln == line) and (address is None or ad == address))
+
+    def held(address: str) -> int:
+        pending = set().union(*queue.pending_event_ids_session.values())
+        for event_id in [e for e in unread if e not in pending]:  # read (or cleaned): forgotten
+            del unread[event_id]
+        return joining_count(address=address) + sum(a == address for a in unread.values())
 
     async def capped_push(body, request, username):
         fn = queue.blocks.fns.get(body.fn_index) if isinstance(body.fn_index, int) else None
@@ -103,38 +116,64 @@ def cap_queue(queue, per_line: int, per_address: int, pages: Pages | None = None
         if links_a_file(body.data):
             return False, LINKED, "error"
         line, address = fn.concurrency_id, _address(request)
-        if waiting(line, None) >= per_line:
+        if waiting(line) >= per_line:
             return False, QUEUE_FULL.format(what="this line", n=per_line), "queue_full"
-        if address is not None and waiting(None, address) >= per_address:
+        if address is not None and held(address) >= per_address:
             return False, QUEUE_FULL.format(what="your address", n=per_address), "queue_full"
         if address is not None and pages and not pages.admit(address, body.session_hash, time.monotonic()):
             return False, TOO_MANY_PAGES.format(n=pages.per_address, minutes=round(pages.window / 60)), \
                 "queue_full"
         joining[line, address] += 1
         try:
-            return await push(body, request, username)
+            ok, event_id, state = await push(body, request, username)
         finally:
             joining[line, address] -= 1
             if not joining[line, address]:
                 del joining[line, address]
+        if ok and address is not None:
+            unread[event_id] = address
+        return ok, event_id, state
 
     queue.push = capped_push
     lines = {fn.concurrency_id for fn in queue.blocks.fns.values()}
     queue.max_size = per_line * max(1, len(lines))
 
 
-class TooLarge(Exception):
-    pass
+def forbid_downloads() -> None:
+    """Make Gradio refuse to download any URL into its cache (a file input given as a URL, in
+    an event or swapped into one): this app only ever takes uploaded files. Process-wide."""
+    from gradio import processing_utils
+
+    def refuse(url, *args, **kwargs):
+        raise ValueError(LINKED)
+
+    async def refuse_async(url, *args, **kwargs):
+        raise ValueError(LINKED)
+
+    processing_utils.async_ssrf_protected_download = refuse_async
+    processing_utils.ssrf_protected_download = processing_utils.save_url_to_cache = refuse
 
 
-class BodyGuard:
-    """ASGI middleware. Every request's body is bounded: an upload's by max_upload bytes, any
-    other's by max_body; one over is refused (413) as soon as it says so or sends the bytes.
-    Uploads, which stay on disk until the cache is cleaned, are bounded further (429): a public
-    address may make per_address in `window` seconds, and all visitors together upload_bytes.
-    Set `window` to the longest a file stays in the cache: upload_bytes then bounds the disk
-    uploads take. An upload is charged its declared length (max_upload if it declares none)
-    while it runs, and what it sent once it ends, so uploads side by side cannot overshoot."""
+class Refused(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class RequestGuard:
+    """ASGI middleware in front of Gradio's routes.
+
+    - Every request's body is bounded: an upload's by max_upload bytes and one file, any other's
+      by max_body; one over is refused (413) as soon as it says so or sends the bytes.
+    - Uploads, which stay on disk until the cache is cleaned, are bounded further (429): a
+      public address may make per_address in `window` seconds, and all visitors together
+      upload_bytes. Set `window` to the longest a file stays in the cache: upload_bytes then
+      bounds the disk uploads take. An upload is charged its declared length (max_upload if it
+      declares none) while it runs and what it sent once it ends, so uploads side by side
+      cannot overshoot.
+    - Routes that would fetch a URL for the client (`/file=https://...`) or feed data into a
+      running event (`POST /stream/...`: this app has no streaming inputs) are refused.
+    """
 
     def __init__(self, app, *, max_body: int, max_upload: int, per_address: int,
                  upload_bytes: int, window: float):
@@ -142,20 +181,20 @@ class BodyGuard:
         self.per_address, self.upload_bytes, self.window = per_address, upload_bytes, window
         self.recent: deque[list] = deque()  # uploads: [when, bytes charged, address], oldest first
 
-    def admit(self, address: str | None, declared: int | None) -> list | tuple[int, str]:
-        """A new upload's entry in `recent`, or (HTTP status, message) when it is refused."""
+    def admit(self, address: str | None, declared: int | None) -> list:
+        """A new upload's entry in `recent`; Refused when it may not start."""
         now = time.monotonic()
         while self.recent and self.recent[0][0] <= now - self.window:
             self.recent.popleft()
         charge = self.max_upload if declared is None else declared
         if charge > self.max_upload:
-            return 413, self.too_large(upload=True)
+            raise Refused(413, self.too_large(upload=True))
         if address is not None and sum(a == address for _, _, a in self.recent) >= self.per_address:
-            return 429, (f"too many uploads from your address: at most {self.per_address} in "
-                         f"{round(self.window / 60)} minutes; wait a few minutes and try again")
+            raise Refused(429, f"too many uploads from your address: at most {self.per_address} in "
+                               f"{round(self.window / 60)} minutes; wait a few minutes and try again")
         if sum(n for _, n, _ in self.recent) + charge > self.upload_bytes:
-            return 429, ("the server has taken all the uploads it can hold for now (they are "
-                         "cleaned every few minutes); try again later")
+            raise Refused(429, "the server has taken all the uploads it can hold for now (they "
+                               "are cleaned every few minutes); try again later")
         entry = [now, charge, address]
         self.recent.append(entry)
         return entry
@@ -168,36 +207,46 @@ class BodyGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        upload = scope.get("method") == "POST" and scope.get("path", "").rstrip("/").endswith(UPLOAD_PATH)
-        most = self.max_upload if upload else self.max_body
+        method, path = scope.get("method"), scope.get("path", "")
+        upload = method == "POST" and path.rstrip("/").endswith(UPLOAD_PATH)
+        most, entry = (self.max_upload if upload else self.max_body), None
+        received, over, answered = 0, None, False
         try:
-            declared = int(dict(scope.get("headers") or []).get(b"content-length", b""))
-        except ValueError:
-            declared = None
-        entry = None
-        if upload:
-            entry = self.admit(public_address((scope.get("client") or (None,))[0]), declared)
-            if isinstance(entry, tuple):
-                return await _answer(send, *entry)
-        elif declared is not None and declared > most:
-            return await _answer(send, 413, self.too_large(upload))
-        received, over, answered = 0, False, False
+            if method in ("GET", "HEAD") and _FETCH.search(path):
+                raise Refused(403, "this server fetches no URLs; open the address yourself")
+            if method == "POST" and STREAM_PATH in path:
+                raise Refused(404, "this app takes no streaming input")
+            try:
+                declared = int(_header(scope, b"content-length") or b"")
+            except ValueError:
+                declared = None
+            if upload:
+                entry = self.admit(public_address((scope.get("client") or (None,))[0]), declared)
+            elif declared is not None and declared > most:
+                raise Refused(413, self.too_large(upload))
+        except Refused as e:
+            return await _answer(send, e.status, e.message)
+        parts = _Parts(_header(scope, b"content-type")) if upload else None
 
         async def counted_receive():
             nonlocal received, over
             message = await receive()
             if message.get("type") == "http.request":
-                received += len(message.get("body", b""))
+                body = message.get("body", b"")
+                received += len(body)
                 if received > most:
-                    over = True
-                    raise TooLarge
+                    over = Refused(413, self.too_large(upload))
+                elif parts is not None and parts.feed(body) > 1:
+                    over = Refused(413, "one file an upload: send each file in a request of its own")
+                if over:
+                    raise over
             return message
 
         async def refuse():
             nonlocal answered
             if not answered:
                 answered = True
-                await _answer(send, 413, self.too_large(upload))
+                await _answer(send, over.status, over.message)
 
         async def watched_send(message):  # the app's answer to a body cut short is ours instead
             nonlocal answered
@@ -208,11 +257,35 @@ class BodyGuard:
 
         try:
             await self.app(scope, counted_receive, watched_send)
-        except TooLarge:
+        except Refused:
             await refuse()
         finally:
             if entry is not None:
                 entry[1] = received  # what it wrote stays charged until the window forgets it
+
+
+class _Parts:
+    """Counts the parts of a multipart body as it streams by (its boundary's delimiters, less the
+    closing one), taking the boundary from the Content-Type as Gradio's parser does."""
+
+    def __init__(self, content_type: bytes | None):
+        from python_multipart.multipart import parse_options_header
+
+        boundary = parse_options_header(content_type or b"")[1].get(b"boundary")
+        self.delimiter = b"--" + boundary if boundary else None
+        self.seen, self.tail = 0, b""
+
+    def feed(self, chunk: bytes) -> int:
+        if self.delimiter:
+            data = self.tail + chunk
+            self.seen += data.count(self.delimiter)
+            self.tail = data[-(len(self.delimiter) - 1):]
+        return max(0, self.seen - 1)
+
+
+def _header(scope, name: bytes) -> bytes | None:
+    """A request header's first value, as Starlette reads it."""
+    return next((value for key, value in scope.get("headers") or [] if key.lower() == name), None)
 
 
 async def _answer(send, status: int, message: str) -> None:

@@ -8,7 +8,7 @@ import threading
 import httpx
 import pytest
 
-from specviz.guard import LINKED, BodyGuard, Pages, cap_queue, links_a_file
+from specviz.guard import LINKED, Pages, Refused, RequestGuard, cap_queue, forbid_downloads, links_a_file
 
 PER_LINE, PER_ADDRESS, PAGES = 6, 3, 8
 
@@ -32,7 +32,7 @@ def server():
         box.change(lambda x: x, box, box, api_name="fast", concurrency_limit=1, concurrency_id="fast")
     demo.queue()
     cap_queue(demo._queue, per_line=PER_LINE, per_address=PER_ADDRESS, pages=Pages(PAGES, 60))
-    guard = Middleware(BodyGuard, max_body=2**16, max_upload=2**20, per_address=4,
+    guard = Middleware(RequestGuard, max_body=2**16, max_upload=2**20, per_address=4,
                        upload_bytes=64 * 2**20, window=60)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
@@ -90,9 +90,13 @@ def upload(server, files: list[bytes], address: str, chunked: bool = False) -> h
 
 def test_one_upload_request_writes_at_most_one_file_s_worth(server):
     """Gradio takes up to 1,000 files a request, each up to the size limit: 50 files of 512 KiB
-    were 25 MiB on disk from one request. Now the body is bounded, declared or streamed."""
+    were 25 MiB on disk from one request, and 1,000 one-line files took 8 MiB of disk for 150 KB
+    of body. Now an upload's body is bounded, declared or streamed, and holds one file."""
     many = upload(server, [b"x" * 2**19] * 50, "5.5.5.5")
     assert many.status_code == 413 and "1.0 MiB a request (one trace)" in many.json()["detail"]
+    tiny = upload(server, [b"{}"] * 1000, "5.5.5.8")
+    assert tiny.status_code == 413 and "one file an upload" in tiny.json()["detail"]
+    assert upload(server, [b"{}"] * 2, "5.5.5.8").status_code == 413
     streamed = upload(server, [b"x" * 3 * 2**20], "5.5.5.6", chunked=True)
     assert streamed.status_code == 413
     fine = upload(server, [b'{"ok": 1}'], "5.5.5.7", chunked=True)
@@ -114,20 +118,24 @@ def test_all_uploads_together_stay_within_the_disk_budget_over_the_window(monkey
 
     clock = [0.0]
     monkeypatch.setattr(specviz.guard.time, "monotonic", lambda: clock[0])
-    guard = BodyGuard(None, max_body=10, max_upload=100, per_address=2, upload_bytes=250, window=10)
+    guard = RequestGuard(None, max_body=10, max_upload=100, per_address=2, upload_bytes=250, window=10)
+
+    def refused(address, declared) -> tuple[int, str]:
+        with pytest.raises(Refused) as e:
+            guard.admit(address, declared)
+        return e.value.status, e.value.message
+
     declared, undeclared = guard.admit(None, 100), guard.admit(None, None)  # 100 + 100 charged
     assert declared[1] == undeclared[1] == 100
-    over = guard.admit(None, 60)  # 200 + 60 > 250
-    assert over[0] == 429 and "try again later" in over[1]
-    assert isinstance(guard.admit(None, 50), list) and sum(e[1] for e in guard.recent) == 250
-    assert guard.admit(None, 101)[0] == 413
+    status, message = refused(None, 60)  # 200 + 60 > 250
+    assert status == 429 and "try again later" in message
+    assert guard.admit(None, 50) and sum(e[1] for e in guard.recent) == 250
+    assert refused(None, 101)[0] == 413
     undeclared[1] = 10  # it ended having sent 10 bytes: 160 charged
-    assert isinstance(guard.admit(None, 90), list)
-    assert guard.admit(None, 1)[0] == 429
+    assert guard.admit(None, 90) and refused(None, 1)[0] == 429
     clock[0] = 10.0  # the window has passed: everything before is forgotten (cleaned from disk)
-    assert isinstance(guard.admit("8.8.8.8", 100), list) and len(guard.recent) == 1
-    assert isinstance(guard.admit("8.8.8.8", 1), list)
-    assert guard.admit("8.8.8.8", 1)[0] == 429
+    assert guard.admit("8.8.8.8", 100) and len(guard.recent) == 1
+    assert guard.admit("8.8.8.8", 1) and refused("8.8.8.8", 1)[0] == 429
 
 
 def test_any_request_body_is_bounded(server):
@@ -160,22 +168,44 @@ def test_links_a_file_sees_urls_only():
     assert links_a_file([1, [{"a": {"path": "s3://bucket/key"}}]])
 
 
+def page(server, session: str, address: str | None = "4.4.4.4", read: bool = True) -> int:
+    """Join the fast line as a page would (the status code), and read the result unless told not to."""
+    headers = {"X-Forwarded-For": address} if address else {}  # none: loopback, not counted
+    r = httpx.post(f"{server.url}/queue/join", timeout=10, headers=headers,
+                   json={"data": ["x"], "fn_index": server.fast, "session_hash": session})
+    if r.status_code == 200 and read:
+        stream = httpx.get(f"{server.url}/queue/data", params={"session_hash": session},
+                           headers=headers, timeout=10).text
+        assert "process_completed" in stream
+    return r.status_code if r.status_code == 200 else r.json()["detail"]
+
+
 def test_one_address_cannot_make_up_pages_enough_to_expire_everyone_else_s(server):
     """Gradio keeps state for SPECVIZ_MAX_SESSIONS pages and drops the least recently used: one
     client making up session hashes (or calling without one) expired every other page."""
-    def page(session, address="4.4.4.4"):
-        headers = {"X-Forwarded-For": address} if address else {}  # none: loopback, not counted
-        return httpx.post(f"{server.url}/queue/join", timeout=10, headers=headers,
-                          json={"data": ["x"], "fn_index": server.fast, "session_hash": session})
+    assert [page(server, f"s{i}") for i in range(PAGES)] == [200] * PAGES
+    assert "too many pages from your address" in page(server, "one-more")
+    assert page(server, "s0") == 200  # an open page goes on
+    assert page(server, "one-more", "4.4.4.5") == 200  # another address is not affected
+    calls = []
+    for _ in range(PAGES + 1):  # each call without a session is a fresh page
+        r = join(server, "fast", "4.4.4.6")
+        calls.append(r.status_code)
+        if r.status_code == 200:
+            httpx.get(f"{server.url}/call/fast/{r.json()['event_id']}", timeout=10)
+    assert calls == [200] * PAGES + [503]
+    assert [page(server, f"local-{i}", None) for i in range(PAGES + 1)] == [200] * (PAGES + 1)
 
-    assert [page(f"s{i}").status_code for i in range(PAGES)] == [200] * PAGES
-    refused = page("one-more")
-    assert refused.status_code == 503 and "too many pages from your address" in refused.json()["detail"]
-    assert page("s0").status_code == 200  # an open page goes on
-    assert page("one-more", "4.4.4.5").status_code == 200  # another address is not affected
-    calls = [join(server, "fast", "4.4.4.6").status_code for _ in range(PAGES + 1)]
-    assert calls == [200] * PAGES + [503]  # each call without a session is a fresh page
-    assert [page(f"local-{i}", None).status_code for i in range(PAGES + 1)] == [200] * (PAGES + 1)
+
+def test_results_never_read_count_against_the_address(server):
+    """A result waits in server memory until its client reads it: joining again and again
+    without reading (2.3 MiB results of an opened trace) grew the server by 145 MiB in 40."""
+    unread = [page(server, f"u{i}", "3.3.3.3", read=False) for i in range(PER_ADDRESS + 1)]
+    assert unread[:PER_ADDRESS] == [200] * PER_ADDRESS and "waiting or unread" in unread[-1]
+    httpx.get(f"{server.url}/queue/data", params={"session_hash": "u0"}, timeout=10,
+              headers={"X-Forwarded-For": "3.3.3.3"})  # read one
+    assert page(server, "u-next", "3.3.3.3", read=False) == 200
+    assert "waiting or unread" in page(server, "u-last", "3.3.3.3")
 
 
 def test_pages_are_forgotten_after_the_window():
@@ -185,3 +215,35 @@ def test_pages_are_forgotten_after_the_window():
     assert pages.admit("a", "s3", 11)  # s2 (last used at 1) is forgotten
     assert not pages.admit("a", "s4", 12) and pages.admit("b", "s4", 12)
     assert pages.admit("a", None, 25) and pages.admit("a", None, 25) and not pages.admit("a", None, 25)
+
+
+@pytest.mark.parametrize("route", ["file=https://example.com/big.bin", "file/http://10.0.0.1/x",
+                                   "file=HTTP://example.com/x", "proxy=https://example.com/x"])
+def test_the_server_fetches_no_url_for_a_client(server, route):
+    """/gradio_api/file=<url> relayed any public URL (100 MiB in 0.6 s, no read timeout)."""
+    for method in ("GET", "HEAD"):
+        r = httpx.request(method, f"{server.url}/{route}", timeout=10)
+        assert r.status_code == 403
+    assert "fetches no URLs" in httpx.get(f"{server.url}/{route}", timeout=10).json()["detail"]
+
+
+def test_no_data_can_be_swapped_into_a_queued_event(server):
+    """POST /stream/{event_id} replaced a queued event's data after the URL check had passed it,
+    and Gradio then downloaded the URL it named (300 MiB in one test)."""
+    r = join(server, "fast", "2.2.2.3")
+    file = {"path": "https://example.com/huge.bin", "meta": {"_type": "gradio.FileData"}}
+    swap = httpx.post(f"{server.url}/stream/{r.json()['event_id']}", json={"data": [file]}, timeout=10)
+    assert swap.status_code == 404 and "no streaming input" in swap.json()["detail"]
+
+
+def test_gradio_downloads_nothing_once_forbidden():
+    """The same, where it happens: a file input given as a URL is refused, not fetched."""
+    import asyncio
+
+    import gradio as gr
+
+    forbid_downloads()
+    with pytest.raises(ValueError, match="must be uploaded, not linked"):
+        asyncio.run(gr.File().async_move_resource_to_block_cache("https://example.com/huge.bin"))
+    with pytest.raises(ValueError, match="must be uploaded, not linked"):
+        gr.File().move_resource_to_block_cache("https://example.com/huge.bin")

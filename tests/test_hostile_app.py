@@ -4,6 +4,7 @@ attacker against the app on tiny models (loopback only)."""
 
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -617,3 +618,30 @@ def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(m
     assert Limits.from_env().upload_mb == 8
     monkeypatch.setenv("SPECVIZ_UPLOAD_MB", "lots")
     assert Limits.from_env().upload_mb == Limits().upload_mb == 512
+
+
+def test_saving_again_writes_nothing_new(demo):
+    """Each save wrote a fresh copy of the trace under a random name, outside every budget, and
+    Gradio copied each into its cache: 47 saves of a 3.3 MiB trace wrote 334 MiB in a minute."""
+    save = next(fn for fn in demo.fns.values() if fn.name == "save").fn
+    trace = make_trace(demo)
+    key, other = demo.specviz.shelf.put("saver", trace), demo.specviz.shelf.put("another", trace)
+    first = save(key)
+    stamp = os.stat(first).st_mtime_ns
+    assert [save(key) for _ in range(5)] == [first] * 5 and os.stat(first).st_mtime_ns == stamp
+    assert save(other) != first and open(first).read() == trace.to_json()
+
+
+def test_no_event_runs_outside_the_queue(demo):
+    """Off a Space, Gradio opens /run/<name> by default: any handler, by name or index, without
+    the queue's lines and bounds (48 parallel k-explorer calls there stalled the page for 14 s).
+    What stays outside (Gradio's own: filling in an example, Stop, a copy in the browser) runs
+    no Python of ours."""
+    import httpx
+
+    r = httpx.post(f"{demo.url}gradio_api/run/run", json={"data": args()}, timeout=10)
+    assert r.status_code == 404 and "join the queue" in r.text
+    for i, fn in demo.fns.items():
+        r = httpx.post(f"{demo.url}gradio_api/run/predict", json={"data": [], "fn_index": i}, timeout=10)
+        assert (r.status_code == 404 and "join the queue" in r.text) == fn.queue
+        assert fn.queue or fn.fn is None or fn.name == "load_example"
