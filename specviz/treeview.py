@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from .engine import RoundEvent
 from .metrics import RunStats
-from .render import target_fate
+from .render import shown, target_fate
 from .tree import ACCEPTED, REJECTED, UNREACHED, ancestors, children
 
 Pieces = Callable[[Sequence[int], Sequence[int]], list[str]]  # (context, tokens) -> a text per token
@@ -85,7 +85,7 @@ def node_tooltip(event: RoundEvent, i: int, text: str) -> str:
     cut = ""
     if n.fate == ACCEPTED and n.depth > len(event.new_tokens):
         cut = " (not committed: the run stopped before it)"
-    return (f"{FATE_WORDS.get(n.fate, n.fate)}{cut}: {text!r} at depth {n.depth}; {p}  "
+    return (f"{FATE_WORDS.get(n.fate, n.fate)}{cut}: {shown(text)!r} at depth {n.depth}; {p}  "
             f"q={prob(n.q)}  cumulative q={prob(n.score)}")
 
 
@@ -97,7 +97,7 @@ def _target_chip(event: RoundEvent, text: str) -> str:
     why = ("drawn from p with the refused candidates removed" if fate == "recovered"
            else "drawn from p after a leaf was kept" if event.tree else "the target's token: "
            "nothing was drafted this round")
-    title = f"{fate}: {text!r}, the target's own token after the accepted path ({why})"
+    title = f"{fate}: {shown(text)!r}, the target's own token after the accepted path ({why})"
     return (f'<div class="tree-branch"><span class="tok {fate} tree-node" '
             f'title="{html.escape(title)}">{_chip_text(text)}</span></div>')
 

@@ -100,6 +100,19 @@ def test_token_text_is_escaped_in_chips_titles_and_the_overview():
     assert "onerror=1&gt;" in text and "↵" in text  # "\n" shows as ↵ on its chip
 
 
+def test_a_huge_token_text_is_clipped_in_tooltips_too():
+    """An opened trace's token text can be 1,000 × "&": 5,000 characters once escaped, in each of
+    64 nodes' titles. Titles clip it as the run text does (render.shown)."""
+    from specviz.render import SHOWN_TOKEN_CHARS
+
+    def huge(context, tokens):
+        return ["&" * 1000 for _ in tokens]
+
+    page = treeview.round_html(tree_round(), huge)
+    assert page.count("&amp;" * SHOWN_TOKEN_CHARS) == 0 and page.count("&amp;" * (SHOWN_TOKEN_CHARS - 1)) == 7
+    assert len(page) < 7 * 5 * SHOWN_TOKEN_CHARS + 4000
+
+
 def test_a_64_round_run_gets_one_overview_line_a_round_with_hand_computed_totals():
     events = [tree_round(i) for i in range(1, 65)]
     text = treeview.overview_html(events, pieces, current=17)
