@@ -23,8 +23,8 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
-from specviz.gate import Gate, Shelf
-from specviz.guard import Pages, RequestGuard, cap_queue, forbid_downloads
+from specviz.gate import Gate, Shelf, public_address
+from specviz.guard import PerAddress, RequestGuard, cap_queue, forbid_downloads
 from specviz.render import legend_html
 from specviz.service import (
     ModelStore,
@@ -96,13 +96,16 @@ UPLOADS_PER_ADDRESS = 16  # uploads one public address may make while a file sta
 MULTIPART_SLACK = 64 * 2**10  # an upload's body: one trace and its multipart headers
 ADDRESSES_TO_EXPIRE = 16  # public addresses it takes, in an hour, to expire every page's state
 MAX_BODY = 2**20  # any other request's body (the largest, a Run's, is a few KiB of settings)
+BODY_SECONDS = 60.0  # a request's body must arrive within this (an upload's 4 MiB at 70 KB/s)
 
 
-def launch_options(limits: Limits) -> dict:
+def launch_options(demo: gr.Blocks) -> dict:
     """What demo.launch needs on hostile ground (main and the tests use the same)."""
+    limits = demo.specviz.limits
     guard = Middleware(RequestGuard, max_body=MAX_BODY, max_upload=MAX_TRACE_BYTES + MULTIPART_SLACK,
                        per_address=UPLOADS_PER_ADDRESS, upload_bytes=limits.upload_mb * 2**20,
-                       window=sum(CLEAN_CACHE))  # the longest an upload stays on disk
+                       window=sum(CLEAN_CACHE),  # the longest an upload stays on disk
+                       deadline=BODY_SECONDS, pages=demo.specviz.pages)
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 app_kwargs={"middleware": [guard]})
@@ -137,7 +140,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 per_address=limits.jobs_per_address)
     shelf = Shelf(limits.held_trace_mb * 2**20, per_address=limits.jobs_per_address)
     with gr.Blocks(title="specviz: speculative decoding, visible", delete_cache=CLEAN_CACHE) as demo:
-        demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits)
+        pages = PerAddress(max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE), TRACE_TTL)
+        opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE))  # traces opened, by address
+        demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits, pages=pages)
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"])
         last = gr.State(None, time_to_live=TRACE_TTL, delete_callback=shelf.drop)  # a key on the shelf
@@ -479,6 +484,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             try:
                 if not isinstance(path, str):
                     raise ValueError("open a trace file (.json)")
+                address = public_address(address_of(request))
+                if address and not opens.admit(address, None, time.monotonic()):  # each costs seconds
+                    raise ValueError(f"too many traces opened from your address: at most "
+                                     f"{opens.per_address} in {round(opens.window / 60)} minutes")
                 with open(path, "rb") as f:
                     data = f.read(MAX_TRACE_BYTES + 1)
                 trace = loads(data)
@@ -530,7 +539,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     forbid_downloads()
     cap_queue(demo._queue, per_line=QUEUE_PER_JOB * limits.queue_size,
               per_address=QUEUE_PER_JOB * limits.jobs_per_address,
-              pages=Pages(max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE), TRACE_TTL))
+              pages=pages, max_chars=4 * limits.max_prompt_chars + 16 * 2**10)
     return demo
 
 
@@ -570,7 +579,7 @@ def main(argv=None):
     else:
         threading.Thread(target=preload, args=(store, default), daemon=True).start()
     demo.launch(server_name=args.host, server_port=args.port, css=(ASSETS / "style.css").read_text(),
-                theme=gr.themes.Soft(), **launch_options(limits))
+                theme=gr.themes.Soft(), **launch_options(demo))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Addresses count as gate.public_address says: a private one (a proxy's) is not co
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -26,29 +27,39 @@ QUEUE_FULL = ("queue full: {what} already has {n} events waiting or unread; wait
               "finish and read their results (the page does), then try again")
 LINKED = ("files must be uploaded, not linked: upload the file first (the page does; "
           "gradio_client's handle_file with a local path does too)")
+TOO_MUCH_TEXT = "too much text in one call: at most {n} characters in all (a prompt, and the settings)"
 TOO_MANY_PAGES = ("too many pages from your address: {n} in {minutes} minutes; go on in a page "
                   "you have open (calls through gradio_client keep one session)")
 UPLOAD_PATH = "/gradio_api/upload"
 STREAM_PATH = "/gradio_api/stream/"
+_CLOSED = re.compile(r"/gradio_api/(deep_link|component_server)/?$")  # not used by this app
+_HEARTBEAT = re.compile(r"/gradio_api/heartbeat/([^/]+)/?$")
 _FETCH = re.compile(r"/gradio_api/(file=|file/|proxy=)[A-Za-z][A-Za-z0-9+.-]*:")  # ...=https://
 TOO_LARGE = "request too large: at most {mib:.1f} MiB a request{what}"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # a scheme: http:, https:, data:, file: ...
 _WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
 
 
-def links_a_file(data) -> bool:
-    """Whether event data names a file by URL ({"path": "https://..."} anywhere inside)."""
-    stack = [data]
+def scan(data) -> tuple[bool, int]:
+    """Whether event data names a file by URL ({"path": "https://..."} anywhere inside), and how
+    many characters of text it holds (keys and values)."""
+    stack, linked, chars = [data], False, 0
     while stack:
         value = stack.pop()
-        if isinstance(value, dict):
+        if isinstance(value, str):
+            chars += len(value)
+        elif isinstance(value, dict):
             path = value.get("path")
-            if isinstance(path, str) and _URL.match(path) and not _WINDOWS.match(path):
-                return True
+            linked |= isinstance(path, str) and bool(_URL.match(path)) and not _WINDOWS.match(path)
+            stack.extend(value.keys())
             stack.extend(value.values())
         elif isinstance(value, list):
             stack.extend(value)
-    return False
+    return linked, chars
+
+
+def links_a_file(data) -> bool:
+    return scan(data)[0]
 
 
 def _address(request) -> str | None:
@@ -56,11 +67,11 @@ def _address(request) -> str | None:
     return public_address(getattr(client, "host", None))
 
 
-class Pages:
-    """The sessions (pages) each public address has used in the last `window` seconds. Gradio
-    keeps state for a bounded number of sessions and drops the least recently used, so a
-    client making up sessions would expire every other visitor's page; a call without a session
-    gets a fresh one from Gradio, so each counts as a new page."""
+class PerAddress:
+    """The distinct keys each public address has used in the last `window` seconds, at most
+    per_address; a key of None is new each time. For sessions (pages): Gradio keeps state for a
+    bounded number of them and drops the least recently used, so a client making up sessions
+    would expire every other visitor's page, and a call without a session gets a fresh one."""
 
     def __init__(self, per_address: int, window: float):
         self.per_address, self.window = per_address, window
@@ -82,14 +93,20 @@ class Pages:
         mine[session if session is not None else f"call-{self.calls}"] = now
         return True
 
+    def refusal(self) -> str:
+        return TOO_MANY_PAGES.format(n=self.per_address, minutes=round(self.window / 60))
 
-def cap_queue(queue, per_line: int, per_address: int, pages: Pages | None = None) -> None:
+
+def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None = None,
+              max_chars: int | None = None) -> None:
     """Wrap a Gradio Queue's push. An event is refused ("queue_full", HTTP 503, with a message
     that names the fix) when its line already has per_line events waiting; when its client's
     public address has per_address events waiting or unread (a result stays in server memory
     until the client reads it: results never read were a way to fill it); or when the address
     has used all its `pages`. Gradio's own bound then never binds first. An event whose data
-    names a file by URL is refused (HTTP 400): Gradio would download it."""
+    names a file by URL is refused (HTTP 400): Gradio would download it; and so is one holding
+    more than max_chars characters of text: Gradio keeps an event's inputs in its page's state,
+    which lives as long as the page (1 MB values in five cheap events held 5.5 MiB a page)."""
     push = queue.push
     joining: defaultdict[tuple, int] = defaultdict(int)  # pushes under way, by line and address
     unread: dict[str, str] = {}  # event id -> public address, until its result is read
@@ -113,16 +130,18 @@ def cap_queue(queue, per_line: int, per_address: int, pages: Pages | None = None
         fn = queue.blocks.fns.get(body.fn_index) if isinstance(body.fn_index, int) else None
         if fn is None:
             return await push(body, request, username)  # Gradio answers an unknown index itself
-        if links_a_file(body.data):
+        linked, chars = scan(body.data)
+        if linked:
             return False, LINKED, "error"
+        if max_chars is not None and chars > max_chars:
+            return False, TOO_MUCH_TEXT.format(n=max_chars), "error"
         line, address = fn.concurrency_id, _address(request)
         if waiting(line) >= per_line:
             return False, QUEUE_FULL.format(what="this line", n=per_line), "queue_full"
         if address is not None and held(address) >= per_address:
             return False, QUEUE_FULL.format(what="your address", n=per_address), "queue_full"
         if address is not None and pages and not pages.admit(address, body.session_hash, time.monotonic()):
-            return False, TOO_MANY_PAGES.format(n=pages.per_address, minutes=round(pages.window / 60)), \
-                "queue_full"
+            return False, pages.refusal(), "queue_full"
         joining[line, address] += 1
         try:
             ok, event_id, state = await push(body, request, username)
@@ -171,14 +190,21 @@ class RequestGuard:
       bounds the disk uploads take. An upload is charged its declared length (max_upload if it
       declares none) while it runs and what it sent once it ends, so uploads side by side
       cannot overshoot.
-    - Routes that would fetch a URL for the client (`/file=https://...`) or feed data into a
-      running event (`POST /stream/...`: this app has no streaming inputs) are refused.
+    - A body must arrive within `deadline` seconds (408 after), so a slow one cannot hold an
+      upload's charge or a connection for long.
+    - Routes that would fetch a URL for the client (`/file=https://...`), feed data into a
+      running event (`POST /stream/...`: this app has no streaming inputs), or that the app does
+      not use (`deep_link`: it wrote a page's whole state to disk, never cleaned;
+      `component_server`) are refused. A heartbeat names a session, so it counts as one of its
+      address's `pages` (on leaving, it runs the page's unload outside the queue).
     """
 
     def __init__(self, app, *, max_body: int, max_upload: int, per_address: int,
-                 upload_bytes: int, window: float):
+                 upload_bytes: int, window: float, deadline: float = 60.0,
+                 pages: PerAddress | None = None):
         self.app, self.max_body, self.max_upload = app, max_body, max_upload
         self.per_address, self.upload_bytes, self.window = per_address, upload_bytes, window
+        self.deadline, self.pages = deadline, pages
         self.recent: deque[list] = deque()  # uploads: [when, bytes charged, address], oldest first
 
     def admit(self, address: str | None, declared: int | None) -> list:
@@ -216,21 +242,36 @@ class RequestGuard:
                 raise Refused(403, "this server fetches no URLs; open the address yourself")
             if method == "POST" and STREAM_PATH in path:
                 raise Refused(404, "this app takes no streaming input")
+            if _CLOSED.search(path):
+                raise Refused(404, "not offered by this app")
+            address = public_address((scope.get("client") or (None,))[0])
+            beat = _HEARTBEAT.search(path)
+            if beat and address and self.pages and not self.pages.admit(address, beat[1], time.monotonic()):
+                raise Refused(429, self.pages.refusal())
             try:
                 declared = int(_header(scope, b"content-length") or b"")
             except ValueError:
                 declared = None
             if upload:
-                entry = self.admit(public_address((scope.get("client") or (None,))[0]), declared)
+                entry = self.admit(address, declared)
             elif declared is not None and declared > most:
                 raise Refused(413, self.too_large(upload))
         except Refused as e:
             return await _answer(send, e.status, e.message)
         parts = _Parts(_header(scope, b"content-type")) if upload else None
+        started, body_done = time.monotonic(), False
 
         async def counted_receive():
-            nonlocal received, over
-            message = await receive()
+            nonlocal received, over, body_done
+            if body_done:  # a streaming response listens for the disconnect: no deadline then
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), started + self.deadline - time.monotonic())
+            except asyncio.TimeoutError:
+                over = Refused(408, f"the request's body took over {self.deadline:.0f} s to arrive; "
+                                    "send it again on a faster connection")
+                raise over from None
+            body_done = message.get("type") != "http.request" or not message.get("more_body")
             if message.get("type") == "http.request":
                 body = message.get("body", b"")
                 received += len(body)

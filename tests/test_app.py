@@ -30,7 +30,7 @@ def app_url(model_dirs):
     demo = app.build(store, limits, default)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
-                css=(app.ASSETS / "style.css").read_text(), **app.launch_options(limits))
+                css=(app.ASSETS / "style.css").read_text(), **app.launch_options(demo))
     yield f"http://127.0.0.1:{port}/"
     demo.close()
 

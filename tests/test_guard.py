@@ -8,9 +8,9 @@ import threading
 import httpx
 import pytest
 
-from specviz.guard import LINKED, Pages, Refused, RequestGuard, cap_queue, forbid_downloads, links_a_file
+from specviz.guard import LINKED, PerAddress, Refused, RequestGuard, cap_queue, forbid_downloads, links_a_file
 
-PER_LINE, PER_ADDRESS, PAGES = 6, 3, 8
+PER_LINE, PER_ADDRESS, PAGES, MAX_CHARS, DEADLINE = 6, 3, 8, 5000, 2.0
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +31,10 @@ def server():
         box.submit(slow, box, box, api_name="slow", concurrency_limit=1, concurrency_id="slow")
         box.change(lambda x: x, box, box, api_name="fast", concurrency_limit=1, concurrency_id="fast")
     demo.queue()
-    cap_queue(demo._queue, per_line=PER_LINE, per_address=PER_ADDRESS, pages=Pages(PAGES, 60))
+    pages = PerAddress(PAGES, 60)
+    cap_queue(demo._queue, per_line=PER_LINE, per_address=PER_ADDRESS, pages=pages, max_chars=MAX_CHARS)
     guard = Middleware(RequestGuard, max_body=2**16, max_upload=2**20, per_address=4,
-                       upload_bytes=64 * 2**20, window=60)
+                       upload_bytes=64 * 2**20, window=60, deadline=DEADLINE, pages=pages)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
                 max_file_size=2**20, app_kwargs={"middleware": [guard]})
@@ -209,7 +210,7 @@ def test_results_never_read_count_against_the_address(server):
 
 
 def test_pages_are_forgotten_after_the_window():
-    pages = Pages(per_address=2, window=10)
+    pages = PerAddress(per_address=2, window=10)
     assert pages.admit("a", "s1", 0) and pages.admit("a", "s2", 1) and not pages.admit("a", "s3", 2)
     assert pages.admit("a", "s1", 9)  # an open page, used again: its window starts anew
     assert pages.admit("a", "s3", 11)  # s2 (last used at 1) is forgotten
@@ -247,3 +248,89 @@ def test_gradio_downloads_nothing_once_forbidden():
         asyncio.run(gr.File().async_move_resource_to_block_cache("https://example.com/huge.bin"))
     with pytest.raises(ValueError, match="must be uploaded, not linked"):
         gr.File().move_resource_to_block_cache("https://example.com/huge.bin")
+
+
+def test_routes_the_app_does_not_use_are_closed(server):
+    """deep_link wrote a page's whole state (inputs included) to disk, never cleaned: 535 MiB in
+    45 s from one page; component_server made a page state for any session hash."""
+    r = httpx.get(f"{server.url}/deep_link", params={"session_hash": "x"}, timeout=10)
+    assert r.status_code == 404 and r.json()["detail"] == "not offered by this app"
+    r = httpx.post(f"{server.url}/component_server", json={"session_hash": "x"}, timeout=10)
+    assert r.status_code == 404 and r.json()["detail"] == "not offered by this app"
+
+
+def test_a_heartbeat_counts_as_one_of_its_address_s_pages(server):
+    """A heartbeat names a session, and when it drops Gradio runs the page's unload outside the
+    queue, making a page state: 1,100 dropped heartbeats expired another visitor's page."""
+    def beat(session: str) -> int:
+        url = f"{server.url}/heartbeat/{session}"
+        with httpx.stream("GET", url, headers={"X-Forwarded-For": "4.4.4.10"}, timeout=10) as r:
+            return r.status_code
+
+    assert [beat(f"h{i}") for i in range(PAGES)] == [200] * PAGES
+    assert beat("h-more") == 429 and beat("h0") == 200
+    assert page(server, "h1", "4.4.4.10") == 200  # the same page's events: no new page
+    assert "too many pages" in page(server, "h-other", "4.4.4.10")
+
+
+def test_a_body_that_does_not_arrive_in_time_is_cut(server):
+    """An upload declaring 4 MiB and sending one byte held its charge of the upload budget for as
+    long as the client liked: 128 such from 8 addresses refused every visitor's upload."""
+    import socket
+    import time
+
+    host, port = server.url.split("//")[1].split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /gradio_api/upload HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 5.5.6.6\r\n"
+                  b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 100000\r\n\r\n--b")
+        start = time.monotonic()
+        answer = s.recv(4096).decode()
+        waited = time.monotonic() - start
+    assert answer.startswith("HTTP/1.1 408") and "took over 2 s to arrive" in answer
+    assert DEADLINE <= waited < DEADLINE + 5
+    assert upload(server, [b"{}"], "5.5.6.6").status_code == 200
+
+
+def test_a_cut_upload_is_charged_what_arrived_not_what_it_declared():
+    """The same in-process: the 408 goes out at the deadline, and the upload's charge of the
+    budget falls from the 100,000 bytes it declared to the 3 that came."""
+    import asyncio
+
+    async def app(scope, receive, send):  # reads the whole body, as Gradio's upload route does
+        while (await receive()).get("more_body"):
+            pass
+
+    guard = RequestGuard(app, max_body=10, max_upload=10**6, per_address=4, upload_bytes=10**7,
+                         window=60, deadline=0.2)
+    messages = [{"type": "http.request", "body": b"--b", "more_body": True}]
+    sent = []
+
+    async def receive():
+        if messages:
+            return messages.pop()
+        await asyncio.sleep(3600)  # the rest never comes
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "client": ("5.5.7.7", 1),
+             "headers": [(b"content-length", b"100000"),
+                         (b"content-type", b"multipart/form-data; boundary=b")]}
+    asyncio.run(asyncio.wait_for(guard(scope, receive, send), 5))
+    assert sent[0]["status"] == 408 and [e[1:] for e in guard.recent] == [[3, "5.5.7.7"]]
+
+
+def test_an_event_with_too_much_text_is_refused_before_gradio_keeps_it():
+    """Gradio keeps an event's inputs in its page's state for as long as the page lives: five
+    cheap events with 1 MB values held 5.5 MiB a page (1.3 GiB from four addresses in 91 s)."""
+    from specviz.guard import scan
+
+    assert scan(["ab", {"k": "cd", "path": "/tmp/x"}, [["e"]], 5, None]) == (False, 2 + 1 + 2 + 4 + 6 + 1)
+    assert scan([{"path": "http://x"}])[0]
+
+
+def test_an_event_with_too_much_text_is_refused(server):
+    r = httpx.post(f"{server.url}/call/fast", json={"data": ["x" * (MAX_CHARS + 1)]}, timeout=10)
+    assert r.status_code == 400 and "too much text in one call: at most 5000" in r.json()["detail"]
+    assert httpx.post(f"{server.url}/call/fast", json={"data": ["x" * (MAX_CHARS - 10)]},
+                      timeout=10).status_code == 200

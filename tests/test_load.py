@@ -47,7 +47,7 @@ def served(model_dirs, tmp_path_factory):
     path.write_text(trace.to_json())
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
-                **app.launch_options(limits))
+                **app.launch_options(demo))
     yield demo, f"http://127.0.0.1:{port}/", path
     demo.close()
 
