@@ -1,14 +1,16 @@
-"""Bounds in front of Gradio's own machinery, where one client could otherwise take what all share.
+"""Bounds in front of Gradio's own machinery, where one client could otherwise take what all
+share. Three reviews played a hostile client against the app; docs/load-test.md has what each
+attack did before and after.
 
-- Gradio's queue has one bound over every line, and /queue/join takes any event by its index:
-  one client could fill it with cheap events and every other visitor would get "queue full".
-  `cap_queue` gives each line (concurrency id) its own bound and one public address a share.
-  It also refuses an event that names a file by URL: Gradio would download it, unbounded.
-- No request body is bounded: a 200 MB JSON body to /queue/join took 0.8 GiB of server memory.
-  Gradio's upload route writes every file of a request to disk (up to 1,000 files, each up to
-  the file size limit) and keeps them until the cache is cleaned. `RequestGuard` (ASGI
-  middleware) bounds every request's body, an upload to one file, one address's uploads and all
-  uploads over the time a file can stay on disk, and refuses routes that would fetch a URL.
+- `cap_queue` wraps Gradio's queue, whose one bound over every line one client could fill:
+  each line (concurrency id) gets its own bound; a public address may have a few events
+  waiting or unread, and use a few pages (sessions) an hour; an event may not name a file by
+  URL (Gradio would download it), nor carry more text than a few prompts (Gradio keeps inputs
+  in the page's state).
+- `RequestGuard` (ASGI middleware) bounds every request's body in size and time, an upload to
+  one file, an address's uploads and all uploads over the time a file stays on disk; and it
+  refuses routes that fetch URLs, feed running events, or that the app does not use.
+- `forbid_downloads` turns Gradio's downloader into a refusal.
 
 Addresses count as gate.public_address says: a private one (a proxy's) is not counted.
 """
