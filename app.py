@@ -108,6 +108,7 @@ def launch_options(demo: gr.Blocks) -> dict:
                        deadline=BODY_SECONDS, pages=demo.specviz.pages)
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
+                run_history=False,  # its routes use the host's hub token for "local" requests
                 app_kwargs={"middleware": [guard]})
 
 

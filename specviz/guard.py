@@ -34,7 +34,9 @@ TOO_MANY_PAGES = ("too many pages from your address: {n} in {minutes} minutes; g
                   "you have open (calls through gradio_client keep one session)")
 UPLOAD_PATH = "/gradio_api/upload"
 STREAM_PATH = "/gradio_api/stream/"
-_CLOSED = re.compile(r"/gradio_api/(deep_link|component_server)/?$")  # not used by this app
+_CLOSED = re.compile(  # Gradio routes this app does not use
+    r"(/gradio_api/(deep_link|component_server|dev/reload|runs|run-history|process_recording"
+    r"|vibe-edit|undo-vibe-edit|vibe-code)|^/monitoring)(/|$)")
 _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/([^/]+)/?$")
 _FETCH = re.compile(r"/gradio_api/(file=|file/|proxy=)[A-Za-z][A-Za-z0-9+.-]*:")  # ...=https://
 TOO_LARGE = "request too large: at most {mib:.1f} MiB a request{what}"
@@ -196,9 +198,11 @@ class RequestGuard:
       upload's charge or a connection for long.
     - Routes that would fetch a URL for the client (`/file=https://...`), feed data into a
       running event (`POST /stream/...`: this app has no streaming inputs), or that the app does
-      not use (`deep_link`: it wrote a page's whole state to disk, never cleaned;
-      `component_server`) are refused. A heartbeat names a session, so it counts as one of its
-      address's `pages` (on leaving, it runs the page's unload outside the queue).
+      not use are refused: `deep_link` wrote a page's whole state to disk, never cleaned;
+      `dev/reload` streams poll every 50 ms for ever (4,000 of them slowed a page load 40-fold);
+      the run history acts with the host's hub token for requests that look local.
+    - A heartbeat names a session, so it counts as one of its address's `pages` (on leaving, it
+      runs the page's unload outside the queue).
     """
 
     def __init__(self, app, *, max_body: int, max_upload: int, per_address: int,

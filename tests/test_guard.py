@@ -252,11 +252,22 @@ def test_gradio_downloads_nothing_once_forbidden():
 
 def test_routes_the_app_does_not_use_are_closed(server):
     """deep_link wrote a page's whole state (inputs included) to disk, never cleaned: 535 MiB in
-    45 s from one page; component_server made a page state for any session hash."""
+    45 s from one page; component_server made a page state for any session hash; each
+    dev/reload stream polled every 50 ms for ever (4,000 slowed a page load from 0.07 s to 3.1 s);
+    the run history acted with the host's hub token for requests that looked local."""
     r = httpx.get(f"{server.url}/deep_link", params={"session_hash": "x"}, timeout=10)
     assert r.status_code == 404 and r.json()["detail"] == "not offered by this app"
     r = httpx.post(f"{server.url}/component_server", json={"session_hash": "x"}, timeout=10)
     assert r.status_code == 404 and r.json()["detail"] == "not offered by this app"
+    for route in ["dev/reload", "runs", "run-history/buckets", "run-history/records/a/b/assets/c",
+                  "process_recording", "vibe-code/", "deep_link/"]:
+        r = httpx.get(f"{server.url}/{route}", timeout=10)  # dev/reload never ended: 4,000 held
+        assert r.status_code == 404 and r.json()["detail"] == "not offered by this app", route
+    root = server.url.removesuffix("/gradio_api")
+    assert httpx.get(f"{root}/monitoring", timeout=10).status_code == 404
+    assert httpx.get(f"{root}/monitoring/summary", timeout=10).status_code == 404
+    assert httpx.get(f"{root}/config", timeout=10).status_code == 200  # the page's own routes
+    assert httpx.get(f"{server.url}/info", timeout=10).status_code == 200
 
 
 def test_a_heartbeat_counts_as_one_of_its_address_s_pages(server):

@@ -675,3 +675,14 @@ def test_one_address_opens_a_bounded_number_of_traces(demo, tmp_path):
     assert all("Opened:" in a for a in answers[:-1])
     assert "too many traces opened from your address: at most 16 in 20 minutes" in answers[-1]
     assert "Opened:" in open_from("7.7.9.10")
+
+
+def test_the_run_history_is_off_and_its_routes_closed(demo):
+    """Gradio's run history is on by default, and its routes use the host's hub token for any
+    request that looks local (a same-host proxy that forwards no address makes every visitor
+    look local): a review watched it list and create buckets in the host's account."""
+    import httpx
+
+    assert demo.run_history is False
+    for route in ["runs", "run-history/buckets", "run-history/records"]:
+        assert httpx.get(f"{demo.url}gradio_api/{route}", timeout=10).status_code == 404
