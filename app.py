@@ -77,6 +77,7 @@ COPY_JS = """(query) => {
 TRACE_TTL = 3600  # seconds a page's trace key lives without a new run (pages that never close)
 CLEAN_CACHE = (300, 900)  # every 5 minutes, delete uploads and downloads older than 15 minutes
 MAX_NOTICES = 8
+NO_TEX = dict(latex_delimiters=[])  # Markdown that shows a visitor's text renders no $$...$$ as TeX
 LAB_SOURCES = ("example", "round")
 SAVES = Path(tempfile.gettempdir()) / "specviz-saves"
 
@@ -145,7 +146,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE))  # traces opened, by address
         demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits, pages=pages)
         gr.Markdown(INTRO)
-        notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"])
+        notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"], **NO_TEX)
         last = gr.State(None, time_to_live=TRACE_TTL, delete_callback=shelf.drop)  # a key on the shelf
         with gr.Tab("Run"), gr.Row():
             with gr.Column(scale=1, min_width=320):
@@ -187,7 +188,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 link_btn = gr.Button("Copy link to these settings", size="sm", elem_id="copy-link")
                 link = gr.Textbox(label="Share link", interactive=False, elem_id="share-link")
             with gr.Column(scale=2):
-                status = gr.Markdown("Pick settings and press **Run**.", elem_id="status")
+                status = gr.Markdown("Pick settings and press **Run**.", elem_id="status", **NO_TEX)
                 gr.HTML(legend_html())
                 text = gr.HTML(elem_id="tokens")
                 verdict = gr.HTML(elem_id="verdict")
@@ -248,7 +249,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             save_btn = gr.Button("Save the last run as a trace")
             save_file = gr.File(label="trace", interactive=False)
             open_file = gr.File(label="open a trace (.json)", file_types=[".json"], type="filepath")
-            replay_status = gr.Markdown()
+            replay_status = gr.Markdown(**NO_TEX)
 
         controls = [pair, target, draft, proposer, k, temperature, top_p, top_k, seed,
                     max_new_tokens, prompt, chat, dtype, nodes, branching]

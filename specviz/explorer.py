@@ -9,6 +9,7 @@ without calling a model. Time is predicted from the measured draft and target pa
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 import torch
 
@@ -22,6 +23,7 @@ from .render import ACCEPTED, BONUS, RECOVERED, REJECTED, TARGET, Span
 from .verifycost import VERIFY_SLOPE, fit_line
 
 EXPLORER_PROPOSERS = ("draft", "ngram")
+CURVE_KS = range(1, 17)  # the k explorer's curve
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,12 @@ class Recording:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @cached_property
+    def curve(self) -> tuple[Replay, ...]:
+        """The replays at k = 1..16, computed once per recording: the k explorer shows them on
+        every slider move, and they depend on nothing else (16 replays took up to 2 s)."""
+        return tuple(_replay(self, k) for k in CURVE_KS)
 
     @property
     def per_draft(self) -> tuple[float, float] | None:
@@ -167,7 +175,14 @@ def _round(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> Round:
 
 
 def replay(rec: Recording, k: int) -> Replay:
-    """The rounds a fixed-k run makes (the engine's budget rule included)."""
+    """The rounds a fixed-k run makes (the engine's budget rule included); for k in 1..16, the
+    recording's own, computed once."""
+    if k in CURVE_KS and "curve" in rec.__dict__:
+        return rec.curve[k - 1]
+    return _replay(rec, k)
+
+
+def _replay(rec: Recording, k: int) -> Replay:
     lookup, pos, rounds = rec.lookup(), 0, []
     while pos < len(rec.output):
         r = _round(rec, pos, min(k, rec.max_new_tokens - pos - 1), lookup)
@@ -244,5 +259,5 @@ def spans(rep: Replay) -> list[Span]:
     return out
 
 
-def curve(rec: Recording, ks=range(1, 17)) -> list[Replay]:
-    return [replay(rec, k) for k in ks]
+def curve(rec: Recording, ks=CURVE_KS) -> list[Replay]:
+    return list(rec.curve) if ks == CURVE_KS else [replay(rec, k) for k in ks]

@@ -163,3 +163,23 @@ def test_the_recording_prices_each_round_at_the_width_it_verifies(pair):
                                                   + rep.target_passes * rec.target_pass_seconds)
     assert "costs 150 + 50.0·k ms, fitted to this run" in cost_text(rec)
     assert "whatever it verifies" in cost_text(flat)
+
+
+def test_the_explorer_replays_a_recording_once_and_reuses_it_on_every_slider_move(pair, monkeypatch):
+    """The curve (k = 1..16) depends on the recording only; recomputing it on every slider move
+    cost up to 2 s a call on the largest n-gram recordings the trace checks allow."""
+    from specviz import labview
+
+    ids = pair.encode(PROMPT)
+    rec = explorer.record(pair, ids, real(pair, "ngram", 4, n=24), "ngram", max_new_tokens=24)
+    fresh = [explorer._replay(rec, k) for k in explorer.CURVE_KS]  # computed before any cache
+    calls = []
+    real_replay = explorer._replay
+    monkeypatch.setattr(explorer, "_replay", lambda r, k: calls.append(k) or real_replay(r, k))
+    first = labview.explorer_views(rec, 4, False, 4, [r.committed for r in fresh[3].rounds])
+    assert sorted(calls) == list(explorer.CURVE_KS)  # the curve, once; k=4 and the check reuse it
+    again = [labview.explorer_views(rec, k, False, 4, [r.committed for r in fresh[3].rounds])
+             for k in (4, 7, 16)]
+    assert len(calls) == 16 and again[0][:2] == first[:2] and "matches it round by round" in first[1]
+    assert explorer.curve(rec) == fresh and explorer.replay(rec, 7) == fresh[6]
+    assert explorer.replay(rec, 20) == real_replay(rec, 20) and len(calls) == 17  # past the curve

@@ -686,3 +686,11 @@ def test_the_run_history_is_off_and_its_routes_closed(demo):
     assert demo.run_history is False
     for route in ["runs", "run-history/buckets", "run-history/records"]:
         assert httpx.get(f"{demo.url}gradio_api/{route}", timeout=10).status_code == 404
+
+
+def test_markdown_that_shows_a_visitors_text_renders_no_tex(demo):
+    """markdown_text escapes Markdown but not "$": a link's ?pair=$$x^{2^{2}}$$ reached the
+    notice, and Gradio's Markdown renders $$...$$ with KaTeX by default."""
+    shown = [b for b in demo.blocks.values() if type(b).__name__ == "Markdown"
+             and (b.elem_id == "status" or "specviz-notice" in (b.elem_classes or []) or not b.value)]
+    assert len(shown) == 3 and all(b.latex_delimiters == [] for b in shown)
