@@ -143,7 +143,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     shelf = Shelf(limits.held_trace_mb * 2**20, per_address=limits.jobs_per_address)
     with gr.Blocks(title="specviz: speculative decoding, visible", delete_cache=CLEAN_CACHE) as demo:
         pages = PerAddress(max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE), TRACE_TTL)
-        opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE))  # traces opened, by address
+        opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE),  # traces opened, by address
+                           "too many traces opened from your address: at most {n} in {minutes} minutes")
         demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits, pages=pages)
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"], **NO_TEX)
@@ -488,8 +489,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     raise ValueError("open a trace file (.json)")
                 address = public_address(address_of(request))
                 if address and not opens.admit(address, None, time.monotonic()):  # each costs seconds
-                    raise ValueError(f"too many traces opened from your address: at most "
-                                     f"{opens.per_address} in {round(opens.window / 60)} minutes")
+                    raise ValueError(opens.refusal())
                 with open(path, "rb") as f:
                     data = f.read(MAX_TRACE_BYTES + 1)
                 trace = loads(data)

@@ -175,11 +175,9 @@ def _round(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> Round:
 
 
 def replay(rec: Recording, k: int) -> Replay:
-    """The rounds a fixed-k run makes (the engine's budget rule included); for k in 1..16, the
-    recording's own, computed once."""
-    if k in CURVE_KS and "curve" in rec.__dict__:
-        return rec.curve[k - 1]
-    return _replay(rec, k)
+    """The rounds a fixed-k run makes (the engine's budget rule included); for k in 1..16, from
+    the recording's curve, computed once."""
+    return rec.curve[k - 1] if k in CURVE_KS else _replay(rec, k)
 
 
 def _replay(rec: Recording, k: int) -> Replay:

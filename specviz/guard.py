@@ -62,10 +62,6 @@ def scan(data) -> tuple[bool, int]:
     return linked, chars
 
 
-def links_a_file(data) -> bool:
-    return scan(data)[0]
-
-
 def _address(request) -> str | None:
     client = getattr(request, "client", None)
     return public_address(getattr(client, "host", None))
@@ -75,10 +71,11 @@ class PerAddress:
     """The distinct keys each public address has used in the last `window` seconds, at most
     per_address; a key of None is new each time. For sessions (pages): Gradio keeps state for a
     bounded number of them and drops the least recently used, so a client making up sessions
-    would expire every other visitor's page, and a call without a session gets a fresh one."""
+    would expire every other visitor's page, and a call without a session gets a fresh one.
+    refused: the message for a refused key, with {n} and {minutes} to fill in."""
 
-    def __init__(self, per_address: int, window: float):
-        self.per_address, self.window = per_address, window
+    def __init__(self, per_address: int, window: float, refused: str = TOO_MANY_PAGES):
+        self.per_address, self.window, self.refused = per_address, window, refused
         self.seen: dict[str, OrderedDict[str, float]] = {}  # address -> session -> last use
         self.calls = 0
 
@@ -98,7 +95,7 @@ class PerAddress:
         return True
 
     def refusal(self) -> str:
-        return TOO_MANY_PAGES.format(n=self.per_address, minutes=round(self.window / 60))
+        return self.refused.format(n=self.per_address, minutes=round(self.window / 60))
 
 
 def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None = None,

@@ -257,10 +257,10 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile):
     if adaptive and not rec.replays_adaptive:
         adaptive, note = False, ("<br>The adaptive policy drafts with the draft model: record a greedy "
                                  "run of the draft drafter to replay it. Showing fixed k instead.")
-    reps = explorer.curve(rec)  # computed once per recording; fixed-k replays below reuse it
     rep = explorer.replay_adaptive(rec, k) if adaptive else explorer.replay(rec, k)
     if adaptive:
         note += f"<br>The adaptive policy drafts at most k = {k} a round. It is {explorer.ADAPTIVE_DIFFERS}."
+    reps = explorer.curve(rec)  # computed once per recording (fixed-k replays come from it)
     check = ""
     if measured_k is not None and measured_rounds is not None:
         again = [r.committed for r in explorer.replay(rec, measured_k).rounds]

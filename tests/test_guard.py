@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-from specviz.guard import LINKED, PerAddress, Refused, RequestGuard, cap_queue, forbid_downloads, links_a_file
+from specviz.guard import LINKED, PerAddress, Refused, RequestGuard, cap_queue, forbid_downloads, scan
 
 PER_LINE, PER_ADDRESS, PAGES, MAX_CHARS, DEADLINE = 6, 3, 8, 5000, 2.0
 
@@ -165,9 +165,9 @@ def test_an_event_naming_a_file_by_url_is_refused_before_gradio_downloads_it(ser
 
 
 def test_links_a_file_sees_urls_only():
-    assert not links_a_file([{"path": "/tmp/gradio/abc/t.json"}, {"path": "C:\\x\\t.json"}, "https://x"])
-    assert not links_a_file({"url": "https://x/gradio_api/file=/tmp/t.json", "path": "/tmp/t.json"})
-    assert links_a_file([1, [{"a": {"path": "s3://bucket/key"}}]])
+    assert not scan([{"path": "/tmp/gradio/abc/t.json"}, {"path": "C:\\x\\t.json"}, "https://x"])[0]
+    assert not scan({"url": "https://x/gradio_api/file=/tmp/t.json", "path": "/tmp/t.json"})[0]
+    assert scan([1, [{"a": {"path": "s3://bucket/key"}}]])[0]
 
 
 def page(server, session: str, address: str | None = "4.4.4.4", read: bool = True) -> int:
