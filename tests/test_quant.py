@@ -32,13 +32,39 @@ def test_quantized_linear_is_close_to_the_float_one(cls, bound):
     assert float((got - want).norm() / want.norm()) < bound
 
 
-def test_int4_kernel_computes_the_dequantized_weights_exactly():
+def test_int4_groups_are_the_same_whatever_the_row_chunks():
+    w = torch.randn(37, 96, generator=torch.Generator().manual_seed(2)) * 0.02  # [out, in]
+    whole = quant.int4_groups(w, rows=37)
+    for rows in (1, 7, 256):
+        assert all(torch.equal(a, b) for a, b in zip(quant.int4_groups(w, rows=rows), whole, strict=True))
+
+
+def test_int4_kernel_computes_the_dequantized_weights_on_bfloat16_activations():
+    """The kernel's layout (zero = low + 8 * scale) reproduces the dequantized weights, with the
+    activations and the scales rounded to bfloat16 (KERNEL_DTYPE) and the output rounded once."""
     torch.manual_seed(1)
     linear = nn.Linear(64, 32, bias=False)
     codes, scale, low = quant.int4_groups(linear.weight.detach())
-    dequantized = (codes * scale[..., None] + low[..., None]).reshape(32, 64)
+    bf = lambda t: t.bfloat16().float()  # noqa: E731
+    dequantized = ((codes - 8) * bf(scale)[..., None] + bf(low + 8 * scale)[..., None]).reshape(32, 64)
     x = torch.randn(4, 64)
-    torch.testing.assert_close(quant.Int4Linear(linear)(x), x @ dequantized.T, rtol=1e-5, atol=1e-5)
+    got = quant.Int4Linear(linear)(x)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, bf(bf(x) @ dequantized.T), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("cls", [quant.Int4Linear, quant.Int8Linear])
+def test_a_float32_drafts_quantized_layers_run_on_bfloat16_activations(cls):
+    """On float32 activations torch's CPU kernels take a slow path (docs/benchmarks.md): the
+    layer casts to bfloat16 around the kernel, so a float32 input gives the bfloat16 input's
+    output, in float32."""
+    torch.manual_seed(3)
+    layer = cls(nn.Linear(64, 48, bias=False))
+    x = torch.randn(2, 3, 64)
+    with torch.no_grad():
+        got, via_bf16 = layer(x), layer(x.bfloat16())
+    assert got.dtype == torch.float32 and via_bf16.dtype == torch.bfloat16
+    assert torch.equal(got, via_bf16.float())
 
 
 def test_shapes_the_int4_kernel_cannot_take_fall_back_to_int8():
