@@ -213,6 +213,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
     device = device or default_device()
     torch_dtype = parse_dtype(dtype, device)
     names = {"target": target, "draft": draft}
+    codes = None  # where the draft's int4 groups are kept between loads: the embedded draft's cache
     if target is None:
         from . import embedded
 
@@ -220,6 +221,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         names["target"] = embedded.TARGET.title
         if draft is None:
             draft, names["draft"] = str(embedded.prepare(embedded.DRAFT)), embedded.DRAFT.title
+            codes = quant.codes_file(embedded.cache_dir(embedded.DRAFT))
     target_model, tokenizer = load_model(target, device, torch_dtype, device_map)
     draft_model = None
     if draft is not None:
@@ -227,7 +229,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         check_compatible(tokenizer, draft_tok, names["target"], names["draft"])
         if device_map is not None:
             draft_model.to(target_model.device)
-        if label := quant.apply(draft_model, draft_quant):
+        if label := quant.apply(draft_model, draft_quant, codes):
             names["draft"] = f"{names['draft']} ({label})"
     chat_default = bool(getattr(tokenizer, "chat_template", None)) and \
         "instruct" in names["target"].lower()

@@ -4,13 +4,21 @@ The draft may be any model: the rule stays exact as long as the q that drew each
 q it is judged by, so a quantized draft changes only how often drafts are kept. The target is
 never quantized. int8: per-output-channel symmetric scales, as in gpt-fast's int8 mode. int4:
 asymmetric groups of 32 input channels with a clipping search per group (gpt-fast's int4 layout
-on torch's CPU kernel); layers whose shape the int4 kernel cannot take fall back to int8.
+on torch's CPU kernel); layers whose shape the int4 kernel cannot take fall back to int8. The
+int4 groups can be kept in a codes file (codes_file), so the clipping search runs once per draft.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+from pathlib import Path
+
 import torch
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 GROUP = 32  # int4 group size along the input dimension (the finest torch's kernel takes)
 CLIPS = (1.0, 0.95, 0.9, 0.85, 0.8)  # int4: each group keeps the range that fits it best
@@ -70,10 +78,11 @@ def int4_groups(w: torch.Tensor, rows: int = 256) -> tuple[torch.Tensor, torch.T
 
 
 class Int4Linear(nn.Module):
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, groups: tuple[torch.Tensor, ...] | None = None):
+        """groups: int4_groups of this layer's weight, when already known (a codes file)."""
         super().__init__()
         w = linear.weight.detach().float()  # [out, in]
-        codes, scale, low = int4_groups(w)
+        codes, scale, low = groups or int4_groups(w)
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
             codes.reshape(w.shape).to(torch.int32), 8)
         # The kernel computes (code - 8) * scale + zero, so zero = low + 8 * scale.
@@ -98,16 +107,93 @@ def supported(model) -> bool:
     return model.device.type == "cpu" and model.dtype in (torch.bfloat16, torch.float32)
 
 
+def codes_file(folder: Path) -> Path:
+    """Where a draft's int4 groups are kept in its (content-addressed) cache folder: the name
+    changes with the method (GROUP, CLIPS, the code layout), so an older file is never read."""
+    method = hashlib.sha256(repr((GROUP, CLIPS, "nibbles-v1")).encode()).hexdigest()[:12]
+    return folder / f"int4-{method}.safetensors"
+
+
+def _read_codes(path: Path) -> dict[str, torch.Tensor]:
+    """The file's tensors, or {} when it is missing or unreadable (then it is computed again)."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path) if path.is_file() else {}
+    except Exception as e:  # a truncated or foreign file: recompute rather than fail the load
+        log.warning("ignoring the int4 codes in %s (%s); quantizing again", path, e)
+        return {}
+
+
+def _stored(name: str, linear: nn.Linear, stored: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+    """name's (codes [out, in/G, G] float, scale, low) from a codes file's tensors, if it holds
+    them in this layer's shape."""
+    out, groups = linear.out_features, linear.in_features // GROUP
+    want = {"codes": ((out, linear.in_features // 2), torch.uint8),
+            "scale": ((out, groups), torch.float32), "low": ((out, groups), torch.float32)}
+    found = {part: stored.get(key) for part, key in zip(want, _packed_names(name), strict=True)}
+    if any(t is None or (tuple(t.shape), t.dtype) != want[part] for part, t in found.items()):
+        return None
+    packed = found["codes"]  # [out, in/2] uint8: two 4-bit codes a byte
+    codes = torch.stack([packed & 15, packed >> 4], dim=-1).reshape(out, groups, GROUP)
+    return codes.float(), found["scale"], found["low"]
+
+
+def _packed_names(name: str) -> tuple[str, str, str]:
+    return f"{name}.codes", f"{name}.scale", f"{name}.low"
+
+
+def _packed(name: str, codes: torch.Tensor, scale: torch.Tensor, low: torch.Tensor) -> dict:
+    """int4_groups output as a codes file's tensors: two 4-bit codes a byte."""
+    pairs = codes.to(torch.uint8).reshape(codes.shape[0], -1, 2)  # [out, in/2, 2]
+    packed = (pairs[..., 0] | pairs[..., 1] << 4).contiguous()  # [out, in/2]
+    return dict(zip(_packed_names(name), (packed, scale.contiguous(), low.contiguous()), strict=True))
+
+
+def _save_codes(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Write a temp file, then rename; a failure only costs the next load its clipping search."""
+    from safetensors.torch import save_file
+
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        save_file(tensors, temp)
+        os.replace(temp, path)
+        for old in path.parent.glob("int4-*.safetensors"):  # an earlier method's file
+            if old != path:
+                old.unlink(missing_ok=True)
+    except Exception as e:  # a full disk, a read-only or missing folder: load on without it
+        temp.unlink(missing_ok=True)
+        log.warning("could not keep the int4 codes in %s (%s); the next load quantizes again", path, e)
+
+
 @torch.no_grad()
-def quantize_(model, bits: int = 4) -> int:
-    """Replace the model's nn.Linear layers (lm_head included) in place; returns how many."""
+def quantize_(model, bits: int = 4, codes: Path | None = None) -> int:
+    """Replace the model's nn.Linear layers (lm_head included) in place; returns how many.
+
+    codes: a codes_file for this model's weights. The int4 groups are read from it when it holds
+    them (the clipping search is most of a load), else computed and written there."""
+    stored = _read_codes(codes) if codes is not None and bits == 4 else {}
+    kept: dict[str, torch.Tensor] = {}  # every int4 layer's groups, packed for the codes file
+    computed = False
     count = 0
-    for module in list(model.modules()):
+    for module_name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             if type(child) is nn.Linear:
-                int4 = bits == 4 and Int4Linear.fits(child)
-                setattr(module, child_name, Int4Linear(child) if int4 else Int8Linear(child))
+                name = f"{module_name}.{child_name}".lstrip(".")
+                if bits == 4 and Int4Linear.fits(child):
+                    groups = _stored(name, child, stored)
+                    if groups is None:
+                        groups, computed = int4_groups(child.weight.detach().float()), True
+                        kept.update(_packed(name, *groups))
+                    else:
+                        kept.update({key: stored[key] for key in _packed_names(name)})
+                    layer = Int4Linear(child, groups)
+                else:
+                    layer = Int8Linear(child)
+                setattr(module, child_name, layer)
                 count += 1
+    if codes is not None and computed:
+        _save_codes(codes, kept)
     return count
 
 
@@ -129,10 +215,11 @@ def wanted(model, mode: str) -> int | None:
     return BITS[mode]
 
 
-def apply(model, mode: str) -> str | None:
-    """Quantize the draft in place if mode asks for it; a label ("int4 weights") if it was."""
+def apply(model, mode: str, codes: Path | None = None) -> str | None:
+    """Quantize the draft in place if mode asks for it; a label ("int4 weights") if it was.
+    codes: see quantize_."""
     bits = wanted(model, mode)
     if bits is None:
         return None
-    quantize_(model, bits)
+    quantize_(model, bits, codes)
     return f"int{bits} weights"

@@ -91,6 +91,9 @@ def test_embedded_pair_is_exact_and_cached(monkeypatch):
 
     pair = specviz.load_pair(device="cpu", dtype="float32")  # fp32: no bf16 logit ties
     assert embedded.is_cached(embedded.TARGET) and embedded.is_cached(embedded.DRAFT)
+    from specviz import quant  # the draft's int4 codes are kept for the next load
+
+    assert quant.codes_file(embedded.cache_dir(embedded.DRAFT)).is_file()
     prompt = "Write a Python function that returns the n-th Fibonacci number."
     ids = pair.encode(prompt, chat=True)
     spec = [t for e in specviz.generate(pair, ids, k=4, max_new_tokens=32) for t in e.new_tokens]

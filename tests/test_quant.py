@@ -91,3 +91,80 @@ def test_the_shared_pair_runs_an_int4_draft(pair):
     """The engine's exactness tests use this pair, so they cover the quantized draft."""
     assert "int4 weights" in pair.draft_name
     assert any(isinstance(m, quant.Int4Linear) for m in pair.draft.modules())
+
+
+def small_model():
+    model = nn.Sequential(nn.Linear(64, 48), nn.ReLU(), nn.Linear(48, 32), nn.Linear(32, 16))
+    model.device, model.dtype = torch.device("cpu"), torch.float32
+    return model
+
+
+def layers(model) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_int4_codes_are_kept_and_read_back_into_the_same_layers(tmp_path, monkeypatch, caplog):
+    """The clipping search runs once per draft: a later load reads its codes file and builds the
+    same layers bit for bit; int8 fallbacks (48 inputs) are not in it."""
+    import copy
+
+    base = small_model()
+    path = quant.codes_file(tmp_path)
+    first = copy.deepcopy(base)
+    assert quant.apply(first, "int4", path) == "int4 weights" and path.is_file()
+    from safetensors.torch import load_file
+
+    assert sorted(load_file(path)) == ["0.codes", "0.low", "0.scale", "3.codes", "3.low", "3.scale"]
+
+    def no_search(w):
+        raise AssertionError("the codes file holds these groups")
+
+    monkeypatch.setattr(quant, "int4_groups", no_search)
+    second = copy.deepcopy(base)
+    quant.apply(second, "int4", path)
+    want, got = layers(first), layers(second)
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    x = torch.randn(3, 64)
+    assert torch.equal(first(x), second(x))
+
+
+@pytest.mark.parametrize("damage", ["garbage", "other_shapes", "missing_layer"])
+def test_a_damaged_or_foreign_codes_file_is_recomputed_and_rewritten(tmp_path, damage, caplog):
+    import copy
+
+    from safetensors.torch import load_file, save_file
+
+    base = small_model()
+    path = quant.codes_file(tmp_path)
+    fresh = copy.deepcopy(base)
+    quant.apply(fresh, "int4")  # no file: the reference
+    if damage == "garbage":
+        path.write_bytes(b"not a safetensors file")
+    else:
+        quant.apply(copy.deepcopy(base), "int4", path)
+        tensors = load_file(path)
+        if damage == "other_shapes":
+            tensors["0.codes"] = tensors["0.codes"][:, :8].contiguous()
+        else:
+            tensors = {k: v for k, v in tensors.items() if not k.startswith("3.")}
+        save_file(tensors, path)
+    model = copy.deepcopy(base)
+    quant.apply(model, "int4", path)
+    want, got = layers(fresh), layers(model)
+    assert all(torch.equal(want[k], got[k]) for k in want)
+    assert sorted(load_file(path)) == ["0.codes", "0.low", "0.scale", "3.codes", "3.low", "3.scale"]
+    assert (damage == "garbage") == ("ignoring the int4 codes" in caplog.text)
+
+
+def test_an_unwritable_codes_folder_only_costs_the_next_load(tmp_path, caplog):
+    model = small_model()
+    quant.apply(model, "int4", quant.codes_file(tmp_path / "missing-folder"))
+    assert isinstance(model[0], quant.Int4Linear) and "could not keep the int4 codes" in caplog.text
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_new_methods_codes_file_replaces_the_old_one(tmp_path):
+    old = tmp_path / "int4-000000000000.safetensors"
+    old.write_bytes(b"an earlier method's codes")
+    quant.apply(small_model(), "int4", quant.codes_file(tmp_path))
+    assert [p.name for p in tmp_path.iterdir()] == [quant.codes_file(tmp_path).name]
