@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--compare-baseline", action="store_true", help="also run the target alone")
     run.add_argument("--json", action="store_true", help="one JSON object per event, then a summary")
     run.add_argument("prompt")
-    sub.add_parser("prepare", help="build the embedded pair's cache ahead of time")
+    sub.add_parser("prepare", help="build the embedded pair's cache and the draft's int4 codes ahead of time")
     sub.add_parser("presets", help="list the preset pairs and whether each can load here")
     from .bench import add_bench_args
 
@@ -167,8 +167,9 @@ def cmd_presets(args) -> int:
 
 def cmd_prepare(args) -> int:
     from .embedded import prepare_all
+    from .loading import keep_draft_codes
 
-    for path in prepare_all():
+    for path in (*prepare_all(), keep_draft_codes()):
         print(f"cached: {path}")
     return 0
 

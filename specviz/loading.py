@@ -184,6 +184,19 @@ def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | Non
     return model, tokenizer
 
 
+def keep_draft_codes() -> Path:
+    """Quantize the embedded draft once and keep its int4 codes where a CPU load_pair reads them
+    (`python -m specviz prepare`: the Docker image then starts without the clipping search)."""
+    from . import embedded
+
+    folder = embedded.prepare(embedded.DRAFT)
+    path = quant.codes_file(folder)
+    if not path.is_file():
+        model, _ = load_model(str(folder), "cpu", torch.bfloat16)
+        quant.apply(model, "int4", path)
+    return path
+
+
 def check_compatible(target_tok, draft_tok, target_name: str, draft_name: str) -> None:
     """Draft and target must map the same strings to the same ids."""
     for text in _PROBE:
@@ -221,7 +234,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         names["target"] = embedded.TARGET.title
         if draft is None:
             draft, names["draft"] = str(embedded.prepare(embedded.DRAFT)), embedded.DRAFT.title
-            codes = quant.codes_file(embedded.cache_dir(embedded.DRAFT))
+            codes = quant.codes_file(Path(draft))
     target_model, tokenizer = load_model(target, device, torch_dtype, device_map)
     draft_model = None
     if draft is not None:

@@ -88,3 +88,29 @@ def test_bad_tree_arguments_fail_before_loading_with_one_line(argv, capsys):
         rc = e.code
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("specviz: error:"), err
+
+
+def test_prepare_keeps_the_drafts_int4_codes_and_a_cpu_load_reads_them(model_dirs, tmp_path, monkeypatch,
+                                                                         capsys):
+    """`prepare` (the Docker build step) quantizes the embedded draft once; load_pair() then builds
+    its int4 layers from the codes file without the clipping search."""
+    import shutil
+
+    from specviz import embedded, loading, quant
+
+    draft = tmp_path / "draft"
+    shutil.copytree(model_dirs["draft"], draft)
+    folders = {embedded.TARGET: model_dirs["target"], embedded.DRAFT: draft}  # tiny stand-ins
+    monkeypatch.setattr(embedded, "prepare", folders.__getitem__)
+    monkeypatch.setattr(embedded, "prepare_all", lambda: tuple(folders.values()))
+    assert main(["prepare"]) == 0
+    codes = quant.codes_file(draft)
+    assert f"cached: {codes}" in capsys.readouterr().out and codes.is_file()
+
+    def no_search(w):
+        raise AssertionError("the codes file holds these groups")
+
+    monkeypatch.setattr(quant, "int4_groups", no_search)
+    pair = loading.load_pair(device="cpu", dtype="float32")
+    assert "int4 weights" in pair.draft_name
+    assert any(isinstance(m, quant.Int4Linear) for m in pair.draft.modules())
