@@ -258,4 +258,4 @@ def spans(rep: Replay) -> list[Span]:
 
 
 def curve(rec: Recording, ks=CURVE_KS) -> list[Replay]:
-    return list(rec.curve) if ks == CURVE_KS else [replay(rec, k) for k in ks]
+    return [replay(rec, k) for k in ks]  # replay reads k = 1..16 from the recording's curve

@@ -81,10 +81,9 @@ class Int4Linear(nn.Module):
     def __init__(self, linear: nn.Linear, groups: tuple[torch.Tensor, ...] | None = None):
         """groups: int4_groups of this layer's weight, when already known (a codes file)."""
         super().__init__()
-        w = linear.weight.detach().float()  # [out, in]
-        codes, scale, low = groups or int4_groups(w)
+        codes, scale, low = groups or int4_groups(linear.weight.detach().float())  # w [out, in]
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
-            codes.reshape(w.shape).to(torch.int32), 8)
+            codes.reshape(linear.weight.shape).to(torch.int32), 8)
         # The kernel computes (code - 8) * scale + zero, so zero = low + 8 * scale.
         scales_and_zeros = torch.stack([scale, low + 8 * scale], dim=-1)  # [out, in/G, 2]
         self.register_buffer("weight", packed)

@@ -103,7 +103,7 @@ def layers(model) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
-def test_int4_codes_are_kept_and_read_back_into_the_same_layers(tmp_path, monkeypatch, caplog):
+def test_int4_codes_are_kept_and_read_back_into_the_same_layers(tmp_path, monkeypatch):
     """The clipping search runs once per draft: a later load reads its codes file and builds the
     same layers bit for bit; int8 fallbacks (48 inputs) are not in it."""
     import copy
