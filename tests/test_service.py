@@ -135,9 +135,13 @@ def test_end_to_end_sampling_obeys_the_sample_cap_and_the_time_limit(store):
 def test_an_ngram_recording_keeps_the_price_its_run_drafted_with(store, monkeypatch):
     """The baseline after the run moves the target's verify line; the k explorer must replay the
     n-gram rule at the slope the run used, or its replay at the run's k would not be the run."""
+    import weakref
+
     from specviz import explorer, verifycost
 
     pair = store.get(RunSettings(pair="tiny", dtype="float32"))
+    # a first get warms the pair up, and its rounds feed the line: start from an unmeasured one
+    monkeypatch.setattr(verifycost, "_COSTS", weakref.WeakKeyDictionary())
     for n in (1, 9, 1, 9, 1, 9):  # 0.2 + 0.1 n seconds: slope 0.5
         verifycost.VerifyCost.of(pair.target).observe(n, 0.2 + 0.1 * n)
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=30, prompt="a b a b a b", dtype="float32",
