@@ -24,6 +24,7 @@ from torch import nn
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+from . import dense
 from .tree import mask as tree_mask
 
 log = logging.getLogger(__name__)
@@ -194,6 +195,7 @@ class CachedLM:
         self.refine = refine and refinable(model)
         self.kv = cache_argument(model.base_model if self.refine else model)
         self.compiled_widths: set[int] = {1}  # token counts a step may feed through the compiled step
+        self.wide_prompts = dense.reads_prompts_apart(model)
         self._step = None
         if self.static:
             self.max_len = max_len or min(model.config.max_position_embeddings, 4096)
@@ -232,6 +234,19 @@ class CachedLM:
             crop(self.cache, -len(self.slots))
             self.slots = []
 
+    def _read_prompt(self, ids: list[int], keep: int) -> None:
+        """Feed what the cache lacks of ids[:-keep] in a pass of its own when it is a prompt wide
+        enough for a bfloat16 layer's float32 kernel (dense.WIDE_ROWS rows; its logits are not
+        needed). The last `keep` ids are then read on torch's kernel, as every later round reads
+        its drafts and the target alone its steps: round 1's drafts are judged by the logits the
+        target alone computes at those positions. (Read with the prompt, they differed at token 3
+        of a bench prompt here.) Not a pass of its own in the counts: it is round 1's prefill."""
+        head = ids[len(self.tokens):len(ids) - keep]
+        if self.wide_prompts and len(head) >= dense.WIDE_ROWS:
+            step(self.model, self.cache, torch.tensor([head], device=self.device), 1, False,
+                 cache_argument(self.model))
+            self.tokens = list(ids[:len(ids) - keep])
+
     @torch.inference_mode()
     def keep(self, path: list[int]) -> None:
         """Commit the tree slots `path` (a chain from the root, in order): the cache then holds
@@ -266,6 +281,10 @@ class CachedLM:
         other unkept slots."""
         if ids != self.tokens:  # a new round: earlier nodes go, the uncached tail is fed
             self.rollback(ids)
+        if self.static and len(ids) > self.max_len:
+            raise ValueError(f"the static cache holds {self.max_len} positions, not {len(ids)}")
+        start = time.perf_counter()
+        self._read_prompt(ids, 1)
         tail = ids[len(self.tokens):]
         fixed = self._step is not None and len(tail) <= 1
         real = len(tokens)
@@ -282,7 +301,6 @@ class CachedLM:
         positions = list(range(len(self.tokens), len(ids))) + [len(ids) - 1 + d for d in depth[first:]]
         if self.static and len(ids) + len(every) > self.max_len:
             raise ValueError(f"the static cache holds {self.max_len} positions, not {len(ids) + len(every)}")
-        start = time.perf_counter()
         r = min(len(tail), 1)
         logits = self._logits(torch.tensor([tail + tokens], device=self.device), r + len(tokens), fixed,
                               attention_mask=attention,
@@ -345,10 +363,11 @@ class CachedLM:
     def forward(self, ids: list[int], last: int = 1) -> torch.Tensor:
         """Feed what the cache lacks of ids; return logits [last, vocab_size] (float32)."""
         self.rollback(ids[: len(ids) - last + 1])
-        new = ids[len(self.tokens):]
         if self.static and len(ids) > self.max_len:
             raise ValueError(f"the static cache holds {self.max_len} positions, not {len(ids)}")
         start = time.perf_counter()
+        self._read_prompt(ids, last)
+        new = ids[len(self.tokens):]
         input_ids = torch.tensor([new], device=self.device)
         logits = self._logits(input_ids, last, len(new) in self.compiled_widths)  # [last, vocab]
         if self.device.type == "cuda":

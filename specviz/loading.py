@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from . import quant
+from . import dense, quant
 from .lm import output_rows, rollback_window
 
 _PROBE = ["def fibonacci(n):\n    return n", "Hello, world! Ünïcödé 東京 🙂", "  \t\n x = [1, 2]"]
@@ -244,6 +244,8 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
             draft_model.to(target_model.device)
         if label := quant.apply(draft_model, draft_quant, codes):
             names["draft"] = f"{names['draft']} ({label})"
+        dense.route(draft_model)
+    dense.route(target_model)  # float32 on CPU: oneDNN's kernels (see dense)
     chat_default = bool(getattr(tokenizer, "chat_template", None)) and \
         "instruct" in names["target"].lower()
     pair = Pair(target_model, tokenizer, draft_model, target_name=names["target"],

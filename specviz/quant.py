@@ -177,7 +177,7 @@ def quantize_(model, bits: int = 4, codes: Path | None = None) -> int:
     count = 0
     for module_name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
-            if type(child) is nn.Linear:
+            if isinstance(child, nn.Linear):  # dense.OneDNNLinear too
                 name = f"{module_name}.{child_name}".lstrip(".")
                 if bits == 4 and Int4Linear.fits(child):
                     groups = _stored(name, child, stored)

@@ -1,0 +1,178 @@
+"""Float32 CPU layers through oneDNN: same layer, same outputs (to float32 rounding), same greedy
+output as the model on torch's own kernels, and only the layers it is meant for."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import specviz
+from specviz import dense, quant
+
+pytestmark = pytest.mark.skipif(not dense.available(), reason="this torch has no oneDNN on the CPU")
+
+PROMPT = "def fibonacci(n):\n    if n < 2:"
+
+
+@pytest.mark.parametrize("shape", [(1, 48), (5, 48), (1, 17, 48), (2, 3, 48)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_routed_layer_computes_the_same_product_in_float32(shape, bias, monkeypatch):
+    monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
+    torch.manual_seed(0)
+    layer = nn.Linear(48, 40, bias=bias)
+    plain = copy.deepcopy(layer)
+    assert dense.route(layer) == 1 and type(layer) is dense.OneDNNLinear
+    x = torch.randn(shape)
+    with torch.no_grad():
+        got, torch_out = layer(x), plain(x)
+    exact = x.double() @ layer.weight.double().T + (layer.bias.double() if bias else 0)
+    assert got.dtype == torch.float32 and got.shape == (*shape[:-1], 40)
+    # float32 rounding of a 48-term dot product, as torch's own kernel has
+    assert (got.double() - exact).abs().max() < 1e-5
+    assert (torch_out.double() - exact).abs().max() < 1e-5
+
+
+def test_only_large_float32_and_bfloat16_cpu_linears_are_routed_and_parameters_stay_shared():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(1024, 512)
+            self.up = nn.Linear(512, 1024)  # 524,288 weights: MIN_WEIGHTS
+            self.head = nn.Linear(512, 1024, bias=False)
+            self.head.weight = self.embed.weight  # tied, as small models' heads are
+            self.small = nn.Linear(64, 64)
+            self.bf16 = nn.Linear(512, 1024).to(torch.bfloat16)
+            self.fp16 = nn.Linear(512, 1024).to(torch.float16)
+
+    model = Tied()
+    keys = list(model.state_dict())
+    assert dense.MIN_WEIGHTS == 1 << 19
+    assert dense.route(model) == 3
+    assert type(model.up) is type(model.head) is type(model.bf16) is dense.OneDNNLinear
+    assert type(model.small) is type(model.fp16) is nn.Linear
+    assert list(model.state_dict()) == keys and model.head.weight is model.embed.weight
+    assert dense.route(model) == 0  # already routed
+
+
+def test_a_routed_layer_moved_to_bfloat16_takes_torchs_path(monkeypatch):
+    monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
+    layer = nn.Linear(16, 8)
+    dense.route(layer)
+    layer.to(torch.bfloat16)
+    x = torch.randn(3, 16, dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(layer(x), nn.functional.linear(x, layer.weight, layer.bias))
+
+
+def test_quantizing_a_routed_draft_still_quantizes_every_layer(monkeypatch):
+    monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 32))
+    dense.route(model)
+    assert quant.quantize_(model, 8) == 2
+    assert [type(m).__name__ for m in model] == ["Int8Linear", "Int8Linear"]
+
+
+@pytest.fixture(scope="module")
+def routed_pair(model_dirs):
+    """The tiny pair in float32, every Linear routed (the tiny layers sit under MIN_WEIGHTS)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dense, "MIN_WEIGHTS", 0)
+        return specviz.load_pair(str(model_dirs["target"]), str(model_dirs["draft"]), device="cpu",
+                                 dtype="float32", draft_quant="none")
+
+
+def test_load_pair_routes_the_layers_of_both_models(routed_pair, pair):
+    for model in (routed_pair.target, routed_pair.draft):
+        linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        assert linears and all(type(m) is dense.OneDNNLinear for m in linears)
+    # the tests' tiny models (32 wide) sit under MIN_WEIGHTS: the suite runs them on torch's kernels
+    assert not any(type(m) is dense.OneDNNLinear for m in pair.target.modules())
+
+
+@pytest.mark.parametrize("proposer", ["draft", "tree"])
+def test_a_routed_pair_gives_the_greedy_output_of_the_model_on_torchs_kernels(routed_pair, pair,
+                                                                            proposer):
+    """Speculation on the routed pair against the tiny target on torch's own kernels (the session
+    `pair` loads the same weights, unrouted: its layers are under MIN_WEIGHTS)."""
+    ids = pair.encode(PROMPT)
+    pair.target.generation_config.eos_token_id = None
+    try:
+        out = pair.target.generate(torch.tensor([ids]), max_new_tokens=40, do_sample=False,
+                                   min_new_tokens=40)
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+    expected = out[0, len(ids):].tolist()
+    with torch.no_grad():
+        logits = routed_pair.target(torch.tensor([ids + expected])).logits
+        plain = pair.target(torch.tensor([ids + expected])).logits
+    assert (logits - plain).abs().max() < 1e-4  # the same model, to float32 rounding
+    routed_pair.target.generation_config.eos_token_id = None  # the full budget, as above
+    try:
+        for k in (1, 2, 4, 8):
+            events = specviz.generate(routed_pair, PROMPT, proposer=proposer, k=k, max_new_tokens=40)
+            assert [t for e in events for t in e.new_tokens] == expected, f"k={k}"
+    finally:
+        routed_pair.target.generation_config.eos_token_id = routed_pair.tokenizer.eos_token_id
+
+
+def test_no_verify_pass_is_wide_enough_for_the_bfloat16_prompt_path():
+    from specviz import engine, treedraft
+
+    assert dense.WIDE_ROWS > treedraft.MAX_NODES + 1 and dense.WIDE_ROWS > engine.MAX_K + 1
+
+
+def test_a_routed_bfloat16_layer_reads_a_prompt_in_float32_and_steps_on_torchs_kernel(monkeypatch):
+    monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
+    torch.manual_seed(0)
+    layer = nn.Linear(256, 96).to(torch.bfloat16)
+    plain = copy.deepcopy(layer)
+    assert dense.route(layer) == 1
+    x = torch.randn(1, dense.WIDE_ROWS, 256).to(torch.bfloat16)  # [batch, tokens, in]
+    with torch.no_grad():
+        wide, torch_wide = layer(x), plain(x)
+        step, torch_step = layer(x[:, -dense.WIDE_ROWS + 1:]), plain(x[:, -dense.WIDE_ROWS + 1:])
+    assert torch.equal(step, torch_step)  # one row short of WIDE_ROWS: torch's own kernel
+    # bf16 products are exact in float64 too: the exact sum, rounded once to bfloat16
+    exact = (x.double() @ layer.weight.double().T + layer.bias.double()).to(torch.bfloat16)
+    assert wide.dtype == torch.bfloat16
+    ulp = exact.float().abs().clamp_min(1e-3) * 2.0 ** -7  # one unit in the last place, about
+    assert ((wide.float() - exact.float()).abs() <= ulp).all()
+    assert ((torch_wide.float() - exact.float()).abs() <= ulp).all()
+    assert (wide != torch_wide).float().mean() < 0.01  # the same sums in another order
+
+
+def test_a_routed_bfloat16_pair_reads_the_prompt_apart_and_keeps_the_targets_greedy_output(
+        model_dirs, monkeypatch):
+    """A prompt of WIDE_ROWS tokens or more is read by the float32 kernel, in a pass of its own
+    (all but its last token): round 1's drafts are then read on torch's kernel, as the target
+    alone reads those positions, and the output is the target alone's, chain and tree."""
+    monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
+    monkeypatch.setattr(dense, "WIDE_ROWS", 24)
+    wide = []
+    monkeypatch.setattr(dense, "_inner_product", lambda x, w, b: wide.append(x.shape[-2]) or
+                        torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], ""))
+    pair = specviz.load_pair(str(model_dirs["target"]), str(model_dirs["draft"]), device="cpu",
+                             dtype="bfloat16", draft_quant="none")
+    assert all(type(m) is dense.OneDNNLinear for m in pair.target.modules() if isinstance(m, nn.Linear))
+    prompt = PROMPT * 3
+    n = len(pair.encode(prompt))
+    assert n > 24
+    pair.target.generation_config.eos_token_id = None
+    base = [t for e in specviz.generate(pair, prompt, proposer="none", max_new_tokens=32)
+            for t in e.new_tokens]
+    assert len(base) == 32 and wide and set(wide) == {n - 1}
+    for proposer, k in (("draft", 2), ("draft", 4), ("tree", 3)):
+        wide.clear()
+        events = list(specviz.generate(pair, prompt, proposer=proposer, k=k, max_new_tokens=32))
+        assert [t for e in events for t in e.new_tokens] == base, (proposer, k)
+        assert set(wide) == {n - 1}  # the prompt but its last token: round 1's drafts are not in it
+        assert [e.target_passes for e in events] == list(range(1, len(events) + 1))
+
+
+def test_a_cpu_with_bf16_instructions_keeps_torchs_bfloat16_kernel(monkeypatch):
+    monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8).to(torch.bfloat16))
+    assert dense.native_bf16() and dense.route(model) == 1
+    assert type(model[0]) is dense.OneDNNLinear and type(model[1]) is nn.Linear
