@@ -9,12 +9,15 @@ still the model, and greedy identity is checked against it (tests/test_dense.py)
 
 bfloat16 on a CPU without bf16 instructions (AVX2) is compute-bound from a few rows: a prompt
 costs about 0.15 s a token on the embedded target. A routed bfloat16 layer therefore reads a
-prompt (WIDE_ROWS rows or more) with the float32 kernel on float32 copies of its weights, made
+prompt (PROMPT_ROWS tokens or more) with the float32 kernel on float32 copies of its weights, made
 for that call; every narrower pass keeps torch's bfloat16 kernel. Only plain nn.Linear layers
 on the CPU, in float32 or bfloat16 and of at least MIN_WEIGHTS weights, are routed.
 """
 
 from __future__ import annotations
+
+import contextlib
+import threading
 
 import torch
 from torch import nn
@@ -24,12 +27,25 @@ from torch import nn
 # and half from 4864x896 up. So the embedded pair's MLPs, heads and q/o projections are routed,
 # their k/v projections and the tests' tiny models are not.
 MIN_WEIGHTS = 1 << 19
-# A bfloat16 layer takes the float32 kernel for passes of at least WIDE_ROWS rows: prompts. No
-# verify pass is that wide (a tree's 64 nodes and the last token: 65; a chain's k + 1 <= 33), so
-# the engine's rounds and the target alone's steps stay on torch's bfloat16 kernel (whose rows
-# came out the same at every width checked here). A 128 / 256-token bf16 prompt on the embedded
-# target: 17.7 / 37.3 s -> 5.7 / 8.2 s. CPUs with bf16 instructions keep torch's kernel throughout.
-WIDE_ROWS = 66
+# A bfloat16 layer takes the float32 kernel only inside reading_prompt(), where specviz.lm's
+# CachedLM reads a prompt of PROMPT_ROWS tokens or more (all but its last token, in a pass of its
+# own). Every other pass, whatever its width (the engine's rounds, the target alone's steps),
+# stays on torch's bfloat16 kernel, so both read the generated positions alike. Reading a prompt
+# of 16 / 32 / 48 / 64 / 128 tokens on the embedded target took 2.4 / 4.9 / 7.0 / 9.1 / 18.7 s on
+# torch's kernel, 3.8 / 4.5 / 5.0 / 5.4 / 6.8 s so (the weights' float32 copies cost about 3 s a
+# pass). CPUs with bf16 instructions keep torch's kernel throughout.
+PROMPT_ROWS = 40
+_reading = threading.local()
+
+
+@contextlib.contextmanager
+def reading_prompt():
+    """Routed bfloat16 layers use the float32 kernel within (specviz.lm.CachedLM's prompt reads)."""
+    _reading.prompt = True
+    try:
+        yield
+    finally:
+        _reading.prompt = False
 
 
 def available() -> bool:
@@ -58,7 +74,7 @@ def _inner_product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> 
 
 class OneDNNLinear(nn.Linear):
     """nn.Linear on oneDNN's float32 inner product: always for float32 weights; for bfloat16 ones
-    when a pass feeds at least WIDE_ROWS rows (a prefill), on float32 copies made for the call."""
+    while reading a prompt (reading_prompt), on float32 copies made for the call."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in] -> [..., out]
         w, b = self.weight, self.bias
@@ -66,7 +82,7 @@ class OneDNNLinear(nn.Linear):
             return super().forward(x)  # moved to another device after routing
         if w.dtype == torch.float32:
             return _inner_product(x, w, b)
-        if w.dtype == torch.bfloat16 and x.numel() >= WIDE_ROWS * self.in_features:
+        if w.dtype == torch.bfloat16 and getattr(_reading, "prompt", False):
             # bf16 products are exact in float32 and both kernels sum in float32: the same sums
             # in another order, rounded to bfloat16 once at the end, as torch's kernel does
             return _inner_product(x.float(), w.float(), None if b is None else b.float()).to(w.dtype)

@@ -235,16 +235,19 @@ class CachedLM:
             self.slots = []
 
     def _read_prompt(self, ids: list[int], keep: int) -> None:
-        """Feed what the cache lacks of ids[:-keep] in a pass of its own when it is a prompt wide
-        enough for a bfloat16 layer's float32 kernel (dense.WIDE_ROWS rows; its logits are not
-        needed). The last `keep` ids are then read on torch's kernel, as every later round reads
-        its drafts and the target alone its steps: round 1's drafts are judged by the logits the
-        target alone computes at those positions. (Read with the prompt, they differed at token 3
-        of a bench prompt here.) Not a pass of its own in the counts: it is round 1's prefill."""
+        """Feed what the cache lacks of ids[:-keep] in a pass of its own, on the float32 kernel of
+        routed bfloat16 layers (dense.reading_prompt), when it is a prompt of dense.PROMPT_ROWS
+        tokens or more; its logits are not needed. The last `keep` ids are then read on torch's
+        kernel, as every later round reads its drafts and the target alone its steps: round 1's
+        drafts are judged by the logits the target alone computes at those positions. (Read with
+        the prompt, they differed at token 3 of a bench prompt here.) Not a pass of its own in the
+        counts: it is round 1's prefill."""
         head = ids[len(self.tokens):len(ids) - keep]
-        if self.wide_prompts and len(head) >= dense.WIDE_ROWS:
-            step(self.model, self.cache, torch.tensor([head], device=self.device), 1, False,
-                 cache_argument(self.model))
+        if self.wide_prompts and len(head) >= dense.PROMPT_ROWS:
+            hidden = self.model.base_model is not self.model  # no head: its logits are not needed
+            kv = cache_argument(self.model.base_model if hidden else self.model)
+            with dense.reading_prompt():
+                step(self.model, self.cache, torch.tensor([head], device=self.device), 1, hidden, kv)
             self.tokens = list(ids[:len(ids) - keep])
 
     @torch.inference_mode()

@@ -116,39 +116,35 @@ def test_a_routed_pair_gives_the_greedy_output_of_the_model_on_torchs_kernels(ro
         routed_pair.target.generation_config.eos_token_id = routed_pair.tokenizer.eos_token_id
 
 
-def test_no_verify_pass_is_wide_enough_for_the_bfloat16_prompt_path():
-    from specviz import engine, treedraft
-
-    assert dense.WIDE_ROWS > treedraft.MAX_NODES + 1 and dense.WIDE_ROWS > engine.MAX_K + 1
-
-
-def test_a_routed_bfloat16_layer_reads_a_prompt_in_float32_and_steps_on_torchs_kernel(monkeypatch):
+def test_a_routed_bfloat16_layer_uses_the_float32_kernel_only_while_reading_a_prompt(monkeypatch):
     monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
     torch.manual_seed(0)
     layer = nn.Linear(256, 96).to(torch.bfloat16)
     plain = copy.deepcopy(layer)
     assert dense.route(layer) == 1
-    x = torch.randn(1, dense.WIDE_ROWS, 256).to(torch.bfloat16)  # [batch, tokens, in]
+    x = torch.randn(1, 100, 256).to(torch.bfloat16)  # [batch, tokens, in]: wider than any verify pass
     with torch.no_grad():
-        wide, torch_wide = layer(x), plain(x)
-        step, torch_step = layer(x[:, -dense.WIDE_ROWS + 1:]), plain(x[:, -dense.WIDE_ROWS + 1:])
-    assert torch.equal(step, torch_step)  # one row short of WIDE_ROWS: torch's own kernel
+        assert torch.equal(layer(x), plain(x))  # outside a prompt read: torch's own kernel
+        with dense.reading_prompt():
+            prompt = layer(x)
+        assert torch.equal(layer(x), plain(x))  # and again after it
+        torch_out = plain(x)
     # bf16 products are exact in float64 too: the exact sum, rounded once to bfloat16
     exact = (x.double() @ layer.weight.double().T + layer.bias.double()).to(torch.bfloat16)
-    assert wide.dtype == torch.bfloat16
+    assert prompt.dtype == torch.bfloat16
     ulp = exact.float().abs().clamp_min(1e-3) * 2.0 ** -7  # one unit in the last place, about
-    assert ((wide.float() - exact.float()).abs() <= ulp).all()
-    assert ((torch_wide.float() - exact.float()).abs() <= ulp).all()
-    assert (wide != torch_wide).float().mean() < 0.01  # the same sums in another order
+    assert ((prompt.float() - exact.float()).abs() <= ulp).all()
+    assert ((torch_out.float() - exact.float()).abs() <= ulp).all()
+    assert 0 < (prompt != torch_out).float().mean() < 0.01  # the same sums in another order
 
 
 def test_a_routed_bfloat16_pair_reads_the_prompt_apart_and_keeps_the_targets_greedy_output(
         model_dirs, monkeypatch):
-    """A prompt of WIDE_ROWS tokens or more is read by the float32 kernel, in a pass of its own
+    """A prompt of PROMPT_ROWS tokens or more is read by the float32 kernel, in a pass of its own
     (all but its last token): round 1's drafts are then read on torch's kernel, as the target
     alone reads those positions, and the output is the target alone's, chain and tree."""
     monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
-    monkeypatch.setattr(dense, "WIDE_ROWS", 24)
+    monkeypatch.setattr(dense, "PROMPT_ROWS", 24)
     wide = []
     monkeypatch.setattr(dense, "_inner_product", lambda x, w, b: wide.append(x.shape[-2]) or
                         torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], ""))
@@ -168,6 +164,10 @@ def test_a_routed_bfloat16_pair_reads_the_prompt_apart_and_keeps_the_targets_gre
         assert [t for e in events for t in e.new_tokens] == base, (proposer, k)
         assert set(wide) == {n - 1}  # the prompt but its last token: round 1's drafts are not in it
         assert [e.target_passes for e in events] == list(range(1, len(events) + 1))
+    wide.clear()
+    assert len(pair.encode(PROMPT)) <= 24
+    list(specviz.generate(pair, PROMPT, proposer="draft", k=4, max_new_tokens=8))
+    assert wide == []  # a short prompt is read with round 1's drafts, on torch's kernel
 
 
 def test_a_cpu_with_bf16_instructions_keeps_torchs_bfloat16_kernel(monkeypatch):
