@@ -26,36 +26,15 @@ def default_device() -> str:
     return "cpu"
 
 
-FLOAT32_RAM_GIB = 16  # loading the embedded pair in float32 peaked at 11 GiB here (bf16: 2.2)
+def default_dtype(device: str) -> torch.dtype:
+    """bf16 on CUDA and CPU, fp16 on MPS. (On a CPU without bf16 instructions float32 makes
+    speculation pay, for twice the memory: README, "dtype on CPU".)"""
+    return torch.float16 if device == "mps" else torch.bfloat16
 
 
-def ram_gib() -> float:
-    """This machine's memory in GiB (0 when psutil cannot tell)."""
-    try:
-        import psutil
-
-        return psutil.virtual_memory().total / 2**30
-    except Exception:  # noqa: BLE001 - no psutil or no /proc: assume a small machine
-        return 0.0
-
-
-def default_dtype(device: str, embedded: bool = False) -> torch.dtype:
-    """bf16 on CUDA and CPU, fp16 on MPS; float32 for the embedded pair on a CPU without bf16
-    instructions and with FLOAT32_RAM_GIB of memory. There the target's verify passes and prompts
-    run on oneDNN's float32 kernel (specviz.dense), and a 64-token draft k=4 run took 0.5-0.8x
-    the time of the fastest bf16 run, the target alone's (docs/benchmarks.md, "Dense layers
-    through oneDNN"), for twice the weights. Other models keep bf16: a 7B needs 28 GB in float32."""
-    if device == "mps":
-        return torch.float16
-    if device == "cpu" and embedded and dense.available() and not dense.native_bf16() \
-            and ram_gib() >= FLOAT32_RAM_GIB:
-        return torch.float32
-    return torch.bfloat16
-
-
-def parse_dtype(dtype: str | torch.dtype | None, device: str, embedded: bool = False) -> torch.dtype:
+def parse_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
     if dtype is None:
-        return default_dtype(device, embedded)
+        return default_dtype(device)
     if isinstance(dtype, torch.dtype):
         return dtype
     names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
@@ -246,7 +225,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
     if draft_quant not in quant.MODES:  # checked before the slow loads
         raise ValueError(f"draft_quant must be one of {', '.join(quant.MODES)}, got {draft_quant!r}")
     device = device or default_device()
-    torch_dtype = parse_dtype(dtype, device, embedded=target is None)
+    torch_dtype = parse_dtype(dtype, device)
     names = {"target": target, "draft": draft}
     codes = None  # where the draft's int4 groups are kept between loads: the embedded draft's cache
     if target is None:
@@ -267,7 +246,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
         if label := quant.apply(draft_model, draft_quant, codes):
             names["draft"] = f"{names['draft']} ({label})"
         dense.route(draft_model)
-    dense.route(target_model)  # float32 on CPU: oneDNN's kernels (see dense)
+    dense.route(target_model)  # on CPU: oneDNN's kernel where torch's is slow (see dense)
     chat_default = bool(getattr(tokenizer, "chat_template", None)) and \
         "instruct" in names["target"].lower()
     pair = Pair(target_model, tokenizer, draft_model, target_name=names["target"],

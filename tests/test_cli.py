@@ -5,7 +5,6 @@ import re
 from dataclasses import replace
 
 import pytest
-import torch
 
 from specviz.cli import main, run_line
 from specviz.engine import RoundEvent
@@ -97,7 +96,7 @@ def test_prepare_keeps_the_drafts_int4_codes_and_a_cpu_load_reads_them(model_dir
     its int4 layers from the codes file without the clipping search."""
     import shutil
 
-    from specviz import dense, embedded, loading, quant
+    from specviz import embedded, loading, quant
 
     draft = tmp_path / "draft"
     shutil.copytree(model_dirs["draft"], draft)
@@ -112,9 +111,6 @@ def test_prepare_keeps_the_drafts_int4_codes_and_a_cpu_load_reads_them(model_dir
         raise AssertionError("the codes file holds these groups")
 
     monkeypatch.setattr(quant, "int4_groups", no_search)
-    monkeypatch.setattr(dense, "native_bf16", lambda: False)  # as on this AVX2 machine
-    monkeypatch.setattr(loading, "ram_gib", lambda: 24.0)
-    pair = loading.load_pair(device="cpu")
-    assert pair.dtype == torch.float32  # the embedded pair's default on a CPU without bf16
+    pair = loading.load_pair(device="cpu", dtype="float32")
     assert "int4 weights" in pair.draft_name
     assert any(isinstance(m, quant.Int4Linear) for m in pair.draft.modules())

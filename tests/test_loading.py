@@ -82,20 +82,10 @@ def test_cli_bad_arguments_exit_2_with_one_line(argv, capsys):
     assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("specviz: error:")
 
 
-@pytest.mark.parametrize("native_bf16, ram, embedded_dtype", [
-    (False, 24.0, torch.float32), (True, 24.0, torch.bfloat16), (False, 15.5, torch.bfloat16)])
-def test_default_dtype(native_bf16, ram, embedded_dtype, monkeypatch):
-    """bf16, but float32 for the embedded pair on a CPU without bf16 instructions and 16 GiB."""
-    from specviz import dense, loading
+def test_default_device_and_dtype():
     from specviz.loading import default_dtype, parse_dtype
 
-    monkeypatch.setattr(dense, "native_bf16", lambda: native_bf16)
-    monkeypatch.setattr(loading, "ram_gib", lambda: ram)
     assert parse_dtype(None, "cpu") == default_dtype("cpu") == torch.bfloat16
-    assert parse_dtype(None, "cpu", embedded=True) == embedded_dtype
-    assert default_dtype("cuda", embedded=True) == torch.bfloat16
-    assert default_dtype("mps", embedded=True) == torch.float16
-    assert parse_dtype("bfloat16", "cpu", embedded=True) == torch.bfloat16
     assert parse_dtype("float32", "cpu") == torch.float32
 
 
