@@ -3,14 +3,14 @@
 torch sends a float32 CPU matmul to MKL's sgemm. On the AMD EPYC (AVX2) this project runs on,
 that takes a slow path for a few rows: on the target's 8960x1536 layer, 1 / 2 / 5 / 17 / 65 rows
 took 6.0 / 12.1 / 20.8 / 24.0 / 45.3 ms, against 3.0 / 7.8 / 7.4 / 9.5 / 18.9 ms through oneDNN
-(docs/benchmarks.md, "Float32 layers through oneDNN"). The weights, the float32 arithmetic and
+(docs/benchmarks.md, "Dense layers through oneDNN"). The weights, the float32 arithmetic and
 the outputs (to float32 rounding, as for any other kernel or width) are the same: the model is
 still the model, and greedy identity is checked against it (tests/test_dense.py).
 
 bfloat16 on a CPU without bf16 instructions (AVX2) is compute-bound from a few rows: a prompt
 costs about 0.15 s a token on the embedded target. A routed bfloat16 layer therefore reads a
 prompt (PROMPT_ROWS tokens or more) with the float32 kernel on float32 copies of its weights, made
-for that call; every narrower pass keeps torch's bfloat16 kernel. Only plain nn.Linear layers
+for that call; every other pass keeps torch's bfloat16 kernel. Only plain nn.Linear layers
 on the CPU, in float32 or bfloat16 and of at least MIN_WEIGHTS weights, are routed.
 """
 
