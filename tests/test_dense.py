@@ -1,5 +1,7 @@
-"""Float32 CPU layers through oneDNN: same layer, same outputs (to float32 rounding), same greedy
-output as the model on torch's own kernels, and only the layers it is meant for."""
+"""CPU layers through oneDNN: float32 layers give the same outputs (to float32 rounding) and the same
+greedy output as on torch's own kernels; bf16 layers use it only to read a prompt, which is read
+apart from round 1's drafts; only the layers meant for it are routed. (The bf16 tests pretend a
+CPU without bf16 instructions, as this machine is.)"""
 
 import copy
 
@@ -33,7 +35,8 @@ def test_a_routed_layer_computes_the_same_product_in_float32(shape, bias, monkey
     assert (torch_out.double() - exact).abs().max() < 1e-5
 
 
-def test_only_large_float32_and_bfloat16_cpu_linears_are_routed_and_parameters_stay_shared():
+def test_only_large_float32_and_bfloat16_cpu_linears_are_routed_and_parameters_stay_shared(monkeypatch):
+    monkeypatch.setattr(dense, "native_bf16", lambda: False)
     class Tied(nn.Module):
         def __init__(self):
             super().__init__()
@@ -118,6 +121,7 @@ def test_a_routed_pair_gives_the_greedy_output_of_the_model_on_torchs_kernels(ro
 
 def test_a_routed_bfloat16_layer_uses_the_float32_kernel_only_while_reading_a_prompt(monkeypatch):
     monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
+    monkeypatch.setattr(dense, "native_bf16", lambda: False)
     torch.manual_seed(0)
     layer = nn.Linear(256, 96).to(torch.bfloat16)
     plain = copy.deepcopy(layer)
@@ -144,6 +148,7 @@ def test_a_routed_bfloat16_pair_reads_the_prompt_apart_and_keeps_the_targets_gre
     (all but its last token): round 1's drafts are then read on torch's kernel, as the target
     alone reads those positions, and the output is the target alone's, chain and tree."""
     monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
+    monkeypatch.setattr(dense, "native_bf16", lambda: False)
     monkeypatch.setattr(dense, "PROMPT_ROWS", 24)
     wide = []
     monkeypatch.setattr(dense, "_inner_product", lambda x, w, b: wide.append(x.shape[-2]) or
