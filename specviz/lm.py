@@ -234,6 +234,10 @@ class CachedLM:
             crop(self.cache, -len(self.slots))
             self.slots = []
 
+    def _check_room(self, positions: int) -> None:
+        if self.static and positions > self.max_len:
+            raise ValueError(f"the static cache holds {self.max_len} positions, not {positions}")
+
     def _read_prompt(self, ids: list[int], keep: int) -> None:
         """Feed what the cache lacks of ids[:-keep] in a pass of its own, on the float32 kernel of
         routed bfloat16 layers (dense.reading_prompt), when it is a prompt of dense.PROMPT_ROWS
@@ -241,14 +245,16 @@ class CachedLM:
         kernel, as every later round reads its drafts and the target alone its steps: round 1's
         drafts are judged by the logits the target alone computes at those positions. (Read with
         the prompt, they differed at token 3 of a bench prompt here.) Not a pass of its own in the
-        counts: it is round 1's prefill."""
+        counts, but timed with them: it is round 1's prefill."""
         head = ids[len(self.tokens):len(ids) - keep]
         if self.wide_prompts and len(head) >= dense.PROMPT_ROWS:
+            start = time.perf_counter()
             hidden = self.model.base_model is not self.model  # no head: its logits are not needed
             kv = cache_argument(self.model.base_model if hidden else self.model)
             with dense.reading_prompt():
                 step(self.model, self.cache, torch.tensor([head], device=self.device), 1, hidden, kv)
             self.tokens = list(ids[:len(ids) - keep])
+            self.seconds += time.perf_counter() - start
 
     @torch.inference_mode()
     def keep(self, path: list[int]) -> None:
@@ -284,9 +290,7 @@ class CachedLM:
         other unkept slots."""
         if ids != self.tokens:  # a new round: earlier nodes go, the uncached tail is fed
             self.rollback(ids)
-        if self.static and len(ids) > self.max_len:
-            raise ValueError(f"the static cache holds {self.max_len} positions, not {len(ids)}")
-        start = time.perf_counter()
+        self._check_room(len(ids))
         self._read_prompt(ids, 1)
         tail = ids[len(self.tokens):]
         fixed = self._step is not None and len(tail) <= 1
@@ -302,8 +306,8 @@ class CachedLM:
         dtype = self.model.dtype
         attention = tree_mask(every, first, len(ids), kv_length, dtype, self.device, len(tail))
         positions = list(range(len(self.tokens), len(ids))) + [len(ids) - 1 + d for d in depth[first:]]
-        if self.static and len(ids) + len(every) > self.max_len:
-            raise ValueError(f"the static cache holds {self.max_len} positions, not {len(ids) + len(every)}")
+        self._check_room(len(ids) + len(every))
+        start = time.perf_counter()
         r = min(len(tail), 1)
         logits = self._logits(torch.tensor([tail + tokens], device=self.device), r + len(tokens), fixed,
                               attention_mask=attention,
@@ -349,8 +353,7 @@ class CachedLM:
         nothing waits for the device: the token joins self.tokens as PENDING until settle()
         names it, so a draft loop reads its k tokens back once, not once a token. Not timed
         (timing would wait for the device): the caller times the loop."""
-        if self.static and len(self.tokens) + 1 > self.max_len:
-            raise ValueError(f"the static cache holds {self.max_len} positions, not {len(self.tokens) + 1}")
+        self._check_room(len(self.tokens) + 1)
         logits = self._logits(token.view(1, 1), 1, 1 in self.compiled_widths)  # [1, vocab]
         self.passes += 1
         self.tokens = self.tokens + [PENDING]
@@ -366,11 +369,10 @@ class CachedLM:
     def forward(self, ids: list[int], last: int = 1) -> torch.Tensor:
         """Feed what the cache lacks of ids; return logits [last, vocab_size] (float32)."""
         self.rollback(ids[: len(ids) - last + 1])
-        if self.static and len(ids) > self.max_len:
-            raise ValueError(f"the static cache holds {self.max_len} positions, not {len(ids)}")
-        start = time.perf_counter()
+        self._check_room(len(ids))
         self._read_prompt(ids, last)
         new = ids[len(self.tokens):]
+        start = time.perf_counter()
         input_ids = torch.tensor([new], device=self.device)
         logits = self._logits(input_ids, last, len(new) in self.compiled_widths)  # [last, vocab]
         if self.device.type == "cuda":

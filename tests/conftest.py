@@ -156,6 +156,14 @@ def compiled_pair(pair):
 READ_BACKS = {"item", "tolist", "__int__", "__float__", "__bool__", "__index__", "nonzero", "cpu", "numpy"}
 
 
+def hf_greedy(pair, prompt, n):
+    """transformers' greedy output of the pair's target: n tokens after the prompt."""
+    ids = pair.encode(prompt)
+    out = pair.target.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                               min_new_tokens=n)
+    return out[0, len(ids):].tolist()
+
+
 def read_backs_per_round(events) -> list[int]:
     """Device-to-host reads (each a host sync on a GPU) of every round after the first (which
     carries the prompt), counted on any device by intercepting the tensor methods that read."""

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from conftest import hf_greedy
 from torch import nn
 
 import specviz
@@ -101,11 +102,9 @@ def test_a_routed_pair_gives_the_greedy_output_of_the_model_on_torchs_kernels(ro
     ids = pair.encode(PROMPT)
     pair.target.generation_config.eos_token_id = None
     try:
-        out = pair.target.generate(torch.tensor([ids]), max_new_tokens=40, do_sample=False,
-                                   min_new_tokens=40)
+        expected = hf_greedy(pair, PROMPT, 40)
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
-    expected = out[0, len(ids):].tolist()
     with torch.no_grad():
         logits = routed_pair.target(torch.tensor([ids + expected])).logits
         plain = pair.target(torch.tensor([ids + expected])).logits

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import hf_greedy
 from scipy.stats import chisquare
 
 import specviz
@@ -17,13 +18,6 @@ def run(pair, **kwargs):
 
 def tokens(events):
     return [t for e in events for t in e.new_tokens]
-
-
-def hf_greedy(pair, prompt, n):
-    ids = pair.encode(prompt)
-    out = pair.target.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
-                               min_new_tokens=n)
-    return out[0, len(ids):].tolist()
 
 
 @pytest.mark.parametrize("which", ["pair", "gpt2_pair", "static_pair"])
