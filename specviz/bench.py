@@ -268,7 +268,7 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
     table = methods(ks, names, pair.draft is not None, spec_pair.draft is not pair.draft, tree_nodes)
     encoded = [pair.encode(p["prompt"], chat=True) for p in prompts]
     # warm-up; a chain's rounds also start the target's verify line, which the baseline's rounds
-    # complete before the first n-gram run reads it (engine.ngram_slope)
+    # complete before the first n-gram run reads it (engine.ngram_price)
     list(generate(pair, encoded[0], proposer="draft" if pair.draft is not None else "ngram",
                   max_new_tokens=24))
     if any(tree_method(name) for name in table):

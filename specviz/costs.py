@@ -67,8 +67,11 @@ def measure(pair, repeats: int = 10, draft_formats=("none", "int8", "int4")) -> 
 def verify_fit(target_ms: dict) -> dict:
     """{pass_ms: a, per_token_ms: b, slope: b / a}: the least-squares line T(n) = a + b * n
     through target_ms {width: ms} (n = width - 1 drafted tokens verified; JSON's string keys are
-    read as numbers; b held at 0 when times fall). The model verifycost.VerifyCost fits from a
-    run's rounds, here over the measured widths."""
+    read as numbers; b held at 0 when times fall). With the one-token pass and two or more wider
+    ones, also the two pieces verifycost.VerifyCost fits from a run's rounds: T(0) = the
+    one-token pass, T(n) = T(0) * (1 + step + drafted_slope * n) for n >= 1, the line through the
+    wider passes alone giving drafted_slope (its b over T(0)) and step (its intercept over T(0),
+    less one, at least 0)."""
     points = sorted((int(w) - 1, float(ms)) for w, ms in target_ms.items())
     if len(points) < 2:
         raise ValueError("the verify slope needs pass times at two widths or more")
@@ -76,7 +79,14 @@ def verify_fit(target_ms: dict) -> dict:
     if line is None:
         raise ValueError(f"pass times {target_ms} do not fit a line with a positive one-token cost")
     a, b = line
-    return {"pass_ms": a, "per_token_ms": b, "slope": b / a}
+    out = {"pass_ms": a, "per_token_ms": b, "slope": b / a}
+    drafted = [(x, y) for x, y in points if x >= 1]
+    if points[0][0] == 0 and len(drafted) >= 2:
+        wide = fit_line([x for x, _ in drafted], [y for _, y in drafted])
+        one = points[0][1]
+        if wide is not None and one > 0:
+            out.update(step=max(0.0, wide[0] - one) / one, drafted_slope=wide[1] / one)
+    return out
 
 
 def add_costs_args(p) -> None:
@@ -109,6 +119,11 @@ def cmd_costs(args) -> int:
           f"T(n) = {fit['pass_ms']:.1f} ms + {fit['per_token_ms']:.2f} ms * n over widths "
           f"{min(result['target_ms'])}..{max(result['target_ms'])}); this sizes adaptive drafts and "
           f"token trees (prior {VERIFY_SLOPE})")
+    if "step" in fit:
+        widest = max(result["target_ms"])
+        print(f"in two pieces: a drafted pass costs {1 + fit['step']:.3f} of a 1-token pass plus "
+              f"{fit['drafted_slope']:.4f} a drafted token (a line through widths 2..{widest}); "
+              "the run's own rounds fit the same pieces")
     print("draft pass (1 token): " + ", ".join(f"{f}: {ms:.1f} ms" for f, ms in result["draft_ms"].items()))
     if args.profile and pair.draft is not None:
         draft = copy.deepcopy(pair.draft)

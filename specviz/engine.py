@@ -88,8 +88,8 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
                          "or use proposer='ngram' or 'none'")
     if proposer == "none":
         return NoProposer()
-    if proposer == "ngram":  # the slope stays as it is at the start of the run (replayable)
-        return NgramProposer(ngram_size, ngram_slope(pair))
+    if proposer == "ngram":  # the prices stay as they are at the start of the run (replayable)
+        return NgramProposer(ngram_size, *ngram_price(pair))
     if proposer == "tree":
         return TreeProposer(pair.draft, pair.vocab_size, nodes, branching, VerifyCost.of(pair.target),
                             **cache_kwargs(pair.draft, pair.fast, max_len))
@@ -102,11 +102,13 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
     return HybridProposer(adaptive, NgramProposer(max(ngram_size, 8)))
 
 
-def ngram_slope(pair) -> float:
-    """What the n-gram drafter prices a proposed token at: the target's verify line as measured
-    so far (verifycost.VerifyCost.of, fed by every run but the n-gram's own; the prior
-    VERIFY_SLOPE until the rounds span enough widths, e.g. a chain run and a baseline)."""
-    return VerifyCost.of(pair.target).slope()
+def ngram_price(pair) -> tuple[float, float]:
+    """(slope, step): what the n-gram drafter prices a proposed token at, and a round that
+    proposes any, in one-token target passes: the target's verify line as measured so far
+    (verifycost.VerifyCost.of, fed by every run but the n-gram's own; the prior VERIFY_SLOPE and
+    no step until the rounds span enough widths, e.g. a chain run and a baseline)."""
+    line = VerifyCost.of(pair.target)
+    return line.slope(), line.step
 
 
 def check_settings(k: int, max_new_tokens: int) -> None:

@@ -15,7 +15,7 @@ import torch
 
 from .detok import token_pieces
 from .engine import MAX_K
-from .engine import ngram_slope as current_slope
+from .engine import ngram_price as current_price
 from .lm import input_rows
 from .metrics import RunStats
 from .proposers import DraftLength, NgramProposer
@@ -43,11 +43,13 @@ class Recording:
     verify_line: tuple[float, float] | None = None  # (c0, c1): a target pass feeding x tokens costs
     # c0 + c1 * x seconds, fitted to the recorded run (None: the flat mean, as older traces hold)
     ngram_slope: float | None = None  # the n-gram rule's price of a proposed token in target
-    # passes, as the run used it (engine.ngram_slope); None: the prior, as older traces used
+    # passes, as the run used it (engine.ngram_price); None: the prior, as older traces used
+    ngram_step: float | None = None  # and of a round that proposes any (None: 0, as older traces)
 
     def lookup(self) -> NgramProposer:
         """A fresh n-gram drafter exactly as the recorded run drafted."""
-        return NgramProposer(self.ngram_size, VERIFY_SLOPE if self.ngram_slope is None else self.ngram_slope)
+        return NgramProposer(self.ngram_size, VERIFY_SLOPE if self.ngram_slope is None else self.ngram_slope,
+                             self.ngram_step or 0.0)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -117,11 +119,13 @@ class Replay:
 
 @torch.inference_mode()
 def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_tokens: int,
-           ngram_size: int = 3, ngram_slope: float | None = None) -> Recording:
+           ngram_size: int = 3, ngram_slope: float | None = None,
+           ngram_step: float | None = None) -> Recording:
     """Record a finished greedy run (one teacher-forced draft pass for the draft model).
 
-    ngram_slope: the price the n-gram run drafted with (its NgramProposer's slope). Left out, the
-    target's line as it stands now, which is the run's only if no chain or baseline ran since."""
+    ngram_slope, ngram_step: the prices the n-gram run drafted with (its NgramProposer's slope and
+    step). Left out, the target's line as it stands now, which is the run's only if no chain or
+    baseline ran since."""
     if proposer not in EXPLORER_PROPOSERS:
         raise ValueError(f"the k explorer replays 'draft' or 'ngram' runs, not {proposer!r}")
     output = stats.tokens
@@ -143,10 +147,10 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
                     for i, g in enumerate(guesses)]
     token_text = {str(t): pair.tokenizer.decode([t]) for t in set(prompt_ids + output)}
     if proposer == "ngram" and ngram_slope is None:
-        ngram_slope = current_slope(pair)
+        ngram_slope, ngram_step = current_price(pair)
     return Recording(proposer, list(prompt_ids), output, guesses, cost_d, cost_t, max_new_tokens,
                      ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences, line,
-                     ngram_slope if proposer == "ngram" else None)
+                     *((ngram_slope, ngram_step or 0.0) if proposer == "ngram" else (None, None)))
 
 
 def verify_line(events, prompt_tokens: int) -> tuple[float, float] | None:

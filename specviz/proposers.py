@@ -66,26 +66,29 @@ class NgramProposer:
     several matches it takes the one that continues the last kept copy (see match()); when
     nothing matches, it reads on from where that copy left off.
 
-    A proposed token costs one more verified position (`slope` of a target pass: the engine
-    passes the target's measured verify line, verifycost.VerifyCost, as it stands when the run
-    starts; VERIFY_SLOPE before any is measured) and buys a token only if it and all before it
-    are kept. The proposer learns from the run, per match length n, how often the first proposed
-    token is kept (a_1, prior 1/2), and how often a token after a kept one is kept (a_c, prior
-    4/5: copies come in runs). It proposes token j while P(first j kept) = a_1 * a_c^(j-1) >
-    R * slope, R being the run's tokens per unit of target-pass cost so far. The first token is
-    proposed while it may still pay: while a_1 one posterior standard deviation up clears the bar,
-    so a match length with a short record is still tried, and one whose record says its first
-    token is rarely kept (short matches in prose, where verifying costs half a pass) proposes
-    nothing and lets the target go alone. Deterministic: it counts costs in passes, not seconds,
-    and its slope is fixed for the run, so the k explorer replays it exactly (Recording.ngram_slope).
+    A proposed token costs one more verified position (`slope` of a one-token target pass), and
+    a round that proposes anything also pays the step from a one-token pass to a wider one
+    (`step`): the engine passes the target's measured verify line, verifycost.VerifyCost, as it
+    stands when the run starts (VERIFY_SLOPE and no step before any is measured). A token buys
+    one only if it and all before it are kept. The proposer learns from the run, per match
+    length n, how often the first proposed token is kept (a_1, prior 1/2), and how often a token
+    after a kept one is kept (a_c, prior 4/5: copies come in runs). It proposes token j while
+    P(first j kept) = a_1 * a_c^(j-1) > R * slope, R being the run's tokens per unit of
+    target-pass cost so far; the first token also carries the step, R * (step + slope). The first
+    token is proposed while it may still pay: while a_1 one posterior standard deviation up clears
+    its bar, so a match length with a short record is still tried, and one whose record says its
+    first token is rarely kept (short matches in prose, where verifying costs half a pass)
+    proposes nothing and lets the target go alone. Deterministic: it counts costs in passes, not
+    seconds, and its prices are fixed for the run, so the k explorer replays it exactly
+    (Recording.ngram_slope, Recording.ngram_step).
     """
 
     name = "ngram"
 
-    def __init__(self, max_ngram: int = 3, slope: float = VERIFY_SLOPE):
+    def __init__(self, max_ngram: int = 3, slope: float = VERIFY_SLOPE, step: float = 0.0):
         if not 1 <= max_ngram <= 16:
             raise ValueError(f"ngram size must be in 1..16, got {max_ngram}")
-        self.max_ngram, self.slope = max_ngram, slope
+        self.max_ngram, self.slope, self.step = max_ngram, slope, step
         self.first: dict[int, list[float]] = {}  # match length -> [first token kept, proposals]
         self.later = [0.0, 0.0]  # [kept, reached] for tokens after a kept one
         self.tokens, self.cost = 0.0, 0.0  # the run so far, cost in target passes
@@ -152,7 +155,7 @@ class NgramProposer:
                 self.later[0] += kept - 1
                 self.later[1] += min(kept, len(proposal) - 1)
         self.tokens += len(grown)
-        self.cost += 1 + self.slope * len(proposal)
+        self.cost += 1 + (self.step if proposal else 0.0) + self.slope * len(proposal)
 
     def proposal(self, ids: list[int], k: int) -> list[int]:
         """This round's proposal for context ids (learning from the previous call's outcome)."""
@@ -166,8 +169,9 @@ class NgramProposer:
         a_first = (kept + 1) / (seen + 2)  # the Beta(kept + 1, seen - kept + 1) posterior's mean
         hope = a_first + math.sqrt(a_first * (1 - a_first) / (seen + 3))  # one posterior sd up
         a_later = (self.later[0] + 4) / (self.later[1] + 5)
-        bar = (self.tokens + 2) / (self.cost + 2) * self.slope
-        length, sure = (1, a_first) if tokens and hope > bar else (0, 1.0)
+        rate = (self.tokens + 2) / (self.cost + 2)  # R: tokens per one-token pass's cost
+        bar = rate * self.slope
+        length, sure = (1, a_first) if tokens and hope > rate * (self.step + self.slope) else (0, 1.0)
         while 0 < length < len(tokens) and sure * a_later > bar:
             sure *= a_later
             length += 1

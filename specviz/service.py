@@ -355,7 +355,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     if greedy and s.proposer in EXPLORER_PROPOSERS:
         try:
             recording = record(pair, prompt_ids, spec, s.proposer, s.max_new_tokens,
-                               ngram_slope=getattr(drafter, "slope", None))
+                               ngram_slope=getattr(drafter, "slope", None),
+                               ngram_step=getattr(drafter, "step", None))
         except ValueError:  # a draft that cannot read every token: no k explorer for this run
             recording = None
     trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans), base.events, recording)

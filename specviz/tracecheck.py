@@ -37,7 +37,7 @@ MAX_PASSES = MAX_ROUNDS * (MAX_K + 1)  # cumulative target or draft passes
 # the round count, bounds a tree trace: 4 MiB holds about 45,000 of the smallest nodes.
 SCORE_SLACK = 1e-6  # a node's score against its parent's score times its q (float rounding)
 MAX_SECONDS = 1e6  # any recorded duration
-MAX_NGRAM_SLOPE = 100.0  # the n-gram rule's price of a proposed token, in target passes
+MAX_NGRAM_SLOPE = 100.0  # the n-gram rule's prices (a token, the step), in target passes
 MAX_LOGIT = 1e9  # |logit| in target_top2
 MAX_TEXT_CHARS = 1000  # one token's display text (spans, recording pieces and token_text)
 MAX_NAME_CHARS = 256  # model names, device, pair
@@ -306,9 +306,12 @@ def _recording(d, prompt_ids: list[int], tokens: list[int], vocab: int) -> Recor
     slope = d.get("ngram_slope")
     if slope is not None:
         slope = u.number(slope, "recording.ngram_slope", 0.0, MAX_NGRAM_SLOPE)
+    step = d.get("ngram_step")
+    if step is not None:
+        step = u.number(step, "recording.ngram_step", 0.0, MAX_NGRAM_SLOPE)
     return Recording(d["proposer"], prompt_ids, output, guesses, seconds["draft_pass_seconds"],
                      seconds["target_pass_seconds"], max_new, ngram, out_pieces, guess_pieces, text,
-                     confidences, line, slope)
+                     confidences, line, slope, step)
 
 
 # The tree drafter's two settings are typed here too, so tree traces open whether or not this

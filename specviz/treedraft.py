@@ -48,10 +48,11 @@ class TreeProposer:
     unset, a node is verified only while its calibrated cumulative probability (the chance it
     is reached and kept) exceeds what its verify cost would buy at the run's own rate:
     c * score > R * slope, R being tokens per one-token target pass so far, slope the measured
-    cost of one more node (VerifyCost), c = nodes kept / scores summed (prior 1). Until that cost
-    is measured the tree alternates between k and k + VerifyCost.MIN_SPREAD nodes: sizes far
-    enough apart to fit the line, small enough not to stall a CPU, where a node can cost half a
-    pass."""
+    cost of one more node (VerifyCost), c = nodes kept / scores summed (prior 1). Until drafted
+    rounds have measured that cost (VerifyCost.pieced: a line through the target alone's rounds
+    and a chain's cannot tell one more node from the step to any drafted pass) the tree
+    alternates between k and k + VerifyCost.MIN_SPREAD nodes at the prior's bar: sizes far enough
+    apart to fit the line, small enough not to stall a CPU, where a node can cost half a pass."""
 
     name = "tree"
 
@@ -74,10 +75,11 @@ class TreeProposer:
     def bar(self) -> float:
         """R * slope: the tokens one more verified node's cost would buy at the run's rate. Until
         the run has a measured round R is 1, the target alone's rate: a node must at least buy
-        what its time would buy without drafting."""
+        what its time would buy without drafting. Until drafted rounds have measured the slope
+        (VerifyCost.pieced) it is the prior's, so that the exploring sizes are reached."""
         fit = self.cost.fit()
         rate = 1.0 if fit is None or self.seconds <= 0 else self.tokens / (self.seconds / fit[0])
-        return rate * self.cost.slope()
+        return rate * (self.cost.slope() if self.cost.pieced else self.cost.prior)
 
     def _learn(self, ids: list[int]) -> None:
         if self.last is None:
@@ -130,11 +132,11 @@ class TreeProposer:
                         for v, t in zip(values[row], indices[row], strict=True) if v > 0]
 
     def cap(self, k: int) -> int:
-        """The most nodes a round may verify: the budget, else while the verify cost is still
-        unmeasured k and k + MIN_SPREAD in turn, else MAX_NODES."""
-        if self.budget or self.cost.measured:
+        """The most nodes a round may verify: the budget, else while the drafted rounds have not
+        yet measured their own slope k and k + MIN_SPREAD in turn, else MAX_NODES."""
+        if self.budget or self.cost.pieced:
             return self.budget or MAX_NODES
-        return min(MAX_NODES, k + VerifyCost.MIN_SPREAD * (len(self.cost.seen) % 2))
+        return min(MAX_NODES, k + VerifyCost.MIN_SPREAD * (self.cost.rounds % 2))
 
     def _choose(self, drafted: list[TreeNode], bar: float, cap: int | None = None) -> list[int]:
         """The verified nodes: the best by score with their parents, in drafted order."""

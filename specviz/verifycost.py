@@ -1,8 +1,10 @@
 """What one more verified token costs: the target pass's seconds against the drafted tokens it
-verifies, T(n) = a + b * n, fitted to the rounds a run has measured. Every drafter that sizes its
-drafts (the adaptive chain, the token tree) prices a token by this line rather than by an assumed
-slope: on a GPU verification is nearly flat up to dozens of tokens, on a CPU without bf16 matrix
-hardware one more token costs about half a one-token pass. One line is kept per target model
+verifies, in two pieces (T(0) = a; T(n) = a + s + b * n for n >= 1 drafts), fitted to the rounds
+the runs have measured. Every drafter that sizes its drafts (the adaptive chain, the token tree,
+the n-gram rule) prices a token by this line rather than by an assumed slope: on a GPU
+verification is nearly flat up to dozens of tokens, on a CPU without bf16 matrix hardware one
+more token costs about half a one-token pass, and in float32 on oneDNN the first drafted token
+costs most of a pass and each further one 4-6%. One line is kept per target model
 (`VerifyCost.of`), so a pair's later runs start from what its earlier runs measured.
 """
 
@@ -51,20 +53,36 @@ def fit_spread(ns: list[float], ts: list[float]) -> tuple[float, float] | None:
 
 class VerifyCost:
     """Target seconds per round against the drafted tokens it verified (a chain's k, a tree's
-    nodes), T(n) = a + b * n: least squares over the last WINDOW rounds. Until the window holds
-    MIN_ROUNDS rounds at each end of a span of MIN_SPREAD sizes (spans_widths: a line through a
-    few noisy points can say anything), b = VERIFY_SLOPE * a. Once a slope is fitted it holds
-    while the window lacks the spread (a drafter that learnt to draft short no longer varies its
-    sizes; a baseline's rounds push a chain's out), with a re-estimated from the window.
-    `of(target)` keeps one per target model across runs and drafters, so only a pair's first
-    runs have to measure it."""
+    nodes), in two pieces: T(0) = a, a pass over the context's last token alone, and
+    T(n) = a + s + b * n for n >= 1 drafts. s is the step from a one-token pass to any wider one:
+    on this CPU in float32 oneDNN leaves its one-row kernel (365 -> 640-700 ms), after which a
+    token costs 13-22 ms. A straight line through the target alone's rounds (n = 0) and a chain's
+    (n = k) cannot tell s from b: it prices every drafted token at (s + k b) / k, there 0.2 of a
+    pass where one costs 0.05, and the first one at a quarter of what it costs.
+
+    Kept as ratios to a, slope = b / a and step = s / a, over the last WINDOW rounds of each kind:
+    - slope: least squares over the drafted rounds once their sizes span MIN_SPREAD with
+      MIN_ROUNDS at each end (spans_widths; `pieced`); until then, a line through every round,
+      the target alone's as n = 0, where those span (the step then counted as 0); until then the
+      prior, b = VERIFY_SLOPE * a.
+    - step: where rounds of both kinds are at hand and the slope is pieced, the drafted rounds'
+      intercept (their line's, else their mean excess over a + b n) over the mean one-token pass,
+      less one, at least 0; else as last measured (0 to start with).
+    A fitted ratio holds while the windows lack what fitted it (a drafter that learnt to draft
+    short no longer varies its sizes; a baseline's rounds carry no drafts); a is re-estimated
+    from every round in the windows. `of(target)` keeps one per target model across runs and
+    drafters, so only a pair's first runs have to measure it."""
 
     WINDOW, MIN_ROUNDS, MIN_SPREAD = 32, MIN_ROUNDS, MIN_SPREAD
 
     def __init__(self, prior_slope: float = VERIFY_SLOPE):
         self.prior = prior_slope
-        self.seen: deque[tuple[int, float]] = deque(maxlen=self.WINDOW)
+        self.drafted: deque[tuple[int, float]] = deque(maxlen=self.WINDOW)  # (n >= 1, seconds)
+        self.alone: deque[float] = deque(maxlen=self.WINDOW)  # seconds of rounds with no drafts
         self.fitted: float | None = None  # b / a of the last line the rounds fitted
+        self.pieced = False  # that line came from the drafted rounds' own spread
+        self.step = 0.0  # s / a
+        self.rounds = 0  # drafted rounds observed in all
 
     @classmethod
     def of(cls, target) -> VerifyCost:
@@ -75,32 +93,45 @@ class VerifyCost:
         """The rounds have fitted a slope (now or earlier)."""
         return self.fitted is not None
 
-    def _line(self) -> tuple[float, float] | None:
-        """The window's own least-squares line, when its sizes spread enough to say anything."""
-        return fit_spread([float(x) for x, _ in self.seen], [s for _, s in self.seen])
-
     def observe(self, nodes: int, seconds: float) -> None:
-        self.seen.append((nodes, seconds))
-        line = self._line()
-        if line is not None:
-            self.fitted = line[1] / line[0]
+        if nodes:
+            self.drafted.append((nodes, seconds))
+            self.rounds += 1
+        else:
+            self.alone.append(seconds)
+        a0 = fmean(self.alone) if self.alone else None
+        ns, ts = [float(n) for n, _ in self.drafted], [t for _, t in self.drafted]
+        line = fit_spread(ns, ts)
+        if line is not None:  # the drafted rounds' own line: b, and a + s
+            a1, b = line
+            a = a0 if a0 is not None else a1 / (1 + self.step)
+            if a0 is not None:
+                self.step = max(0.0, a1 - a0) / a0
+            self.fitted, self.pieced = b / a, True
+        elif self.pieced:  # the slope holds; the step from the rounds at hand
+            if a0 is not None and ts:
+                b = self.fitted * a0
+                self.step = max(0.0, fmean([t - b * n for n, t in self.drafted]) - a0) / a0
+        else:
+            line = fit_spread([0.0] * len(self.alone) + ns, list(self.alone) + ts)
+            if line is not None:
+                self.fitted = line[1] / line[0]
 
     def fit(self) -> tuple[float, float] | None:
-        """(a, b) in seconds: a pass over the context's last token alone, and one more node;
-        None before any round, or while every round measured no time."""
-        if not self.seen:
+        """(a, b) in seconds: a pass over the context's last token alone, and one more drafted
+        token (past the step, step() * a); None before any round, or while every round measured
+        no time. a is the windows' time over their rounds' sizes in one-token passes,
+        1 + step * (n > 0) + slope * n each."""
+        slope = self.slope()
+        units = len(self.alone) + sum(1 + self.step + slope * n for n, _ in self.drafted)
+        if not units:
             return None
-        line = self._line()
-        if line is not None:
-            return line
-        slope = self.prior if self.fitted is None else self.fitted
-        a = fmean(s for _, s in self.seen) / (1 + slope * fmean(x for x, _ in self.seen))
+        a = (sum(self.alone) + sum(t for _, t in self.drafted)) / units
         return (a, slope * a) if a > 0 else None
 
     def slope(self) -> float:
-        """b / a: one more verified node as a fraction of a one-token pass."""
-        fit = self.fit()
-        return self.prior if fit is None else fit[1] / fit[0]
+        """b / a: one more verified node, past the first, as a fraction of a one-token pass."""
+        return self.prior if self.fitted is None else self.fitted
 
 
 _COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target model -> VerifyCost

@@ -54,7 +54,7 @@ def test_adaptive_prices_a_token_by_the_measured_verify_line():
     # round 1 paid the prefills: it teaches nothing
     drafter.last = Draft([1, 2, 3, 4], None, 4, 9.0, confidences=confident[:4])
     drafter.observe_round(measured_round(1, 4, 4, 9.0, 9.0))
-    assert drafter.rule is None and len(drafter.cost.seen) == 6
+    assert drafter.rule is None and len(drafter.cost.drafted) + len(drafter.cost.alone) == 6
     # rounds 2-5: draft passes of 0.02 s; the target's pass on the same line
     lengths, kept = (4, 1, 8, 2), (4, 0, 3, 2)
     for i, (n, m) in enumerate(zip(lengths, kept, strict=True)):
@@ -76,7 +76,7 @@ def test_adaptive_prices_a_token_by_the_measured_verify_line():
     # a round drafted by someone else (the hybrid's n-gram) still measures the target's cost
     drafter.forget()
     drafter.observe_round(measured_round(6, 3, 3, 0.0, 0.5))
-    assert drafter.cost.seen[-1] == (3, 0.5) and rule.tokens == 13
+    assert drafter.cost.drafted[-1] == (3, 0.5) and rule.tokens == 13
 
 
 def test_adaptive_skips_the_rounds_whose_draft_caught_up_on_context():
@@ -90,7 +90,7 @@ def test_adaptive_skips_the_rounds_whose_draft_caught_up_on_context():
 
     round_(1, 0.0, drafted_by_model=False)  # the n-gram drafted round 1
     round_(2, 5.0)  # the draft's prefill of the prompt
-    assert drafter.rule is None and drafter.draft_pass is None and len(drafter.cost.seen) == 1
+    assert drafter.rule is None and drafter.draft_pass is None and len(drafter.cost.drafted) == 1
     round_(3, 0.04)
     assert drafter.draft_pass == pytest.approx(0.02) and drafter.rule.seconds == pytest.approx(0.34)
     drafter.forget()  # the n-gram drafted round 4
@@ -98,7 +98,7 @@ def test_adaptive_skips_the_rounds_whose_draft_caught_up_on_context():
     round_(5, 3.0)  # catching up on the n-gram's tokens
     round_(6, 0.06)
     assert drafter.draft_pass == pytest.approx(0.7 * 0.02 + 0.3 * 0.03)
-    assert drafter.rule.seconds == pytest.approx(0.34 + 0.36) and len(drafter.cost.seen) == 5
+    assert drafter.rule.seconds == pytest.approx(0.34 + 0.36) and len(drafter.cost.drafted) == 5
     round_(1, 9.0)  # a new run whose round 1 the draft drafted (its prefill): round 2 counts
     round_(2, 0.04)
     assert drafter.rule.seconds == pytest.approx(0.34 + 0.36 + 0.34)
@@ -119,7 +119,7 @@ def test_hybrid_uses_the_ngram_on_repeats_and_the_draft_otherwise(pair, monkeypa
     assert events[0].source == "ngram" and events[0].draft_tokens  # a 4+ token repeat
     assert {e.source for e in events} == {"ngram", "draft"}
     # every round after the first, n-gram or draft, measured the target's verify line
-    assert list(VerifyCost.of(pair.target).seen) == [(e.k, e.target_seconds) for e in events[1:]]
+    assert list(VerifyCost.of(pair.target).drafted) == [(e.k, e.target_seconds) for e in events[1:]]
 
 
 def test_ngram_proposes_only_what_its_record_says_will_pay():
@@ -153,6 +153,31 @@ def test_ngram_proposes_only_what_its_record_says_will_pay():
     # 2 of 4 kept: 1/2 + sqrt(1/4 / 7) = 0.689 > 0.5, tried
     shy.first = {1: [2.0, 4.0]}
     assert shy.proposal(ids, 8) == [1]
+
+
+def test_ngram_prices_the_step_to_a_drafted_pass_on_its_first_token():
+    """float32 on oneDNN here: a pass that verifies any draft costs 1.7 one-token passes
+    (step 0.7), each drafted token 0.05 more. The first proposed token must clear R * (step +
+    slope), the later ones R * slope, and a round that proposes anything costs the step."""
+    from specviz.proposers import NgramProposer
+
+    ids = [5, 1, 2, 3, 4, 6, 7, 8, 9, 10, 5]
+    # fresh: R = 2 / 2 = 1; the first token's hope 1/2 + sqrt(1/4 / 3) = 0.789 > 0.75, and then
+    # 0.5 * 0.8^j > 0.05 for every j <= 8: all 8 followers
+    flat = NgramProposer(3, slope=0.05, step=0.7)
+    assert flat.proposal(ids, 8) == [1, 2, 3, 4, 6, 7, 8, 9]
+    flat.proposal(ids + [1, 2, 42], 8)  # kept 1 and 2: 3 tokens for 1 + 0.7 + 8 * 0.05 passes
+    assert flat.tokens == 3.0 and flat.cost == pytest.approx(2.1)
+    # 2 of 4 one-token matches kept: hope 1/2 + sqrt(1/4 / 7) = 0.689 pays for a token at 0.05
+    # but not for the step too (0.75): the target goes alone, at one pass's cost
+    shy = NgramProposer(3, slope=0.05, step=0.7)
+    shy.first = {1: [2.0, 4.0]}
+    assert shy.proposal(ids, 8) == []
+    shy.proposal(ids + [9], 8)
+    assert (shy.tokens, shy.cost) == (1.0, 1.0)
+    unstepped = NgramProposer(3, slope=0.05)
+    unstepped.first = {1: [2.0, 4.0]}
+    assert unstepped.proposal(ids, 8) == [1, 2, 3, 4, 6, 7, 8, 9]
 
 
 def test_ngram_keeps_copying_where_the_last_kept_copy_left_off():

@@ -312,3 +312,16 @@ def test_costs_verify_slope_is_the_least_squares_fit_of_pass_times():
     assert costs.verify_fit({1: 10.0, 3: 9.0}) == {"pass_ms": 9.5, "per_token_ms": 0.0, "slope": 0.0}
     with pytest.raises(ValueError, match="two widths"):
         costs.verify_fit({1: 10.0})
+
+
+def test_costs_splits_the_step_to_a_drafted_pass_from_each_drafted_token():
+    # float32 on oneDNN here: 365 ms alone, then 620 ms + 20 ms a drafted token (n = 1, 2, 4, 8)
+    fit = costs.verify_fit({1: 365.0, 2: 640.0, 3: 660.0, 5: 700.0, 9: 780.0})
+    assert fit["step"] == pytest.approx(255 / 365) and fit["drafted_slope"] == pytest.approx(20 / 365)
+    # the straight line through all five prices a token at 39 ms: by hand, n = 0, 1, 2, 4, 8
+    # (mean 3), T mean 629; cov = (3*264 - 2*11 - 1*31 + 1*71 + 5*151) / 5 = 313, var = 40/5 = 8
+    assert fit["per_token_ms"] == pytest.approx(313 / 8)
+    # a flat machine: no step; widths 1 and 2 only, or no one-token pass: no pieces
+    assert costs.verify_fit({1: 10.0, 2: 10.5, 3: 11.0})["step"] == pytest.approx(0.0)
+    assert "step" not in costs.verify_fit({1: 10.0, 2: 12.0})
+    assert "step" not in costs.verify_fit({2: 10.0, 3: 12.0, 5: 13.0})

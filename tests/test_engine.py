@@ -201,12 +201,14 @@ def test_chain_and_baseline_rounds_measure_the_targets_verify_line(pair, monkeyp
     chain = run(pair, k=4, max_new_tokens=12)
     alone = run(pair, proposer="none", max_new_tokens=12)
     line = verifycost.VerifyCost.of(pair.target)
-    assert list(line.seen) == [(e.k, e.target_seconds) for e in chain[1:]] \
-        + [(0, e.target_seconds) for e in alone[1:]]
+    assert list(line.drafted) == [(e.k, e.target_seconds) for e in chain[1:] if e.k]
+    # a chain round the budget left no drafts (the last) is a one-token pass, as the baseline's
+    assert list(line.alone) == [e.target_seconds for e in chain[1:] if not e.k] \
+        + [e.target_seconds for e in alone[1:]]
     assert line.measured
-    before = list(line.seen)
+    before = list(line.drafted), list(line.alone)
     run(pair, proposer="ngram", max_new_tokens=12)  # keeps the price it started with: no feed
-    assert list(line.seen) == before
+    assert (list(line.drafted), list(line.alone)) == before
 
 
 def test_draft_proposer_needs_a_draft_model(pair):

@@ -35,19 +35,20 @@ def test_replay_equals_real_runs_at_every_k(pair, proposer):
 def test_ngram_replay_prices_tokens_at_the_slope_the_run_used(pair, monkeypatch):
     from specviz import verifycost
 
-    for n in (1, 9, 1, 9, 1, 9):  # a target pass costs 0.2 + 0.1 n: slope 0.5
-        verifycost.VerifyCost.of(pair.target).observe(n, 0.2 + 0.1 * n)
+    for n in (0, 1, 9, 0, 1, 9, 0, 1, 9):  # 0.16 s alone, 0.2 + 0.1 n drafted: slope 0.625
+        verifycost.VerifyCost.of(pair.target).observe(n, 0.16 if n == 0 else 0.2 + 0.1 * n)
     pair.target.generation_config.eos_token_id = None
     try:
         rec = explorer.record(pair, pair.encode(PROMPT), real(pair, "ngram", 8), "ngram", max_new_tokens=40)
-        assert rec.ngram_slope == pytest.approx(0.5) and rec.lookup().slope == rec.ngram_slope
+        assert rec.ngram_slope == pytest.approx(0.625) and rec.lookup().slope == rec.ngram_slope
+        assert rec.ngram_step == pytest.approx(0.25) and rec.lookup().step == rec.ngram_step
         for k in (2, 8):
             rep, run = explorer.replay(rec, k), real(pair, "ngram", k)
             assert [(r.k, r.accepted) for r in rep.rounds] == [(e.k, e.accepted) for e in run.events], k
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
     drafted = explorer.record(pair, pair.encode(PROMPT), real(pair, "draft", 2, 8), "draft", 8)
-    assert drafted.ngram_slope is None
+    assert drafted.ngram_slope is None and drafted.ngram_step is None
 
 
 def test_recorded_pass_costs_leave_out_round_ones_prefills(pair):

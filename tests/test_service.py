@@ -142,15 +142,16 @@ def test_an_ngram_recording_keeps_the_price_its_run_drafted_with(store, monkeypa
     pair = store.get(RunSettings(pair="tiny", dtype="float32"))
     # a first get warms the pair up, and its rounds feed the line: start from an unmeasured one
     monkeypatch.setattr(verifycost, "_COSTS", weakref.WeakKeyDictionary())
-    for n in (1, 9, 1, 9, 1, 9):  # 0.2 + 0.1 n seconds: slope 0.5
-        verifycost.VerifyCost.of(pair.target).observe(n, 0.2 + 0.1 * n)
+    for n in (0, 1, 9, 0, 1, 9, 0, 1, 9):  # 0.1 s alone, 0.2 + 0.1 n drafted: step 1, slope 1
+        verifycost.VerifyCost.of(pair.target).observe(n, 0.1 if n == 0 else 0.2 + 0.1 * n)
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=30, prompt="a b a b a b", dtype="float32",
                     proposer="ngram", k=4)
     trace = list(run_views(store, s, Limits()))[-1].trace
     line = verifycost.VerifyCost.of(pair.target)
-    assert any(n == 0 for n, _ in line.seen)  # the baseline's rounds fed the line
-    assert line.slope() != pytest.approx(0.5)  # and moved it (tiny models: nearly flat)
-    assert trace.recording.ngram_slope == pytest.approx(0.5)
+    assert len(line.alone) > 3  # the baseline's rounds fed the line
+    assert line.slope() != pytest.approx(1.0) and line.step != pytest.approx(1.0)  # and moved it
+    assert trace.recording.ngram_slope == pytest.approx(1.0)
+    assert trace.recording.ngram_step == pytest.approx(1.0)
     replayed = explorer.replay(trace.recording, 4)
     assert [(r.k, r.accepted) for r in replayed.rounds] == [(e.k, e.accepted) for e in trace.events]
 

@@ -128,6 +128,10 @@ def test_older_traces_without_a_verify_line_price_every_pass_at_the_mean(saved):
     assert priced.recording.ngram_slope == 0.55 and priced.recording.lookup().slope == 0.55
     older = trace.loads(mutate(saved[1], lambda d: d["recording"].pop("ngram_slope")))
     assert older.recording.ngram_slope is None and older.recording.lookup().slope == 0.04
+    stepped = trace.loads(mutate(saved[1], lambda d: d["recording"].update(ngram_step=0.7)))
+    assert stepped.recording.ngram_step == 0.7 and stepped.recording.lookup().step == 0.7
+    unstepped = trace.loads(mutate(saved[1], lambda d: d["recording"].pop("ngram_step", None)))
+    assert unstepped.recording.ngram_step is None and unstepped.recording.lookup().step == 0.0
     rep = explorer.replay(back.recording, 3)
     assert rep.predicted_seconds == pytest.approx(rep.draft_passes * back.recording.draft_pass_seconds
                                                   + rep.target_passes * back.recording.target_pass_seconds)

@@ -171,7 +171,7 @@ def test_verify_cost_fits_a_line_and_falls_back_to_the_prior():
     assert cost.fit() == pytest.approx((0.30 / 1.16, 0.04 * 0.30 / 1.16))  # one size: the prior
     cost.observe(5, 0.28)  # two rounds a node apart: still the prior, not a line through noise
     assert cost.slope() == 0.04
-    cost.seen.clear()
+    cost.drafted.clear()
     for n in (1, 9, 4, 1, 9):  # two rounds above the span's middle (5): still the prior
         cost.observe(n, 0.2 + 0.05 * n)
     assert cost.slope() == 0.04 and not cost.measured
@@ -181,8 +181,53 @@ def test_verify_cost_fits_a_line_and_falls_back_to_the_prior():
     # fitted slope holds (not the prior), a = mean t / (1 + 0.25 * mean n) = 0.275 / 1.375
     for i in range(40):
         cost.observe(1 + i % 2, 0.2 + 0.05 * (1 + i % 2))
-    assert {n for n, _ in cost.seen} == {1, 2} and cost.measured
+    assert {n for n, _ in cost.drafted} == {1, 2} and cost.measured
     assert cost.fit() == pytest.approx((0.2, 0.05)) and cost.slope() == pytest.approx(0.25)
+
+
+def test_verify_cost_fits_the_step_to_a_drafted_pass_apart_from_each_drafted_token():
+    """float32 on oneDNN here: a one-token pass 365 ms, any wider one 620 ms + 20 ms a drafted
+    token. The drafted rounds' own line gives b = 20 ms and a + s = 620 ms; the target alone's
+    rounds give a = 365 ms."""
+    cost = VerifyCost()
+    for n in (0, 4, 8, 0, 4, 8, 0, 4, 8):
+        cost.observe(n, 0.365 if n == 0 else 0.62 + 0.02 * n)
+    assert cost.pieced and cost.slope() == pytest.approx(0.02 / 0.365)
+    assert cost.step == pytest.approx((0.62 - 0.365) / 0.365)
+    assert cost.fit() == pytest.approx((0.365, 0.02))
+    # the target alone's 64 rounds fill its window, and leave the drafted rounds' line alone
+    for _ in range(64):
+        cost.observe(0, 0.365)
+    assert len(cost.alone) == cost.WINDOW and len(cost.drafted) == 6
+    assert cost.slope() == pytest.approx(0.02 / 0.365) and cost.fit() == pytest.approx((0.365, 0.02))
+
+
+def test_a_line_through_the_target_alone_and_one_chain_size_holds_until_drafts_spread():
+    """Rounds at n = 0 and n = 4 alone cannot tell the step from the slope: a straight line,
+    priced (s + 4 b) / 4 a token, stands in (step 0) and is not `pieced`. Drafted rounds that
+    then spread replace it with the two pieces; once pieced, rounds of one size re-estimate the
+    step under the held slope."""
+    cost = VerifyCost()
+    for n in (0, 4) * 4:
+        cost.observe(n, 0.365 if n == 0 else 0.62 + 0.02 * n)
+    assert cost.measured and not cost.pieced and cost.step == 0.0
+    assert cost.slope() == pytest.approx((0.70 - 0.365) / 4 / 0.365)
+    for n in (8, 8, 8):  # four rounds at 4 and three at 8: the drafted rounds span 4 sizes
+        cost.observe(n, 0.62 + 0.02 * n)
+    assert cost.pieced and cost.slope() == pytest.approx(0.02 / 0.365)
+    assert cost.step == pytest.approx(0.255 / 0.365)
+    # a chain at k = 6 only, on a machine whose step grew to 0.3 s: its mean excess over
+    # a + b n, with a from the alone rounds and the held slope
+    cost.drafted.clear()
+    for _ in range(5):
+        cost.observe(6, 0.365 + 0.3 + 0.02 * 6)
+    assert cost.slope() == pytest.approx(0.02 / 0.365) and cost.step == pytest.approx(0.3 / 0.365)
+    # no alone rounds and drafted rounds that spread: a from their intercept and the held step
+    bare = VerifyCost()
+    bare.step = 0.5
+    for n in (2, 6) * 3:
+        bare.observe(n, 0.6 + 0.02 * n)
+    assert bare.pieced and bare.fit() == pytest.approx((0.4, 0.02)) and bare.step == 0.5
 
 
 def test_an_unmeasured_verify_cost_alternates_two_small_sizes_then_lifts_the_cap(pair):
@@ -196,6 +241,28 @@ def test_an_unmeasured_verify_cost_alternates_two_small_sizes_then_lifts_the_cap
     assert cost.slope() == pytest.approx(0.5)
     assert TreeProposer(pair.draft, pair.vocab_size, nodes=10, cost=VerifyCost()).cap(4) == 10
     assert VerifyCost.of(pair.target) is VerifyCost.of(pair.target)  # kept across runs
+
+
+def test_the_tree_explores_sizes_after_a_chain_and_the_target_alone_fitted_a_straight_line(pair):
+    """A chain's full window of k = 4 rounds and a baseline's measure a line, not the two
+    pieces: the tree still alternates 4 and 8 nodes, at the prior's bar, until its own rounds
+    span, then lifts the cap and prices a node at the drafted rounds' slope."""
+    cost = VerifyCost()
+    for _ in range(cost.WINDOW):
+        cost.observe(4, 0.70)
+        cost.observe(0, 0.365)
+    assert cost.measured and not cost.pieced and len(cost.drafted) == cost.WINDOW
+    proposer = TreeProposer(pair.draft, pair.vocab_size, cost=cost)
+    assert proposer.bar() == pytest.approx(0.04)  # the prior's, not the line's 0.23
+    caps = []
+    for _ in range(3):
+        for _ in range(2):
+            caps.append(proposer.cap(4))
+            cost.observe(caps[-1], 0.62 + 0.02 * caps[-1])
+    assert caps == [4, 8] * 3 and cost.pieced and proposer.cap(4) == 64
+    assert proposer.bar() == pytest.approx(cost.slope())  # R = 1 until a round of this run
+    # 29 rounds at 4 nodes (0.70 s) and 3 at 8 (0.78 s): b = 20 ms, a + s = 0.62 s, a = 0.365 s
+    assert cost.slope() == pytest.approx(0.02 / 0.365) and cost.step == pytest.approx(0.255 / 0.365)
 
 
 def test_the_node_bar_is_the_runs_rate_times_the_verify_slope(pair):
@@ -219,7 +286,7 @@ def test_the_tree_sizes_by_the_engines_measured_verify_times_not_its_callers(pai
         events.append(e)
         time.sleep(0.05)  # a caller drawing the page between rounds: no part of a verify pass
     trees = [e for e in events[1:] if e.tree]
-    assert trees and list(cost.seen) == [(e.nodes, e.target_seconds) for e in trees][-cost.WINDOW:]
+    assert trees and list(cost.drafted) == [(e.nodes, e.target_seconds) for e in trees][-cost.WINDOW:]
     assert drafter.tokens == sum(len(e.new_tokens) for e in trees)
     assert drafter.seconds == pytest.approx(sum(e.draft_seconds + e.target_seconds for e in trees))
 
