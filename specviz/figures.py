@@ -63,8 +63,9 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
     A tree run gets no chain prediction: its measured point at depth k, and the chain's there.
 
     Break-even is the round's time over the target alone's per token (theory.break_even_tokens),
-    priced by the target's measured line T(n) = T0 + b n (metrics.target_line: the run's rounds
-    and the baseline's); without a spread of n to fit it, Leviathan's 1 + k C_D/C_T, which assumes
+    priced by the target's measured line T(n) = T0 + Δ + b n (metrics.target_line: the run's rounds
+    and the baseline's, Δ the step to any drafted pass where the run's own drafted rounds spread);
+    without a spread of n to fit it, Leviathan's 1 + k C_D/C_T, which assumes
     verifying k tokens costs one pass (on a CPU without bf16 matrix hardware it costs ~1 + k/2)."""
     if spec.is_tree:
         return _tree_points(spec, chain, k or spec.k)
@@ -73,11 +74,13 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
                                name=f"i.i.d. prediction at α={spec.alpha:.2f}", line_color=THEORY))
     line = target_line(spec, base)
     if line is not None:
-        t0, b = line
-        ratio, slope = spec.draft_pass_seconds / t0, b / t0
-        fig.add_scatter(x=ks, y=[break_even_tokens(k, ratio, slope) for k in ks],
-                        name=f"break-even 1 + k·(C_D + b)/T₀ (measured: C_D = {ratio:.2f}·T₀, each "
-                             f"verified token +{slope:.2f}·T₀)", line=dict(dash="dash", color=BASE))
+        t0, step, b = line
+        ratio, slope, step = spec.draft_pass_seconds / t0, b / t0, step / t0
+        stepped = f", any drafted pass +{step:.2f}·T₀" if step else ""
+        fig.add_scatter(x=ks, y=[break_even_tokens(k, ratio, slope, step) for k in ks],
+                        name=f"break-even {'1 + Δ/T₀' if step else '1'} + k·(C_D + b)/T₀ (measured: "
+                             f"C_D = {ratio:.2f}·T₀, each verified token +{slope:.2f}·T₀{stepped})",
+                        line=dict(dash="dash", color=BASE))
     elif spec.cost_ratio:
         fig.add_scatter(x=ks, y=[break_even_tokens(k, spec.cost_ratio) for k in ks],
                         name=f"break-even 1 + k·C_D/C_T (C_D/C_T={spec.cost_ratio:.2f}; assumes verifying "

@@ -231,12 +231,21 @@ class RunStats:
         }
 
 
-def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, float] | None:
-    """(T0, b) in seconds: the target's pass T(n) = T0 + b * n over the n drafted tokens it
-    verifies, least squares over the rounds after round 1 (which also paid the prefill) of spec
-    (n = its nodes) and of base, the target alone (n = 0). None where those rounds' n do not
-    spread (verifycost.fit_spread: a fixed-k run without its baseline, whose few budget-cut
-    last rounds are no line) or the fit has no positive intercept."""
-    points = [(e.nodes, e.target_seconds) for e in spec.events[1:]]
-    points += [(0, e.target_seconds) for e in (base.events[1:] if base else ())]
-    return fit_spread([float(n) for n, _ in points], [t for _, t in points])
+def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, float, float] | None:
+    """(T0, step, b) in seconds: the target's pass T(0) = T0 over no drafts and T(n) = T0 + step
+    + b * n over n >= 1 drafted tokens (its nodes), from the rounds after round 1 (which also paid
+    the prefill) of spec and of base, the target alone. Where spec's drafted rounds spread
+    (verifycost.fit_spread) their own line gives b and T0 + step, and the one-token rounds T0
+    (step at least 0); else a straight line through every round (step 0), the one-token ones as
+    n = 0, as verifycost.VerifyCost does. None where neither spreads (a fixed-k run without its
+    baseline, whose few budget-cut last rounds are no line) or the fit has no positive intercept."""
+    rounds = [(e.nodes, e.target_seconds) for e in spec.events[1:]]
+    rounds += [(0, e.target_seconds) for e in (base.events[1:] if base else ())]
+    drafted = [(float(n), t) for n, t in rounds if n]
+    alone = [t for n, t in rounds if not n]
+    line = fit_spread([n for n, _ in drafted], [t for _, t in drafted])
+    if line is not None and alone and sum(alone) > 0:
+        t0 = sum(alone) / len(alone)
+        return t0, max(0.0, line[0] - t0), line[1]
+    line = fit_spread([float(n) for n, _ in rounds], [t for _, t in rounds])
+    return None if line is None else (line[0], 0.0, line[1])

@@ -10,9 +10,10 @@ def expected_tokens_per_pass(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
-def break_even_tokens(k: int, cost_ratio: float, verify_slope: float = 0.0) -> float:
-    """Tokens per pass a round must beat to pay for k drafts: the round's time over the target
-    alone's time per token, (k * C_D + T(k)) / T(0) = 1 + k * (cost_ratio + verify_slope), with
-    T(n) = T(0) * (1 + verify_slope * n) the target's pass verifying n drafts and cost_ratio =
-    C_D / T(0). verify_slope = 0 is Leviathan et al.'s assumption (verifying is free): 1 + k C_D/C_T."""
-    return 1.0 + k * (cost_ratio + verify_slope)
+def break_even_tokens(k: int, cost_ratio: float, verify_slope: float = 0.0, step: float = 0.0) -> float:
+    """Tokens per pass a round must beat to pay for k >= 1 drafts: the round's time over the
+    target alone's time per token, (k * C_D + T(k)) / T(0) = 1 + step + k * (cost_ratio +
+    verify_slope), with T(n) = T(0) * (1 + step + verify_slope * n) the target's pass verifying
+    n >= 1 drafts and cost_ratio = C_D / T(0). verify_slope = step = 0 is Leviathan et al.'s
+    assumption (verifying is free): 1 + k C_D/C_T."""
+    return 1.0 + step + k * (cost_ratio + verify_slope)

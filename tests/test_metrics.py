@@ -123,7 +123,7 @@ def test_break_even_prices_the_measured_verify_line():
     hybrid = RunStats.of([dataclasses.replace(e, draft_passes=max(0, e.draft_passes - 4),
                                               draft_seconds=seconds.get(e.round, 0.4)) for e in spec.events])
     assert hybrid.draft_pass_seconds == pytest.approx(0.1)  # (0.4 + 0.4) / 8: not (2 + 0.8) / 12
-    assert target_line(spec, base) == pytest.approx((0.3, 0.15))  # T(n) = 0.3 + 0.15 n
+    assert target_line(spec, base) == pytest.approx((0.3, 0.0, 0.15))  # T(n) = 0.3 + 0.15 n
     # a round costs 4 * 0.1 + 0.9 = 1.3 s, the target alone 0.3 s a token: 4.33 tokens to break even
     assert break_even_tokens(4, 0.1 / 0.3, 0.15 / 0.3) == pytest.approx(1.3 / 0.3)
     even = k_prediction(spec, base=base).data[1]
@@ -132,6 +132,34 @@ def test_break_even_prices_the_measured_verify_line():
     assert target_line(spec) is None
     flat = k_prediction(spec).data[1]
     assert flat.y[3] == pytest.approx(1 + 4 * 0.1 / 0.9) and "assumes verifying" in flat.name
+
+
+def test_break_even_prices_the_step_to_a_drafted_pass_where_the_run_spreads_its_drafts():
+    import dataclasses
+    from itertools import accumulate
+
+    from specviz.figures import k_prediction
+
+    # float32 on oneDNN here: the target alone 0.365 s a pass, any drafted pass 0.62 s + 0.02 s a
+    # draft. An adaptive run drafting 1, 2, 1, 6, 7 and 7 tokens after round 1 (which teaches
+    # nothing); draft passes 0.05 s each.
+    lengths = [(4, 4), (1, 1), (2, 0), (1, 0), (6, 6), (7, 3), (7, 7)]
+    passes = list(accumulate(k for k, _ in lengths))
+    spec = RunStats.of([dataclasses.replace(e, draft_seconds=0.05 * e.k, draft_passes=passes[e.round - 1],
+                                            target_seconds=9.0 if e.round == 1 else 0.62 + 0.02 * e.k)
+                        for e in run(lengths).events])
+    assert spec.draft_pass_seconds == pytest.approx(0.05)
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), target_seconds=5.0 if i == 1 else 0.365)
+                        for i in range(1, 9)])
+    assert target_line(spec, base) == pytest.approx((0.365, 0.255, 0.02))
+    # k = 4: 4 * 0.05 + 0.62 + 0.08 = 0.9 s a round, the target alone 0.365 s a token
+    assert break_even_tokens(4, 0.05 / 0.365, 0.02 / 0.365, 0.255 / 0.365) == pytest.approx(0.9 / 0.365)
+    even = next(t for t in k_prediction(spec, base=base).data if t.name.startswith("break-even"))
+    assert [round(y, 9) for y in even.y[:2]] == [round(0.69 / 0.365, 9), round(0.76 / 0.365, 9)]
+    assert "any drafted pass +0.70·T₀" in even.name and "+0.05·T₀" in even.name
+    # without the target alone's rounds there is no one-token pass to set the step against: the
+    # drafted line alone, no step
+    assert target_line(spec) == pytest.approx((0.62, 0.0, 0.02))
 
 
 def test_a_run_of_varying_k_is_plotted_at_its_mean_k():
