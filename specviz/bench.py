@@ -60,6 +60,7 @@ class Record:
     widths: dict[int, int] | None = None  # target passes by tokens verified (1 + k or 1 + nodes)
     nodes_verified: int | None = None  # drafted tokens the target verified (tree nodes, or each k)
     accepted: int | None = None  # drafted tokens kept
+    rejections: int | None = None  # drafts the rule tested and refused (RunStats.rejections)
     decode_tokens: int | None = None  # committed after round 1 (which also paid the prefills)
     decode_seconds: float | None = None  # from the end of round 1 to the end of the run
     difference: str | None = None  # why a specviz output differs from specviz's target alone
@@ -112,7 +113,8 @@ def specviz_method(proposer: str, k: int, **tree):
                                   other_seconds=stats.overhead_seconds,
                                   draft_passes=stats.draft_passes, widths=widths_of(stats.events),
                                   nodes_verified=stats.nodes_verified, accepted=stats.accepted,
-                                  decode_tokens=stats.decode_tokens, decode_seconds=stats.decode_seconds,
+                                  rejections=stats.rejections, decode_tokens=stats.decode_tokens,
+                                  decode_seconds=stats.decode_seconds,
                                   _stats=stats)
     return run
 

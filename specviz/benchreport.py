@@ -49,6 +49,16 @@ def tree_name(depth: int, nodes: int | None = None, branching: int = BRANCHING) 
             + ("" if branching == BRANCHING else f"-b{branching}"))
 
 
+def pooled_alpha(rs) -> float | None:
+    """α over runs as RunStats.alpha takes it over rounds: accepted / (accepted + rejections),
+    summed over the runs; None where no draft was tested (the target alone). Records written
+    before they carried rejections: the mean of their α."""
+    if any(r.accepted is None or r.rejections is None for r in rs):
+        return statistics.fmean(r.alpha for r in rs)
+    tested = sum(r.accepted + r.rejections for r in rs)
+    return sum(r.accepted for r in rs) / tested if tested else None
+
+
 def summarize(records: list[Record]) -> dict:
     """Per method and class: tokens/s (total tokens / total seconds), speedups, passes, split."""
     out: dict[str, dict[str, dict]] = {}
@@ -65,13 +75,15 @@ def summarize(records: list[Record]) -> dict:
             if rs[0].target_passes is not None:
                 row["tokens_per_pass"] = tokens / sum(r.target_passes for r in rs)
             if rs[0].alpha is not None:
-                row |= {"alpha": statistics.fmean(r.alpha for r in rs),
-                        "draft_share": sum(r.draft_seconds for r in rs) / seconds,
+                row |= {"draft_share": sum(r.draft_seconds for r in rs) / seconds,
                         "target_share": sum(r.target_seconds for r in rs) / seconds,
                         "other_share": sum(r.other_seconds for r in rs) / seconds,
                         "draft_seconds": sum(r.draft_seconds for r in rs),
                         "target_seconds": sum(r.target_seconds for r in rs),
                         "other_seconds": sum(r.other_seconds for r in rs)}
+                alpha = pooled_alpha(rs)
+                if alpha is not None:
+                    row["alpha"] = alpha
             if rs[0].decode_seconds is not None:  # specviz's runs: the rate with the prompt paid
                 decode = sum(r.decode_seconds for r in rs)
                 row["decode_tokens_per_second"] = sum(r.decode_tokens for r in rs) / decode if decode else 0.0

@@ -160,8 +160,11 @@ def walk(nodes: tuple[TreeNode, ...], p: torch.Tensor, generator: torch.Generato
             for c in tried:
                 target_p[c] = float(nodes[c].token == argmax[row])
             nxt = next((c for c in tried if nodes[c].token == argmax[row]), None)
-            for c in tried:
-                fate[c] = ACCEPTED if c == nxt else REJECTED
+            for c in tried:  # tried in turn, as the sampled rule on a one-hot p: after the kept
+                fate[c] = REJECTED  # child none is (each stays unreached)
+                if c == nxt:
+                    fate[c] = ACCEPTED
+                    break
             token = argmax[row]
         else:
             # r starts as p; a refused child gets r(x) = 0 and r is renormalised (if rounding

@@ -37,6 +37,30 @@ def test_summary_speedups_and_counterparts_are_exact():
     assert "| 1/1 |" in text.split("| specviz:draft-4 | 6.00")[1].split("\n")[0]
 
 
+def test_bench_alpha_pools_the_tested_drafts_of_every_run():
+    """α per class is accepted / (accepted + rejections) over all its runs, as RunStats takes it
+    over rounds, not the mean of each run's α; the target alone, which tests nothing, has none."""
+    # k = 4: one run keeps all 16 drafts of its 4 rounds (α 1), one refuses the first draft of
+    # each of its 2 rounds (α 0)
+    spec = dict(draft_seconds=0.4, target_seconds=0.4, other_seconds=0.2)
+    records = [rec("specviz:draft-4", "specviz", "c", tokens, 1.0, target_passes=passes, alpha=alpha,
+                   nodes_verified=4 * passes, accepted=accepted, rejections=rejections, **spec)
+               for tokens, passes, alpha, accepted, rejections in ((20, 4, 1.0, 16, 0), (2, 2, 0.0, 0, 2))]
+    records.append(rec("specviz:none", "specviz", "c", 64, 20.0, target_passes=64, alpha=0.0,
+                       nodes_verified=0, accepted=0, rejections=0, **spec))
+    s = benchreport.summarize(records)
+    assert s["specviz:draft-4"]["all"]["alpha"] == pytest.approx(16 / 18)  # not (1 + 0) / 2
+    assert "alpha" not in s["specviz:none"]["all"]
+    text = benchreport.markdown(s, {"machine": bench.machine(), "target": "t", "draft": "d", "dtype": "bf16",
+                                    "device": "cpu", "max_new_tokens": 64, "repeats": 1})
+    assert "| 0.89 |" in text.split("| specviz:draft-4 |")[-1].split("\n")[0]
+    assert "| - |" in text.split("| specviz:none |")[-1].split("\n")[0]
+    # records written before they carried rejections: the mean of their α, as before
+    older = [rec("specviz:draft-4", "specviz", "c", 5, 1.0, target_passes=1, alpha=a, **spec)
+             for a in (1.0, 0.0)]
+    assert benchreport.summarize(older)["specviz:draft-4"]["all"]["alpha"] == 0.5
+
+
 def test_runs_without_their_target_alone_say_not_compared_instead_of_zero_matches():
     spec = dict(target_passes=10, alpha=0.5, draft_seconds=1.0, target_seconds=2.0, other_seconds=0.1)
     s = benchreport.summarize([rec("specviz:draft-4", "specviz", "edit", 60, 8.0, **spec)])

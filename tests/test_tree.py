@@ -105,13 +105,45 @@ def test_greedy_walk_follows_the_targets_argmax_down_the_tree():
         logits[row, best] = 1.0
     verdict = walk(TREE, logits, None, greedy=True)
     assert verdict.path == (0, 2) and verdict.token == 8 and verdict.kind == "recovered"
-    assert [n.fate for n in verdict.nodes] == [ACCEPTED, REJECTED, ACCEPTED, REJECTED, REJECTED]
+    # children are tried in turn until one is kept: 9 and 4, after the kept 7 and 3, never are
+    assert [n.fate for n in verdict.nodes] == [ACCEPTED, UNREACHED, ACCEPTED, UNREACHED, REJECTED]
     assert [n.p for n in verdict.nodes] == [1.0, 0.0, 1.0, 0.0, 0.0]
     assert verdict.display_chain() == [0, 2, 4]  # the path, then the refused first child
     logits[3, 5], logits[3, 8] = 2.0, -1.0  # now 5 is the target's choice: a leaf, bonus
     verdict = walk(TREE, logits, None, greedy=True)
     assert verdict.path == (0, 2, 4) and verdict.token == 2 and verdict.kind == "bonus"
-    assert verdict.nodes[3].fate == REJECTED and verdict.nodes[1].fate == REJECTED
+    assert verdict.nodes[3].fate == UNREACHED and verdict.nodes[1].fate == UNREACHED
+    # the first child refused, the second kept: the refused one counts, the untried third not
+    three = (node(-1, 1, 1), node(-1, 2, 1), node(-1, 3, 1))
+    logits = torch.full((4, 5), -10.0)
+    logits[0, 2], logits[1:, 0] = 5.0, 5.0
+    assert [n.fate for n in walk(three, logits, None, greedy=True).nodes] == [REJECTED, ACCEPTED, UNREACHED]
+
+
+def test_greedy_and_sampled_walks_give_one_hot_p_the_same_fates():
+    """Greedy is the sampled rule on a one-hot p (the target's argmax): the same path, token and
+    fate for every node, so α and the tree view mean the same in both."""
+    gen = torch.Generator().manual_seed(0)
+    reached, paths = set(), set()
+    for trial in range(50):
+        best = torch.randint(0, 12, (6,), generator=gen)  # the target's choice at each row
+        logits = torch.randn(6, 12, generator=gen)
+        logits[torch.arange(6), best] = 10.0
+        one_hot = torch.nn.functional.one_hot(best, 12).float()  # [6, 12]
+        shape = [(-1, 1), (-1, 1), (0, 2), (0, 2), (2, 3)]  # TREE's parents and depths
+        coin = torch.rand(5, generator=gen) < 0.5  # half the nodes are the target's choice
+        pick = torch.randint(0, 12, (5,), generator=gen)
+        tree = tuple(node(parent, int(best[parent + 1] if coin[i] else pick[i]), depth)
+                     for i, (parent, depth) in enumerate(shape))
+        if len({(n.parent, n.token) for n in tree}) < len(tree):
+            continue  # siblings must differ
+        reached.update(n.fate for n in walk(tree, logits, None, greedy=True).nodes)
+        greedy = walk(tree, logits, None, greedy=True)
+        sampled = walk(tree, one_hot, torch.Generator().manual_seed(trial), greedy=False)
+        assert (greedy.path, greedy.token, greedy.kind) == (sampled.path, sampled.token, sampled.kind)
+        assert [n.fate for n in greedy.nodes] == [n.fate for n in sampled.nodes], trial
+        paths.add(greedy.path)
+    assert reached == {ACCEPTED, REJECTED, UNREACHED} and len(paths) >= 4  # the trials vary
 
 
 def test_sampled_walk_marks_tried_refused_and_untried_children():
