@@ -222,8 +222,8 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
         if len(rounds) < 2:  # like the live proposer: two rounds of min(4, k) measure the costs
             k = max(0, min(4, budget))
         else:
-            k, stop = 0, rule.stopper()
-            for k in range(1, budget + 1):
+            k, stop = 0, rule.stopper()  # drafts past the output (a run that ended at EOS) are
+            for k in range(1, min(budget, len(rec.confidences) - pos) + 1):  # not recorded
                 if stop(rec.confidences[pos + k - 1]):
                     break
         r = _round(rec, pos, k, lookup)

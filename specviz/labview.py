@@ -9,7 +9,7 @@ import torch
 
 from . import explorer, lab, profiles
 from .figures import BASE, SPEC, THEORY, _layout
-from .lm import input_rows
+from .lm import CachedLM, input_rows, output_rows
 from .render import to_html
 from .sampling import SamplingParams, process
 from .untrusted import gc_paused
@@ -33,7 +33,8 @@ def example() -> tuple[torch.Tensor, torch.Tensor, list[str], int]:
 @torch.inference_mode()
 def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_prompt_tokens: int | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, list[str], int, str]:
-    """p and q at the first drafted position of a round of the last run (one pass per model).
+    """p and q at the first drafted position of a round of the last run (each model reads the
+    round's context as the engine does: CachedLM, a long one in a prompt read).
 
     Only with the pair that made the trace (same target, draft and dtype), a prefix of at most
     max_tokens (prompt plus earlier rounds; the prompt at most max_prompt_tokens) and ids the pair
@@ -95,8 +96,9 @@ def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_promp
     top_p = number(s, "top_p", 1.0, 1e-9, 1.0)
     temperature = float(run_temperature) or 1.0
     params = SamplingParams(temperature, int(top_k), float(top_p))
-    ids = torch.tensor([prefix], device=pair.device)  # [1, prefix]
-    logits_p = pair.target(input_ids=ids, logits_to_keep=1).logits[0, -1, : pair.vocab_size]  # [vocab]
+    # the context read as the engine reads it (CachedLM: a long one's prompt read, the target's
+    # refined head), so p and q are the run's, and a 2,048-token context costs what a run's does
+    logits_p = CachedLM(pair.target, pair.vocab_size, refine=pair.refine).forward(prefix)[0]  # [vocab]
     p = process(logits_p, params).double().cpu()  # [vocab]
     if one_hot_q:
         q = torch.zeros_like(p)
@@ -105,7 +107,8 @@ def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_promp
         if max(prefix) >= input_rows(pair.draft):
             raise ValueError("the draft cannot read this round's context (an id past its vocabulary): "
                              "it drafted nothing there; pick another round")
-        logits_q = pair.draft(input_ids=ids, logits_to_keep=1).logits[0, -1, : pair.vocab_size]  # [<=vocab]
+        rows = min(pair.vocab_size, output_rows(pair.draft))
+        logits_q = CachedLM(pair.draft, rows, refine=False).forward(prefix)[0]  # [<=vocab]
         q = process(logits_q, params).double().cpu()  # ids the draft cannot produce get q = 0:
         q = torch.nn.functional.pad(q, (0, pair.vocab_size - len(q)))  # [vocab]
     note = (f"round {round_number}, draft position 1, temperature {temperature:g}"

@@ -54,7 +54,9 @@ def process(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         sorted_probs = sorted_logits.softmax(-1)
         mass_before = sorted_probs.cumsum(-1) - sorted_probs  # [..., vocab]
-        drop = mass_before >= params.top_p  # the first token is never dropped
+        drop = mass_before >= params.top_p  # [..., vocab]
+        drop[..., 0] = False  # the first token is never dropped (a top_p below float32's
+        # smallest number, say 1e-300, compares as 0 with the first token's mass before it, 0)
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     return logits.softmax(-1)
 

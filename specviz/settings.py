@@ -274,6 +274,12 @@ def _text(name: str, value, limit: int) -> str:
         raise ValueError(f"{name} must be text, got {clip(type(value).__name__)}")
     if len(value) > limit:
         raise ValueError(f"{name} has {len(value)} characters; this deployment allows {limit}: shorten it")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no tokenizer takes it
+            raise ValueError(f"{name} holds a lone surrogate (a half of a UTF-16 pair, not text): "
+                             "retype or paste it again") from None
     return value
 
 

@@ -211,6 +211,15 @@ def test_chain_and_baseline_rounds_measure_the_targets_verify_line(pair, monkeyp
     assert (list(line.drafted), list(line.alone)) == before
 
 
+@pytest.mark.parametrize("proposer", ["draft", "tree", "ngram"])
+def test_a_top_p_below_float32s_smallest_number_samples_the_top_token_only(pair, proposer):
+    """top_p = 1e-300 keeps one token a position (the most likely): sampling then follows the
+    greedy run token for token, where it used to leave no token at all and fail."""
+    greedy = tokens(run(pair, proposer=proposer, k=3, max_new_tokens=16))
+    sampled = run(pair, proposer=proposer, k=3, max_new_tokens=16, temperature=1.0, top_p=1e-300)
+    assert tokens(sampled) == greedy
+
+
 def test_draft_proposer_needs_a_draft_model(pair):
     alone = Pair(pair.target, pair.tokenizer)
     with pytest.raises(ValueError, match="needs a draft model"):

@@ -140,6 +140,20 @@ def test_adaptive_replay_prices_a_draft_by_the_runs_verify_line():
     assert [r.k for r in explorer.replay_adaptive(flat, 16).rounds[:3]] == [4, 4, 13]
 
 
+def test_adaptive_replay_of_a_run_that_ended_at_eos_drafts_only_what_was_recorded():
+    """A run that stopped at EOS after 20 of its 64 tokens holds 20 confidences; confident ones
+    let the rule draft on past them, where the replay has nothing to read: it stops there."""
+    output = list(range(100, 120))
+    rec = explorer.Recording("draft", [1, 2, 3], output, guesses=list(output), draft_pass_seconds=0.01,
+                             target_pass_seconds=0.2, max_new_tokens=64, confidences=[0.99] * 20,
+                             verify_line=(0.2, 0.0))
+    rep = explorer.replay_adaptive(rec, 16)
+    # rounds 1 and 2 draft 4 (5 tokens each); round 3's rule (bar R * C_D = 5 / 0.24 * 0.01 =
+    # 0.21, each 0.99 draft kept at about 0.99) would draft all 16 it may: the 10 recorded
+    assert [r.k for r in rep.rounds] == [4, 4, 10] and all(r.accepted == r.k for r in rep.rounds)
+    assert sum(r.committed for r in rep.rounds) == 20
+
+
 def test_the_recording_prices_each_round_at_the_width_it_verifies(pair):
     import dataclasses
 

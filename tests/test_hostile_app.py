@@ -113,6 +113,18 @@ def test_settings_from_turns_any_hostile_value_into_a_message_naming_the_fix(fie
         settings_from(values, limits).check(limits, {"tiny"} | set(presets.BY_KEY))
 
 
+def test_a_prompt_with_a_lone_surrogate_is_refused_with_the_fix(demo):
+    """Python's JSON reads "\\ud800" into a string no tokenizer takes: refused at the settings, in a
+    message, not a TypeError from the tokenizer."""
+    values = dict(zip(FIELDS, args(prompt="abc\ud800def"), strict=True))
+    with pytest.raises(ValueError, match="prompt holds a lone surrogate"):
+        settings_from(values, Limits()).check(Limits(), {"tiny"})
+    for chat in (False, True):
+        stream = raw_call(demo, "run", args(prompt="abc\ud800def", chat=chat))
+        assert "event: error" in stream and "lone surrogate" in stream, stream
+    assert "lone surrogate" not in raw_call(demo, "run", args(prompt="abc \U0001f600 def", max_new_tokens=2))
+
+
 def test_every_model_endpoint_gives_a_clean_error_for_hostile_values_and_keeps_serving(demo):
     from gradio_client.exceptions import AppError
 

@@ -19,6 +19,10 @@ def test_temperature_top_k_top_p_exact():
                           torch.tensor([0.625, 0.375, 0, 0]))
     assert torch.allclose(process(logits, SamplingParams(1.0, top_p=0.81)),
                           torch.tensor([0.5, 0.3, 0.15, 0]) / 0.95)
+    # a top_p below float32's smallest number (1e-300 reads as 0 there) still keeps the top token
+    assert torch.equal(process(logits, SamplingParams(1.0, top_p=1e-300)), torch.tensor([1.0, 0, 0, 0]))
+    assert torch.equal(process(logits.expand(3, 4), SamplingParams(1.0, top_p=1e-46)),
+                       torch.tensor([[1.0, 0, 0, 0]] * 3))
     half = process(logits, SamplingParams(0.5))
     assert torch.allclose(half, torch.tensor([0.25, 0.09, 0.0225, 0.0025]) / 0.365)
 
