@@ -99,7 +99,8 @@ class VerifyCost:
             self.rounds += 1
         else:
             self.alone.append(seconds)
-        a0 = fmean(self.alone) if self.alone else None
+        a0 = fmean(self.alone) if self.alone else 0.0
+        a0 = a0 if a0 > 0 else None  # the one-token pass, where its rounds measured any time
         ns, ts = [float(n) for n, _ in self.drafted], [t for _, t in self.drafted]
         line = fit_spread(ns, ts)
         if line is not None:  # the drafted rounds' own line: b, and a + s

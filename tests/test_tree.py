@@ -260,6 +260,10 @@ def test_a_line_through_the_target_alone_and_one_chain_size_holds_until_drafts_s
     for n in (2, 6) * 3:
         bare.observe(n, 0.6 + 0.02 * n)
     assert bare.pieced and bare.fit() == pytest.approx((0.4, 0.02)) and bare.step == 0.5
+    # one-token rounds that measured no time say nothing about the step
+    for _ in range(3):
+        bare.observe(0, 0.0)
+    assert bare.step == 0.5 and bare.slope() == pytest.approx(0.05)
 
 
 def test_an_unmeasured_verify_cost_alternates_two_small_sizes_then_lifts_the_cap(pair):
