@@ -74,13 +74,14 @@ class NgramProposer:
     length n, how often the first proposed token is kept (a_1, prior 1/2), and how often a token
     after a kept one is kept (a_c, prior 4/5: copies come in runs). It proposes token j while
     P(first j kept) = a_1 * a_c^(j-1) > R * slope, R being the run's tokens per unit of
-    target-pass cost so far; the first token also carries the step, R * (step + slope). The first
-    token is proposed while it may still pay: while a_1 one posterior standard deviation up clears
-    its bar, so a match length with a short record is still tried, and one whose record says its
-    first token is rarely kept (short matches in prose, where verifying costs half a pass)
-    proposes nothing and lets the target go alone. Deterministic: it counts costs in passes, not
-    seconds, and its prices are fixed for the run, so the k explorer replays it exactly
-    (Recording.ngram_slope, Recording.ngram_step).
+    target-pass cost so far. The first token is proposed while it may still pay: while a_1 one
+    posterior standard deviation up clears the bar, so a match length with a short record is
+    still tried, and one whose record says its first token is rarely kept (short matches in
+    prose, where verifying costs half a pass) proposes nothing and lets the target go alone. The
+    step is paid once a round, so the proposal as a whole must pay for it: it stands only while
+    the tokens it is expected to keep (with a_1 one sd up) exceed R * (step + slope * length).
+    Deterministic: it counts costs in passes, not seconds, and its prices are fixed for the run,
+    so the k explorer replays it exactly (Recording.ngram_slope, Recording.ngram_step).
     """
 
     name = "ngram"
@@ -171,10 +172,14 @@ class NgramProposer:
         a_later = (self.later[0] + 4) / (self.later[1] + 5)
         rate = (self.tokens + 2) / (self.cost + 2)  # R: tokens per one-token pass's cost
         bar = rate * self.slope
-        length, sure = (1, a_first) if tokens and hope > rate * (self.step + self.slope) else (0, 1.0)
+        length, sure = (1, a_first) if tokens and hope > bar else (0, 1.0)
         while 0 < length < len(tokens) and sure * a_later > bar:
             sure *= a_later
             length += 1
+        # the step is paid once a round: the whole proposal must buy more than all it costs
+        expected = hope * sum(a_later ** j for j in range(length))  # tokens kept, one sd up
+        if length and expected <= rate * (self.step + self.slope * length):
+            length = 0
         tokens = tokens[:length]
         self.last = (list(ids), list(tokens), n, at)
         return tokens

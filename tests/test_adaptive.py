@@ -155,29 +155,38 @@ def test_ngram_proposes_only_what_its_record_says_will_pay():
     assert shy.proposal(ids, 8) == [1]
 
 
-def test_ngram_prices_the_step_to_a_drafted_pass_on_its_first_token():
-    """float32 on oneDNN here: a pass that verifies any draft costs 1.7 one-token passes
-    (step 0.7), each drafted token 0.05 more. The first proposed token must clear R * (step +
-    slope), the later ones R * slope, and a round that proposes anything costs the step."""
+def test_ngram_proposals_pay_for_the_step_to_a_drafted_pass_as_a_whole():
+    """float32 on oneDNN on an AVX2 CPU: a pass that verifies any draft costs 1.7 one-token
+    passes (step 0.7), each drafted token 0.05 more. Tokens are proposed while each pays its own
+    0.05, and the proposal stands only if what it is expected to keep pays for the step too; a
+    round that proposes anything costs the step."""
     from specviz.proposers import NgramProposer
 
     ids = [5, 1, 2, 3, 4, 6, 7, 8, 9, 10, 5]
-    # fresh: R = 2 / 2 = 1; the first token's hope 1/2 + sqrt(1/4 / 3) = 0.789 > 0.75, and then
-    # 0.5 * 0.8^j > 0.05 for every j <= 8: all 8 followers
+    # fresh: R = 2 / 2 = 1; hope 1/2 + sqrt(1/4 / 3) = 0.789, then 0.5 * 0.8^j > 0.05 for every
+    # j <= 8: all 8, expected 0.789 * (1 - 0.8^8) / 0.2 = 3.28 kept > 0.7 + 8 * 0.05 = 1.1
     flat = NgramProposer(3, slope=0.05, step=0.7)
     assert flat.proposal(ids, 8) == [1, 2, 3, 4, 6, 7, 8, 9]
     flat.proposal(ids + [1, 2, 42], 8)  # kept 1 and 2: 3 tokens for 1 + 0.7 + 8 * 0.05 passes
     assert flat.tokens == 3.0 and flat.cost == pytest.approx(2.1)
-    # 2 of 4 one-token matches kept: hope 1/2 + sqrt(1/4 / 7) = 0.689 pays for a token at 0.05
-    # but not for the step too (0.75): the target goes alone, at one pass's cost
+    # 2 of 4 one-token matches kept, one token to propose: hope 1/2 + sqrt(1/4 / 7) = 0.689
+    # pays for the token (0.05) but not with the step (0.75): the target goes alone, one pass
     shy = NgramProposer(3, slope=0.05, step=0.7)
     shy.first = {1: [2.0, 4.0]}
-    assert shy.proposal(ids, 8) == []
-    shy.proposal(ids + [9], 8)
+    assert shy.proposal(ids, 1) == []
+    shy.proposal(ids + [1], 1)
     assert (shy.tokens, shy.cost) == (1.0, 1.0)
+    # with 8 to propose the same record pays: 0.689 * 4.16 = 2.87 > 1.1 (R = 3 / 3 = 1)
+    shy.first = {1: [2.0, 4.0]}
+    assert shy.proposal(ids, 8) == [1, 2, 3, 4, 6, 7, 8, 9]
+    # 0 of 10 kept: a_1 = 1/12, hope 0.160; 1/12 * 0.8^j > 0.05 for j <= 2: three tokens,
+    # expected 0.160 * 2.44 = 0.39 < 0.7 + 3 * 0.05: nothing; without a step, all three
+    burnt = NgramProposer(3, slope=0.05, step=0.7)
+    burnt.first = {1: [0.0, 10.0]}
+    assert burnt.proposal(ids, 8) == []
     unstepped = NgramProposer(3, slope=0.05)
-    unstepped.first = {1: [2.0, 4.0]}
-    assert unstepped.proposal(ids, 8) == [1, 2, 3, 4, 6, 7, 8, 9]
+    unstepped.first = {1: [0.0, 10.0]}
+    assert unstepped.proposal(ids, 8) == [1, 2, 3]
 
 
 def test_ngram_keeps_copying_where_the_last_kept_copy_left_off():
