@@ -20,7 +20,7 @@ import time
 
 from . import quant
 from .lm import CachedLM
-from .verifycost import VERIFY_SLOPE, fit_line
+from .verifycost import VERIFY_SLOPE, fit_line, split_step
 
 CONTEXT = "def merge_sorted(a, b):\n    out = []\n    i = j = 0\n    while i < len(a) and j < len(b):\n"
 VERIFIED = (1, 2, 3, 5, 9, 17, 33, 65)  # tokens a target pass verifies: 1 + k, or 1 + a tree's nodes
@@ -83,9 +83,10 @@ def verify_fit(target_ms: dict) -> dict:
     drafted = [(x, y) for x, y in points if x >= 1]
     if points[0][0] == 0 and len(drafted) >= 2:
         wide = fit_line([x for x, _ in drafted], [y for _, y in drafted])
-        one = points[0][1]
-        if wide is not None and one > 0:
-            out.update(step=max(0.0, wide[0] - one) / one, drafted_slope=wide[1] / one)
+        pieces = split_step(wide, points[0][1]) if wide is not None else None
+        if pieces is not None:
+            a1, s, b1 = pieces
+            out.update(step=s / a1, drafted_slope=b1 / a1)
     return out
 
 

@@ -10,7 +10,7 @@ from itertools import accumulate
 from .engine import RoundEvent
 from .theory import expected_tokens_per_pass
 from .tree import REJECTED
-from .verifycost import fit_spread
+from .verifycost import fit_spread, split_step
 
 
 @dataclass(frozen=True)
@@ -244,8 +244,8 @@ def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, fl
     drafted = [(float(n), t) for n, t in rounds if n]
     alone = [t for n, t in rounds if not n]
     line = fit_spread([n for n, _ in drafted], [t for _, t in drafted])
-    if line is not None and alone and sum(alone) > 0:
-        t0 = sum(alone) / len(alone)
-        return t0, max(0.0, line[0] - t0), line[1]
+    pieces = split_step(line, sum(alone) / len(alone)) if line is not None and alone else None
+    if pieces is not None:
+        return pieces
     line = fit_spread([float(n) for n, _ in rounds], [t for _, t in rounds])
     return None if line is None else (line[0], 0.0, line[1])

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 from . import presets
 from .engine import PROPOSERS
 from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
+from .untrusted import is_utf8
 
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 UI_MAX_K = 16
@@ -274,12 +275,9 @@ def _text(name: str, value, limit: int) -> str:
         raise ValueError(f"{name} must be text, got {clip(type(value).__name__)}")
     if len(value) > limit:
         raise ValueError(f"{name} has {len(value)} characters; this deployment allows {limit}: shorten it")
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate: no tokenizer takes it
-            raise ValueError(f"{name} holds a lone surrogate (a half of a UTF-16 pair, not text): "
-                             "retype or paste it again") from None
+    if not is_utf8(value):  # a lone surrogate: no tokenizer takes it
+        raise ValueError(f"{name} holds a lone surrogate (a half of a UTF-16 pair, not text): "
+                         "retype or paste it again")
     return value
 
 

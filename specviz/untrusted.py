@@ -45,12 +45,20 @@ def number(v, where: str, lo: float, hi: float) -> float:
     return float(v)
 
 
+def is_utf8(s: str) -> bool:
+    """s encodes as UTF-8: it holds no lone surrogate (JSON's "\\ud800" reads into one)."""
+    if s.isascii():
+        return True
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _utf8(s: str, where: str) -> None:
-    if not s.isascii():
-        try:
-            s.encode("utf-8")
-        except UnicodeEncodeError:
-            fail(where, "holds a lone surrogate (not UTF-8 text)")
+    if not is_utf8(s):
+        fail(where, "holds a lone surrogate (not UTF-8 text)")
 
 
 def text(v, where: str, cap: int, null: bool = False, printable: bool = False) -> str | None:

@@ -32,6 +32,14 @@ def fit_line(xs: list[float], ts: list[float]) -> tuple[float, float] | None:
     return (a, b) if a > 0 else None
 
 
+def split_step(line: tuple[float, float], one_token: float) -> tuple[float, float, float] | None:
+    """(a, s, b) in seconds: a drafted rounds' line (its intercept a + s, its slope b) split at the
+    one-token pass a, the step s at least 0; None where the one-token pass measured no time."""
+    if one_token <= 0:
+        return None
+    return one_token, max(0.0, line[0] - one_token), line[1]
+
+
 MIN_ROUNDS, MIN_SPREAD = 3, 4  # a line needs this many rounds at each end of this span of sizes
 
 
@@ -99,20 +107,22 @@ class VerifyCost:
             self.rounds += 1
         else:
             self.alone.append(seconds)
-        a0 = fmean(self.alone) if self.alone else 0.0
-        a0 = a0 if a0 > 0 else None  # the one-token pass, where its rounds measured any time
+        a0 = fmean(self.alone) if self.alone else 0.0  # the one-token pass
         ns, ts = [float(n) for n, _ in self.drafted], [t for _, t in self.drafted]
         line = fit_spread(ns, ts)
         if line is not None:  # the drafted rounds' own line: b, and a + s
-            a1, b = line
-            a = a0 if a0 is not None else a1 / (1 + self.step)
-            if a0 is not None:
-                self.step = max(0.0, a1 - a0) / a0
+            pieces = split_step(line, a0)
+            if pieces is not None:
+                a, s, b = pieces
+                self.step = s / a
+            else:  # no one-token time measured: a from the step as last measured
+                a, b = line[0] / (1 + self.step), line[1]
             self.fitted, self.pieced = b / a, True
         elif self.pieced:  # the slope holds; the step from the rounds at hand
-            if a0 is not None and ts:
-                b = self.fitted * a0
-                self.step = max(0.0, fmean([t - b * n for n, t in self.drafted]) - a0) / a0
+            b = self.fitted * a0
+            pieces = split_step((fmean([t - b * n for n, t in self.drafted]), b), a0) if ts else None
+            if pieces is not None:
+                self.step = pieces[1] / a0
         else:
             line = fit_spread([0.0] * len(self.alone) + ns, list(self.alone) + ts)
             if line is not None:
