@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz import gpucheck, profiles
+from specviz import gpucheck, gpumeasure, profiles
 from specviz.lm import CachedLM
 
 ROOT = Path(__file__).parent.parent
@@ -162,8 +162,8 @@ def test_random_model_is_the_architecture_with_seeded_weights():
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_config(tiny())
-    a = gpucheck.random_model(tiny(), "cpu", torch.float32, seed=1)
-    b = gpucheck.random_model(tiny(), "cpu", torch.float32, seed=1)
+    a = gpumeasure.random_model(tiny(), "cpu", torch.float32, seed=1)
+    b = gpumeasure.random_model(tiny(), "cpu", torch.float32, seed=1)
     assert {n: p.shape for n, p in a.named_parameters()} == {n: p.shape for n, p in ref.named_parameters()}
     for (name, buf), (_, want) in zip(a.named_buffers(), ref.named_buffers(), strict=True):
         assert torch.equal(buf, want), name  # rotary frequencies rebuilt, not left empty
@@ -174,19 +174,19 @@ def test_random_model_is_the_architecture_with_seeded_weights():
 
 
 def test_quick_configs_shrink_widths_but_keep_depths():
-    for role in gpucheck.ROLES:
-        full, small = gpucheck.config(role, False), gpucheck.config(role, True)
+    for role in gpumeasure.ROLES:
+        full, small = gpumeasure.config(role, False), gpumeasure.config(role, True)
         assert small.num_hidden_layers == full.num_hidden_layers in (24, 28)
         assert small.hidden_size == 64 < full.hidden_size and small.vocab_size == 4096
 
 
 @torch.inference_mode()
 def test_verify_rounds_reproduce_greedy_through_rejections():
-    model = gpucheck.random_model(tiny(), "cpu", torch.float32, seed=2)
+    model = gpumeasure.random_model(tiny(), "cpu", torch.float32, seed=2)
     prompt = [5, 6, 7, 8]
-    reference, _ = gpucheck.greedy(CachedLM(model, 300), prompt, 15)
+    reference, _ = gpumeasure.greedy(CachedLM(model, 300), prompt, 15)
     lm = CachedLM(model, 300)
-    assert gpucheck.verify_rounds(lm, prompt, reference, 3) == reference
+    assert gpumeasure.verify_rounds(lm, prompt, reference, 3) == reference
     assert lm.passes < 15  # several tokens a pass: drafts were kept
 
 
@@ -203,11 +203,11 @@ def test_preflight_refuses_a_transformers_that_drops_the_cache(monkeypatch):
     """transformers 5.17 silently ignores the forward argument `cache=`: simulated here."""
     from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 
-    gpucheck.preflight("cpu")  # this transformers: fine
+    gpumeasure.preflight("cpu")  # this transformers: fine
     forward = Qwen2Model.forward
     monkeypatch.setattr(Qwen2Model, "forward", lambda self, *a, cache=None, **kw: forward(self, *a, **kw))
     with pytest.raises(ValueError, match="dynamic cache fails with transformers"):
-        gpucheck.preflight("cpu")
+        gpumeasure.preflight("cpu")
 
 
 def test_a_goal_without_its_measured_width_is_not_judged():
