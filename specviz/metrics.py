@@ -82,19 +82,22 @@ class RunStats:
 
     @property
     def fixed_k(self) -> int | None:
-        """k when every round drafted it but those the token budget cut (a chain run: once fewer
-        than k + 1 tokens are left, each round drafts what is left less one) or the last; None
-        when the rounds chose their own lengths (n-gram, adaptive, hybrid)."""
+        """k when every round drafted it but those the token budget cut, and the last; None when
+        the rounds chose their own lengths (n-gram, adaptive, hybrid). Once fewer than k + 1
+        tokens are left, a chain round drafts what is left less one, so its cut rounds are the
+        run's tail (the last round aside) and each names the same budget, position + k + 1: the
+        end of a run that stopped on it, or past an EOS that came first."""
         if not self.k:
             return None
-        last = self.events[-1]
-        left = last.position + len(last.new_tokens)  # the budget, when the run stopped on it
-
-        def cut(e: RoundEvent) -> bool:
-            # "eos": the engine names EOS before the budget when both end the run on one token
-            return last.stop in ("length", "eos") and e.k == left - e.position - 1
-
-        return self.k if all(e.k == self.k or cut(e) for e in self.events[:-1]) else None
+        last, rounds = self.events[-1], self.events[:-1]
+        first = next((i for i, e in enumerate(rounds) if e.k != self.k), len(rounds))
+        cut = rounds[first:]
+        if not cut:
+            return self.k
+        budgets = {e.position + e.k + 1 for e in cut}
+        end = last.position + len(last.new_tokens)
+        ended = last.stop == "length" and budgets == {end} or last.stop == "eos" and min(budgets) >= end
+        return self.k if len(budgets) == 1 and all(e.k < self.k for e in cut) and ended else None
 
     @property
     def acceptance_by_position(self) -> list[float | None]:

@@ -183,3 +183,21 @@ def test_a_run_of_varying_k_is_plotted_at_its_mean_k():
     assert RunStats.of(tail[:-1] + (dataclasses.replace(tail[-1], stop="eos"),)).fixed_k == 4
     assert RunStats.of(tail).fixed_k is None  # the run goes on: those short rounds were chosen
     assert spec.fixed_k is None and run([]).fixed_k is None
+
+
+def test_a_budget_cut_chain_that_ends_on_eos_before_the_budget_is_still_fixed_k():
+    import dataclasses
+
+    def ended(pattern, stop):
+        events = run(pattern).events
+        return RunStats.of(events[:-1] + (dataclasses.replace(events[-1], stop=stop),))
+
+    # a budget of 10: positions 6 and 7 draft 10 - 6 - 1 = 3 and 2; EOS at position 8 ends it at 9
+    assert ended([(4, 4), (4, 0), (3, 0), (2, 0), (1, 0)], "eos").fixed_k == 4
+    # the cut rounds name different budgets (6 + 2 + 1 = 9, 7 + 2 + 1 = 10): chosen lengths
+    assert ended([(4, 4), (4, 0), (2, 0), (2, 0), (1, 0)], "eos").fixed_k is None
+    # a full round after a short one: the short one was chosen, not cut
+    assert ended([(4, 4), (2, 0), (4, 0), (1, 0)], "eos").fixed_k is None
+    # stopped on the budget: the cut rounds' budget is where the run ended (10, not 9)
+    assert ended([(4, 4), (4, 0), (3, 0), (2, 0), (1, 0)], "length").fixed_k is None
+    assert ended([(4, 4), (4, 0), (3, 0), (2, 0), (1, 1)], "length").fixed_k == 4
