@@ -87,17 +87,20 @@ class RunStats:
         tokens are left, a chain round drafts what is left less one, so its cut rounds are the
         run's tail (the last round aside) and each names the same budget, position + k + 1: the
         end of a run that stopped on it, or past an EOS that came first."""
-        if not self.k:
-            return None
+        if not self.k or len({e.source for e in self.events} - {"draft"}) > 0:
+            return None  # the chain's drafter is "draft"; adaptive, n-gram and a hybrid's mix choose
         last, rounds = self.events[-1], self.events[:-1]
         first = next((i for i, e in enumerate(rounds) if e.k != self.k), len(rounds))
         cut = rounds[first:]
         if not cut:
             return self.k
         budgets = {e.position + e.k + 1 for e in cut}
+        if len(budgets) != 1 or any(e.k == self.k for e in cut):
+            return None
+        (budget,) = budgets
         end = last.position + len(last.new_tokens)
-        ended = last.stop == "length" and budgets == {end} or last.stop == "eos" and min(budgets) >= end
-        return self.k if len(budgets) == 1 and all(e.k < self.k for e in cut) and ended else None
+        ended = last.stop == "length" and budget == end or last.stop == "eos" and budget >= end
+        return self.k if ended and last.k == min(self.k, budget - last.position - 1) else None
 
     @property
     def acceptance_by_position(self) -> list[float | None]:

@@ -201,3 +201,17 @@ def test_a_budget_cut_chain_that_ends_on_eos_before_the_budget_is_still_fixed_k(
     # stopped on the budget: the cut rounds' budget is where the run ended (10, not 9)
     assert ended([(4, 4), (4, 0), (3, 0), (2, 0), (1, 0)], "length").fixed_k is None
     assert ended([(4, 4), (4, 0), (3, 0), (2, 0), (1, 1)], "length").fixed_k == 4
+    # the last round must draft what the budget left it: 24 - 19 - 1 = 4, not 3
+    assert ended([(8, 8), (8, 8), (5, 0), (3, 0)], "eos").fixed_k is None
+
+
+def test_rounds_from_a_drafter_that_chooses_its_lengths_are_never_fixed_k():
+    import dataclasses
+
+    events = run([(8, 8), (8, 8), (5, 0), (4, 0)]).events  # shaped like a budget of 24 cut it
+    chain = events[:-1] + (dataclasses.replace(events[-1], stop="eos"),)
+    assert RunStats.of(chain).fixed_k == 8
+    for source in ("ngram", "adaptive"):
+        assert RunStats.of([dataclasses.replace(e, source=source) for e in chain]).fixed_k is None
+    mixed = (dataclasses.replace(chain[0], source="ngram"),) + chain[1:]  # a hybrid's rounds
+    assert RunStats.of(mixed).fixed_k is None
