@@ -4,7 +4,8 @@ their depth (issue 13's goals), the projection onto a cost profile, and the tabl
 them (text, markdown, a plotly page). Pure arithmetic on bench.Record rows: no model runs here.
 
 Method names: `specviz:<drafter>-<k>`, `specviz:tree-<depth>[-n<nodes>][-b<branching>]`,
-`hf:<kind>-<k>`; see bench.methods.
+`hf:<kind>-<k>`, and `specviz:none-plainhead`, `specviz:draft-4-plainhead` (the target's head
+left in its own dtype: a family of its own); see bench.methods.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ TREE_NAME = re.compile(r"specviz:tree-(\d+)(?:-n(\d+))?(?:-b(\d+))?")
 # Issue 13: at depth 4 a tree reaches >= 1.1x the chain's tokens per target pass (k=4) in every
 # prompt class, and >= 0.95x its tokens per second at the same depth.
 TREE_GOALS = {"depth": 4, "tokens_per_pass": 1.1, "tokens_per_second": 0.95}
+ALONE = ("specviz:none", "specviz:none-plainhead", "hf:target")  # each family's target alone
 
 
 def tree_method(name: str) -> tuple[int, int | None, int] | None:
@@ -57,6 +59,12 @@ def pooled_alpha(rs) -> float | None:
         return statistics.fmean(r.alpha for r in rs)
     tested = sum(r.accepted + r.rejections for r in rs)
     return sum(r.accepted for r in rs) / tested if tested else None
+
+
+def baselines(records: list[Record]) -> dict[str, str]:
+    """{method: its family's target alone}, for the methods whose family's target alone ran."""
+    alone = {r.family: r.method for r in records if r.method in ALONE}
+    return {r.method: alone[r.family] for r in records if r.family in alone}
 
 
 def summarize(records: list[Record]) -> dict:
@@ -92,8 +100,9 @@ def summarize(records: list[Record]) -> dict:
                 row |= {"nodes_per_round": nodes / sum(r.target_passes for r in rs),
                         "accepted_per_node": sum(r.accepted for r in rs) / nodes if nodes else 0.0}
             out[method][cls] = row
+    bases = baselines(records)
     for method, rows in out.items():
-        base = out.get("specviz:none" if method.startswith("specviz") else "hf:target", {})
+        base = out.get(bases.get(method), {})
         for cls, row in rows.items():
             if cls in base:
                 row["speedup"] = row["tokens_per_second"] / base[cls]["tokens_per_second"]
@@ -102,7 +111,8 @@ def summarize(records: list[Record]) -> dict:
             if method == "specviz:none" and cls in out.get("hf:target", {}):
                 row["vs_transformers"] = row["tokens_per_second"] / out["hf:target"][cls]["tokens_per_second"]
                 continue
-            twins = [out[t][cls]["speedup"] for t in counterparts(method, out) if cls in out[t]]
+            twins = [out[t][cls]["speedup"] for t in counterparts(method, out)
+                     if "speedup" in out[t].get(cls, {})]  # none where hf:target did not run
             if twins and "speedup" in row:
                 row["vs_transformers"] = row["speedup"] / max(twins)
     return out
@@ -113,8 +123,9 @@ def counterparts(method: str, out: dict) -> list[str]:
 
     draft-k: assisted generation at the same k with the draft as loaded (what a transformers
     user runs); ngram: prompt lookup; hybrid and adaptive: the better of assisted (any k) and
-    prompt lookup.
+    prompt lookup. A plain-head method: the same as its refined-head twin.
     """
+    method = method.removesuffix("-plainhead")
     if method.startswith("specviz:draft-"):
         return [m for m in ["hf:assisted-" + method.rsplit("-", 1)[1]] if m in out]
     if tree_method(method):
@@ -314,8 +325,9 @@ def projected(records: list[Record], profile: profiles.Profile) -> dict:
                 continue
             rows[path] = {"seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0}
         out[method] = rows
+    bases = baselines(records)
     for method, rows in out.items():
-        base = out.get("specviz:none" if method.startswith("specviz") else "hf:target", {})
+        base = out.get(bases.get(method), {})
         for path, row in rows.items():
             if path in base and base[path]["tokens_per_second"]:
                 row["speedup"] = row["tokens_per_second"] / base[path]["tokens_per_second"]

@@ -19,16 +19,27 @@ import statistics
 import time
 
 from . import quant
-from .lm import CachedLM
+from .lm import CachedLM, output_rows
 from .verifycost import VERIFY_SLOPE, fit_line, split_step
 
 CONTEXT = "def merge_sorted(a, b):\n    out = []\n    i = j = 0\n    while i < len(a) and j < len(b):\n"
 VERIFIED = (1, 2, 3, 5, 9, 17, 33, 65)  # tokens a target pass verifies: 1 + k, or 1 + a tree's nodes
 
 
-def pass_seconds(model, vocab_size: int, ids: list[int], tokens: int, repeats: int) -> float:
-    """Median seconds of a pass feeding `tokens` new tokens after a cached `ids`."""
-    lm = CachedLM(model, vocab_size)
+def engine_lm(model, vocab_size: int, refine: bool | None) -> CachedLM:
+    """The CachedLM the engine runs model through: the target's, with the pair's head refinement
+    (refine True or False), or a drafter's (refine None: no refinement, over the rows its head has,
+    as proposers.ModelProposer and treedraft.TreeProposer run it)."""
+    if refine is None:
+        return CachedLM(model, min(vocab_size, output_rows(model)), refine=False)
+    return CachedLM(model, vocab_size, refine=refine)
+
+
+def pass_seconds(model, vocab_size: int, ids: list[int], tokens: int, repeats: int,
+                 refine: bool | None = True) -> float:
+    """Median seconds of a pass feeding `tokens` new tokens after a cached `ids`, with model run
+    as engine_lm(refine) runs it."""
+    lm = engine_lm(model, vocab_size, refine)
     lm.forward(ids)
     times = []
     for r in range(repeats + 1):  # the first pass warms up
@@ -39,10 +50,11 @@ def pass_seconds(model, vocab_size: int, ids: list[int], tokens: int, repeats: i
     return statistics.median(times[1:])
 
 
-def profile_table(model, vocab_size: int, ids: list[int], rows: int = 6) -> str:
+def profile_table(model, vocab_size: int, ids: list[int], rows: int = 6, refine: bool | None = None) -> str:
+    """torch.profiler's table of five passes, by default as the engine's drafter runs them."""
     from torch.profiler import ProfilerActivity, profile
 
-    lm = CachedLM(model, vocab_size)
+    lm = engine_lm(model, vocab_size, refine)
     lm.forward(ids)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for t in range(5):
@@ -54,13 +66,14 @@ def measure(pair, repeats: int = 10, draft_formats=("none", "int8", "int4")) -> 
     ids = pair.encode(CONTEXT)
     out: dict = {"target_ms": {}, "draft_ms": {}}
     for n in VERIFIED:
-        out["target_ms"][n] = 1e3 * pass_seconds(pair.target, pair.vocab_size, ids, n, max(3, repeats // 3))
+        out["target_ms"][n] = 1e3 * pass_seconds(pair.target, pair.vocab_size, ids, n, max(3, repeats // 3),
+                                               refine=pair.refine)
     if pair.draft is not None:
         for fmt in draft_formats:
             draft = copy.deepcopy(pair.draft)
             if fmt != "none" and not quant.apply(draft, fmt):
                 continue  # auto on a device the quantized kernels do not serve
-            out["draft_ms"][fmt] = 1e3 * pass_seconds(draft, pair.vocab_size, ids, 1, repeats)
+            out["draft_ms"][fmt] = 1e3 * pass_seconds(draft, pair.vocab_size, ids, 1, repeats, refine=None)
     return out
 
 

@@ -70,6 +70,51 @@ def test_runs_without_their_target_alone_say_not_compared_instead_of_zero_matche
     assert "not compared (its target alone did not run) |" in text and "| 0/1 |" not in text
 
 
+META = {"machine": bench.machine(), "target": "t", "draft": "d", "dtype": "bf16", "device": "cpu",
+        "max_new_tokens": 64, "repeats": 1}
+
+
+def test_counterparts_without_hf_target_give_no_vs_hf_figure_instead_of_a_crash():
+    """--methods specviz:draft-4,hf:assisted-4: assisted ran but hf:target did not, so it has no
+    speedup to be measured against."""
+    spec = dict(target_passes=10, alpha=0.5, draft_seconds=1.0, target_seconds=2.0, other_seconds=0.1)
+    records = [rec("specviz:none", "specviz", "edit", 60, 20.0, **spec),
+               rec("hf:assisted-4", "transformers", "edit", 60, 10.0),
+               rec("specviz:draft-4", "specviz", "edit", 60, 8.0, **spec),
+               rec("hf:lookup-8", "transformers", "edit", 60, 5.0),
+               rec("specviz:ngram-8", "specviz", "edit", 60, 6.0, **spec)]
+    s = benchreport.summarize(records)
+    assert s["specviz:draft-4"]["edit"]["speedup"] == 20 / 8  # 7.5 against 3 tok/s
+    assert "speedup" not in s["hf:assisted-4"]["edit"]
+    assert all("vs_transformers" not in row for rows in s.values() for row in rows.values())
+    text = benchreport.markdown(s, META)
+    assert "| specviz:draft-4 | 7.50 tok/s, 2.50x | 7.50 tok/s, 2.50x |" in text
+    assert "| specviz:ngram-8 | 10.00 tok/s, 3.33x | 10.00 tok/s, 3.33x |" in text
+    assert "| hf:assisted-4 | 6.00 tok/s, - | 6.00 tok/s, - |" in text and "vs hf" not in text
+    line = next(x for x in benchreport.table(s).splitlines() if x.startswith("specviz:draft-4 "))
+    assert line.split() == ["specviz:draft-4", "7.50", "2.50x", "-", "7.50", "2.50x", "-"]
+
+
+def test_plainhead_speedups_are_over_its_own_target_alone_and_against_assisted_at_its_k():
+    """none 20 tokens in 2 s (10 tok/s), none-plainhead 20 in 4 s (5 tok/s), draft-4-plainhead 20
+    in 2 s (10 tok/s): 2.00x over the plain head's target alone, not 1.00x over the refined
+    head's. hf:target 20 in 5 s (4 tok/s), hf:assisted-4 20 in 4 s (5 tok/s): 1.25x, so the plain
+    head's draft-4 is 2.00 / 1.25 = 1.60x transformers'."""
+    plain = bench.PLAIN_HEAD
+    records = [rec("specviz:none", "specviz", "code", 20, 2.0),
+               rec("specviz:none-plainhead", plain, "code", 20, 4.0),
+               rec("specviz:draft-4-plainhead", plain, "code", 20, 2.0),
+               rec("hf:target", "transformers", "code", 20, 5.0),
+               rec("hf:assisted-4", "transformers", "code", 20, 4.0)]
+    s = benchreport.summarize(records)
+    assert s["specviz:draft-4-plainhead"]["all"]["speedup"] == 2.0
+    assert s["specviz:none-plainhead"]["all"]["speedup"] == 1.0
+    assert s["hf:assisted-4"]["all"]["speedup"] == 1.25
+    assert benchreport.counterparts("specviz:draft-4-plainhead", s) == ["hf:assisted-4"]
+    assert s["specviz:draft-4-plainhead"]["all"]["vs_transformers"] == 1.6
+    assert "| specviz:draft-4-plainhead | 10.00 tok/s, 2.00x, 1.60 vs hf |" in benchreport.markdown(s, META)
+
+
 def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
     from specviz.cli import main
 
@@ -121,6 +166,28 @@ def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
     rc = main(["costs", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
                "--dtype", "float32", "--device", "cpu", "--repeats", "1", "--profile"])
     assert rc == 0 and "Self CPU" in capsys.readouterr().out
+
+
+def test_costs_time_each_model_as_the_engine_runs_it(pair, monkeypatch):
+    """The draft's passes skip the float32 head refinement (proposers.ModelProposer), the target's
+    take the pair's own; a costs figure priced otherwise is not what a run pays."""
+    from dataclasses import replace
+
+    from specviz.lm import CachedLM
+
+    made = []
+
+    def spy(model, vocab_size, **kw):
+        made.append((model, kw.get("refine", True)))
+        return CachedLM(model, vocab_size, **kw)
+
+    monkeypatch.setattr(costs, "CachedLM", spy)
+    for refine in (True, False):
+        made.clear()
+        costs.measure(replace(pair, refine=refine), repeats=1, draft_formats=("none",))
+        assert {r for m, r in made if m is pair.target} == {refine}
+        assert {r for m, r in made if m is not pair.target} == {False}
+        assert sum(m is not pair.target for m, _ in made) == 1
 
 
 def test_a_differing_output_is_explained_by_its_top2_margins(pair):
@@ -278,6 +345,22 @@ def test_tree_projection_verifies_one_plus_nodes_a_round():
     assert math.isclose(out["specviz:tree-4"]["eager"]["vs_chain"], 0.078 / 0.064)
     assert "vs_chain" not in out["specviz:draft-4"]["eager"]
     assert "187.5 tok/s, -, 1.22x chain" in benchreport.projected_table(out, profiles.load(PROFILE))
+
+
+def test_plainhead_projection_is_over_its_own_target_alone():
+    """The pass counts project onto the seconds of the summary's hand case: none 200 passes of
+    width 1 (2 s), none-plainhead 400 (4 s), draft-4-plainhead 100 rounds of width 5 and 100
+    draft passes (1.8 + 0.2 s); 20 tokens each: (20 / 2) / (20 / 4) = 2.00x, not 1.00x."""
+    def alone(method, family, passes):
+        return Record(method, family, None, 0, "code", 0, 20, 1.0, widths={1: passes})
+    records = [alone("specviz:none", "specviz", 200), alone("specviz:none-plainhead", bench.PLAIN_HEAD, 400),
+               Record("specviz:draft-4-plainhead", bench.PLAIN_HEAD, 4, 0, "code", 0, 20, 1.0,
+                      widths={5: 100}, draft_passes=100)]
+    out = benchreport.projected(records, profiles.load(PROFILE))
+    assert math.isclose(out["specviz:draft-4-plainhead"]["eager"]["seconds"], 2.0)
+    assert math.isclose(out["specviz:none-plainhead"]["eager"]["seconds"], 4.0)
+    assert math.isclose(out["specviz:draft-4-plainhead"]["eager"]["speedup"], 2.0)
+    assert "10.0 tok/s, 2.00x" in benchreport.projected_table(out, profiles.load(PROFILE))
 
 
 def test_tree_bench_on_tiny_models_reports_the_goal_ratios(model_dirs, tmp_path, capsys):
