@@ -4,6 +4,9 @@ A greedy run fixes the output for every k. Recording, for every output position,
 token and the drafter's greedy token given the true prefix (one teacher-forced draft pass; for
 n-gram the lookup itself) is enough to replay the rounds, accepted lengths and passes for any k
 without calling a model. Time is predicted from the measured draft and target pass costs.
+A run that ended at EOS leaves the draft model's tokens past its output unrecorded: a round
+there still drafts (and pays for) all the budget allows, as the engine does, but those drafts
+commit nothing, so only their count matters.
 """
 
 from __future__ import annotations
@@ -85,9 +88,9 @@ class Recording:
 @dataclass(frozen=True)
 class Round:
     position: int  # output tokens before this round
-    k: int  # drafted this round
-    accepted: int
-    rejected_token: int | None  # the first refused draft (None if all kept)
+    k: int  # drafted this round (the draft model's past the output's end included: unrecorded)
+    accepted: int  # drafts kept within the output (past an EOS the fate of a draft is unknown)
+    rejected_token: int | None  # the first refused draft (None if all kept or unrecorded)
     committed: int  # tokens this round adds
 
 
@@ -163,19 +166,22 @@ def verify_line(events, prompt_tokens: int) -> tuple[float, float] | None:
     return fit_line(x, [e.target_seconds for e in events]) if events else None
 
 
-def _proposal(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> list[int]:
+def _proposal(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> tuple[list[int], int]:
+    """(the drafts the recording knows, how many the round drafts). The draft model drafts all k
+    (ModelProposer does), past the end of a run that ended at EOS too, where `guesses` stops."""
     if rec.proposer == "draft":
-        return rec.guesses[pos:pos + k]
-    return lookup.proposal(rec.prompt_ids + rec.output[:pos], k)
+        return rec.guesses[pos:pos + k], k
+    drafts = lookup.proposal(rec.prompt_ids + rec.output[:pos], k)
+    return drafts, len(drafts)
 
 
 def _round(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> Round:
-    drafts = _proposal(rec, pos, k, lookup)
+    drafts, drafted = _proposal(rec, pos, k, lookup)
     n = 0
     while n < len(drafts) and pos + n < len(rec.output) and drafts[n] == rec.output[pos + n]:
         n += 1
     committed = min(n + 1, len(rec.output) - pos)
-    return Round(pos, len(drafts), n, drafts[n] if n < len(drafts) else None, committed)
+    return Round(pos, drafted, n, drafts[n] if n < len(drafts) else None, committed)
 
 
 def replay(rec: Recording, k: int) -> Replay:
@@ -199,12 +205,15 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
 
     It follows the live rule's schedule: rounds 1 and 2 draft min(4, k_max); round 1 (which
     paid both prefills) is not observed; the rule is first consulted in round 3. It is a
-    prediction, not a recomputation, in two ways (`ADAPTIVE_DIFFERS`): past a refused draft the
+    prediction, not a recomputation, in three ways (`ADAPTIVE_DIFFERS`): past a refused draft the
     live draft's confidences follow its own wrong token, which the recording does not have (it
     holds the true prefix's), and the live rule learns from measured times, which carry noise,
     where this one uses the recorded mean draft pass and the run's fitted verify line
     (Recording.verify_line, whose spread in a fixed-k run comes from round 1's prompt pass, which
-    the live drafter does not fit; the mean pass and the prior slope for older traces).
+    the live drafter does not fit; the mean pass and the prior slope for older traces); and from
+    round 3 on it drafts no further than the output's end, where a run that ended at EOS recorded
+    no confidences for the rule to read: the live rule may draft on there, and pay for it, so
+    near an EOS its lengths and draft passes are a lower bound.
     """
     if not rec.replays_adaptive:
         raise ValueError("the adaptive policy replays draft-model recordings with confidences: "
@@ -222,8 +231,8 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
         if len(rounds) < 2:  # like the live proposer: two rounds of min(4, k) measure the costs
             k = max(0, min(4, budget))
         else:
-            k, stop = 0, rule.stopper()  # drafts past the output (a run that ended at EOS) are
-            for k in range(1, min(budget, len(rec.confidences) - pos) + 1):  # not recorded
+            k, stop = 0, rule.stopper()  # confidences past the output (a run that ended at EOS)
+            for k in range(1, min(budget, len(rec.confidences) - pos) + 1):  # are not recorded
                 if stop(rec.confidences[pos + k - 1]):
                     break
         r = _round(rec, pos, k, lookup)
@@ -239,11 +248,15 @@ ADAPTIVE_DIFFERS = ("a prediction: past a refused draft the live draft's confide
                     "wrong token (the recording holds the true prefix's), and the live rule learns "
                     "from measured times, fitting its verify line to its rounds after the first, "
                     "where this uses the recorded costs: the mean draft pass and the line fitted to "
-                    "the whole run, its prompt pass included")
+                    "the whole run, its prompt pass included; and after a run's EOS it drafts no "
+                    "further than the output's end, where no confidences were recorded (the live "
+                    "rule may draft on there and pay for it)")
 
 
 def spans(rep: Replay) -> list[Span]:
-    """Colour-coded spans of a replay: kept drafts, the first refused one, the target's token."""
+    """Colour-coded spans of a replay: kept drafts, the first refused one, the target's token.
+    A draft-model round's drafts past the output's end (a run that ended at EOS) are not shown:
+    the recording does not hold them, and they commit nothing."""
     rec, out = rep.recording, []
     piece = (lambda i: rec.output_pieces[i]) if rec.output_pieces else (lambda i: str(rec.output[i]))
     for number, r in enumerate(rep.rounds, 1):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 
 import plotly.graph_objects as go
 import torch
@@ -212,15 +213,23 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     return _layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency"), table
 
 
+def sig3(x: float) -> str:
+    """x to three significant digits without an exponent, whole from 100 up: a CPU's 153 ms and
+    a GPU's 1.4 ms or 0.04 ms both read as the hand figure (1234.6 -> '1,235', 0.0400 -> '0.04')."""
+    if x == 0 or abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{2 - math.floor(math.log10(abs(x)))}f}".rstrip("0").rstrip(".")
+
+
 def cost_text(rec: explorer.Recording) -> str:
     """The pass costs a replay is priced at, as the k explorer states them."""
+    c_d = sig3(rec.draft_pass_seconds * 1000)
     if rec.per_draft is None:
-        return (f"C_D={rec.draft_pass_seconds * 1000:.0f} ms, C_T={rec.target_pass_seconds * 1000:.0f} ms "
-                "per target pass, whatever it verifies")
+        return (f"C_D={c_d} ms, C_T={sig3(rec.target_pass_seconds * 1000)} ms per target pass, "
+                "whatever it verifies")
     c_t, b = rec.per_draft
-    return (f"C_D={rec.draft_pass_seconds * 1000:.0f} ms; a target pass verifying k drafts costs "
-            f"{c_t * 1000:.0f} + {b * 1000:.1f}·k ms, fitted to this run's passes, the prompt's "
-            "included")
+    return (f"C_D={c_d} ms; a target pass verifying k drafts costs {sig3(c_t * 1000)} + "
+            f"{sig3(b * 1000)}·k ms, fitted to this run's passes, the prompt's included")
 
 
 def on_profile(rep: explorer.Replay, profile: profiles.Profile) -> str:
@@ -275,7 +284,7 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile):
                     "rerun in float32 to check the replay itself."))
     numbers = (f"<div class='specviz-lab'><b>{f'adaptive k ≤ {k}' if adaptive else f'k = {k}'}</b>: "
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
-               f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {rep.predicted_seconds:.2f} s "
+               f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {sig3(rep.predicted_seconds)} s "
                f"({cost_text(rec)}; round 1 priced like any round, without the prompt's prefill)."
                f"{on_profile(rep, profile) if profile else ''}{check}{note}</div>")
     fig = go.Figure()

@@ -154,6 +154,51 @@ def test_adaptive_replay_of_a_run_that_ended_at_eos_drafts_only_what_was_recorde
     assert sum(r.committed for r in rep.rounds) == 20
 
 
+def test_a_draft_round_past_an_eos_drafts_and_pays_for_all_the_budget_allows():
+    """The draft model drafts min(k, budget) past a run's EOS too (ModelProposer drafts all k),
+    where the recording's guesses stop: those drafts are counted and paid for, commit nothing."""
+    from specviz.labview import explorer_views
+
+    output = [5, 6, 7, 8, 9, 0]  # the run stopped at EOS (0) after 6 of its 64 tokens
+    rec = explorer.Recording("draft", [1, 2], output, list(output), draft_pass_seconds=0.001,
+                             target_pass_seconds=0.01, max_new_tokens=64)
+    rep = explorer.replay(rec, 4)
+    # round 1 drafts min(4, 63) = 4, keeps all 4 and the bonus: 5 tokens; round 2 drafts
+    # min(4, 58) = 4, of which only the first (the EOS, kept) is recorded: it commits 1
+    assert rep.rounds == (explorer.Round(0, 4, 4, None, 5), explorer.Round(5, 4, 1, None, 1))
+    assert rep.draft_passes == 8 and [r.k + 1 for r in rep.rounds] == [5, 5]
+    assert rep.predicted_seconds == pytest.approx(8 * 0.001 + 2 * 0.01)  # 0.028 s
+    numbers = explorer_views(rec, 4, False, 4, [5, 1])[1]
+    assert "2 target passes, 8 draft passes" in numbers and "predicted 0.028 s" in numbers
+    assert "matches it round by round" in numbers
+    spans = explorer.spans(rep)  # the unrecorded drafts are not shown: every output token once
+    assert [(s.token, s.fate) for s in spans] == [(t, "accepted") for t in output[:4]] + [
+        (9, "bonus"), (0, "accepted")]
+
+
+def test_replay_of_a_run_that_ended_at_eos_makes_the_engines_draft_passes_and_widths(pair):
+    """On the tiny pair, with an output token that first appears late made the EOS, the replay
+    at the run's own k drafts past the end exactly as the engine did (ks, passes, commits)."""
+    import dataclasses
+
+    ids = pair.encode(PROMPT)
+    out = real(pair, "draft", 4).tokens
+    eos = next(t for i, t in enumerate(out) if i >= 25 and t not in out[:i])
+    ending = dataclasses.replace(pair)
+    ending.__dict__["eos_ids"] = frozenset({eos})  # the cached property, set as it sets itself
+    for k in (4, 8):
+        run = specviz.RunStats.of(specviz.generate(ending, PROMPT, proposer="draft", k=k, max_new_tokens=40))
+        assert run.stop == "eos" and run.tokens[-1] == eos and len(run.tokens) < 40
+        rec = explorer.record(ending, ids, run, "draft", max_new_tokens=40)
+        rep = explorer.replay(rec, k)
+        assert sum(max(0, e.position + e.k - len(run.tokens)) for e in run.events) > 0, k  # past the end
+        assert [r.k for r in rep.rounds] == [e.k for e in run.events], k
+        assert rep.draft_passes == run.draft_passes, k
+        assert [r.committed for r in rep.rounds] == [len(e.new_tokens) for e in run.events], k
+        # drafts kept within the output (the engine's may run on past the EOS, committing nothing)
+        assert [r.accepted for r in rep.rounds] == [min(e.accepted, len(e.new_tokens)) for e in run.events]
+
+
 def test_the_recording_prices_each_round_at_the_width_it_verifies(pair):
     import dataclasses
 
@@ -176,7 +221,7 @@ def test_the_recording_prices_each_round_at_the_width_it_verifies(pair):
     rep = explorer.replay(flat, 3)
     assert rep.predicted_seconds == pytest.approx(rep.draft_passes * rec.draft_pass_seconds
                                                   + rep.target_passes * rec.target_pass_seconds)
-    assert "costs 150 + 50.0·k ms, fitted to this run" in cost_text(rec)
+    assert "costs 150 + 50·k ms, fitted to this run" in cost_text(rec)
     assert "whatever it verifies" in cost_text(flat)
 
 
@@ -198,3 +243,23 @@ def test_the_explorer_replays_a_recording_once_and_reuses_it_on_every_slider_mov
     assert len(calls) == 16 and again[0][:2] == first[:2] and "matches it round by round" in first[1]
     assert explorer.curve(rec) == fresh and explorer.replay(rec, 7) == fresh[6]
     assert explorer.replay(rec, 20) == real_replay(rec, 20) and len(calls) == 17  # past the curve
+
+
+def test_the_explorer_states_gpu_and_cpu_pass_costs_to_three_significant_digits():
+    """At GPU scale whole milliseconds read C_D=1 ms and 9 + 0.0·k ms, seconds 0.01 s."""
+    import dataclasses
+
+    from specviz.labview import cost_text, explorer_views, sig3
+
+    rec = explorer.Recording("draft", [1, 2], [3, 4], [3, 4], 0.0014, 0.0092, 8,
+                             verify_line=(0.00916, 0.00004))
+    # a pass verifying k drafts feeds 1 + k tokens: 9.16 + 0.04 * (1 + k) = 9.2 + 0.04 k ms
+    assert cost_text(rec) == ("C_D=1.4 ms; a target pass verifying k drafts costs 9.2 + 0.04·k ms, "
+                              "fitted to this run's passes, the prompt's included")
+    assert cost_text(dataclasses.replace(rec, verify_line=None)) == (
+        "C_D=1.4 ms, C_T=9.2 ms per target pass, whatever it verifies")
+    cpu = dataclasses.replace(rec, draft_pass_seconds=0.0153, verify_line=(0.1234, 0.0456))
+    assert "C_D=15.3 ms; a target pass verifying k drafts costs 169 + 45.6·k ms" in cost_text(cpu)
+    # k = 2: one round drafts both tokens, keeps both: 2 * 1.4 + 9.2 + 2 * 0.04 = 12.08 ms
+    assert "predicted 0.0121 s" in explorer_views(rec, 2, False, None, None)[1]
+    assert [sig3(x) for x in (1234.6, 99.996, 0.5, 0)] == ["1,235", "100", "0.5", "0"]
