@@ -24,7 +24,7 @@ from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf, public_address
-from specviz.guard import PerAddress, RequestGuard, cap_queue, forbid_downloads
+from specviz.guard import PerAddress, RequestGuard, cap_queue, forbid_downloads, request_address
 from specviz.render import legend_html
 from specviz.service import (
     ModelStore,
@@ -106,7 +106,8 @@ def launch_options(demo: gr.Blocks) -> dict:
     guard = Middleware(RequestGuard, max_body=MAX_BODY, max_upload=MAX_TRACE_BYTES + MULTIPART_SLACK,
                        per_address=UPLOADS_PER_ADDRESS, upload_bytes=limits.upload_mb * 2**20,
                        window=sum(CLEAN_CACHE),  # the longest an upload stays on disk
-                       deadline=BODY_SECONDS, pages=demo.specviz.pages)
+                       deadline=BODY_SECONDS, pages=demo.specviz.pages,
+                       trust_forwarded=limits.trust_forwarded)
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests
@@ -129,18 +130,20 @@ def session_of(request: gr.Request | None) -> str | None:
     return getattr(request, "session_hash", None) if request is not None else None
 
 
-def address_of(request: gr.Request | None) -> str | None:
-    """The client's address as the server sees it (a proxy's, unless uvicorn is told to trust
-    its forwarded header: FORWARDED_ALLOW_IPS)."""
-    client = getattr(request, "client", None) if request is not None else None
-    host = getattr(client, "host", None)
-    return host if isinstance(host, str) else None
+def address_of(request: gr.Request | None, trust: bool = True) -> str | None:
+    """The address that stands for the client (guard.request_address): the peer's, or behind a
+    private proxy (a Space's) the rightmost public address in its X-Forwarded-For."""
+    return request_address(request, trust)
 
 
 def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     gate = Gate(limits.queue_size, stale_after=max(900.0, 3 * limits.max_job_seconds),
                 per_address=limits.jobs_per_address)
     shelf = Shelf(limits.held_trace_mb * 2**20, per_address=limits.jobs_per_address)
+
+    def visitor(request: gr.Request | None) -> str | None:
+        return address_of(request, limits.trust_forwarded)
+
     with gr.Blocks(title="specviz: speculative decoding, visible", delete_cache=CLEAN_CACHE) as demo:
         pages = PerAddress(max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE), TRACE_TTL)
         opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE),  # traces opened, by address
@@ -269,7 +272,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             """Run job() (a generator of outputs) once the gate lets this visitor's ticket through;
             while waiting, yield waiting(jobs ahead) so the page shows it and Stop can act."""
             try:
-                with gate.ticket(session_of(request), address_of(request)) as ticket:
+                with gate.ticket(session_of(request), visitor(request)) as ticket:
                     for ahead in ticket.waiting():
                         yield waiting(ahead)
                     for out in job():
@@ -306,7 +309,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def show(view: View, request, final: bool | None = None):
             f = view.figures
-            key = shelf.put(session_of(request), view.trace, address=address_of(request)) \
+            key = shelf.put(session_of(request), view.trace, address=visitor(request)) \
                 if view.trace is not None else gr.skip()
             plots = [f.get(name, gr.skip()) for name in
                      ("tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time")]
@@ -474,11 +477,13 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             for old in SAVES.glob("*.json"):  # gradio copies the file into its cache at once
                 if time.time() - old.stat().st_mtime > 300:
                     old.unlink(missing_ok=True)
-            # one file a trace, written once: saving again (or a script saving in a loop) reuses
-            # it, and Gradio's cache, keyed by content, keeps one copy of it too
-            path = SAVES / f"specviz-trace-{hashlib.sha256(key.encode()).hexdigest()[:12]}.json"
+            # one file a trace's content, written once: saving it again, from any page (or a
+            # script opening one trace under many sessions), reuses it, and Gradio's cache, keyed
+            # by content, keeps one copy of it too
+            text = trace.to_json()
+            path = SAVES / f"specviz-trace-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
             if not path.exists():
-                path.write_text(trace.to_json())
+                path.write_text(text)
             return str(path)
 
         def open_trace(path, request: gr.Request):
@@ -487,16 +492,20 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             try:
                 if not isinstance(path, str):
                     raise ValueError("open a trace file (.json)")
-                address = public_address(address_of(request))
+                address = public_address(visitor(request))
                 if address and not opens.admit(address, None, time.monotonic()):  # each costs seconds
                     raise ValueError(opens.refusal())
-                with open(path, "rb") as f:
-                    data = f.read(MAX_TRACE_BYTES + 1)
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read(MAX_TRACE_BYTES + 1)
+                except OSError:  # cleaned from the upload cache, or a path that names nothing
+                    raise ValueError("the uploaded file is gone (uploads are cleaned after a few "
+                                     "minutes): upload the trace again") from None
                 trace = loads(data)
                 view = replay_view(trace)
             except ValueError as e:
                 raise user_error(e) from None
-            key = shelf.put(session_of(request), trace, nbytes=len(data), address=address_of(request),
+            key = shelf.put(session_of(request), trace, nbytes=len(data), address=visitor(request),
                             uploaded=True)
             return (*show(replace(view, trace=None), None, final=True)[:-1], key,
                     f"Opened: {view.status}. See the Run tab and the k explorer.")
@@ -541,7 +550,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     forbid_downloads()
     cap_queue(demo._queue, per_line=QUEUE_PER_JOB * limits.queue_size,
               per_address=QUEUE_PER_JOB * limits.jobs_per_address,
-              pages=pages, max_chars=4 * limits.max_prompt_chars + 16 * 2**10)
+              pages=pages, max_chars=4 * limits.max_prompt_chars + 16 * 2**10,
+              trust_forwarded=limits.trust_forwarded)
     return demo
 
 

@@ -6,7 +6,7 @@ most one job waiting or running; a second one is refused at once with Busy (a Va
 shows as a message). The session is the client's to choose, so two more limits stand on what the
 server sees: calls without a session (the HTTP API) share one place, and one public address may
 hold at most `per_address` places (a private one, such as a proxy's, is not counted: behind a
-proxy, its forwarded address counts once the server is told to trust it). A waiting job polls, so
+proxy, the visitor's forwarded address counts, visitor_address). A waiting job polls, so
 the app can yield "N ahead of you" and Stop can act while it waits.
 """
 
@@ -46,6 +46,45 @@ def public_address(address: str | None) -> str | None:
     if ip is None or not ip.is_global:
         return None
     return str(ip) if ip.version == 4 else str(ipaddress.ip_network(f"{ip}/56", strict=False))
+
+
+FORWARDED_HOPS = 8  # X-Forwarded-For entries read, from the right: proxies in front of one server
+
+
+def _ip(text: str):
+    """An address as a forwarded entry may write it ("1.2.3.4", "1.2.3.4:80", "[::1]:80"), or None."""
+    text = text.strip()
+    if text.startswith("["):
+        text = text[1:text.find("]")] if "]" in text else ""
+    elif text.count(":") == 1:
+        text = text.split(":")[0]
+    try:
+        return ipaddress.ip_address(text.split("%")[0])
+    except ValueError:
+        return None
+
+
+def visitor_address(peer: str | None, forwarded: str | list[str] | None, trust: bool = True) -> str | None:
+    """The address that stands for the visitor: the peer's own, unless the peer is a private or
+    loopback address (a proxy in front: a Space's, a container's nginx) that forwarded the
+    request, then the rightmost public address in its X-Forwarded-For (`forwarded`: the header's
+    values). Each hop appends the address it was reached from, so the entries right of the
+    visitor's are private proxies' and those left of it are the visitor's own to write: reading
+    from the right, past private entries only, a visitor cannot choose what counts. An entry that
+    is no address ends the walk (None: nothing counts). A private peer counts for nothing
+    otherwise (public_address), so trusting its header can only add limits, never lift them;
+    trust=False (SPECVIZ_TRUST_FORWARDED=0) reads the peer alone."""
+    ip = _ip(peer) if isinstance(peer, str) else None
+    if ip is None or public_address(str(ip)) is not None or not trust or not forwarded:
+        return peer if isinstance(peer, str) else None
+    entries = ",".join([forwarded] if isinstance(forwarded, str) else forwarded).split(",")
+    for entry in reversed(entries[-FORWARDED_HOPS:]):
+        hop = _ip(entry)
+        if hop is None:
+            return None
+        if public_address(str(hop)) is not None:
+            return str(hop)
+    return peer
 
 
 def client(session: str | None, address: str | None) -> tuple[str, str | None]:

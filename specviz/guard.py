@@ -21,9 +21,9 @@ import asyncio
 import json
 import re
 import time
-from collections import OrderedDict, defaultdict, deque
+from collections import Counter, OrderedDict, defaultdict, deque
 
-from specviz.gate import public_address
+from specviz.gate import public_address, visitor_address
 
 QUEUE_FULL = ("queue full: {what} already has {n} events waiting or unread; wait for them to "
               "finish and read their results (the page does), then try again")
@@ -35,10 +35,11 @@ TOO_MANY_PAGES = ("too many pages from your address: {n} in {minutes} minutes; g
 UPLOAD_PATH = "/gradio_api/upload"
 STREAM_PATH = "/gradio_api/stream/"
 _CLOSED = re.compile(  # Gradio routes this app does not use
-    r"(/gradio_api/(deep_link|component_server|dev/reload|runs|run-history|process_recording"
+    r"(/gradio_api/(deep_link|component_server|dev/reload|runs|run-history|process_recording|upload_progress"
     r"|vibe-edit|undo-vibe-edit|vibe-code)|^/monitoring)(/|$)")
 _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/([^/]+)/?$")
 _FETCH = re.compile(r"/gradio_api/(file=|file/|proxy=)[A-Za-z][A-Za-z0-9+.-]*:")  # ...=https://
+MIN_UPLOAD_CHARGE = 16 * 2**10  # what a tiny upload costs on disk: Gradio's folder for it and the file
 TOO_LARGE = "request too large: at most {mib:.1f} MiB a request{what}"
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # a scheme: http:, https:, data:, file: ...
 _WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
@@ -62,9 +63,27 @@ def scan(data) -> tuple[bool, int]:
     return linked, chars
 
 
-def _address(request) -> str | None:
-    client = getattr(request, "client", None)
-    return public_address(getattr(client, "host", None))
+def forwarded(headers) -> list[str]:
+    """A request's X-Forwarded-For values: Starlette's headers, a dict of them, or ASGI's pairs."""
+    if isinstance(headers, list):  # an ASGI scope's [(name, value)] in bytes
+        return [v.decode("latin-1") for k, v in headers if k.lower() == b"x-forwarded-for"]
+    if hasattr(headers, "getlist"):
+        return headers.getlist("x-forwarded-for")
+    value = headers.get("x-forwarded-for") if isinstance(headers, dict) else None
+    return [value] if isinstance(value, str) else []
+
+
+def request_address(request, trust: bool = True) -> str | None:
+    """The address that stands for a request's visitor (gate.visitor_address): the peer's, or
+    behind a private proxy the rightmost public one it forwarded."""
+    client = getattr(request, "client", None) if request is not None else None
+    host = getattr(client, "host", None)
+    return visitor_address(host if isinstance(host, str) else None,
+                           forwarded(getattr(request, "headers", None) or {}), trust)
+
+
+def _address(request, trust: bool = True) -> str | None:
+    return public_address(request_address(request, trust))
 
 
 class PerAddress:
@@ -99,7 +118,7 @@ class PerAddress:
 
 
 def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None = None,
-              max_chars: int | None = None) -> None:
+              max_chars: int | None = None, trust_forwarded: bool = True) -> None:
     """Wrap a Gradio Queue's push. An event is refused ("queue_full", HTTP 503, with a message
     that names the fix) when its line already has per_line events waiting; when its client's
     public address has per_address events waiting or unread (a result stays in server memory
@@ -136,7 +155,7 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
             return False, LINKED, "error"
         if max_chars is not None and chars > max_chars:
             return False, TOO_MUCH_TEXT.format(n=max_chars), "error"
-        line, address = fn.concurrency_id, _address(request)
+        line, address = fn.concurrency_id, _address(request, trust_forwarded)
         if waiting(line) >= per_line:
             return False, QUEUE_FULL.format(what="this line", n=per_line), "queue_full"
         if address is not None and held(address) >= per_address:
@@ -204,29 +223,52 @@ class RequestGuard:
 
     def __init__(self, app, *, max_body: int, max_upload: int, per_address: int,
                  upload_bytes: int, window: float, deadline: float = 60.0,
-                 pages: PerAddress | None = None):
+                 pages: PerAddress | None = None, trust_forwarded: bool = True,
+                 min_charge: int = MIN_UPLOAD_CHARGE):
         self.app, self.max_body, self.max_upload = app, max_body, max_upload
         self.per_address, self.upload_bytes, self.window = per_address, upload_bytes, window
-        self.deadline, self.pages = deadline, pages
-        self.recent: deque[list] = deque()  # uploads: [when, bytes charged, address], oldest first
+        self.deadline, self.pages, self.trust_forwarded = deadline, pages, trust_forwarded
+        self.min_charge = min_charge
+        self.recent: deque[list] = deque()  # uploads: [when, bytes charged, address, held], oldest first
+        self.charged = 0  # the bytes `recent` charges, kept as it changes (admit runs per upload)
+        self.by_address: Counter[str] = Counter()  # uploads in `recent` per public address
 
     def admit(self, address: str | None, declared: int | None) -> list:
         """A new upload's entry in `recent`; Refused when it may not start."""
         now = time.monotonic()
         while self.recent and self.recent[0][0] <= now - self.window:
-            self.recent.popleft()
+            gone = self.recent.popleft()
+            _, n, old, _ = gone
+            gone[3] = False  # forgotten: settling it later changes no total
+            self.charged -= n
+            if old is not None:
+                self.by_address[old] -= 1
+                if not self.by_address[old]:
+                    del self.by_address[old]
         charge = self.max_upload if declared is None else declared
         if charge > self.max_upload:
             raise Refused(413, self.too_large(upload=True))
-        if address is not None and sum(a == address for _, _, a in self.recent) >= self.per_address:
+        if address is not None and self.by_address[address] >= self.per_address:
             raise Refused(429, f"too many uploads from your address: at most {self.per_address} in "
                                f"{round(self.window / 60)} minutes; wait a few minutes and try again")
-        if sum(n for _, n, _ in self.recent) + charge > self.upload_bytes:
+        charge = max(charge, self.min_charge)
+        if self.charged + charge > self.upload_bytes:
             raise Refused(429, "the server has taken all the uploads it can hold for now (they "
                                "are cleaned every few minutes); try again later")
-        entry = [now, charge, address]
+        entry = [now, charge, address, True]
         self.recent.append(entry)
+        self.charged += charge
+        if address is not None:
+            self.by_address[address] += 1
         return entry
+
+    def settle(self, entry: list, received: int) -> None:
+        """An ended upload stays charged what it wrote (at least min_charge: its folder and file
+        on disk) until the window forgets it."""
+        charge = max(received, self.min_charge)
+        if entry[3]:  # not yet forgotten (a body can outlast a short window)
+            self.charged += charge - entry[1]
+        entry[1] = charge
 
     def too_large(self, upload: bool) -> str:
         if upload:
@@ -247,7 +289,9 @@ class RequestGuard:
                 raise Refused(404, "this app takes no streaming input")
             if _CLOSED.search(path):
                 raise Refused(404, "not offered by this app")
-            address = public_address((scope.get("client") or (None,))[0])
+            peer = (scope.get("client") or (None,))[0]
+            address = public_address(visitor_address(peer, forwarded(scope.get("headers") or []),
+                                                     self.trust_forwarded))
             beat = _HEARTBEAT.search(path)
             if beat and address and self.pages and not self.pages.admit(address, beat[1], time.monotonic()):
                 raise Refused(429, self.pages.refusal())
@@ -305,7 +349,7 @@ class RequestGuard:
             await refuse()
         finally:
             if entry is not None:
-                entry[1] = received  # what it wrote stays charged until the window forgets it
+                self.settle(entry, received)
 
 
 class _Parts:

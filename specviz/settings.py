@@ -60,6 +60,7 @@ class Limits:
     held_trace_mb: int = 64  # SPECVIZ_HELD_TRACE_MB: JSON size of all traces held for visitors
     jobs_per_address: int = 2  # SPECVIZ_JOBS_PER_ADDRESS: model jobs one public address may hold
     upload_mb: int = 512  # SPECVIZ_UPLOAD_MB: uploads all visitors may leave in the cache at once
+    trust_forwarded: bool = True  # SPECVIZ_TRUST_FORWARDED=0: never read X-Forwarded-For
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -70,7 +71,8 @@ class Limits:
                    presets.large_allowed(),
                    _env_int("SPECVIZ_QUEUE_SIZE", 16), _env_int("SPECVIZ_MAX_SESSIONS", 1000, 10),
                    _env_int("SPECVIZ_HELD_TRACE_MB", 64, 8), _env_int("SPECVIZ_JOBS_PER_ADDRESS", 2),
-                   _env_int("SPECVIZ_UPLOAD_MB", 512, 8))
+                   _env_int("SPECVIZ_UPLOAD_MB", 512, 8),
+                   os.environ.get("SPECVIZ_TRUST_FORWARDED", "1") not in ("0", "false", "no"))
 
 
 def clip(value, n: int = SHOWN_CHARS) -> str:

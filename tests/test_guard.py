@@ -2,6 +2,7 @@
 hostile client against a small Gradio app on loopback. Uvicorn trusts X-Forwarded-For from
 loopback, so a test can speak from any public address."""
 
+import asyncio
 import json
 import re
 import threading
@@ -9,7 +10,16 @@ import threading
 import httpx
 import pytest
 
-from specviz.guard import LINKED, PerAddress, Refused, RequestGuard, cap_queue, forbid_downloads, scan
+from specviz.guard import (
+    LINKED,
+    MIN_UPLOAD_CHARGE,
+    PerAddress,
+    Refused,
+    RequestGuard,
+    cap_queue,
+    forbid_downloads,
+    scan,
+)
 
 PER_LINE, PER_ADDRESS, PAGES, MAX_CHARS, DEADLINE = 6, 3, 8, 5000, 2.0
 
@@ -120,7 +130,8 @@ def test_all_uploads_together_stay_within_the_disk_budget_over_the_window(monkey
 
     clock = [0.0]
     monkeypatch.setattr(specviz.guard.time, "monotonic", lambda: clock[0])
-    guard = RequestGuard(None, max_body=10, max_upload=100, per_address=2, upload_bytes=250, window=10)
+    guard = RequestGuard(None, max_body=10, max_upload=100, per_address=2, upload_bytes=250, window=10,
+                         min_charge=5)
 
     def refused(address, declared) -> tuple[int, str]:
         with pytest.raises(Refused) as e:
@@ -131,10 +142,13 @@ def test_all_uploads_together_stay_within_the_disk_budget_over_the_window(monkey
     assert declared[1] == undeclared[1] == 100
     status, message = refused(None, 60)  # 200 + 60 > 250
     assert status == 429 and "try again later" in message
-    assert guard.admit(None, 50) and sum(e[1] for e in guard.recent) == 250
+    assert guard.admit(None, 50) and sum(e[1] for e in guard.recent) == guard.charged == 250
     assert refused(None, 101)[0] == 413
-    undeclared[1] = 10  # it ended having sent 10 bytes: 160 charged
-    assert guard.admit(None, 90) and refused(None, 1)[0] == 429
+    guard.settle(undeclared, 10)  # it ended having sent 10 bytes: 160 charged
+    assert guard.charged == 160
+    assert guard.admit(None, 90) and refused(None, 1)[0] == 429  # one byte is charged min_charge, 5
+    guard.settle(declared, 2)  # ended after 2 bytes: charged min_charge, 5
+    assert guard.charged == 155 and guard.admit(None, 0)[1] == 5 and guard.charged == 160
     clock[0] = 10.0  # the window has passed: everything before is forgotten (cleaned from disk)
     assert guard.admit("8.8.8.8", 100) and len(guard.recent) == 1
     assert guard.admit("8.8.8.8", 1) and refused("8.8.8.8", 1)[0] == 429
@@ -334,7 +348,9 @@ def test_a_cut_upload_is_charged_what_arrived_not_what_it_declared():
              "headers": [(b"content-length", b"100000"),
                          (b"content-type", b"multipart/form-data; boundary=b")]}
     asyncio.run(asyncio.wait_for(guard(scope, receive, send), 5))
-    assert sent[0]["status"] == 408 and [e[1:] for e in guard.recent] == [[3, "5.5.7.7"]]
+    assert sent[0]["status"] == 408  # the 3 bytes it sent stay charged as a tiny upload's disk
+    assert [e[1:3] for e in guard.recent] == [[MIN_UPLOAD_CHARGE, "5.5.7.7"]]
+    assert guard.charged == MIN_UPLOAD_CHARGE
 
 
 def test_an_event_with_too_much_text_is_refused_before_gradio_keeps_it():
@@ -351,3 +367,56 @@ def test_an_event_with_too_much_text_is_refused(server):
     assert r.status_code == 400 and "too much text in one call: at most 5000" in r.json()["detail"]
     assert httpx.post(f"{server.url}/call/fast", json={"data": ["x" * (MAX_CHARS - 10)]},
                       timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("peer, forwarded, counted", [
+    ("8.8.8.8", ["1.2.3.4"], "8.8.8.8"),  # a public peer is the visitor: its header is its own to write
+    ("10.16.3.80", ["9.9.9.9"], "9.9.9.9"),  # a Space's proxy forwarding the visitor
+    ("10.16.3.80", ["1.2.3.4, 9.9.9.9"], "9.9.9.9"),  # the visitor wrote 1.2.3.4: the proxy appended 9.9.9.9
+    ("10.16.3.80", ["1.2.3.4, 9.9.9.9, 10.0.0.7"], "9.9.9.9"),  # past the private hops between proxies
+    ("127.0.0.1", ["1.2.3.4", "9.9.9.9:443"], "9.9.9.9"),  # two header lines are one list; a port
+    ("10.16.3.80", ["[2001:4860::8888]:80"], "2001:4860::/56"),  # IPv6: its /56
+    ("10.16.3.80", ["1.2.3.4, garbage"], None),  # not an address: nothing to go on
+    ("10.16.3.80", ["10.0.0.1, 192.168.1.1"], None),  # only private hops: no visitor named
+    ("10.16.3.80", [], None),  # a proxy that forwards nothing
+    ("10.16.3.80", [", ".join(["9.9.9.9"] + ["10.0.0.1"] * 8)], None),  # past FORWARDED_HOPS entries
+    (None, ["9.9.9.9"], None),  # no peer: nothing vouches for the header
+])
+def test_behind_a_private_proxy_the_visitor_is_the_rightmost_public_forwarded_address(peer, forwarded,
+                                                                                     counted):
+    """On a Space the app sees Hugging Face's proxy, a 10.x address, which no per-address limit
+    counted: one client could take every place in the line. Reading the forwarded header from
+    the right, a visitor cannot choose the address it is counted as."""
+    from specviz.gate import public_address, visitor_address
+
+    assert public_address(visitor_address(peer, forwarded)) == counted
+    assert public_address(visitor_address(peer, forwarded, trust=False)) == public_address(peer)
+
+
+def test_uploads_behind_a_private_proxy_count_against_the_forwarded_address():
+    """The same rule in front of Gradio: one visitor behind a Space's proxy may upload
+    per_address traces, another one still may; with trust_forwarded off neither is counted."""
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"[]"})
+
+    def upload(guard, forwarded: bytes) -> int:
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "client": ("10.16.3.80", 1),
+                 "headers": [(b"content-length", b"10"), (b"x-forwarded-for", forwarded)]}
+        asyncio.run(guard(scope, receive, send))
+        return sent[0]["status"]
+
+    for trust, codes in ((True, [200, 200, 429]), (False, [200, 200, 200])):
+        guard = RequestGuard(app, max_body=10, max_upload=100, per_address=2, upload_bytes=10**6, window=60,
+                             trust_forwarded=trust)
+        assert [upload(guard, b"1.2.3.4, 9.9.9.9") for _ in range(3)] == codes
+        assert upload(guard, b"9.9.9.9, 8.8.4.4") == 200  # another visitor (who wrote 9.9.9.9 in vain)
