@@ -121,14 +121,33 @@ def shown(text: str) -> str:
     return text if len(text) <= SHOWN_TOKEN_CHARS else text[:SHOWN_TOKEN_CHARS - 1] + "…"
 
 
-def to_html(spans: list[Span]) -> str:
-    """Every token HTML-escaped; fates as CSS classes, details in the title tooltip."""
+HTML_BUDGET = 512 * 2**10  # characters of HTML one view of tokens sends (and the page's state keeps)
+
+
+def within(parts: list[str], budget: int, what: str) -> tuple[list[str], str]:
+    """The leading parts that fit in budget characters, and a note on the rest ("" when all fit):
+    Gradio keeps a view's last value in its page's state, so one view of a hostile trace (17,000
+    spans of 100 escaped quotes) is not 17 MiB a page."""
+    used = 0
+    for i, part in enumerate(parts):
+        used += len(part)
+        if used > budget:
+            return parts[:i], (f'<div class="specviz-more">… {len(parts) - i} more {what} not shown: a '
+                               f"view shows at most {budget // 2**10} KiB of them (a saved trace holds "
+                               "every one)</div>")
+    return parts, ""
+
+
+def to_html(spans: list[Span], budget: int = HTML_BUDGET) -> str:
+    """Every token HTML-escaped; fates as CSS classes, details in the title tooltip; at most
+    budget characters of them, then a note naming how many more there are."""
     parts = []
     for s in spans:
         text = html.escape(shown(s.text)).replace("\n", "↵<br>") or "&#8203;"
         parts.append(f'<span class="tok {s.fate}" title="{html.escape(s.tooltip)}" '
                      f'data-round="{s.round}">{text}</span>')
-    return '<div class="specviz-text">' + "".join(parts) + "</div>"
+    parts, more = within(parts, budget, "tokens")
+    return '<div class="specviz-text">' + "".join(parts) + "</div>" + more
 
 
 def legend_html() -> str:

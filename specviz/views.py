@@ -6,7 +6,7 @@ import html
 
 from .compare import Comparison
 from .metrics import RunStats
-from .render import Span, shown
+from .render import HTML_BUDGET, Span, shown, within
 
 
 def _chip(span: Span) -> str:
@@ -14,8 +14,9 @@ def _chip(span: Span) -> str:
     return f'<span class="tok {span.fate}" title="{html.escape(span.tooltip)}">{text}</span>'
 
 
-def timeline_html(spans: list[Span], stats: RunStats) -> str:
-    """One row per round: the drafts with their fates, n/k kept, the target's token."""
+def timeline_html(spans: list[Span], stats: RunStats, budget: int = HTML_BUDGET) -> str:
+    """One row per round, newest first: the drafts with their fates, n/k kept, the target's
+    token; the newest 200 rounds, in at most budget characters."""
     by_round: dict[int, list[Span]] = {}
     for s in spans:
         by_round.setdefault(s.round, []).append(s)
@@ -27,9 +28,10 @@ def timeline_html(spans: list[Span], stats: RunStats) -> str:
         kept = f"{e.accepted} of {e.nodes} nodes" if e.tree else f"{e.accepted}/{e.k}"  # a tree: its
         rows.append(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{kept}</td>"  # walked branch shown
                     f"<td>{own or '(cut)'}</td><td>{len(e.new_tokens)}</td></tr>")
+    rows, more = within(rows[::-1], budget, "rounds")
     return ('<table class="specviz-timeline"><thead><tr><th>round</th><th>drafted</th>'
             '<th>kept</th><th>target</th><th>tokens</th></tr></thead><tbody>'
-            + "".join(reversed(rows)) + "</tbody></table>")
+            + "".join(rows) + "</tbody></table>" + more)
 
 
 def _row(label: str, spec: str, base: str = "", *more: str) -> str:

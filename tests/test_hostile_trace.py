@@ -552,6 +552,22 @@ def test_the_largest_trace_opens_in_bounded_time():
     assert loaded - start < 10 and shown - loaded < 10 and done - shown < 10
 
 
+def test_an_opened_trace_shows_a_bounded_amount_of_html():
+    """Gradio keeps each view's last value in the page's state: 554 rounds of 32 refused drafts,
+    each 100 quotes (six characters escaped), made 12.6 MiB of token HTML and 4.5 MiB of
+    timeline a page, and one client opened it under made-up sessions (12 opens held 205 MiB)."""
+    from specviz.render import HTML_BUDGET
+
+    d = synthetic(rounds=554, k=32, kept=lambda i: 0, prompt=5, baseline=False, text="'" * 100)
+    d["settings"]["k"], d["recording"] = 16, None
+    text = json.dumps(d, separators=(",", ":"))
+    assert len(text) <= trace.MAX_TRACE_BYTES
+    view = replay_view(trace.loads(text))
+    for page, what in ((view.text_html, "tokens"), (view.timeline_html, "rounds")):
+        assert HTML_BUDGET / 2 < len(page) < HTML_BUDGET + 1000
+        assert re.search(rf"… \d+ more {what} not shown: a view shows at most 512 KiB", page)
+
+
 def test_the_largest_tree_trace_opens_in_bounded_time():
     """64-node rounds (the most) filling the size cap, views included: the cap, not the round
     count, bounds a tree trace. A hang guard, not a benchmark (docs/trace-format.md)."""

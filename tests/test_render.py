@@ -86,3 +86,14 @@ def test_a_long_token_text_from_an_opened_trace_is_clipped_on_the_page():
     for page in (to_html([span]), _chip(span)):
         assert page.count("&amp;") == SHOWN_TOKEN_CHARS - 1 and "…" in page and len(page) < 1000
     assert "&amp;" * 3 in to_html([Span("&&&", "accepted", 1, 1, 1)])  # short texts are whole
+
+
+def test_token_html_stops_at_its_budget_and_counts_what_it_left_out():
+    from specviz.render import Span, to_html
+
+    spans = [Span("ab", "accepted", 7, 1, 1)] * 10  # ten spans of equal length
+    one = len(to_html(spans[:1])) - len('<div class="specviz-text"></div>')  # one span's HTML
+    page = to_html(spans, budget=3 * one)
+    assert page.count('class="tok accepted"') == 3 and "… 7 more tokens not shown" in page
+    whole = to_html(spans, budget=10 * one)
+    assert whole.count('class="tok accepted"') == 10 and "not shown" not in whole
