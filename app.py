@@ -27,6 +27,7 @@ from specviz.gate import Gate, Shelf, public_address
 from specviz.guard import PerAddress, RequestGuard, cap_queue, forbid_downloads, request_address
 from specviz.render import legend_html
 from specviz.service import (
+    RELOAD_SHARE,
     ModelStore,
     View,
     continuations,
@@ -581,7 +582,8 @@ def main(argv=None):
     extra = {"command-line": (args.target, args.draft)} if args.target else {}
     on_zerogpu = zerogpu.active()
     store = ModelStore(extra, device="cuda" if on_zerogpu else args.device,
-                       fast=zerogpu.FAST if on_zerogpu else None, warm=not on_zerogpu)
+                       fast=zerogpu.FAST if on_zerogpu else None, warm=not on_zerogpu,
+                       switch_share=RELOAD_SHARE)
     default = RunSettings(pair="command-line") if args.target else RunSettings()
     if args.target:
         default = replace(default, chat="instruct" in args.target.lower())

@@ -7,6 +7,7 @@ job here honours the operator's Limits: prompt tokens, samples, and a time budge
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -50,11 +51,21 @@ class View:
         return self.spec is not None and self.spec.is_tree
 
 
+RELOAD_SHARE = 0.2  # a public server's time, at most, spent switching to another pair or dtype
+
+
 class ModelStore:
-    """Holds one loaded pair at a time (memory), keyed by what was asked; loads under a lock."""
+    """Holds one loaded pair at a time (memory), keyed by what was asked; loads under a lock.
+
+    Every visitor waits while it loads (12 s for the embedded pair in bf16, 22 s in float32 on a
+    2-core CPU), so with switch_share set (the app: RELOAD_SHARE) a switch comes at most once
+    every load time / switch_share after the last one: two sessions alternating dtypes made
+    every job pay a reload. Until then, asking for another pair is a ValueError that names the
+    loaded one and the wait."""
 
     def __init__(self, extra_pairs: dict[str, tuple[str, str | None]] | None = None,
-                 device: str | None = None, fast: str | None = None, warm: bool = True):
+                 device: str | None = None, fast: str | None = None, warm: bool = True,
+                 switch_share: float | None = None):
         self.extra_pairs = dict(extra_pairs or {})  # operator pairs from the command line
         self.device = device
         self.fast = fast  # the engine's fast path for every pair (None: the pair's own "auto")
@@ -62,6 +73,8 @@ class ModelStore:
         self._lock = threading.Lock()
         self._key: tuple | None = None
         self._pair: Pair | None = None
+        self._loaded = (-math.inf, 0.0)  # when the last load ended (time.monotonic), its seconds
+        self.switch_share = switch_share
         self.baselines = Baselines()
         self.chains = Baselines()  # a tree run's comparison: the chain drafter at the same k
 
@@ -80,25 +93,50 @@ class ModelStore:
         """The pair loaded now, if any."""
         return self._pair
 
+    def switch_wait(self, s: RunSettings) -> float:
+        """Seconds until a pair other than the loaded one may load (0: now, or s is loaded)."""
+        if self._key is None or self._key == self.key(s) or not self.switch_share:
+            return 0.0
+        ended, seconds = self._loaded
+        return max(0.0, ended + seconds / self.switch_share - time.monotonic())
+
     def get(self, s: RunSettings) -> Pair:
         with self._lock:
+            wait = self.switch_wait(s)
+            if wait > 0:
+                ended, seconds = self._loaded
+                loaded = " ".join(str(part) for part in self._key[1:] if part)
+                raise ValueError(
+                    f"the loaded pair ({markdown_text(clip(loaded))}) came {time.monotonic() - ended:.0f} s "
+                    f"ago after {seconds:.0f} s of loading, and the server switches pairs or dtypes at "
+                    f"most once every {seconds / self.switch_share:.0f} s (every visitor waits while one "
+                    f"loads): run on the loaded pair, or try again in {math.ceil(wait)} s")
             if self._key != self.key(s):
                 self._pair = self._key = None  # free the old pair before loading the next
-                dtype = None if s.dtype == "auto" else s.dtype
-                if s.pair == CUSTOM:
-                    pair = load_pair(s.target.strip(), s.draft.strip() or None, device=self.device,
-                                     dtype=dtype)
-                elif s.pair in self.extra_pairs:
-                    target, draft = self.extra_pairs[s.pair]
-                    pair = load_pair(target, draft, device=self.device, dtype=dtype)
-                else:
-                    pair = presets.load(s.pair, device=self.device, dtype=dtype)
-                if self.fast:
-                    pair = replace(pair, fast=self.fast)
-                if self.warm:
-                    warm_up(pair)
-                self._pair, self._key = pair, self.key(s)
+                started = time.monotonic()
+                try:
+                    self._load(s)
+                finally:  # a load that failed took the old pair out too: it counts as a switch
+                    took = time.monotonic() - started
+                    self._loaded = (time.monotonic(), took if self._key else max(took, self._loaded[1]))
             return self._pair
+
+    def _load(self, s: RunSettings) -> None:
+        """Load the pair s asks for into self._pair (its key in self._key)."""
+        dtype = None if s.dtype == "auto" else s.dtype
+        if s.pair == CUSTOM:
+            pair = load_pair(s.target.strip(), s.draft.strip() or None, device=self.device,
+                             dtype=dtype)
+        elif s.pair in self.extra_pairs:
+            target, draft = self.extra_pairs[s.pair]
+            pair = load_pair(target, draft, device=self.device, dtype=dtype)
+        else:
+            pair = presets.load(s.pair, device=self.device, dtype=dtype)
+        if self.fast:
+            pair = replace(pair, fast=self.fast)
+        if self.warm:
+            warm_up(pair)
+        self._pair, self._key = pair, self.key(s)
 
     def baseline_key(self, pair: Pair, s: RunSettings, prompt_ids: list[int]) -> tuple:
         """What decides a target-alone run: the pair, its dtype and device, the prompt's ids and

@@ -259,3 +259,38 @@ def test_a_chain_run_has_no_tree_panel_and_no_chain_comparison(store):
     assert last.chain is None and not last.is_tree and "Token trees appear" in last.tree_html
     assert "tree_nodes" not in last.figures and last.tree_overview == ""
     assert explorer_refusal(last.trace) is None  # a greedy draft run: the explorer replays it
+
+
+def test_a_public_server_switches_pairs_at_most_once_every_five_load_times(monkeypatch):
+    """Every visitor waits while a pair loads (22 s in float32 on this CPU); two sessions
+    alternating dtypes made every job pay a reload. With switch_share 0.2 a switch comes at most
+    once every 5 load times; the loaded pair keeps serving meanwhile, and a failed load counts."""
+    import specviz.service as service
+
+    clock, loads = [100.0], []
+
+    def load(self, s):
+        loads.append(s.dtype)
+        clock[0] += 10.0  # a load takes 10 s
+        if s.dtype == "float16":
+            raise ValueError("cannot load that")
+        self._pair, self._key = object(), self.key(s)
+
+    monkeypatch.setattr(service.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(ModelStore, "_load", load)
+    store = ModelStore(switch_share=0.2)
+    bf16, fp32 = RunSettings(pair="tiny", dtype="bfloat16"), RunSettings(pair="tiny", dtype="float32")
+    first = store.get(bf16)  # nothing loaded: at once
+    clock[0] += 30.0
+    assert store.get(bf16) is first and store.switch_wait(fp32) == 20.0  # loaded at 110: 110 + 50 - 140
+    with pytest.raises(ValueError, match=r"the loaded pair \(tiny bfloat16\) came 30 s ago after 10 s of "
+                                         r"loading, .* at most once every 50 s .* try again in 20 s"):
+        store.get(fp32)
+    clock[0] += 20.0
+    store.get(fp32)
+    clock[0] += 50.0
+    with pytest.raises(ValueError, match="cannot load that"):
+        store.get(RunSettings(pair="tiny", dtype="float16"))  # a failed switch took fp32 out
+    assert store.switch_wait(bf16) == 0.0  # nothing is loaded now: the next pair loads at once
+    assert loads == ["bfloat16", "float32", "float16"]
+    assert ModelStore().switch_wait(fp32) == 0.0  # off unless set (the app sets RELOAD_SHARE)
