@@ -118,6 +118,29 @@ def test_refined_head_equals_the_float32_head_on_the_candidates():
     assert torch.equal(refined[low.float() < top - 2], low.float()[low.float() < top - 2])
 
 
+def test_a_refined_rows_logits_do_not_depend_on_the_rows_beside_it():
+    """The target alone refines one row a pass; a verify pass refines k+1 (a tree's, up to 65).
+    Each row must get what it gets alone, or sampling from a verify row is not sampling from the
+    target alone's p: refining every row's top m (the widest row's count) moved p of the other
+    rows by up to 1.4% in total variation on random bf16 heads."""
+    from specviz.sampling import SamplingParams, process
+
+    g = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for _ in range(300):
+        weight = (torch.randn(32, 16, generator=g) * 1.5).bfloat16()  # [vocab, d]
+        hidden = (torch.randn(2, 16, generator=g) * 1.5).bfloat16()  # [2, d]
+        hidden[1] = 0.01 * hidden[1]  # a flat row: many near-ties, so it has the most candidates
+        low = torch.nn.functional.linear(hidden, weight)  # [2, vocab] in bf16
+        for row in (0, 1):
+            alone = refine_top(hidden[row:row + 1], weight, low[row:row + 1])[0]
+            beside = refine_top(hidden, weight, low)[row]
+            assert torch.allclose(alone, beside, rtol=0, atol=1e-6)
+            worst = max(worst, 0.5 * float((process(alone, SamplingParams(1.0))
+                                            - process(beside, SamplingParams(1.0))).abs().sum()))
+    assert worst < 1e-6
+
+
 def test_refined_path_gives_the_models_own_logits_in_float32(pair):
     ids = pair.encode("def fibonacci(n):")
     plain, refined = CachedLM(pair.target, pair.vocab_size), CachedLM(pair.target, pair.vocab_size)
