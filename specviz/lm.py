@@ -43,11 +43,28 @@ def crop(cache, remove: int) -> None:
         cache.crop(remove)
         return
     for layer in cache.layers:
-        if not hasattr(layer, "cumulative_length"):
-            raise ValueError(f"{type(layer).__name__} cache layers cannot roll back in this "
-                             "transformers: upgrade to 5.24 or later")
-        if remove and getattr(layer, "is_initialized", True):
-            layer.cumulative_length.sub_(-remove)
+        crop_layer(layer, remove)
+
+
+def crop_layer(layer, remove: int) -> None:
+    """crop for one layer (remove <= 0)."""
+    if hasattr(layer, "crop"):
+        layer.crop(remove)
+        return
+    if not hasattr(layer, "cumulative_length"):
+        raise ValueError(f"{type(layer).__name__} cache layers cannot roll back in this "
+                         "transformers: upgrade to 5.24 or later")
+    if remove and getattr(layer, "is_initialized", True):
+        layer.cumulative_length.sub_(-remove)
+
+
+def truncate(cache, length: int) -> None:
+    """Every layer of a cache cut back to `length` positions, each by what it holds beyond it: a
+    step that failed part-way has written some layers and not others."""
+    for layer in cache.layers:
+        extra = int(layer.get_seq_length()) - length
+        if extra > 0:
+            crop_layer(layer, -extra)
 
 
 def output_rows(model) -> int:
@@ -339,7 +356,7 @@ class CachedLM:
                             type(e).__name__, str(e).splitlines()[0] if str(e) else "")
                 self._step = None
                 # undo a partial write: the cache held the committed tokens and any tree slots
-                crop(self.cache, len(self.tokens) + len(self.slots) - self.cache_length)
+                truncate(self.cache, len(self.tokens) + len(self.slots))
         return step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
 
     def _logits(self, input_ids: torch.Tensor, last: int, fixed: bool, **tree) -> torch.Tensor:

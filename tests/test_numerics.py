@@ -197,3 +197,32 @@ def test_static_layers_without_crop_roll_back_by_their_length(static_pair, monke
     lm.rollback(ids + [5, 9])
     assert lm.cache_length == len(ids) + 1
     assert torch.allclose(lm.forward(ids + [5, 9], last=2), ref.forward(ids + [5, 9], last=2), atol=1e-5)
+
+
+def test_a_step_that_fails_part_way_leaves_every_layer_at_the_committed_length(pair):
+    """A compiled step that fails falls back to eager. It may have written some layers' caches
+    and not others, so each layer is cut back by what it holds beyond the committed tokens (one
+    length for all, layer 0's, left the unwritten layers short of their committed tokens)."""
+    from specviz import lm as lm_module
+
+    ids = pair.encode("def fibonacci(n):")
+    lm = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    lm.forward(ids)
+    lm._step, lm.compiled_widths = lm_module.step, {3}  # stands in for the compiled step
+    failed = []
+
+    def fail_once(module, args, output):
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("replay failed")
+
+    hook = pair.target.model.layers[0].register_forward_hook(fail_once)  # layer 0 written, not 1
+    try:
+        logits = lm.forward(ids + [5, 6, 7], last=3)
+    finally:
+        hook.remove()
+    assert failed and lm._step is None  # eager from now on
+    fresh = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    fresh.forward(ids)
+    assert torch.allclose(logits, fresh.forward(ids + [5, 6, 7], last=3), atol=1e-5)
+    assert {int(layer.get_seq_length()) for layer in lm.cache.layers} == {len(ids) + 3}
