@@ -102,6 +102,16 @@ def _target_chip(event: RoundEvent, text: str) -> str:
             f'title="{html.escape(title)}">{_chip_text(text)}</span></div>')
 
 
+def kept_text(event: RoundEvent) -> str:
+    """What a round kept: its accepted drafts and the target's token, or, where the output ended
+    inside the accepted path (EOS, or the token budget), the drafts it committed."""
+    if len(event.new_tokens) > event.accepted:
+        return f"{event.accepted} accepted, then the target's token ({target_fate(event)})"
+    end = "EOS" if event.stop == "eos" else "the token budget"
+    return (f"{event.accepted} accepted, {len(event.new_tokens)} of them committed: the output ended "
+            f"at {end}, before the target's token")
+
+
 def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
                greedy: bool = False, context: Sequence[int] = ()) -> str:
     """One round's tree as nested HTML; context: the tokens committed before the round."""
@@ -136,7 +146,7 @@ def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
 
     committed = "".join(committed)
     head = (f"<b>Round {event.round}{of}</b>: {len(nodes)} nodes verified in one target pass, depth "
-            f"{depth}; {event.accepted} accepted, then the target's token ({target_fate(event)}). "
+            f"{depth}; {kept_text(event)}. "
             f"Committed: <code>{_chip_text(committed, 80)}</code>. Hover a node for its p, q and "
             "cumulative draft probability; refused and never-reached branches are faded.")
     if greedy:

@@ -256,3 +256,13 @@ def test_a_tree_runs_rates_count_nodes_and_refused_candidates():
     assert stats.acceptance_by_position == [1.0, 0.0, None]
     table = stats_html(stats, None, chain=RunStats.of([]))
     assert "33.3%" in table and "16.7%" in table and "accepted / drafted" not in table
+
+
+def test_a_round_whose_output_ended_inside_its_accepted_path_says_so():
+    """EOS as the kept "def": the round commits it and nothing after, so the header must not say
+    the target's token followed."""
+    ended = replace(tree_round(), new_tokens=[10], stop="eos")
+    assert "1 accepted, then the target's token (recovered)" in treeview.round_html(tree_round(), pieces)
+    head = treeview.round_html(ended, pieces)
+    assert "1 accepted, 1 of them committed: the output ended at EOS, before the target's token" in head
+    assert "then the target's token" not in head
