@@ -302,8 +302,17 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                 decode = "" if rate is None else f" ({rate:.2f} after round 1)"
                 log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s{decode}"
                     f"{'' if rec.matches_target in (True, None) else f'  differs at {diff}: {why}'}")
-    texts = {i: t for (_, i), t in sorted(reference.items(), key=lambda r: r[0][0] == "transformers")}
-    return records, texts  # prompt -> the target alone's output (transformers' where it ran)
+    return records, reference_texts(reference)
+
+
+TEXT_PRIORITY = {"transformers": 2, "specviz": 1}  # whose target alone the n-gram replays read
+
+
+def reference_texts(reference: dict[tuple[str, int], list[int]]) -> dict[int, list[int]]:
+    """prompt -> the target alone's output: transformers' where it ran, else specviz's (the
+    refined head's), the plain head's only where neither ran."""
+    ranked = sorted(reference.items(), key=lambda r: TEXT_PRIORITY.get(r[0][0], 0))
+    return {i: t for (_, i), t in ranked}  # the highest priority written last
 
 
 def explain(spec: RunStats | None, base: RunStats | None, pair) -> str:

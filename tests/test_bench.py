@@ -432,3 +432,12 @@ def test_costs_splits_the_step_to_a_drafted_pass_from_each_drafted_token():
     assert costs.verify_fit({1: 10.0, 2: 10.5, 3: 11.0})["step"] == pytest.approx(0.0)
     assert "step" not in costs.verify_fit({1: 10.0, 2: 12.0})
     assert "step" not in costs.verify_fit({2: 10.0, 3: 12.0, 5: 13.0})
+
+
+def test_the_n_gram_replays_read_transformers_then_specviz_then_the_plain_heads_text():
+    from specviz.bench import PLAIN_HEAD, reference_texts
+
+    # inserted as the methods run: specviz:none, then the plain head, then (for prompt 1) hf:target
+    reference = {("specviz", 0): [1], (PLAIN_HEAD, 0): [2], (PLAIN_HEAD, 1): [3],
+                 ("specviz", 1): [4], ("transformers", 1): [5], (PLAIN_HEAD, 2): [6]}
+    assert reference_texts(reference) == {0: [1], 1: [5], 2: [6]}
