@@ -181,7 +181,8 @@ def _round(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> Round:
     while n < len(drafts) and pos + n < len(rec.output) and drafts[n] == rec.output[pos + n]:
         n += 1
     committed = min(n + 1, len(rec.output) - pos)
-    return Round(pos, drafted, n, drafts[n] if n < len(drafts) else None, committed)
+    refused = drafts[n] if n < len(drafts) and pos + n < len(rec.output) else None  # past the
+    return Round(pos, drafted, n, refused, committed)  # output's end (EOS) a draft's fate is unknown
 
 
 def replay(rec: Recording, k: int) -> Replay:

@@ -196,6 +196,8 @@ def _events(raw, where: str, lo: int, vocab: int) -> tuple[RoundEvent, ...]:
         u.numbers(d["draft_probs"], f"{w}.draft_probs", k, 0.0, 1.0 + PROB_SLACK)
         now = (u.integer(d["target_passes"], f"{w}.target_passes", passes[0], MAX_PASSES),
                u.integer(d["draft_passes"], f"{w}.draft_passes", passes[1], MAX_PASSES))
+        if now[0] != i + 1:  # one target pass a round: tokens per pass and the plots read it
+            u.fail(f"{w}.target_passes", f"must be {i + 1}: a round is one target pass")
         for name in _SECONDS:
             u.number(d[name], f"{w}.{name}", 0.0, MAX_SECONDS)
         if d["position"] != position or type(d["position"]) is not int:

@@ -26,6 +26,8 @@ def timeline_html(spans: list[Span], stats: RunStats, budget: int = HTML_BUDGET)
         drafts = "".join(_chip(s) for s in chips if s.position)
         own = "".join(_chip(s) for s in chips if not s.position)
         kept = f"{e.accepted} of {e.nodes} nodes" if e.tree else f"{e.accepted}/{e.k}"  # a tree: its
+        if e.accepted and len(e.new_tokens) <= e.accepted:  # the output ended among the kept drafts
+            kept += f", {len(e.new_tokens)} committed ({'EOS' if e.stop == 'eos' else 'the budget'})"
         rows.append(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{kept}</td>"  # walked branch shown
                     f"<td>{own or '(cut)'}</td><td>{len(e.new_tokens)}</td></tr>")
     rows, more = within(rows[::-1], budget, "rounds")

@@ -176,6 +176,16 @@ def test_a_draft_round_past_an_eos_drafts_and_pays_for_all_the_budget_allows():
         (9, "bonus"), (0, "accepted")]
 
 
+def test_an_n_gram_draft_past_the_outputs_end_is_not_shown_as_refused():
+    """The lookup copies the context, EOS ids included: a draft after the output's last token
+    (its EOS) was never judged against a recorded token, so its fate is unknown, not refused."""
+    rec = explorer.Recording("ngram", [1, 2, 3, 4, 1, 2, 3], [4], [4], draft_pass_seconds=0.0,
+                             target_pass_seconds=0.01, max_new_tokens=10)
+    rep = explorer.replay(rec, 3)  # the lookup proposes 4, 1, 2 after "1 2 3"; the run ended at 4
+    assert rep.rounds == (explorer.Round(0, 3, 1, None, 1),)
+    assert [(s.token, s.fate) for s in explorer.spans(rep)] == [(4, "accepted")]
+
+
 def test_replay_of_a_run_that_ended_at_eos_makes_the_engines_draft_passes_and_widths(pair):
     """On the tiny pair, with an output token that first appears late made the EOS, the replay
     at the run's own k drafts past the end exactly as the engine did (ks, passes, commits)."""

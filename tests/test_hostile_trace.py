@@ -168,6 +168,8 @@ MUTATIONS = [  # (path, bad value, field named in the message)
     (("events", 1, "position"), 0, "events[1].position"),
     (("events", 0, "target_passes"), 10**15, "events[0].target_passes"),
     (("events", 1, "target_passes"), 0, "events[1].target_passes"),
+    (("events", 1, "target_passes"), 1, "events[1].target_passes"),  # 24 tokens in "1 pass"
+    (("baseline", 2, "target_passes"), 2, "baseline[2].target_passes"),
     (("events", 0, "draft_seconds"), -1.0, "events[0].draft_seconds"),
     (("events", 0, "elapsed"), 1e300, "events[0].elapsed"),
     (("events", 0, "source"), "<script>", "events[0].source"),

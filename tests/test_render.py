@@ -97,3 +97,20 @@ def test_token_html_stops_at_its_budget_and_counts_what_it_left_out():
     assert page.count('class="tok accepted"') == 3 and "… 7 more tokens not shown" in page
     whole = to_html(spans, budget=10 * one)
     assert whole.count('class="tok accepted"') == 10 and "not shown" not in whole
+
+
+def test_the_timeline_says_when_the_output_ended_among_the_kept_drafts():
+    """EOS as the second of four kept drafts: the row shows two chips and 2 tokens, so "4/4"
+    alone contradicted it."""
+    from dataclasses import replace
+
+    from specviz.metrics import RunStats
+    from specviz.render import Span
+    from specviz.views import timeline_html
+
+    e = event(round=1, k=4, draft_tokens=[10, 0, 11, 12], accepted=4, token=13, kind="bonus",
+              new_tokens=[10, 0], target_probs=[1.0] * 4, draft_probs=[1.0] * 4, stop="eos")
+    spans = [Span("a", "accepted", 10, 1, 1), Span("<eos>", "accepted", 0, 1, 2)]
+    assert "<td>4/4, 2 committed (EOS)</td>" in timeline_html(spans, RunStats.of([e]))
+    whole = replace(e, new_tokens=[10, 0, 11, 12, 13], stop=None)
+    assert "<td>4/4</td>" in timeline_html(spans, RunStats.of([whole]))
