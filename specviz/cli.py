@@ -140,7 +140,7 @@ def cmd_run(args) -> int:
               "distribution, not its draws (the exactness lab tests the distribution)")
     elif args.compare_baseline:
         same = "identical" if summary["identical_to_baseline"] else (
-            f"DIFFERENT from position {summary['first_difference']}: {summary['verdict']} "
+            f"DIFFERENT from output token {summary['first_difference'] + 1} on: {summary['verdict']} "
             f"(top-2 logit margin {summary['margin_speculative']:.4g} speculative, "
             f"{summary['margin_baseline']:.4g} baseline)")
         print(f"baseline: {summary['baseline_tokens_per_second']:.2f} tok/s, speedup "

@@ -111,7 +111,7 @@ def verdict_html(comparison: Comparison | None, tokenizer, greedy: bool) -> str:
     if comparison.identical:
         return ('<div class="specviz-verdict ok">✔ Identical: the speculative output is '
                 f"token-for-token the target's own greedy output.{compared}</div>")
-    return (f'<div class="specviz-verdict diff">✘ The outputs differ from token {c.position}. '
+    return (f'<div class="specviz-verdict diff">✘ The outputs differ from output token {c.position + 1} on. '
             f"Verdict: <b>{html.escape(c.verdict)}</b>.<br>"
             f"speculative run's top-2 there: {_top2(c.spec_top2, tokenizer)}<br>"
             f"baseline run's top-2 there: {_top2(c.base_top2, tokenizer)}<br>"

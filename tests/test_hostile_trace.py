@@ -507,7 +507,8 @@ def test_html_from_a_hostile_trace_is_escaped():
     d["settings"]["prompt"] = XSS
     d["recording"]["token_text"] = {k: XSS for k in d["recording"]["token_text"]}
     view = replay_view(trace.loads(json.dumps(d)))
-    assert "differ from token 4" in view.verdict_html and "on &lt;img src=x" in view.verdict_html
+    assert "differ from output token 5 on" in view.verdict_html  # position 4, counted from 1
+    assert "on &lt;img src=x" in view.verdict_html
     for name in ("text_html", "timeline_html", "stats_html", "verdict_html"):
         html = getattr(view, name)
         assert html and "<img" not in html, name
