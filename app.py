@@ -108,7 +108,7 @@ def launch_options(demo: gr.Blocks) -> dict:
                        per_address=UPLOADS_PER_ADDRESS, upload_bytes=limits.upload_mb * 2**20,
                        window=sum(CLEAN_CACHE),  # the longest an upload stays on disk
                        deadline=BODY_SECONDS, pages=demo.specviz.pages,
-                       trust_forwarded=limits.trust_forwarded)
+                       proxies=limits.trust_forwarded)
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests
@@ -131,10 +131,10 @@ def session_of(request: gr.Request | None) -> str | None:
     return getattr(request, "session_hash", None) if request is not None else None
 
 
-def address_of(request: gr.Request | None, trust: bool = True) -> str | None:
+def address_of(request: gr.Request | None, proxies: tuple = ()) -> str | None:
     """The address that stands for the client (guard.request_address): the peer's, or behind a
-    private proxy (a Space's) the rightmost public address in its X-Forwarded-For."""
-    return request_address(request, trust)
+    trusted proxy (a Space's) the entry its X-Forwarded-For names."""
+    return request_address(request, proxies)
 
 
 def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
@@ -552,7 +552,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     cap_queue(demo._queue, per_line=QUEUE_PER_JOB * limits.queue_size,
               per_address=QUEUE_PER_JOB * limits.jobs_per_address,
               pages=pages, max_chars=4 * limits.max_prompt_chars + 16 * 2**10,
-              trust_forwarded=limits.trust_forwarded)
+              proxies=limits.trust_forwarded)
     return demo
 
 

@@ -49,6 +49,23 @@ def public_address(address: str | None) -> str | None:
 
 
 FORWARDED_HOPS = 8  # X-Forwarded-For entries read, from the right: proxies in front of one server
+PROXIES = "127.0.0.0/8,::1/128,10.0.0.0/8"  # a same-host proxy's, and a Space's (10.x)
+
+
+def proxy_networks(text: str | None) -> tuple:
+    """SPECVIZ_TRUST_FORWARDED: "1" or unset, PROXIES; "0", "false", "no" or "off", none; else
+    the proxies' networks, comma-separated ("10.0.0.0/8,172.17.0.0/16"). ValueError on a network
+    that does not parse."""
+    value = (text or "1").strip().lower()
+    if value in ("0", "false", "no", "off", ""):
+        return ()
+    if value in ("1", "true", "yes", "on"):
+        value = PROXIES
+    try:
+        return tuple(ipaddress.ip_network(n.strip(), strict=False) for n in value.split(",") if n.strip())
+    except ValueError as e:
+        raise ValueError(f"SPECVIZ_TRUST_FORWARDED: {e}; give 0, 1 or the proxies' networks, e.g. "
+                         f"{PROXIES}") from None
 
 
 def _ip(text: str):
@@ -59,30 +76,34 @@ def _ip(text: str):
     elif text.count(":") == 1:
         text = text.split(":")[0]
     try:
-        return ipaddress.ip_address(text.split("%")[0])
+        ip = ipaddress.ip_address(text.split("%")[0])
     except ValueError:
         return None
+    return ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip
 
 
-def visitor_address(peer: str | None, forwarded: str | list[str] | None, trust: bool = True) -> str | None:
-    """The address that stands for the visitor: the peer's own, unless the peer is a private or
-    loopback address (a proxy in front: a Space's, a container's nginx) that forwarded the
-    request, then the rightmost public address in its X-Forwarded-For (`forwarded`: the header's
-    values). Each hop appends the address it was reached from, so the entries right of the
-    visitor's are private proxies' and those left of it are the visitor's own to write: reading
-    from the right, past private entries only, a visitor cannot choose what counts. An entry that
-    is no address ends the walk (None: nothing counts). A private peer counts for nothing
-    otherwise (public_address), so trusting its header can only add limits, never lift them;
-    trust=False (SPECVIZ_TRUST_FORWARDED=0) reads the peer alone."""
+def visitor_address(peer: str | None, forwarded: str | list[str] | None, proxies: tuple = ()) -> str | None:
+    """The address that stands for the visitor: the peer's own, unless the peer is one of the
+    trusted proxies (`proxies`: networks, proxy_networks) that forwarded the request; then the
+    first entry of its X-Forwarded-For (`forwarded`: the header's lines), from the right, that is
+    not a trusted proxy's. Each hop appends the address it was reached from, so the entries left
+    of the visitor's are the visitor's own to write, and reading from the right past trusted
+    proxies only, a visitor cannot choose what counts: a private visitor (a LAN's, behind a
+    same-host nginx) is itself, which counts for nothing (public_address), as before. An entry
+    that is no address ends the walk (None). No proxies: the peer alone."""
     ip = _ip(peer) if isinstance(peer, str) else None
-    if ip is None or public_address(str(ip)) is not None or not trust or not forwarded:
+
+    def trusted(address) -> bool:
+        return any(address.version == net.version and address in net for net in proxies)
+
+    if ip is None or not forwarded or not trusted(ip):
         return peer if isinstance(peer, str) else None
     entries = ",".join([forwarded] if isinstance(forwarded, str) else forwarded).split(",")
     for entry in reversed(entries[-FORWARDED_HOPS:]):
         hop = _ip(entry)
         if hop is None:
             return None
-        if public_address(str(hop)) is not None:
+        if not trusted(hop):
             return str(hop)
     return peer
 

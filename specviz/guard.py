@@ -64,26 +64,30 @@ def scan(data) -> tuple[bool, int]:
 
 
 def forwarded(headers) -> list[str]:
-    """A request's X-Forwarded-For values: Starlette's headers, a dict of them, or ASGI's pairs."""
-    if isinstance(headers, list):  # an ASGI scope's [(name, value)] in bytes
+    """A request's X-Forwarded-For lines: Starlette's headers, ASGI's [(name, value)] pairs, or a
+    mapping (a dict, or Gradio's Obj of a pickled request, which keep the first line only)."""
+    if isinstance(headers, list):  # an ASGI scope's pairs, in bytes
         return [v.decode("latin-1") for k, v in headers if k.lower() == b"x-forwarded-for"]
     if hasattr(headers, "getlist"):
         return headers.getlist("x-forwarded-for")
-    value = headers.get("x-forwarded-for") if isinstance(headers, dict) else None
+    try:
+        value = headers["x-forwarded-for"] if "x-forwarded-for" in headers else None
+    except (TypeError, KeyError):
+        value = None
     return [value] if isinstance(value, str) else []
 
 
-def request_address(request, trust: bool = True) -> str | None:
+def request_address(request, proxies: tuple = ()) -> str | None:
     """The address that stands for a request's visitor (gate.visitor_address): the peer's, or
-    behind a private proxy the rightmost public one it forwarded."""
+    behind a trusted proxy the entry it forwarded."""
     client = getattr(request, "client", None) if request is not None else None
     host = getattr(client, "host", None)
     return visitor_address(host if isinstance(host, str) else None,
-                           forwarded(getattr(request, "headers", None) or {}), trust)
+                           forwarded(getattr(request, "headers", None) or {}), proxies)
 
 
-def _address(request, trust: bool = True) -> str | None:
-    return public_address(request_address(request, trust))
+def _address(request, proxies: tuple = ()) -> str | None:
+    return public_address(request_address(request, proxies))
 
 
 class PerAddress:
@@ -118,7 +122,7 @@ class PerAddress:
 
 
 def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None = None,
-              max_chars: int | None = None, trust_forwarded: bool = True) -> None:
+              max_chars: int | None = None, proxies: tuple = ()) -> None:
     """Wrap a Gradio Queue's push. An event is refused ("queue_full", HTTP 503, with a message
     that names the fix) when its line already has per_line events waiting; when its client's
     public address has per_address events waiting or unread (a result stays in server memory
@@ -155,7 +159,7 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
             return False, LINKED, "error"
         if max_chars is not None and chars > max_chars:
             return False, TOO_MUCH_TEXT.format(n=max_chars), "error"
-        line, address = fn.concurrency_id, _address(request, trust_forwarded)
+        line, address = fn.concurrency_id, _address(request, proxies)
         if waiting(line) >= per_line:
             return False, QUEUE_FULL.format(what="this line", n=per_line), "queue_full"
         if address is not None and held(address) >= per_address:
@@ -209,7 +213,8 @@ class RequestGuard:
       upload_bytes. Set `window` to the longest a file stays in the cache: upload_bytes then
       bounds the disk uploads take. An upload is charged its declared length (max_upload if it
       declares none) while it runs and what it sent once it ends, so uploads side by side
-      cannot overshoot.
+      cannot overshoot; a body that runs past its declared length (a chunked body under a
+      Content-Length of 1) is cut off (400).
     - A body must arrive within `deadline` seconds (408 after), so a slow one cannot hold an
       upload's charge or a connection for long.
     - Routes that would fetch a URL for the client (`/file=https://...`), feed data into a
@@ -223,11 +228,11 @@ class RequestGuard:
 
     def __init__(self, app, *, max_body: int, max_upload: int, per_address: int,
                  upload_bytes: int, window: float, deadline: float = 60.0,
-                 pages: PerAddress | None = None, trust_forwarded: bool = True,
+                 pages: PerAddress | None = None, proxies: tuple = (),
                  min_charge: int = MIN_UPLOAD_CHARGE):
         self.app, self.max_body, self.max_upload = app, max_body, max_upload
         self.per_address, self.upload_bytes, self.window = per_address, upload_bytes, window
-        self.deadline, self.pages, self.trust_forwarded = deadline, pages, trust_forwarded
+        self.deadline, self.pages, self.proxies = deadline, pages, proxies
         self.min_charge = min_charge
         self.recent: deque[list] = deque()  # uploads: [when, bytes charged, address, held], oldest first
         self.charged = 0  # the bytes `recent` charges, kept as it changes (admit runs per upload)
@@ -291,7 +296,7 @@ class RequestGuard:
                 raise Refused(404, "not offered by this app")
             peer = (scope.get("client") or (None,))[0]
             address = public_address(visitor_address(peer, forwarded(scope.get("headers") or []),
-                                                     self.trust_forwarded))
+                                                     self.proxies))
             beat = _HEARTBEAT.search(path)
             if beat and address and self.pages and not self.pages.admit(address, beat[1], time.monotonic()):
                 raise Refused(429, self.pages.refusal())
@@ -322,7 +327,9 @@ class RequestGuard:
             if message.get("type") == "http.request":
                 body = message.get("body", b"")
                 received += len(body)
-                if received > most:
+                if declared is not None and received > declared:  # charged as declared: no more
+                    over = Refused(400, "the request's body is longer than its Content-Length")
+                elif received > most:
                     over = Refused(413, self.too_large(upload))
                 elif parts is not None and parts.feed(body) > 1:
                     over = Refused(413, "one file an upload: send each file in a request of its own")

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 
 from . import presets
 from .engine import PROPOSERS
+from .gate import proxy_networks
 from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
 from .untrusted import is_utf8
 
@@ -60,7 +61,8 @@ class Limits:
     held_trace_mb: int = 64  # SPECVIZ_HELD_TRACE_MB: JSON size of all traces held for visitors
     jobs_per_address: int = 2  # SPECVIZ_JOBS_PER_ADDRESS: model jobs one public address may hold
     upload_mb: int = 512  # SPECVIZ_UPLOAD_MB: uploads all visitors may leave in the cache at once
-    trust_forwarded: bool = True  # SPECVIZ_TRUST_FORWARDED=0: never read X-Forwarded-For
+    trust_forwarded: tuple = proxy_networks(None)  # SPECVIZ_TRUST_FORWARDED: proxies whose
+    # X-Forwarded-For names the visitor (default: loopback and 10.0.0.0/8, a Space's; 0: none)
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -72,7 +74,7 @@ class Limits:
                    _env_int("SPECVIZ_QUEUE_SIZE", 16), _env_int("SPECVIZ_MAX_SESSIONS", 1000, 10),
                    _env_int("SPECVIZ_HELD_TRACE_MB", 64, 8), _env_int("SPECVIZ_JOBS_PER_ADDRESS", 2),
                    _env_int("SPECVIZ_UPLOAD_MB", 512, 8),
-                   os.environ.get("SPECVIZ_TRUST_FORWARDED", "1") not in ("0", "false", "no"))
+                   proxy_networks(os.environ.get("SPECVIZ_TRUST_FORWARDED")))
 
 
 def clip(value, n: int = SHOWN_CHARS) -> str:

@@ -373,24 +373,41 @@ def test_an_event_with_too_much_text_is_refused(server):
     ("8.8.8.8", ["1.2.3.4"], "8.8.8.8"),  # a public peer is the visitor: its header is its own to write
     ("10.16.3.80", ["9.9.9.9"], "9.9.9.9"),  # a Space's proxy forwarding the visitor
     ("10.16.3.80", ["1.2.3.4, 9.9.9.9"], "9.9.9.9"),  # the visitor wrote 1.2.3.4: the proxy appended 9.9.9.9
-    ("10.16.3.80", ["1.2.3.4, 9.9.9.9, 10.0.0.7"], "9.9.9.9"),  # past the private hops between proxies
+    ("10.16.3.80", ["1.2.3.4, 9.9.9.9, 10.0.0.7"], "9.9.9.9"),  # past the proxies between proxies
     ("127.0.0.1", ["1.2.3.4", "9.9.9.9:443"], "9.9.9.9"),  # two header lines are one list; a port
     ("10.16.3.80", ["[2001:4860::8888]:80"], "2001:4860::/56"),  # IPv6: its /56
+    ("10.16.3.80", ["81.2.69.160, 192.168.1.50"], None),  # a LAN visitor is itself, not what it wrote
+    ("127.0.0.1", ["81.2.69.160, 100.101.1.2"], None),  # so is a CGNAT or Tailscale one
+    ("127.0.0.1", ["81.2.69.160, fd00::5"], None),  # and an IPv6 ULA one
     ("10.16.3.80", ["1.2.3.4, garbage"], None),  # not an address: nothing to go on
-    ("10.16.3.80", ["10.0.0.1, 192.168.1.1"], None),  # only private hops: no visitor named
+    ("10.16.3.80", ["10.0.0.1, 10.9.9.9"], None),  # only proxies: no visitor named
     ("10.16.3.80", [], None),  # a proxy that forwards nothing
     ("10.16.3.80", [", ".join(["9.9.9.9"] + ["10.0.0.1"] * 8)], None),  # past FORWARDED_HOPS entries
+    ("192.168.1.50", ["9.9.9.9"], None),  # a peer that is no trusted proxy: its header is not read
     (None, ["9.9.9.9"], None),  # no peer: nothing vouches for the header
 ])
-def test_behind_a_private_proxy_the_visitor_is_the_rightmost_public_forwarded_address(peer, forwarded,
-                                                                                     counted):
+def test_behind_a_trusted_proxy_the_visitor_is_the_first_forwarded_address_that_is_no_proxys(
+        peer, forwarded, counted):
     """On a Space the app sees Hugging Face's proxy, a 10.x address, which no per-address limit
     counted: one client could take every place in the line. Reading the forwarded header from
-    the right, a visitor cannot choose the address it is counted as."""
-    from specviz.gate import public_address, visitor_address
+    the right, past trusted proxies only, a visitor cannot choose the address it is counted as."""
+    from specviz.gate import proxy_networks, public_address, visitor_address
 
-    assert public_address(visitor_address(peer, forwarded)) == counted
-    assert public_address(visitor_address(peer, forwarded, trust=False)) == public_address(peer)
+    proxies = proxy_networks(None)
+    assert public_address(visitor_address(peer, forwarded, proxies)) == counted
+    assert public_address(visitor_address(peer, forwarded, ())) == public_address(peer)
+
+
+def test_the_trusted_proxies_come_from_the_environment_with_a_message_naming_the_fix():
+    from specviz.gate import PROXIES, proxy_networks
+
+    assert [str(n) for n in proxy_networks(None)] == PROXIES.split(",") == ["127.0.0.0/8", "::1/128",
+                                                                          "10.0.0.0/8"]
+    assert proxy_networks(" ON ") == proxy_networks("1") == proxy_networks(None)
+    assert proxy_networks("Off") == proxy_networks("FALSE") == proxy_networks("0") == ()
+    assert [str(n) for n in proxy_networks("172.17.0.0/16, 10.1.2.3")] == ["172.17.0.0/16", "10.1.2.3/32"]
+    with pytest.raises(ValueError, match="SPECVIZ_TRUST_FORWARDED: .*give 0, 1 or the proxies' networks"):
+        proxy_networks("10.0.0.0/8,lots")
 
 
 def test_uploads_behind_a_private_proxy_count_against_the_forwarded_address():
@@ -415,8 +432,55 @@ def test_uploads_behind_a_private_proxy_count_against_the_forwarded_address():
         asyncio.run(guard(scope, receive, send))
         return sent[0]["status"]
 
-    for trust, codes in ((True, [200, 200, 429]), (False, [200, 200, 200])):
+    from specviz.gate import proxy_networks
+
+    for proxies, codes in ((proxy_networks(None), [200, 200, 429]), ((), [200, 200, 200])):
         guard = RequestGuard(app, max_body=10, max_upload=100, per_address=2, upload_bytes=10**6, window=60,
-                             trust_forwarded=trust)
+                             proxies=proxies)
         assert [upload(guard, b"1.2.3.4, 9.9.9.9") for _ in range(3)] == codes
         assert upload(guard, b"9.9.9.9, 8.8.4.4") == 200  # another visitor (who wrote 9.9.9.9 in vain)
+
+
+def test_forwarded_lines_are_read_from_every_form_a_request_carries_them_in():
+    from gradio.route_utils import Obj
+    from starlette.datastructures import Headers
+
+    from specviz.guard import forwarded
+
+    two = Headers(raw=[(b"x-forwarded-for", b"1.2.3.4"), (b"x-forwarded-for", b"9.9.9.9")])
+    assert forwarded(two) == ["1.2.3.4", "9.9.9.9"]  # a live request: every line
+    assert forwarded([(b"X-Forwarded-For", b"9.9.9.9")]) == ["9.9.9.9"]  # an ASGI scope's pairs
+    assert forwarded({"x-forwarded-for": "9.9.9.9"}) == ["9.9.9.9"]  # a pickled request's dict
+    assert forwarded(Obj({"x-forwarded-for": "9.9.9.9"})) == ["9.9.9.9"]  # and its Obj
+    assert forwarded({}) == forwarded(Obj({})) == forwarded(None) == []
+
+
+def test_a_body_longer_than_its_content_length_is_cut_off():
+    """Content-Length: 1 with a chunked body of 3 MiB was charged 1 byte against the upload
+    budget (of 1 MiB) and written whole: declared lengths are what the budget trusts."""
+    written = []
+
+    async def app(scope, receive, send):  # reads the whole body, as Gradio's upload route does
+        while True:
+            message = await receive()
+            written.append(len(message.get("body", b"")))
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"[]"})
+
+    guard = RequestGuard(app, max_body=10, max_upload=10**7, per_address=4, upload_bytes=2**20, window=60)
+    chunks = [{"type": "http.request", "body": b"x" * 2**20, "more_body": True} for _ in range(3)]
+    sent = []
+
+    async def receive():
+        return chunks.pop(0) if chunks else {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "client": ("5.5.7.8", 1),
+             "headers": [(b"content-length", b"1"), (b"transfer-encoding", b"chunked")]}
+    asyncio.run(guard(scope, receive, send))
+    assert sent[0]["status"] == 400 and b"longer than its Content-Length" in sent[1]["body"]
+    assert written == [] and guard.charged == 2**20  # it sent 1 MiB before it was cut off

@@ -635,9 +635,9 @@ def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(m
     assert Limits.from_env().upload_mb == 8
     monkeypatch.setenv("SPECVIZ_UPLOAD_MB", "lots")
     assert Limits.from_env().upload_mb == Limits().upload_mb == 512
-    assert Limits.from_env().trust_forwarded is True
+    assert [str(n) for n in Limits.from_env().trust_forwarded] == ["127.0.0.0/8", "::1/128", "10.0.0.0/8"]
     monkeypatch.setenv("SPECVIZ_TRUST_FORWARDED", "0")
-    assert Limits.from_env().trust_forwarded is False
+    assert Limits.from_env().trust_forwarded == ()
 
 
 def test_saving_again_writes_nothing_new(demo):
