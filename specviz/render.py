@@ -124,30 +124,45 @@ def shown(text: str) -> str:
 HTML_BUDGET = 512 * 2**10  # characters of HTML one view of tokens sends (and the page's state keeps)
 
 
-def within(parts: list[str], budget: int, what: str) -> tuple[list[str], str]:
-    """The leading parts that fit in budget characters, and a note on the rest ("" when all fit):
-    Gradio keeps a view's last value in its page's state, so one view of a hostile trace (17,000
-    spans of 100 escaped quotes) is not 17 MiB a page."""
+def within(parts: list[str], budget: int) -> list[str]:
+    """The leading parts that fit in budget characters. Gradio keeps a view's last value in its
+    page's state, so one view of a hostile trace (17,000 spans of 100 escaped quotes) must not be
+    17 MiB a page."""
     used = 0
     for i, part in enumerate(parts):
         used += len(part)
         if used > budget:
-            return parts[:i], (f'<div class="specviz-more">… {len(parts) - i} more {what} not shown: a '
-                               f"view shows at most {budget // 2**10} KiB of them (a saved trace holds "
-                               "every one)</div>")
-    return parts, ""
+            return parts[:i]
+    return parts
+
+
+def more_note(text: str) -> str:
+    return f'<div class="specviz-more">{html.escape(text)}</div>'
+
+
+def span_html(s: Span) -> str:
+    text = html.escape(shown(s.text)).replace("\n", "↵<br>") or "&#8203;"
+    return (f'<span class="tok {s.fate}" title="{html.escape(s.tooltip)}" '
+            f'data-round="{s.round}">{text}</span>')
 
 
 def to_html(spans: list[Span], budget: int = HTML_BUDGET) -> str:
-    """Every token HTML-escaped; fates as CSS classes, details in the title tooltip; at most
-    budget characters of them, then a note naming how many more there are."""
-    parts = []
-    for s in spans:
-        text = html.escape(shown(s.text)).replace("\n", "↵<br>") or "&#8203;"
-        parts.append(f'<span class="tok {s.fate}" title="{html.escape(s.tooltip)}" '
-                     f'data-round="{s.round}">{text}</span>')
-    parts, more = within(parts, budget, "tokens")
-    return '<div class="specviz-text">' + "".join(parts) + "</div>" + more
+    """Every token HTML-escaped; fates as CSS classes, details in the title tooltip. Past budget
+    characters the refused drafts go first (the output is what the text is for), then the output
+    tokens from the end, each time with a note saying what is left out."""
+    parts = [span_html(s) for s in spans]
+    notes = []
+    if sum(map(len, parts)) > budget:
+        refused = sum(not s.emitted for s in spans)
+        parts = [p for s, p in zip(spans, parts, strict=True) if s.emitted]
+        notes.append(f"{refused} refused drafts not shown, to keep this view within "
+                     f"{budget // 2**10} KiB (a saved trace holds every one)")
+    shown_parts = within(list(parts), budget)
+    if len(shown_parts) < len(parts):
+        notes.append(f"… {len(parts) - len(shown_parts)} more output tokens not shown: this view "
+                     f"shows at most {budget // 2**10} KiB of them (a saved trace holds every one)")
+    return ('<div class="specviz-text">' + "".join(shown_parts) + "</div>"
+            + "".join(more_note(n) for n in notes))
 
 
 def legend_html() -> str:

@@ -6,7 +6,7 @@ import html
 
 from .compare import Comparison
 from .metrics import RunStats
-from .render import HTML_BUDGET, Span, shown, within
+from .render import HTML_BUDGET, Span, more_note, shown, within
 
 
 def _chip(span: Span) -> str:
@@ -30,7 +30,10 @@ def timeline_html(spans: list[Span], stats: RunStats, budget: int = HTML_BUDGET)
             kept += f", {len(e.new_tokens)} committed ({'EOS' if e.stop == 'eos' else 'the budget'})"
         rows.append(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{kept}</td>"  # walked branch shown
                     f"<td>{own or '(cut)'}</td><td>{len(e.new_tokens)}</td></tr>")
-    rows, more = within(rows[::-1], budget, "rounds")
+    rows = within(rows[::-1], budget)
+    hidden = len(stats.events) - len(rows)
+    more = more_note(f"… {hidden} earlier rounds not shown: the timeline shows the newest 200 "
+                     f"rounds, in at most {budget // 2**10} KiB") if hidden else ""
     return ('<table class="specviz-timeline"><thead><tr><th>round</th><th>drafted</th>'
             '<th>kept</th><th>target</th><th>tokens</th></tr></thead><tbody>'
             + "".join(rows) + "</tbody></table>" + more)

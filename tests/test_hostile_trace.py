@@ -555,20 +555,24 @@ def test_the_largest_trace_opens_in_bounded_time():
     assert loaded - start < 10 and shown - loaded < 10 and done - shown < 10
 
 
-def test_an_opened_trace_shows_a_bounded_amount_of_html():
+@pytest.mark.parametrize("rounds, kept, note", [
+    (554, 0, r"17728 refused drafts not shown, to keep this view within 512 KiB"),  # 554 x 32 refused
+    (124, 32, r"… \d+ more output tokens not shown: this view shows at most 512 KiB"),  # all kept
+])
+def test_an_opened_trace_shows_a_bounded_amount_of_html(rounds, kept, note):
     """Gradio keeps each view's last value in the page's state: 554 rounds of 32 refused drafts,
     each 100 quotes (six characters escaped), made 12.6 MiB of token HTML and 4.5 MiB of
     timeline a page, and one client opened it under made-up sessions (12 opens held 205 MiB)."""
     from specviz.render import HTML_BUDGET
 
-    d = synthetic(rounds=554, k=32, kept=lambda i: 0, prompt=5, baseline=False, text="'" * 100)
+    d = synthetic(rounds=rounds, k=32, kept=lambda i: kept, prompt=5, baseline=False, text="'" * 100)
     d["settings"]["k"], d["recording"] = 16, None
     text = json.dumps(d, separators=(",", ":"))
     assert len(text) <= trace.MAX_TRACE_BYTES
     view = replay_view(trace.loads(text))
-    for page, what in ((view.text_html, "tokens"), (view.timeline_html, "rounds")):
-        assert HTML_BUDGET / 2 < len(page) < HTML_BUDGET + 1000
-        assert re.search(rf"… \d+ more {what} not shown: a view shows at most 512 KiB", page)
+    assert len(view.text_html) < HTML_BUDGET + 1000 and re.search(note, view.text_html)
+    assert HTML_BUDGET / 2 < len(view.timeline_html) < HTML_BUDGET + 1000
+    assert re.search(r"… \d+ earlier rounds not shown: the timeline shows the newest 200", view.timeline_html)
 
 
 def test_the_largest_tree_trace_opens_in_bounded_time():

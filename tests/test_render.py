@@ -88,15 +88,33 @@ def test_a_long_token_text_from_an_opened_trace_is_clipped_on_the_page():
     assert "&amp;" * 3 in to_html([Span("&&&", "accepted", 1, 1, 1)])  # short texts are whole
 
 
-def test_token_html_stops_at_its_budget_and_counts_what_it_left_out():
+def test_token_html_drops_refused_drafts_first_then_counts_the_output_tokens_it_left_out():
+    """Past the budget the refused drafts go first: a 512-token run at k=16 keeping 2 drafts a
+    round was cut part-way through its output while every refused draft still showed."""
     from specviz.render import Span, to_html
 
-    spans = [Span("ab", "accepted", 7, 1, 1)] * 10  # ten spans of equal length
-    one = len(to_html(spans[:1])) - len('<div class="specviz-text"></div>')  # one span's HTML
-    page = to_html(spans, budget=3 * one)
-    assert page.count('class="tok accepted"') == 3 and "… 7 more tokens not shown" in page
+    kept, refused = Span("ab", "accepted", 7, 1, 1), Span("ab", "rejected", 8, 1, 1)
+    one = len(to_html([kept])) - len('<div class="specviz-text"></div>')  # one span's HTML
+    assert len(to_html([refused])) == len(to_html([kept]))  # "rejected", "accepted": 8 letters
+    spans = [kept, refused] * 5  # 5 output tokens, 5 refused drafts
     whole = to_html(spans, budget=10 * one)
-    assert whole.count('class="tok accepted"') == 10 and "not shown" not in whole
+    assert whole.count('class="tok ') == 10 and "not shown" not in whole
+    page = to_html(spans, budget=6 * one)  # over: the refused go; the 5 kept fit
+    assert page.count('class="tok accepted"') == 5 and 'class="tok rejected"' not in page
+    assert "5 refused drafts not shown, to keep this view within 0 KiB" in page
+    assert "more output tokens" not in page
+    cut = to_html(spans, budget=3 * one)  # over again: the output tokens from the end
+    assert cut.count('class="tok accepted"') == 3 and "… 2 more output tokens not shown" in cut
+
+
+def test_the_timeline_counts_every_round_it_leaves_out():
+    from specviz.metrics import RunStats
+    from specviz.views import timeline_html
+
+    events = [event(round=i, new_tokens=[0], accepted=0) for i in range(1, 555)]
+    page = timeline_html([], RunStats.of(events))
+    assert page.count("<tr><td>") == 200 and "… 354 earlier rounds not shown" in page
+    assert "not shown" not in timeline_html([], RunStats.of(events[:200]))
 
 
 def test_the_timeline_says_when_the_output_ended_among_the_kept_drafts():
