@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 
@@ -52,16 +52,18 @@ class View:
 
 
 RELOAD_SHARE = 0.2  # a public server's time, at most, spent switching to another pair or dtype
+SWITCH_WINDOW = 600.0  # seconds over which that share is counted
 
 
 class ModelStore:
     """Holds one loaded pair at a time (memory), keyed by what was asked; loads under a lock.
 
     Every visitor waits while it loads (12 s for the embedded pair in bf16, 22 s in float32 on a
-    2-core CPU), so with switch_share set (the app: RELOAD_SHARE) a switch comes at most once
-    every load time / switch_share after the last one: two sessions alternating dtypes made
-    every job pay a reload. Until then, asking for another pair is a ValueError that names the
-    loaded one and the wait."""
+    2-core CPU), so with switch_share set (the app: RELOAD_SHARE) the server switches to another
+    pair only while its load attempts of the last SWITCH_WINDOW seconds, failed ones included,
+    took at most that share of them: two sessions alternating dtypes made every job pay a reload.
+    Until then, asking for another pair is a ValueError that names the loaded one and the wait.
+    With nothing loaded (a load failed) the next one loads at once, and counts."""
 
     def __init__(self, extra_pairs: dict[str, tuple[str, str | None]] | None = None,
                  device: str | None = None, fast: str | None = None, warm: bool = True,
@@ -73,7 +75,7 @@ class ModelStore:
         self._lock = threading.Lock()
         self._key: tuple | None = None
         self._pair: Pair | None = None
-        self._loaded = (-math.inf, 0.0)  # when the last load ended (time.monotonic), its seconds
+        self._loads: deque[tuple[float, float]] = deque()  # load attempts: (ended, seconds)
         self.switch_share = switch_share
         self.baselines = Baselines()
         self.chains = Baselines()  # a tree run's comparison: the chain drafter at the same k
@@ -93,32 +95,41 @@ class ModelStore:
         """The pair loaded now, if any."""
         return self._pair
 
+    def loading_seconds(self) -> float:
+        """Seconds the load attempts of the last SWITCH_WINDOW took."""
+        while self._loads and self._loads[0][0] <= time.monotonic() - SWITCH_WINDOW:
+            self._loads.popleft()
+        return sum(seconds for _, seconds in self._loads)
+
     def switch_wait(self, s: RunSettings) -> float:
         """Seconds until a pair other than the loaded one may load (0: now, or s is loaded)."""
         if self._key is None or self._key == self.key(s) or not self.switch_share:
             return 0.0
-        ended, seconds = self._loaded
-        return max(0.0, ended + seconds / self.switch_share - time.monotonic())
+        used, allowed, wait = self.loading_seconds(), self.switch_share * SWITCH_WINDOW, 0.0
+        for ended, seconds in self._loads:  # oldest first: they leave the window in turn
+            if used <= allowed:
+                break
+            used, wait = used - seconds, ended + SWITCH_WINDOW - time.monotonic()
+        return max(0.0, wait)
 
     def get(self, s: RunSettings) -> Pair:
         with self._lock:
             wait = self.switch_wait(s)
             if wait > 0:
-                ended, seconds = self._loaded
                 loaded = " ".join(str(part) for part in self._key[1:] if part)
                 raise ValueError(
-                    f"the loaded pair ({markdown_text(clip(loaded))}) came {time.monotonic() - ended:.0f} s "
-                    f"ago after {seconds:.0f} s of loading, and the server switches pairs or dtypes at "
-                    f"most once every {seconds / self.switch_share:.0f} s (every visitor waits while one "
-                    f"loads): run on the loaded pair, or try again in {math.ceil(wait)} s")
+                    f"the server spent {self.loading_seconds():.0f} s of the last "
+                    f"{SWITCH_WINDOW / 60:.0f} minutes loading models, and spends at most "
+                    f"{self.switch_share:.0%} of its time switching pairs or dtypes (every visitor "
+                    f"waits while one loads): run on the loaded pair ({clip(loaded)}), or try again "
+                    f"in {math.ceil(wait)} s")
             if self._key != self.key(s):
                 self._pair = self._key = None  # free the old pair before loading the next
                 started = time.monotonic()
                 try:
                     self._load(s)
-                finally:  # a load that failed took the old pair out too: it counts as a switch
-                    took = time.monotonic() - started
-                    self._loaded = (time.monotonic(), took if self._key else max(took, self._loaded[1]))
+                finally:  # a load that failed took the old pair out too: it counts
+                    self._loads.append((time.monotonic(), time.monotonic() - started))
             return self._pair
 
     def _load(self, s: RunSettings) -> None:
