@@ -114,6 +114,9 @@ def cmd_run(args) -> int:
         base = RunStats.of(generate(pair, prompt_ids, proposer="none", **settings))
         summary |= {"baseline_tokens_per_second": base.tokens_per_second,
                     "speedup": stats.tokens_per_second / max(base.tokens_per_second, 1e-9)}
+        summary |= {"identical_to_baseline": None, "compared": None, "first_difference": None,
+                    "verdict": "sampled: not compared (the runs draw differently)",
+                    "margin_speculative": None, "margin_baseline": None}
         if SamplingParams(args.temperature).greedy:  # sampled runs draw differently: texts differ
             same = compare(stats, base, pair.dtype, pair.device, pair.numerics)
             summary |= {"identical_to_baseline": same.identical, "compared": pair.numerics,
@@ -134,7 +137,7 @@ def cmd_run(args) -> int:
     print(f"{stats.wall_seconds:.2f} s, {stats.tokens_per_second:.2f} tok/s "
           f"(draft {stats.draft_seconds:.2f} s, target {stats.target_seconds:.2f} s, "
           f"other {stats.overhead_seconds:.3f} s)")
-    if args.compare_baseline and "identical_to_baseline" not in summary:
+    if args.compare_baseline and summary["identical_to_baseline"] is None:
         print(f"baseline: {summary['baseline_tokens_per_second']:.2f} tok/s, speedup "
               f"{summary['speedup']:.2f}x; outputs not compared: a sampled run follows the target's "
               "distribution, not its draws (the exactness lab tests the distribution)")
