@@ -127,6 +127,20 @@ def user_error(e: BaseException) -> gr.Error:
     return gr.Error(html.escape(public_message(str(e)), quote=False), print_exception=False)
 
 
+def on_gpu(seconds: int):
+    """zerogpu.gpu for a generator job, a visitor's ValueError turned into gr.Error inside it:
+    ZeroGPU's worker hands back only a gr.Error whole, and any other exception as "ZeroGPU worker
+    error", so the message naming the fix (a prompt too long, a pair switch refused) was lost."""
+    def wrap(job):
+        def inside(*args, **kwargs):
+            try:
+                yield from job(*args, **kwargs)
+            except ValueError as e:
+                raise user_error(e) from None
+        return zerogpu.gpu(seconds)(inside)
+    return wrap
+
+
 def session_of(request: gr.Request | None) -> str | None:
     return getattr(request, "session_hash", None) if request is not None else None
 
@@ -325,7 +339,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 raise user_error(e) from None
             s = replace(s, dtype=dtype) if dtype else s
 
-            @zerogpu.gpu(zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2))
+            @on_gpu(zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2))
             def views():  # a run, its baseline (a tree run: and the chain); plain values cross back
                 yield from run_views(store, s, limits)
 
@@ -384,7 +398,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
 
-            @zerogpu.gpu(zerogpu.duration(limits.max_prompt_tokens, runs=1))  # one pass a model
+            @on_gpu(zerogpu.duration(limits.max_prompt_tokens, runs=1))  # one pass a model
             def job():
                 if source == "round":
                     pair = store.current()
@@ -414,7 +428,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
 
-            @zerogpu.gpu(zerogpu.duration(2 * n))  # n 2-token samples, speculative and alone
+            @on_gpu(zerogpu.duration(2 * n))  # n 2-token samples, speculative and alone
             def job():
                 if not store.is_loaded(s):
                     yield "<div class='specviz-lab'>Loading the pair…</div>"

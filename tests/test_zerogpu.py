@@ -54,6 +54,41 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
     assert store.current().fast == "static"
 
 
+def test_a_visitors_error_inside_a_zerogpu_job_keeps_its_message(monkeypatch, model_dirs):
+    """ZeroGPU's worker hands back a gr.Error whole and any other exception as "ZeroGPU worker
+    error" (spaces/zero/wrappers.py, exception_result): a ValueError naming the fix, raised in
+    the job (the prompt too long, checked after encoding), reached the visitor without it."""
+    import gradio as gr
+
+    import app
+    from specviz.service import ModelStore
+    from specviz.settings import Limits, RunSettings
+
+    def worker(seconds):  # what spaces.GPU does with what the job raises
+        def wrap(job):
+            def run(*args, **kwargs):
+                try:
+                    yield from job(*args, **kwargs)
+                except gr.Error:
+                    raise
+                except Exception as e:
+                    raise gr.Error(f"ZeroGPU worker error: {type(e).__name__}") from None
+            return run
+        return wrap
+
+    monkeypatch.setattr(zerogpu, "gpu", worker)
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
+                       warm=False)
+    default = RunSettings(pair="tiny", chat=False, max_new_tokens=4, prompt="def f " * 40, dtype="float32")
+    demo = app.build(store, Limits(max_prompt_tokens=20), default)
+    run = next(f.fn for f in demo.fns.values() if f.api_name == "run")
+    values = [getattr(default, n) for n in ("pair", "target", "draft", "proposer", "k", "temperature",
+                                            "top_p", "top_k", "seed", "max_new_tokens", "prompt",
+                                            "chat", "dtype", "nodes", "branching")]
+    with pytest.raises(gr.Error, match=r"this deployment allows 20 .*shorten it"):
+        list(run(None, None, *values))
+
+
 @pytest.mark.parametrize("text", ["suggested_hardware: zero-a10g", "spaces=="])
 def test_the_space_is_set_up_for_zerogpu(text):
     from pathlib import Path
