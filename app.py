@@ -579,7 +579,8 @@ def preload(store: ModelStore, settings: RunSettings) -> None:
 
 
 def parse_args(argv=None):
-    in_container = bool(os.environ.get("SPACE_ID") or os.environ.get("SPECVIZ_IN_CONTAINER"))
+    in_container = bool(os.environ.get("SPACE_ID")) or \
+        os.environ.get("SPECVIZ_IN_CONTAINER", "").strip().lower() in ("1", "true", "yes", "on")
     p = argparse.ArgumentParser(description="specviz web app")
     p.add_argument("--target", help="target model (hub id, folder or .gguf); default: embedded pair")
     p.add_argument("--draft", help="draft model for --target")

@@ -26,6 +26,23 @@ def default_device() -> str:
     return "cpu"
 
 
+def check_device(device: str) -> str:
+    """A device this torch can use, else a ValueError naming the fix (before any model loads)."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"unknown device {device!r} ({str(e).splitlines()[0][:120]}): use cpu, cuda "
+                         "or mps") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: no CUDA GPU for this torch here; use cpu (or leave "
+                         "--device out for the best available)")
+    if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"device {device!r}: MPS is not available here; use cpu")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device {device!r}: specviz runs on cpu, cuda or mps")
+    return device
+
+
 def default_dtype(device: str) -> torch.dtype:
     """bf16 on CUDA and CPU, fp16 on MPS. (On a CPU without bf16 instructions float32 makes
     speculation pay, for twice the memory: README, "dtype on CPU".)"""
@@ -224,7 +241,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
     """
     if draft_quant not in quant.MODES:  # checked before the slow loads
         raise ValueError(f"draft_quant must be one of {', '.join(quant.MODES)}, got {draft_quant!r}")
-    device = device or default_device()
+    device = check_device(device) if device else default_device()
     torch_dtype = parse_dtype(dtype, device)
     names = {"target": target, "draft": draft}
     codes = None  # where the draft's int4 groups are kept between loads: the embedded draft's cache

@@ -80,6 +80,7 @@ def test_cli_run_tree_text_prints_what_the_json_says(model_dirs, capsys):
     ["bench", "--methods", "specviz:tree-4-n0"], ["bench", "--methods", "specviz:tree-0"],
     ["bench", "--methods", "specviz:nonsense-4"], ["bench", "--tree-nodes", "65"],
     ["costs", "--repeats", "0"],
+    ["run", "--device", "foo", "x"], ["run", "--device", "cuda", "x"], ["costs", "--device", "tpu"],
 ])
 def test_bad_tree_arguments_fail_before_loading_with_one_line(argv, capsys):
     try:
