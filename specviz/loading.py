@@ -175,6 +175,7 @@ def _source(name: str) -> tuple[str, dict]:
 def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | None = None):
     """(model, tokenizer) from a hub id, local folder or .gguf path; ValueError if unavailable."""
     from huggingface_hub.errors import HFValidationError
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .presets import hub_reachable
@@ -189,7 +190,7 @@ def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | Non
         model = AutoModelForCausalLM.from_pretrained(
             where, dtype=dtype, trust_remote_code=False,
             device_map=device_map, **kwargs)
-    except (OSError, HFValidationError, ValueError) as e:
+    except (OSError, HFValidationError, ValueError, SafetensorError) as e:  # a corrupt file too
         offline = not reachable or os.environ.get("HF_HUB_OFFLINE") == "1" \
             or any(word in str(e).lower() for word in ("offline", "connect", "resolve"))
         hint = (" The model hub is unreachable (offline) and the model is not cached: download it "

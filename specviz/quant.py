@@ -187,8 +187,10 @@ def quantize_(model, bits: int = 4, codes: Path | None = None) -> int:
                     else:
                         kept.update({key: stored[key] for key in _packed_names(name)})
                     layer = Int4Linear(child, groups)
+                elif child.in_features % 16 == 0:  # the int8 kernel's rows: other widths corrupt
+                    layer = Int8Linear(child)  # its output or crash the process (24 did both)
                 else:
-                    layer = Int8Linear(child)
+                    continue  # stays dense
                 setattr(module, child_name, layer)
                 count += 1
     if codes is not None and computed:

@@ -74,6 +74,18 @@ def test_shapes_the_int4_kernel_cannot_take_fall_back_to_int8():
     assert isinstance(model[0], quant.Int4Linear) and isinstance(model[1], quant.Int8Linear)
 
 
+def test_widths_the_int8_kernel_cannot_take_stay_dense():
+    """torch's int8 kernel on 24 inputs returned 3.5e37 for one row and crashed the process for
+    two: a custom draft of hidden size 24 segfaulted the app in its warm-up run."""
+    model = nn.Sequential(nn.Linear(64, 24), nn.Linear(24, 16))  # 24 inputs: no int4, no int8
+    model.device, model.dtype = torch.device("cpu"), torch.float32
+    x = torch.randn(2, 64)
+    want = model(x)
+    quant.apply(model, "int4")
+    assert isinstance(model[0], quant.Int8Linear) and type(model[1]) is nn.Linear  # 24 outputs: int8
+    assert torch.isfinite(model(x)).all() and torch.allclose(model(x), want, atol=0.1)
+
+
 def test_modes_and_their_errors():
     model = nn.Linear(64, 32)
     model.device, model.dtype = torch.device("cpu"), torch.float32
