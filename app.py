@@ -145,19 +145,13 @@ def session_of(request: gr.Request | None) -> str | None:
     return getattr(request, "session_hash", None) if request is not None else None
 
 
-def address_of(request: gr.Request | None, proxies: tuple = ()) -> str | None:
-    """The address that stands for the client (guard.request_address): the peer's, or behind a
-    trusted proxy (a Space's) the entry its X-Forwarded-For names."""
-    return request_address(request, proxies)
-
-
 def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     gate = Gate(limits.queue_size, stale_after=max(900.0, 3 * limits.max_job_seconds),
                 per_address=limits.jobs_per_address)
     shelf = Shelf(limits.held_trace_mb * 2**20, per_address=limits.jobs_per_address)
 
     def visitor(request: gr.Request | None) -> str | None:
-        return address_of(request, limits.trust_forwarded)
+        return request_address(request, limits.trust_forwarded)
 
     with gr.Blocks(title="specviz: speculative decoding, visible", delete_cache=CLEAN_CACHE) as demo:
         pages = PerAddress(max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE), TRACE_TTL)

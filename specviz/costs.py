@@ -19,7 +19,7 @@ import statistics
 import time
 
 from . import quant
-from .lm import CachedLM, output_rows
+from .lm import CachedLM, draft_lm
 from .verifycost import VERIFY_SLOPE, fit_line, split_step
 
 CONTEXT = "def merge_sorted(a, b):\n    out = []\n    i = j = 0\n    while i < len(a) and j < len(b):\n"
@@ -31,7 +31,7 @@ def engine_lm(model, vocab_size: int, refine: bool | None) -> CachedLM:
     (refine True or False), or a drafter's (refine None: no refinement, over the rows its head has,
     as proposers.ModelProposer and treedraft.TreeProposer run it)."""
     if refine is None:
-        return CachedLM(model, min(vocab_size, output_rows(model)), refine=False)
+        return draft_lm(model, vocab_size)
     return CachedLM(model, vocab_size, refine=refine)
 
 

@@ -37,12 +37,7 @@ def public_address(address: str | None) -> str | None:
     proxy's or the operator's own, shared by many visitors, and a malformed one counts for
     nothing. An IPv4 address seen through IPv6 is the IPv4 one, and an IPv6 address counts as
     its /56 (a common home delegation: one subscriber has 256 /64s of 2^64 addresses each)."""
-    try:
-        ip = ipaddress.ip_address(address.split("%")[0]) if isinstance(address, str) else None
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    ip = _parse(address) if isinstance(address, str) else None
     if ip is None or not ip.is_global:
         return None
     return str(ip) if ip.version == 4 else str(ipaddress.ip_network(f"{ip}/56", strict=False))
@@ -75,6 +70,12 @@ def _ip(text: str):
         text = text[1:text.find("]")] if "]" in text else ""
     elif text.count(":") == 1:
         text = text.split(":")[0]
+    return _parse(text)
+
+
+def _parse(text: str):
+    """An address without port or brackets (an IPv6 zone dropped, an IPv4 one seen through IPv6
+    as the IPv4 one), or None."""
     try:
         ip = ipaddress.ip_address(text.split("%")[0])
     except ValueError:

@@ -404,3 +404,9 @@ class CachedLM:
         if not self.static:
             assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
         return logits
+
+
+def draft_lm(model, vocab_size: int, **cache) -> CachedLM:
+    """A drafter's CachedLM: over the rows its head has, without the float32 head refinement
+    (which only the target's p needs)."""
+    return CachedLM(model, min(vocab_size, output_rows(model)), refine=False, **cache)

@@ -21,7 +21,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from .lm import CachedLM, input_rows, output_rows
+from .lm import draft_lm, input_rows
 from .sampling import SamplingParams, process
 from .verifycost import VERIFY_SLOPE, VerifyCost
 
@@ -198,7 +198,7 @@ class ModelProposer:
 
     def __init__(self, model, vocab_size: int, **cache):
         self.vocab_size = vocab_size
-        self.lm = CachedLM(model, min(vocab_size, output_rows(model)), refine=False, **cache)
+        self.lm = draft_lm(model, vocab_size, **cache)
         self.readable = input_rows(model)
         self.stop = None  # optional: called with each token's confidence; True ends the draft
         self.report_confidences = False  # the adaptive drafter learns from them; plain drafts skip it

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from .lm import CachedLM, input_rows, output_rows
+from .lm import draft_lm, input_rows
 from .proposers import Draft
 from .sampling import SamplingParams, process
 from .tree import TreeNode, check, first_branch
@@ -61,7 +61,7 @@ class TreeProposer:
         check_tree_settings(nodes, branching)
         self.budget, self.branching = nodes, branching
         self.vocab_size = vocab_size
-        self.lm = CachedLM(model, min(vocab_size, output_rows(model)), refine=False, **cache)
+        self.lm = draft_lm(model, vocab_size, **cache)
         self.readable = input_rows(model)
         self.cost = cost or VerifyCost()
         self.kept, self.predicted = 2.0, 2.0  # c = kept / predicted

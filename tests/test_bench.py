@@ -181,7 +181,10 @@ def test_costs_time_each_model_as_the_engine_runs_it(pair, monkeypatch):
         made.append((model, kw.get("refine", True)))
         return CachedLM(model, vocab_size, **kw)
 
-    monkeypatch.setattr(costs, "CachedLM", spy)
+    import specviz.lm
+
+    monkeypatch.setattr(costs, "CachedLM", spy)  # the target's
+    monkeypatch.setattr(specviz.lm, "CachedLM", spy)  # a drafter's, through lm.draft_lm
     for refine in (True, False):
         made.clear()
         costs.measure(replace(pair, refine=refine), repeats=1, draft_formats=("none",))
