@@ -5,9 +5,9 @@ Never enables trust_remote_code. Checks that draft and target tokenize alike bef
 
 from __future__ import annotations
 
-import os
+import time
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 
 import torch
@@ -172,17 +172,65 @@ def _source(name: str) -> tuple[str, dict]:
     return name, {}
 
 
+HUB_TIMEOUT_S = 10.0  # a hub request that gets no byte for this long fails (huggingface_hub's usual)
+
+
+@lru_cache(maxsize=1)
+def bound_hub_requests() -> None:
+    """Bound every request of huggingface_hub's shared client. The client waits for ever by default,
+    and model_info (transformers' revision lookup) even asks for timeout=None: a hub that answered
+    the probe and then went quiet held a load, the model lock and a visitor's slot for ever. Now a
+    request waits for a byte at most HUB_TIMEOUT_S seconds; one that times out after that long
+    marks the hub unreachable (presets.mark_unreachable) and fails as offline mode would:
+    huggingface_hub does not retry that, every request after it fails at once (the cache still
+    serves), and such a load fails in about HUB_TIMEOUT_S seconds."""
+    import httpx2
+    import huggingface_hub
+    from huggingface_hub.errors import OfflineModeIsEnabled
+    from huggingface_hub.utils._http import default_client_factory
+
+    from . import presets
+
+    def bounded() -> httpx2.Client:
+        client = default_client_factory()
+        client.timeout = httpx2.Timeout(HUB_TIMEOUT_S)
+        build, send = client.build_request, client.send
+
+        def build_request(*args, timeout=httpx2.USE_CLIENT_DEFAULT, **kwargs):  # None: for ever
+            return build(*args, timeout=HUB_TIMEOUT_S if timeout is None else timeout, **kwargs)
+
+        def bounded_send(request, *args, **kwargs):
+            if not presets.hub_reachable():
+                raise OfflineModeIsEnabled(f"Cannot reach {request.url}: the model hub went quiet")
+            start = time.monotonic()
+            try:
+                return send(request, *args, **kwargs)
+            except httpx2.TimeoutException as e:
+                if time.monotonic() - start < HUB_TIMEOUT_S:
+                    raise  # a request that asked for a short wait (the agent registry's 3 s)
+                presets.mark_unreachable()
+                raise OfflineModeIsEnabled(f"{request.url} did not answer within "
+                                           f"{HUB_TIMEOUT_S:g} s") from e
+
+        client.build_request, client.send = build_request, bounded_send
+        return client
+
+    huggingface_hub.set_client_factory(bounded)
+
+
 def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | None = None):
     """(model, tokenizer) from a hub id, local folder or .gguf path; ValueError if unavailable."""
     from huggingface_hub.errors import HFValidationError
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .presets import hub_reachable
+    from . import presets
 
     where, kwargs = _source(name)
     local = Path(where).is_dir()
-    reachable = local or hub_reachable()
+    reachable = local or presets.hub_reachable()
+    if reachable and not local:
+        bound_hub_requests()
     if not reachable:  # no retries against an unreachable hub: use the cache or fail at once
         kwargs["local_files_only"] = True
     try:
@@ -191,10 +239,11 @@ def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | Non
             where, dtype=dtype, trust_remote_code=False,
             device_map=device_map, **kwargs)
     except (OSError, HFValidationError, ValueError, SafetensorError) as e:  # a corrupt file too
-        offline = not reachable or os.environ.get("HF_HUB_OFFLINE") == "1" \
+        offline = not presets.hub_reachable() \
             or any(word in str(e).lower() for word in ("offline", "connect", "resolve"))
-        hint = (" The model hub is unreachable (offline) and the model is not cached: download it "
-                "on a connected machine or pass a local folder." if offline and not local else "")
+        hint = (f" The model hub ({presets.hub_endpoint()}) is unreachable or offline and the model "
+                "is not cached: download it on a connected machine or pass a local folder."
+                if offline and not local else "")
         first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
         raise ValueError(f"cannot load model {name!r}: {first}.{hint}") from e
     if device_map is None:

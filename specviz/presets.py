@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
+import threading
+import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -55,16 +58,61 @@ def get(key: str) -> Preset:
     return BY_KEY[key]
 
 
-@lru_cache(maxsize=1)
-def hub_reachable(timeout: float = 1.5) -> bool:
-    """True if huggingface.co answers a TCP connect quickly (and offline mode is off)."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+PROBE_TTL_S = 60.0  # how long an answer of the hub's is trusted: a hub that comes back is seen
+_probe: tuple[float, bool] | None = None  # (time.monotonic() of the probe, its answer)
+_probe_lock = threading.Lock()
+
+
+def offline() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub reads it: 1, on, yes or true (any case)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_endpoint() -> str:
+    """The hub huggingface_hub downloads from: huggingface.co, or the mirror HF_ENDPOINT names."""
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """True if the hub (hub_endpoint) answers an HTTP request within timeout seconds, all told, and
+    offline mode is off. A hub that accepts connections and never answers is unreachable too.
+    The answer is kept PROBE_TTL_S seconds."""
+    global _probe
+    if offline():
         return False
-    try:
-        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
+    with _probe_lock:
+        if _probe is None or time.monotonic() - _probe[0] > PROBE_TTL_S:
+            _probe = (time.monotonic(), _answers(hub_endpoint(), timeout))
+        return _probe[1]
+
+
+def mark_unreachable() -> None:
+    """Count the hub unreachable for PROBE_TTL_S seconds (a request to it timed out)."""
+    global _probe
+    with _probe_lock:
+        _probe = (time.monotonic(), False)
+
+
+def _answers(url: str, timeout: float) -> bool:
+    """Whether url answers a HEAD request with any HTTP status below 500 within timeout seconds
+    (a thread bounds the whole exchange: a server that sends a byte now and then cannot hold it)."""
+    answer: list[bool] = []
+
+    def ask():
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+                answer.append(True)
+        except urllib.error.HTTPError as e:  # an answer all the same
+            answer.append(e.code < 500)
+        except (OSError, ValueError):  # refused, unresolved, timed out, or not a URL
+            answer.append(False)
+
+    thread = threading.Thread(target=ask, daemon=True, name="specviz-hub-probe")
+    thread.start()
+    thread.join(timeout)
+    return bool(answer and answer[0])
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",

@@ -1,0 +1,143 @@
+"""The model hub: the reachability probe, and loads against a hub that goes quiet (no hanging)."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from specviz import presets
+
+
+class FakeHub:
+    """A local server. silent: accepts connections and never answers. root: answers HEAD / with
+    `status` (as a working hub or mirror does), then never answers any other request."""
+
+    def __init__(self, mode: str, status: int = 200):
+        self.mode, self.status, self.requests, self.held = mode, status, [], []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            self.held.append(conn)
+            if self.mode != "silent":
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        method, path = data.split(b"\r\n")[0].decode().split()[:2]
+        self.requests.append(f"{method} {path}")
+        if path == "/":
+            conn.sendall(f"HTTP/1.1 {self.status} X\r\nContent-Length: 0\r\n\r\n".encode())
+            conn.close()
+
+    def close(self):
+        self.server.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.fixture
+def hub(request):
+    made = []
+
+    def make(mode, status=200):
+        made.append(FakeHub(mode, status))
+        return made[-1]
+
+    yield make
+    for h in made:
+        h.close()
+
+
+def test_a_hub_that_accepts_and_never_answers_is_unreachable_within_the_timeout(hub):
+    silent = hub("silent")
+    start = time.monotonic()
+    assert presets._answers(silent.url, timeout=0.5) is False
+    assert time.monotonic() - start < 2.0  # the probe's whole exchange is bounded
+
+
+@pytest.mark.parametrize("status, reachable", [(200, True), (404, True), (401, True), (503, False)])
+def test_any_answer_below_500_is_a_reachable_hub(hub, status, reachable):
+    assert presets._answers(hub("root", status).url, timeout=2.0) is reachable
+
+
+def test_refused_or_malformed_addresses_are_unreachable():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: refused
+    assert presets._answers(f"http://127.0.0.1:{port}", timeout=1.0) is False
+    assert presets._answers("not a url", timeout=1.0) is False
+
+
+def test_the_probe_asks_the_configured_endpoint_and_keeps_its_answer_a_while(monkeypatch):
+    """HF_ENDPOINT's mirror is the hub probed (huggingface_hub reads it into constants.ENDPOINT);
+    the answer is kept PROBE_TTL_S seconds, then asked again; offline mode never probes."""
+    from huggingface_hub import constants
+
+    asked, answers, now = [], [True, False], [1000.0]
+    monkeypatch.setattr(constants, "ENDPOINT", "http://mirror.example:8080")
+    monkeypatch.setattr(presets, "_answers", lambda url, timeout: asked.append(url) or answers.pop(0))
+    monkeypatch.setattr(presets.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(presets, "_probe", None)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert presets.hub_reachable() and presets.hub_reachable()
+    assert asked == ["http://mirror.example:8080"]
+    now[0] += presets.PROBE_TTL_S + 1
+    assert not presets.hub_reachable()
+    assert len(asked) == 2
+    presets.mark_unreachable()  # a request timed out: unreachable from now on, for a while
+    assert not presets.hub_reachable()
+    for value in ("1", "true", "ON", "yes"):
+        monkeypatch.setenv("HF_HUB_OFFLINE", value)
+        assert not presets.hub_reachable()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    now[0] += presets.PROBE_TTL_S + 1
+    answers.append(True)
+    assert presets.hub_reachable()
+    assert len(asked) == 3
+
+
+LOAD = textwrap.dedent("""
+    import time, torch
+    from specviz import loading, presets
+    loading.HUB_TIMEOUT_S = 1.5
+    assert presets.hub_reachable(), "the mirror answers HEAD /"
+    start = time.monotonic()
+    try:
+        loading.load_model("nobody/not-cached-anywhere", "cpu", torch.float32)
+    except ValueError as e:
+        print("ValueError:", e)
+    print("took", round(time.monotonic() - start, 1))
+""")
+
+
+def test_a_load_from_a_hub_that_answers_the_probe_then_goes_quiet_fails_soon(hub, tmp_path):
+    """huggingface_hub's client waits for ever on model_info (timeout=None): such a load held the
+    model lock for ever. Now it fails, naming the hub, in about HUB_TIMEOUT_S seconds."""
+    quiet = hub("root")
+    env = {**os.environ, "HF_ENDPOINT": quiet.url, "HF_HUB_OFFLINE": "0",
+           "HF_HOME": str(tmp_path / "hf"), "HF_HUB_DISABLE_TELEMETRY": "1"}
+    done = subprocess.run([sys.executable, "-c", LOAD], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ValueError: cannot load model 'nobody/not-cached-anywhere'" in done.stdout
+    assert f"model hub ({quiet.url}) is unreachable" in done.stdout
+    took = float(done.stdout.split("took")[-1])
+    assert took < 30, done.stdout  # 1.5 s per quiet request; then every request fails at once
+    assert any(r.startswith("GET /api/models/nobody/not-cached-anywhere") for r in quiet.requests)
