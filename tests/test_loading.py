@@ -123,5 +123,30 @@ def test_a_preset_counts_as_cached_only_with_its_weights(monkeypatch):
     assert not presets.is_cached("gpt2")
     assert "not cached" in presets.availability(presets.BY_KEY["gpt2"], allow_large=False)
     files |= {"model.safetensors"}
+    assert not presets.is_cached("gpt2")  # no tokenizer yet
+    files |= {"tokenizer.json"}
     assert presets.is_cached("gpt2")
     assert presets.availability(presets.BY_KEY["gpt2"], allow_large=False) is None
+
+
+def test_a_sharded_model_counts_as_cached_only_with_every_shard(monkeypatch, tmp_path):
+    import json
+
+    import huggingface_hub
+
+    from specviz import presets
+
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a.weight": "model-00001-of-00002.safetensors",
+                                                "b.weight": "model-00002-of-00002.safetensors"}}))
+    files = {"config.json": "/c", "tokenizer.json": "/t", index.name: str(index),
+             "model-00001-of-00002.safetensors": "/s1"}
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache",
+                        lambda repo, name, **_: files.get(name))
+    assert not presets.is_cached("big/model")  # one shard of two: an interrupted download
+    files["model-00002-of-00002.safetensors"] = "/s2"
+    assert presets.is_cached("big/model")
+    index.write_text("{not json")
+    assert not presets.is_cached("big/model")
+    index.write_text(json.dumps({"weight_map": {}}))
+    assert not presets.is_cached("big/model")

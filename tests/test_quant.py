@@ -70,8 +70,19 @@ def test_a_float32_drafts_quantized_layers_run_on_bfloat16_activations(cls):
 def test_shapes_the_int4_kernel_cannot_take_fall_back_to_int8():
     model = nn.Sequential(nn.Linear(64, 48), nn.Linear(48, 7))  # 48 inputs: not a multiple of 32
     model.device, model.dtype = torch.device("cpu"), torch.float32
-    assert quant.apply(model, "auto") == "int4 weights"
+    assert quant.apply(model, "auto") == "int4 weights in 1 of 2 layers, int8 in 1"  # not all int4
     assert isinstance(model[0], quant.Int4Linear) and isinstance(model[1], quant.Int8Linear)
+
+
+def test_a_gpt2_drafts_label_counts_its_conv1d_layers_as_dense():
+    """GPT-2's attention and MLP matmuls are transformers' Conv1D, not nn.Linear: only lm_head is
+    quantized, and the name says so rather than "(int4 weights)"."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=64, n_head=2, vocab_size=128,
+                                       n_positions=32, tie_word_embeddings=False)).eval()
+    assert quant.apply(model, "int4") == "int4 weights in 1 of 5 layers, dense in 4"
+    assert isinstance(model.lm_head, quant.Int4Linear)
 
 
 def test_widths_the_int8_kernel_cannot_take_stay_dense():
@@ -81,7 +92,7 @@ def test_widths_the_int8_kernel_cannot_take_stay_dense():
     model.device, model.dtype = torch.device("cpu"), torch.float32
     x = torch.randn(2, 64)
     want = model(x)
-    quant.apply(model, "int4")
+    assert quant.apply(model, "int4") == "int8 weights in 1 of 2 layers, dense in 1"
     assert isinstance(model[0], quant.Int8Linear) and type(model[1]) is nn.Linear  # 24 outputs: int8
     assert torch.isfinite(model(x)).all() and torch.allclose(model(x), want, atol=0.1)
 
@@ -123,7 +134,8 @@ def test_int4_codes_are_kept_and_read_back_into_the_same_layers(tmp_path, monkey
     base = small_model()
     path = quant.codes_file(tmp_path)
     first = copy.deepcopy(base)
-    assert quant.apply(first, "int4", path) == "int4 weights" and path.is_file()
+    assert quant.apply(first, "int4", path) == "int4 weights in 2 of 3 layers, int8 in 1"
+    assert path.is_file()
     from safetensors.torch import load_file
 
     assert sorted(load_file(path)) == ["0.codes", "0.low", "0.scale", "3.codes", "3.low", "3.scale"]
