@@ -272,10 +272,11 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile):
     rep = explorer.replay_adaptive(rec, k) if adaptive else explorer.replay(rec, k)
     if adaptive:
         note += f"<br>The adaptive policy drafts at most k = {k} a round. It is {explorer.ADAPTIVE_DIFFERS}."
-    reps = explorer.curve(rec)  # computed once per recording (fixed-k replays come from it)
+    reps = explorer.curve(rec)  # the totals at k = 1..16, computed once per recording
     check = ""
     if measured_k is not None and measured_rounds is not None:
-        again = [r.committed for r in explorer.replay(rec, measured_k).rounds]
+        measured = rep if measured_k == k and not adaptive else explorer.replay(rec, measured_k)
+        again = [r.committed for r in measured.rounds]
         ok = again == measured_rounds
         check = (f"<br>Measured run (k={measured_k}): {len(measured_rounds)} target passes; the "
                  f"recomputation {'matches it round by round ✔' if ok else 'does NOT match it ✘'}."

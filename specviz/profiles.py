@@ -253,9 +253,11 @@ class Passes:
 
 
 def passes_of(run) -> Passes:
-    """Passes of an explorer Replay, a sequence of engine RoundEvents, or a Passes."""
+    """Passes of an explorer Replay or Point, a sequence of engine RoundEvents, or a Passes."""
     if isinstance(run, Passes):
         return run
+    if hasattr(run, "widths") and hasattr(run, "draft_passes"):  # explorer.Point
+        return Passes(run.draft_passes, dict(run.widths))
     if hasattr(run, "rounds") and hasattr(run, "recording"):  # explorer.Replay
         return Passes(run.draft_passes, dict(Counter(r.k + 1 for r in run.rounds)))
     events = list(run)
