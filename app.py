@@ -81,6 +81,7 @@ MAX_NOTICES = 8
 NO_TEX = dict(latex_delimiters=[])  # Markdown that shows a visitor's text renders no $$...$$ as TeX
 LAB_SOURCES = ("example", "round")
 SAVES = Path(tempfile.gettempdir()) / "specviz-saves"
+SAVE_TTL = 300  # seconds a saved trace's file stays (Gradio copies it into its cache at once)
 
 
 def pair_choices(store: ModelStore, limits: Limits) -> list[tuple[str, str]]:
@@ -483,16 +484,22 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             if trace is None:
                 raise gr.Error("no run to save yet: run something first")
             SAVES.mkdir(exist_ok=True)
+            kept = 0  # bytes of the saves of the last SAVE_TTL seconds
             for old in SAVES.glob("*.json"):  # gradio copies the file into its cache at once
-                if time.time() - old.stat().st_mtime > 300:
+                if time.time() - old.stat().st_mtime > SAVE_TTL:
                     old.unlink(missing_ok=True)
+                else:
+                    kept += old.stat().st_size
             # one file a trace's content, written once: saving it again, from any page (or a
             # script opening one trace under many sessions), reuses it, and Gradio's cache, keyed
             # by content, keeps one copy of it too
-            text = trace.to_json()
-            path = SAVES / f"specviz-trace-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+            data = trace.to_json().encode("utf-8")
+            path = SAVES / f"specviz-trace-{hashlib.sha256(data).hexdigest()[:16]}.json"
             if not path.exists():
-                path.write_text(text)
+                if kept + len(data) > limits.upload_mb * 2**20:  # saves are downloads: as much
+                    raise gr.Error("the server has saved as many traces as it keeps at once: "
+                                   f"try again in {SAVE_TTL // 60} minutes")  # disk as uploads
+                path.write_bytes(data)
             return str(path)
 
         def open_trace(path, request: gr.Request):

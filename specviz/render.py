@@ -121,7 +121,16 @@ def shown(text: str) -> str:
     return text if len(text) <= SHOWN_TOKEN_CHARS else text[:SHOWN_TOKEN_CHARS - 1] + "…"
 
 
-HTML_BUDGET = 512 * 2**10  # characters of HTML one view of tokens sends (and the page's state keeps)
+HTML_BUDGET = 512 * 2**10  # characters of HTML one view of tokens sends (and the page's state
+# keeps), each one byte: the view is ASCII (ascii_html)
+
+
+def ascii_html(markup: str) -> str:
+    """markup with every non-ASCII character as a character reference ("↵" as "&#8629;"): the
+    browser shows the same, and Python keeps the string at one byte a character. One emoji in a
+    view made every character of it take 4 bytes, and a UTF-8 copy besides: a view within
+    HTML_BUDGET characters took 3 MiB of a page's state, and the server keeps 1,000 pages."""
+    return markup.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
 def within(parts: list[str], budget: int) -> list[str]:
@@ -150,7 +159,7 @@ def to_html(spans: list[Span], budget: int = HTML_BUDGET) -> str:
     """Every token HTML-escaped; fates as CSS classes, details in the title tooltip. Past budget
     characters the refused drafts go first (the output is what the text is for), then the output
     tokens from the end, each time with a note saying what is left out."""
-    parts = [span_html(s) for s in spans]
+    parts = [ascii_html(span_html(s)) for s in spans]
     notes = []
     if sum(map(len, parts)) > budget:
         refused = sum(not s.emitted for s in spans)
@@ -162,7 +171,7 @@ def to_html(spans: list[Span], budget: int = HTML_BUDGET) -> str:
         notes.append(f"… {len(parts) - len(shown_parts)} more output tokens not shown: this view "
                      f"shows at most {budget // 2**10} KiB of them (a saved trace holds every one)")
     return ('<div class="specviz-text">' + "".join(shown_parts) + "</div>"
-            + "".join(more_note(n) for n in notes))
+            + ascii_html("".join(more_note(n) for n in notes)))
 
 
 def legend_html() -> str:

@@ -45,7 +45,7 @@ class Trace:
             "baseline": [_event_dict(e) for e in self.baseline],
             "spans": [asdict(s) for s in self.spans], "summary": self.stats.summary(),
             "recording": self.recording.to_dict() if self.recording else None},
-            separators=(",", ":"))
+            separators=(",", ":"), ensure_ascii=False)  # UTF-8: an emoji's 4 bytes, not 12 escaped
 
 
 def _event_dict(e: RoundEvent) -> dict:

@@ -6,7 +6,7 @@ import html
 
 from .compare import Comparison
 from .metrics import RunStats
-from .render import HTML_BUDGET, Span, more_note, shown, within
+from .render import HTML_BUDGET, Span, ascii_html, more_note, shown, within
 
 
 def _chip(span: Span) -> str:
@@ -25,18 +25,19 @@ def timeline_html(spans: list[Span], stats: RunStats, budget: int = HTML_BUDGET)
         chips = by_round.get(e.round, [])
         drafts = "".join(_chip(s) for s in chips if s.position)
         own = "".join(_chip(s) for s in chips if not s.position)
-        kept = f"{e.accepted} of {e.nodes} nodes" if e.tree else f"{e.accepted}/{e.k}"  # a tree: its
+        # a tree's row shows its walked branch
+        kept = f"{e.accepted} of {e.nodes} nodes" if e.tree else f"{e.accepted}/{e.k}"
         if e.accepted and len(e.new_tokens) <= e.accepted:  # the output ended among the kept drafts
             kept += f", {len(e.new_tokens)} committed ({'EOS' if e.stop == 'eos' else 'the budget'})"
-        rows.append(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{kept}</td>"  # walked branch shown
-                    f"<td>{own or '(cut)'}</td><td>{len(e.new_tokens)}</td></tr>")
+        rows.append(ascii_html(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{kept}</td>"
+                               f"<td>{own or '(cut)'}</td><td>{len(e.new_tokens)}</td></tr>"))
     rows = within(rows[::-1], budget)
     hidden = len(stats.events) - len(rows)
     more = more_note(f"… {hidden} earlier rounds not shown: the timeline shows the newest 200 "
                      f"rounds, in at most {budget // 2**10} KiB") if hidden else ""
     return ('<table class="specviz-timeline"><thead><tr><th>round</th><th>drafted</th>'
             '<th>kept</th><th>target</th><th>tokens</th></tr></thead><tbody>'
-            + "".join(rows) + "</tbody></table>" + more)
+            + "".join(rows) + "</tbody></table>" + ascii_html(more))
 
 
 def _row(label: str, spec: str, base: str = "", *more: str) -> str:

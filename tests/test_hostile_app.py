@@ -663,6 +663,37 @@ def test_saving_again_writes_nothing_new(demo):
     assert save(changed) != first
 
 
+def test_saves_are_utf8_and_all_saves_kept_at_once_stay_within_the_upload_budget(demo, monkeypatch,
+                                                                                   tmp_path):
+    """A save wrote an emoji as a 12-byte JSON escape (a 3 MiB upload saved as 9 MiB), and saves,
+    kept 5 minutes and copied into Gradio's cache, had no budget: about 3.4 GB if the uploads'
+    512 MiB were spent on them. Saves are UTF-8 now, and all saves kept at once are at most
+    SPECVIZ_UPLOAD_MB, as uploads are."""
+    import gradio as gr
+
+    import app
+
+    monkeypatch.setattr(app, "SAVES", tmp_path / "saves")
+    save = next(fn for fn in demo.fns.values() if fn.name == "save").fn
+    trace = make_trace(demo)
+    spans = [replace(span, text="😀" * 50) for span in trace.spans]
+    key = demo.specviz.shelf.put("emoji", replace(trace, spans=spans))
+    path = save(key)
+    data = open(path, "rb").read()
+    assert ("😀" * 50).encode() in data and b"\\ud83d" not in data
+    assert json.loads(data)["spans"][0]["text"] == "😀" * 50
+    budget = demo.specviz.limits.upload_mb * 2**20
+    with open(tmp_path / "saves" / "filler.json", "wb") as f:  # sparse: the budget's worth, no disk
+        f.truncate(budget - len(data))
+    assert save(key) == path  # a trace saved already is no new file
+    other = demo.specviz.shelf.put("other", replace(trace, settings=trace.settings | {"seed": 7}))
+    with pytest.raises(gr.Error, match="saved as many traces as it keeps at once: try again in 5 min"):
+        save(other)
+    old = time.time() - app.SAVE_TTL - 1
+    os.utime(tmp_path / "saves" / "filler.json", (old, old))  # 5 minutes on: swept, room again
+    assert save(other) != path and not (tmp_path / "saves" / "filler.json").exists()
+
+
 def test_opening_a_file_that_is_gone_names_the_fix(demo):
     """Gradio passes any path inside its upload folder; one the cache cleaner removed (or one
     made up) raised FileNotFoundError: an empty error for the visitor, a traceback in the log."""

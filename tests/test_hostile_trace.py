@@ -557,7 +557,7 @@ def test_the_largest_trace_opens_in_bounded_time():
 
 @pytest.mark.parametrize("rounds, kept, note", [
     (554, 0, r"17728 refused drafts not shown, to keep this view within 512 KiB"),  # 554 x 32 refused
-    (124, 32, r"… \d+ more output tokens not shown: this view shows at most 512 KiB"),  # all kept
+    (124, 32, r"&#8230; \d+ more output tokens not shown: this view shows at most 512 KiB"),  # all kept
 ])
 def test_an_opened_trace_shows_a_bounded_amount_of_html(rounds, kept, note):
     """Gradio keeps each view's last value in the page's state: 554 rounds of 32 refused drafts,
@@ -572,7 +572,8 @@ def test_an_opened_trace_shows_a_bounded_amount_of_html(rounds, kept, note):
     view = replay_view(trace.loads(text))
     assert len(view.text_html) < HTML_BUDGET + 1000 and re.search(note, view.text_html)
     assert HTML_BUDGET / 2 < len(view.timeline_html) < HTML_BUDGET + 1000
-    assert re.search(r"… \d+ earlier rounds not shown: the timeline shows the newest 200", view.timeline_html)
+    assert re.search(r"&#8230; \d+ earlier rounds not shown: the timeline shows the newest 200",
+                     view.timeline_html)
 
 
 def test_the_largest_tree_trace_opens_in_bounded_time():

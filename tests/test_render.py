@@ -1,6 +1,7 @@
 """The token text's tooltips: p, q and the chance the rule kept each draft, against hand values
 and against the rule itself."""
 
+import html
 import math
 
 import torch
@@ -84,7 +85,8 @@ def test_a_long_token_text_from_an_opened_trace_is_clipped_on_the_page():
 
     span = Span("&" * 1000, "accepted", 1, 1, 1, 0.5, 0.5, 1.0)
     for page in (to_html([span]), _chip(span)):
-        assert page.count("&amp;") == SHOWN_TOKEN_CHARS - 1 and "…" in page and len(page) < 1000
+        assert page.count("&amp;") == SHOWN_TOKEN_CHARS - 1 and len(page) < 1000
+        assert "&…</span>" in html.unescape(page)
     assert "&amp;" * 3 in to_html([Span("&&&", "accepted", 1, 1, 1)])  # short texts are whole
 
 
@@ -104,7 +106,7 @@ def test_token_html_drops_refused_drafts_first_then_counts_the_output_tokens_it_
     assert "5 refused drafts not shown, to keep this view within 0 KiB" in page
     assert "more output tokens" not in page
     cut = to_html(spans, budget=3 * one)  # over again: the output tokens from the end
-    assert cut.count('class="tok accepted"') == 3 and "… 2 more output tokens not shown" in cut
+    assert cut.count('class="tok accepted"') == 3 and "&#8230; 2 more output tokens not shown" in cut
 
 
 def test_the_timeline_counts_every_round_it_leaves_out():
@@ -113,7 +115,7 @@ def test_the_timeline_counts_every_round_it_leaves_out():
 
     events = [event(round=i, new_tokens=[0], accepted=0) for i in range(1, 555)]
     page = timeline_html([], RunStats.of(events))
-    assert page.count("<tr><td>") == 200 and "… 354 earlier rounds not shown" in page
+    assert page.count("<tr><td>") == 200 and "&#8230; 354 earlier rounds not shown" in page
     assert "not shown" not in timeline_html([], RunStats.of(events[:200]))
 
 
@@ -132,3 +134,23 @@ def test_the_timeline_says_when_the_output_ended_among_the_kept_drafts():
     assert "<td>4/4, 2 committed (EOS)</td>" in timeline_html(spans, RunStats.of([e]))
     whole = replace(e, new_tokens=[10, 0, 11, 12, 13], stop=None)
     assert "<td>4/4</td>" in timeline_html(spans, RunStats.of([whole]))
+
+
+def test_token_views_are_ascii_so_one_emoji_cannot_widen_a_pages_state_fourfold():
+    """Python stores a string at the width of its widest character: one emoji made a view within
+    HTML_BUDGET characters take 4 bytes a character (3 MiB of a page's state, kept per page).
+    The views write every non-ASCII character as a reference; the browser shows the same text."""
+    import sys
+
+    from specviz.metrics import RunStats
+    from specviz.render import HTML_BUDGET, Span, to_html
+    from specviz.views import timeline_html
+
+    spans = [Span("😀" * 100, "accepted", 7, 1, 1), Span("↵ é", "rejected", 8, 1, 1)]
+    page = to_html(spans * 2000)
+    assert page.isascii() and sys.getsizeof(page) < len(page) + 100  # one byte a character
+    assert len(page) <= HTML_BUDGET + 1000 and "😀" * 100 in html.unescape(page)
+    events = [event(round=i, new_tokens=[0], accepted=0) for i in range(1, 11)]
+    spans = [Span("😀", "accepted", 0, i, 1) for i in range(1, 11)]
+    timeline = timeline_html(spans, RunStats.of(events))
+    assert timeline.isascii() and html.unescape(timeline).count("😀") == 10
