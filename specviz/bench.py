@@ -321,7 +321,8 @@ def explain(spec: RunStats | None, base: RunStats | None, pair) -> str:
         return "not explained (only specviz runs carry the top-2 logits)"
     c = compare(spec, base, pair.dtype, pair.device, pair.numerics)
     margins = " / ".join(f"{m:.3g}" for m in (c.margin(c.spec_top2), c.margin(c.base_top2)) if m is not None)
-    return f"{c.verdict} (top-2 margins {margins or '-'}; near-tie bound {c.threshold:.3g})"
+    bound = "-" if c.threshold is None else f"{c.threshold:.3g}"
+    return f"{c.verdict} (top-2 margins {margins or '-'}; near-tie bound {bound})"
 
 
 def same_text_passes(pair, prompts, texts: dict[int, list[int]], max_new_tokens: int) -> dict:

@@ -50,7 +50,8 @@ class Comparison:
     base_top2: list[tuple[int, float]] | None = None
     dtype: str = ""
     device: str = ""
-    threshold: float = 0.0  # near-tie margin bound in logits at this position
+    threshold: float | None = 0.0  # near-tie margin bound in logits at this position; None
+    # where neither run recorded its top-2 there (older traces): no logit to scale it by
     numerics: str = ""  # what was compared, in words (Pair.numerics)
 
     @staticmethod
@@ -60,7 +61,7 @@ class Comparison:
     @property
     def near_tie(self) -> bool:
         margins = [m for m in (self.margin(self.spec_top2), self.margin(self.base_top2)) if m is not None]
-        return bool(margins) and min(margins) <= self.threshold
+        return bool(margins) and self.threshold is not None and min(margins) <= self.threshold
 
     @property
     def verdict(self) -> str:
@@ -68,6 +69,8 @@ class Comparison:
             return "identical"
         if self.near_tie:
             return "near-tie flipped by floating point"
+        if self.threshold is None:
+            return "cannot tell: neither run recorded the target's top-2 logits there"
         return "unexplained: please report"
 
 
@@ -78,6 +81,7 @@ def compare(spec: RunStats, base: RunStats, dtype: torch.dtype, device: str,
         return Comparison(True, dtype=str(dtype).removeprefix("torch."), device=str(device),
                           numerics=numerics)
     spec_top2, base_top2 = top2_at(spec, pos), top2_at(base, pos)
-    scale = max(abs(t[0][1]) for t in (spec_top2, base_top2) if t) if (spec_top2 or base_top2) else 1.0
+    recorded = [t for t in (spec_top2, base_top2) if t]
+    threshold = NEAR_TIE_ULPS * ulp(max(abs(t[0][1]) for t in recorded), dtype) if recorded else None
     return Comparison(False, pos, spec_top2, base_top2, str(dtype).removeprefix("torch."), str(device),
-                      NEAR_TIE_ULPS * ulp(scale, dtype), numerics)
+                      threshold, numerics)

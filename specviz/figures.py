@@ -70,8 +70,10 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
     if spec.is_tree:
         return _tree_points(spec, chain, k or spec.k)
     ks = list(range(1, MAX_K_PLOT + 1))
-    fig = go.Figure(go.Scatter(x=ks, y=[expected_tokens_per_pass(spec.alpha, k) for k in ks],
-                               name=f"i.i.d. prediction at α={spec.alpha:.2f}", line_color=THEORY))
+    fig = go.Figure()
+    if spec.drafted:  # α is measured only where drafts were tested (the table says "—" too)
+        fig.add_scatter(x=ks, y=[expected_tokens_per_pass(spec.alpha, k) for k in ks],
+                        name=f"i.i.d. prediction at α={spec.alpha:.2f}", line_color=THEORY)
     line = target_line(spec, base)
     if line is not None:
         t0, step, b = line

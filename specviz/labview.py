@@ -232,6 +232,14 @@ def cost_text(rec: explorer.Recording) -> str:
             f"{sig3(b * 1000)}·k ms, fitted to this run's passes, the prompt's included")
 
 
+def prefill_text(measured_rounds: list[int] | None) -> str:
+    """How a replay's round 1 is priced: like any round, unless the run had no round after it."""
+    if measured_rounds is not None and len(measured_rounds) == 1:
+        return ("the run had one round, so its costs are round 1's, the prompt's prefill included: "
+                "every replayed round is priced so")
+    return "round 1 priced like any round, without the prompt's prefill"
+
+
 def on_profile(rep: explorer.Replay, profile: profiles.Profile) -> str:
     """One HTML line: the replay's predicted seconds and tokens/s on each path of a cost profile,
     and the speedup over the target alone (one width-1 pass per token) on the same path."""
@@ -286,17 +294,18 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile):
     numbers = (f"<div class='specviz-lab'><b>{f'adaptive k ≤ {k}' if adaptive else f'k = {k}'}</b>: "
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
                f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {sig3(rep.predicted_seconds)} s "
-               f"({cost_text(rec)}; round 1 priced like any round, without the prompt's prefill)."
+               f"({cost_text(rec)}; {prefill_text(measured_rounds)})."
                f"{on_profile(rep, profile) if profile else ''}{check}{note}</div>")
     fig = go.Figure()
     ks = [r.k for r in reps]
     fig.add_scatter(x=ks, y=[r.tokens_per_pass for r in reps], name="tokens per target pass", line_color=SPEC)
     if profile is None:
-        speed = [len(rec.output) / r.predicted_seconds if r.predicted_seconds else 0 for r in reps]
+        speed = [len(rec.output) / r.predicted_seconds if r.predicted_seconds else None for r in reps]
         fig.add_scatter(x=ks, y=speed, name="predicted tokens / s", line_color=THEORY, yaxis="y2")
     for path in profile.paths if profile else ():
         try:
-            speed = [len(rec.output) / s if (s := profiles.project(r, profile, path)) else 0 for r in reps]
+            speed = [len(rec.output) / s if (s := profiles.project(r, profile, path)) else None
+                     for r in reps]  # no cost measured: no point, not 0 tokens / s
         except ValueError:  # no draft cost on this path
             continue
         fig.add_scatter(x=ks, y=speed, name=f"tokens / s on {profile.name[:40]}, {path}", yaxis="y2",

@@ -153,6 +153,13 @@ class RunStats:
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.wall_seconds if self.wall_seconds else 0.0
 
+    def speedup_over(self, base: RunStats) -> float | None:
+        """tokens / s over base's; None where either run measured no time (an opened trace can
+        say 0 s: 0x, or 10^11x against a floor, said nothing)."""
+        if self.wall_seconds <= 0 or base.wall_seconds <= 0 or not base.new_tokens:
+            return None
+        return self.tokens_per_second / base.tokens_per_second
+
     @property
     def decode_tokens(self) -> int:
         """Tokens committed after round 1, the round that also paid the prompt's prefills."""

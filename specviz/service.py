@@ -374,9 +374,10 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                 f"measured {_when(measured_at)})")
     base = RunStats.of(base_events)
     result = compare(spec, base, pair.dtype, pair.device, pair.numerics)
-    speedup = spec.tokens_per_second / max(base.tokens_per_second, 1e-9)
-    status = (f"Done: {speedup:.2f}× the target alone{note}; greedy outputs {result.verdict}"
-              if greedy else f"Done: {speedup:.2f}× the target alone{note}")
+    speedup = spec.speedup_over(base)
+    pace = "no time measured" if speedup is None else f"{speedup:.2f}× the target alone"
+    status = (f"Done: {pace}{note}; greedy outputs {result.verdict}" if greedy
+              else f"Done: {pace}{note}")
     chain = None
     if s.proposer == "tree":  # the chain drafter at the same depth, for the comparison
         key = store.chain_key(pair, s, prompt_ids)

@@ -8,7 +8,7 @@ words the errors. Limits: docs/trace-format.md.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from itertools import pairwise, starmap
 from operator import ge
 
@@ -17,6 +17,7 @@ import torch
 from . import untrusted as u
 from .engine import MAX_K, PROPOSERS, RoundEvent
 from .explorer import EXPLORER_PROPOSERS, Recording
+from .metrics import RunStats
 from .render import LEGEND, Span
 from .settings import DTYPES, UI_MAX_K, RunSettings
 from .tree import ACCEPTED, FATES, REJECTED, UNREACHED, TreeNode, first_branch
@@ -382,6 +383,11 @@ def fields_of(d, vocab: int) -> dict:
     for where, run in (("events", events), ("baseline", baseline)):
         if sum(len(e.new_tokens) for e in run) > settings.get("max_new_tokens", MAX_NEW_TOKENS):
             u.fail(where, "commit more tokens than settings.max_new_tokens")
+    recording = _recording(d.get("recording"), prompt_ids, tokens, vocab)
+    if recording is not None:  # priced at this run's own C_D and C_T, the means after round 1:
+        stats = RunStats.of(events)  # older traces averaged every round, prefills included
+        recording = replace(recording, draft_pass_seconds=stats.draft_pass_seconds,
+                            target_pass_seconds=stats.target_pass_seconds)
     return {"settings": settings, "models": _models(d["models"]), "prompt_ids": prompt_ids,
             "events": events, "spans": _spans(d["spans"], events, vocab), "baseline": baseline,
-            "recording": _recording(d.get("recording"), prompt_ids, tokens, vocab)}
+            "recording": recording}

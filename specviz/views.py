@@ -80,18 +80,26 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
                                lambda r: f"{r.acceptance_rate:.1%}" if r.drafted else "—")]),
         row("i.i.d. prediction (1 − α^(k+1))/(1 − α)", _predicted),
         row("elapsed", lambda r: f"{r.wall_seconds:.2f} s", f"{b.wall_seconds:.2f} s" if b else ""),
-        row("tokens / s", lambda r: f"{r.tokens_per_second:.2f}", f"{b.tokens_per_second:.2f}" if b else ""),
+        row("tokens / s", _speed, _speed(b) if b else ""),
         row("time split", lambda r: f"draft {r.draft_seconds:.2f} s · target {r.target_seconds:.2f} s · "
                                     f"other {r.overhead_seconds:.3f} s"),
     ]
     if b and b.stop and spec.stop:
-        alone = max(b.tokens_per_second, 1e-9)
-        rows.append(row("speedup", lambda r: f"<b>{r.tokens_per_second / alone:.2f}×</b>" if r.stop else "",
-                        "1.00×"))
+        rows.append(row("speedup", lambda r: _speedup(r, b) if r.stop else "",
+                        "1.00×" if b.wall_seconds > 0 else "—"))
     columns = ("<th>token tree</th><th>baseline (target alone)</th><th>chain (draft model, same k)</th>"
                if tree else "<th>speculative</th><th>baseline (target alone)</th>")
     return (f'<table class="specviz-stats"><thead><tr><th></th>{columns}</tr></thead><tbody>'
             + "".join(rows) + "</tbody></table>")
+
+
+def _speed(r: RunStats) -> str:
+    return f"{r.tokens_per_second:.2f}" if r.wall_seconds > 0 else "— (no time measured)"
+
+
+def _speedup(r: RunStats, base: RunStats) -> str:
+    speedup = r.speedup_over(base)
+    return "—" if speedup is None else f"<b>{speedup:.2f}×</b>"
 
 
 def _top2(top2, tokenizer) -> str:
@@ -119,6 +127,7 @@ def verdict_html(comparison: Comparison | None, tokenizer, greedy: bool) -> str:
             f"Verdict: <b>{html.escape(c.verdict)}</b>.<br>"
             f"speculative run's top-2 there: {_top2(c.spec_top2, tokenizer)}<br>"
             f"baseline run's top-2 there: {_top2(c.base_top2, tokenizer)}<br>"
-            f"dtype {dtype} on {device}; near-tie bound {c.threshold:.3g} "
-            f"(8 units in the last place of the logit in {dtype}). Re-run in float32 to "
-            f"confirm a near-tie.{compared}</div>")
+            + (f"dtype {dtype} on {device}; near-tie bound {c.threshold:.3g} "
+               f"(8 units in the last place of the logit in {dtype}). " if c.threshold is not None
+               else f"dtype {dtype} on {device}; no near-tie bound without a logit to scale it. ")
+            + f"Re-run in float32 to confirm a near-tie.{compared}</div>")

@@ -1,0 +1,83 @@
+"""Figures the page shows at the edges a live run never reaches but an opened trace can: no time
+measured, no drafts tested, no top-2 logits recorded, pass costs averaged over every round."""
+
+import json
+
+import torch
+from test_hostile_trace import synthetic
+
+from specviz import trace
+from specviz.compare import compare
+from specviz.engine import RoundEvent
+from specviz.figures import k_prediction
+from specviz.metrics import RunStats
+from specviz.views import stats_html, verdict_html
+
+
+def ev(r, pos, k, acc, elapsed, source="draft", top2=(), stop=None, token=9):
+    drafts = list(range(1, k + 1))
+    return RoundEvent(r, k, drafts, acc, token, "bonus" if acc == k else "recovered",
+                      drafts[:acc] + [token], [1.0] * k, [1.0] * k, r, r * k, 0.0, elapsed, elapsed,
+                      elapsed * r, pos, source, 0, stop, list(top2))
+
+
+def alone(n, elapsed, token=9, top2=()):
+    return [RoundEvent(i, 0, [], 0, token, "bonus", [token], [], [], i, 0, 0.0, elapsed, elapsed,
+                       elapsed * i, i - 1, "none", 0, "length" if i == n else None, list(top2))
+            for i in range(1, n + 1)]
+
+
+def test_a_run_without_measured_time_shows_no_speed_and_no_speedup():
+    """An opened trace can say 0 s: the page showed 0.00x, or 100000000000.00x against a floor."""
+    timed = [ev(1, 0, 2, 2, 0.1), ev(2, 3, 2, 1, 0.1), ev(3, 5, 0, 0, 0.1, stop="length")]
+    untimed = [ev(1, 0, 2, 2, 0.0), ev(2, 3, 2, 1, 0.0), ev(3, 5, 0, 0, 0.0, stop="length")]
+    spec, base = RunStats.of(timed), RunStats.of(alone(6, 0.1))
+    assert spec.speedup_over(base) == (6 / 0.3) / (6 / 0.6)  # hand: 20 tok/s over 10 tok/s = 2
+    assert "<b>2.00×</b>" in stats_html(spec, base)
+    for shown in (stats_html(RunStats.of(untimed), base), stats_html(spec, RunStats.of(alone(6, 0.0)))):
+        assert "×</b>" not in shown and "— (no time measured)" in shown
+    assert RunStats.of(untimed).speedup_over(base) is None
+
+
+def test_no_drafts_tested_draws_no_iid_prediction():
+    """A run that drafted nothing has no α: the table says "—", and the plot said α=0.00."""
+    none = RunStats.of([ev(1, 0, 0, 0, 0.01, "ngram"), ev(2, 1, 0, 0, 0.01, "ngram", stop="length")])
+    assert not [t for t in k_prediction(none).data if "i.i.d." in (t.name or "")]
+    some = RunStats.of([ev(1, 0, 4, 2, 0.01), ev(2, 3, 4, 4, 0.01, stop="length")])
+    curve = next(t for t in k_prediction(some).data if "i.i.d." in t.name)
+    assert curve.name == "i.i.d. prediction at α=0.86"  # hand: 6 kept, 1 refused: 6/7
+
+
+def test_outputs_that_differ_without_recorded_logits_are_not_called_unexplained():
+    """Older traces hold no top-2 logits: the bound was scaled by a made-up logit of 1.0, and the
+    verdict said "unexplained: please report". Without a margin there is nothing to tell."""
+    spec, base = RunStats.of(alone(3, 0.1)), RunStats.of(alone(3, 0.1, token=7))
+    c = compare(spec, base, torch.float32, "cpu")
+    assert c.threshold is None and c.verdict.startswith("cannot tell")
+    page = verdict_html(c, None, greedy=True)
+    assert "cannot tell" in page and "no near-tie bound" in page and "please report" not in page
+    recorded = [[9, 12.5], [7, 12.5 - 1e-6]]  # margin 1e-6 at logit 12.5: 8 ulp in float32 = 7.6e-6
+    near = compare(RunStats.of(alone(3, 0.1, top2=[recorded])), base, torch.float32, "cpu")
+    assert near.threshold == 8 * 2.0 ** (3 - 23) and near.verdict == "near-tie flipped by floating point"
+
+
+def test_an_opened_recording_is_priced_at_its_runs_costs_after_round_1():
+    """Older traces' recordings averaged C_D and C_T over every round, round 1's prefills
+    included, while the explorer said round 1 was priced without its prefill. Opened, a
+    recording takes its run's own means after round 1, from the events."""
+    d = synthetic(rounds=4, k=3)
+    for i, e in enumerate(d["events"]):
+        e["draft_seconds"], e["target_seconds"] = (0.3, 2.0) if i == 0 else (0.03 * (i + 1), 0.1 * i)
+    d["recording"] |= {"draft_pass_seconds": 0.5, "target_pass_seconds": 0.5}  # all-round means
+    rec = trace.loads(json.dumps(d)).recording
+    # hand: rounds 2-4 drafted 3 passes each, in 0.06 + 0.09 + 0.12 s; their target passes took
+    # 0.1, 0.2, 0.3 s
+    assert abs(rec.draft_pass_seconds - 0.27 / 9) < 1e-12
+    assert abs(rec.target_pass_seconds - 0.6 / 3) < 1e-12
+
+
+def test_a_one_round_replay_says_its_costs_include_the_prefill():
+    from specviz.labview import prefill_text
+
+    assert "the prompt's prefill included" in prefill_text([4])
+    assert prefill_text([4, 3]) == "round 1 priced like any round, without the prompt's prefill"
