@@ -486,10 +486,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             SAVES.mkdir(exist_ok=True)
             kept = 0  # bytes of the saves of the last SAVE_TTL seconds
             for old in SAVES.glob("*.json"):  # gradio copies the file into its cache at once
-                if time.time() - old.stat().st_mtime > SAVE_TTL:
+                try:
+                    stat = old.stat()
+                except FileNotFoundError:  # swept by a save running beside this one
+                    continue
+                if time.time() - stat.st_mtime > SAVE_TTL:
                     old.unlink(missing_ok=True)
                 else:
-                    kept += old.stat().st_size
+                    kept += stat.st_size
             # one file a trace's content, written once: saving it again, from any page (or a
             # script opening one trace under many sessions), reuses it, and Gradio's cache, keyed
             # by content, keeps one copy of it too

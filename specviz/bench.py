@@ -401,7 +401,7 @@ def cmd_bench(args) -> int:
         draft = copy.deepcopy(pair.draft)
         label = quant.apply(draft, quantize)
         spec_pair = Pair(pair.target, pair.tokenizer, draft, pair.target_name,
-                         f"{pair.draft_name} ({label})", pair.chat_default)
+                         f"{pair.draft_name} ({label})" if label else pair.draft_name, pair.chat_default)
     records, texts = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names,
                                spec_pair=spec_pair, tree_nodes=tree_nodes)
     summary = report.summarize(records)

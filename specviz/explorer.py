@@ -66,6 +66,19 @@ class Recording:
         for a 133 KB trace of 4,092 one-token rounds), outside the shelf's budget."""
         return tuple(Point.of(_replay(self, k)) for k in CURVE_KS)
 
+    @cached_property
+    def _committed(self) -> dict[int, tuple[int, ...]]:
+        return {}
+
+    def committed(self, k: int) -> tuple[int, ...]:
+        """Tokens each round of the fixed-k replay commits, kept for a few k: the k explorer
+        checks the measured run's k against its rounds on every slider move."""
+        if k not in self._committed:
+            if len(self._committed) >= 4:
+                self._committed.clear()
+            self._committed[k] = tuple(r.committed for r in _replay(self, k).rounds)
+        return self._committed[k]
+
     @property
     def per_draft(self) -> tuple[float, float] | None:
         """(C_T, b): verify_line read per drafted token, a round verifying n drafts (feeding

@@ -5,7 +5,6 @@ Never enables trust_remote_code. Checks that draft and target tokenize alike bef
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -177,13 +176,17 @@ HUB_TIMEOUT_S = 10.0  # a hub request that gets no byte for this long fails (hug
 
 @lru_cache(maxsize=1)
 def bound_hub_requests() -> None:
-    """Bound every request of huggingface_hub's shared client. The client waits for ever by default,
-    and model_info (transformers' revision lookup) even asks for timeout=None: a hub that answered
-    the probe and then went quiet held a load, the model lock and a visitor's slot for ever. Now a
-    request waits for a byte at most HUB_TIMEOUT_S seconds; one that times out after that long
-    marks the hub unreachable (presets.mark_unreachable) and fails as offline mode would:
-    huggingface_hub does not retry that, every request after it fails at once (the cache still
-    serves), and such a load fails in about HUB_TIMEOUT_S seconds."""
+    """Bound the requests of huggingface_hub's shared client that would wait for ever. The client
+    has no timeout, and model_info (transformers' revision lookup) even asks for timeout=None: a
+    hub that answered the probe and then went quiet held a load, the model lock and a visitor's
+    slot for ever. Such a request now waits HUB_TIMEOUT_S for each byte; if it times out, the hub
+    is marked unreachable (presets.mark_unreachable) and the request fails as offline mode would:
+    huggingface_hub does not retry that, every request for a minute after it fails at once (the
+    cache still serves), and the load fails in about HUB_TIMEOUT_S seconds. Requests with a wait
+    of their own (downloads, 10 s) keep huggingface_hub's retries; any answer marks the hub
+    reachable, so a long download never waits on a probe."""
+    import weakref
+
     import httpx2
     import huggingface_hub
     from huggingface_hub.errors import OfflineModeIsEnabled
@@ -191,26 +194,32 @@ def bound_hub_requests() -> None:
 
     from . import presets
 
+    unbounded = weakref.WeakSet()  # requests sent asking to wait for ever, now HUB_TIMEOUT_S
+
     def bounded() -> httpx2.Client:
         client = default_client_factory()
         client.timeout = httpx2.Timeout(HUB_TIMEOUT_S)
         build, send = client.build_request, client.send
 
-        def build_request(*args, timeout=httpx2.USE_CLIENT_DEFAULT, **kwargs):  # None: for ever
-            return build(*args, timeout=HUB_TIMEOUT_S if timeout is None else timeout, **kwargs)
+        def build_request(*args, timeout=httpx2.USE_CLIENT_DEFAULT, **kwargs):
+            request = build(*args, timeout=HUB_TIMEOUT_S if timeout is None else timeout, **kwargs)
+            if timeout is None or timeout is httpx2.USE_CLIENT_DEFAULT:
+                unbounded.add(request)
+            return request
 
         def bounded_send(request, *args, **kwargs):
-            if not presets.hub_reachable():
+            if presets.hub_quiet():
                 raise OfflineModeIsEnabled(f"Cannot reach {request.url}: the model hub went quiet")
-            start = time.monotonic()
             try:
-                return send(request, *args, **kwargs)
+                response = send(request, *args, **kwargs)
             except httpx2.TimeoutException as e:
-                if time.monotonic() - start < HUB_TIMEOUT_S:
-                    raise  # a request that asked for a short wait (the agent registry's 3 s)
+                if request not in unbounded:
+                    raise  # a request with a wait of its own (a download's 10 s): hub retries it
                 presets.mark_unreachable()
                 raise OfflineModeIsEnabled(f"{request.url} did not answer within "
                                            f"{HUB_TIMEOUT_S:g} s") from e
+            presets.mark_reachable()
+            return response
 
         client.build_request, client.send = build_request, bounded_send
         return client

@@ -7,8 +7,6 @@ import json
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -60,8 +58,9 @@ def get(key: str) -> Preset:
 
 
 PROBE_TTL_S = 60.0  # how long an answer of the hub's is trusted: a hub that comes back is seen
-_probe: tuple[float, bool] | None = None  # (time.monotonic() of the probe, its answer)
-_probe_lock = threading.Lock()
+_probe: tuple[float, bool] | None = None  # (time.monotonic(), whether the hub answered then)
+_quiet_since: float | None = None  # when a request to the hub last went unanswered
+_probe_lock = threading.Lock()  # one probe at a time; the others wait for its answer
 
 
 def offline() -> bool:
@@ -77,9 +76,10 @@ def hub_endpoint() -> str:
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
-    """True if the hub (hub_endpoint) answers an HTTP request within timeout seconds, all told, and
-    offline mode is off. A hub that accepts connections and never answers is unreachable too.
-    The answer is kept PROBE_TTL_S seconds."""
+    """True if the hub (hub_endpoint) answered lately (a probe, or a request of a load: see
+    mark_reachable) and offline mode is off. The probe is a HEAD request that must be answered
+    within timeout seconds, all told: a hub that accepts connections and never answers is
+    unreachable too. An answer is kept PROBE_TTL_S seconds."""
     global _probe
     if offline():
         return False
@@ -89,25 +89,38 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return _probe[1]
 
 
+def hub_quiet() -> bool:
+    """A request to the hub went unanswered in the last PROBE_TTL_S seconds (mark_unreachable)."""
+    return _quiet_since is not None and time.monotonic() - _quiet_since <= PROBE_TTL_S
+
+
+def mark_reachable() -> None:
+    """The hub answered a request: reachable for PROBE_TTL_S more seconds, with no probe (a long
+    download must not hang on a probe made while it fills the link). One rebinding: no lock."""
+    global _probe, _quiet_since
+    _probe, _quiet_since = (time.monotonic(), True), None
+
+
 def mark_unreachable() -> None:
-    """Count the hub unreachable for PROBE_TTL_S seconds (a request to it timed out)."""
-    global _probe
-    with _probe_lock:
-        _probe = (time.monotonic(), False)
+    """A request to the hub went unanswered: unreachable, and quiet, for PROBE_TTL_S seconds."""
+    global _probe, _quiet_since
+    now = time.monotonic()
+    _probe, _quiet_since = (now, False), now
 
 
 def _answers(url: str, timeout: float) -> bool:
     """Whether url answers a HEAD request with any HTTP status below 500 within timeout seconds
-    (a thread bounds the whole exchange: a server that sends a byte now and then cannot hold it)."""
+    (a thread bounds the whole exchange: a server that sends a byte now and then cannot hold it).
+    Asked with httpx2, as huggingface_hub asks: the same certificates, proxies and redirects."""
     answer: list[bool] = []
 
     def ask():
+        import httpx2
+
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
-                answer.append(True)
-        except urllib.error.HTTPError as e:  # an answer all the same
-            answer.append(e.code < 500)
-        except (OSError, ValueError):  # refused, unresolved, timed out, or not a URL
+            with httpx2.Client(timeout=timeout, follow_redirects=True) as client:
+                answer.append(client.head(url).status_code < 500)
+        except Exception:  # noqa: BLE001 - refused, unresolved, timed out, a bad certificate, not a URL
             answer.append(False)
 
     thread = threading.Thread(target=ask, daemon=True, name="specviz-hub-probe")

@@ -249,10 +249,10 @@ def test_the_explorer_computes_a_recordings_curve_once_and_keeps_only_its_totals
     real_replay = explorer._replay
     monkeypatch.setattr(explorer, "_replay", lambda r, k: calls.append(k) or real_replay(r, k))
     first = labview.explorer_views(rec, 4, False, 4, [r.committed for r in fresh[3].rounds])
-    assert sorted(calls) == sorted([*explorer.CURVE_KS, 4])  # the curve, then k = 4 (the check's too)
+    assert sorted(calls) == sorted([*explorer.CURVE_KS, 4, 4])  # the curve; k = 4; the check's k
     again = [labview.explorer_views(rec, k, False, 4, [r.committed for r in fresh[3].rounds])
              for k in (4, 7, 16)]
-    assert calls[17:] == [4, 7, 4, 16, 4]  # no curve again: a replay of k, and of the measured k
+    assert calls[18:] == [4, 7, 16]  # no curve again, nor the check: a replay of the k shown
     assert again[0][:2] == first[:2] and "matches it round by round" in first[1]
     for point, rep in zip(explorer.curve(rec), fresh, strict=True):
         assert not hasattr(point, "rounds")

@@ -141,3 +141,39 @@ def test_a_load_from_a_hub_that_answers_the_probe_then_goes_quiet_fails_soon(hub
     took = float(done.stdout.split("took")[-1])
     assert took < 30, done.stdout  # 1.5 s per quiet request; then every request fails at once
     assert any(r.startswith("GET /api/models/nobody/not-cached-anywhere") for r in quiet.requests)
+
+
+def test_the_bounded_client_fails_only_requests_that_would_wait_for_ever(hub, monkeypatch):
+    """A request asking for no timeout (model_info) that goes unanswered marks the hub quiet and
+    fails as offline mode would, and so does every request for a minute after it; a request with
+    a wait of its own (a download's 10 s) keeps huggingface_hub's retries; an answer marks the hub
+    reachable without a probe (a long download must not depend on one made while it fills the
+    link), and a failed probe alone refuses no request."""
+    import httpx2
+    import huggingface_hub
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    from specviz import loading
+
+    monkeypatch.setattr(presets, "_probe", None)
+    monkeypatch.setattr(presets, "_quiet_since", None)
+    monkeypatch.setattr(loading, "HUB_TIMEOUT_S", 0.5)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the tests' offline mode, off for this one
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    loading.bound_hub_requests()
+    client = huggingface_hub.get_session()
+    quiet, answering = hub("silent"), hub("root")
+    with pytest.raises(httpx2.TimeoutException):
+        client.get(quiet.url, timeout=0.3)  # a wait of its own: the caller's to retry
+    assert not presets.hub_quiet()
+    monkeypatch.setattr(presets, "_probe", (time.monotonic(), False))  # as a failed probe leaves
+    assert not presets.hub_reachable() and not presets.hub_quiet()
+    assert client.head(answering.url).status_code == 200  # requests still go: not quiet
+    assert presets.hub_reachable()  # and the answer counts, with no probe
+    start = time.monotonic()
+    with pytest.raises(OfflineModeIsEnabled, match="did not answer within 0.5 s"):
+        client.get(quiet.url, timeout=None)
+    assert presets.hub_quiet() and not presets.hub_reachable()
+    with pytest.raises(OfflineModeIsEnabled, match="went quiet"):
+        client.head(answering.url)  # every request after it fails at once
+    assert time.monotonic() - start < 5
