@@ -10,6 +10,7 @@ never leaves a half-written model behind; a lock file lets one process build it 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import importlib
 import os
@@ -148,16 +149,25 @@ def _build_lock(model: EmbeddedModel, folder: Path):
     try:
         f = open(folder / f".{model.name}.lock", "a")
     except OSError as e:
-        raise _no_room(model, folder, str(e)) from e
+        raise _no_room(model, folder, e) from e
     with f:  # closing it releases the lock
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
 
-def _no_room(model: EmbeddedModel, where: Path, why: str) -> ValueError:
-    return ValueError(f"cannot build the {model.title} cache in {where}: {why}. A first load needs "
-                      f"about {model.room_needed / 1e9:.1f} GB free there: free some space, or set "
-                      f"{CACHE_ENV} to a folder with room that you can write to")
+def _no_room(model: EmbeddedModel, where: Path, why: str | OSError) -> ValueError:
+    """The error a cache folder without room (or that cannot be written) gets: what to do."""
+    error = why if isinstance(why, OSError) else None
+    why = (str(why).strip() or type(why).__name__) if error else why
+    start = f"cannot build the {model.title} cache in {where}: {why}"
+    if error is not None and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ValueError(f"{start}. Set {CACHE_ENV} to a folder you can write to")
+    if error is not None and error.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return ValueError(f"{start}. Check that folder (or set {CACHE_ENV} to another), then "
+                          "load again")
+    return ValueError(f"{start}. A first load needs about {model.room_needed / 1e9:.1f} GB free "
+                      f"there: free some space, or set {CACHE_ENV} to a folder with room that "
+                      "you can write to")
 
 
 def prepare(model: EmbeddedModel) -> Path:
@@ -169,7 +179,7 @@ def prepare(model: EmbeddedModel) -> Path:
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise _no_room(model, final.parent, str(e)) from e
+        raise _no_room(model, final.parent, e) from e
     with _build_lock(model, final.parent):
         if is_cached(model):  # built by another process while this one waited
             return final
@@ -186,7 +196,7 @@ def _build(model: EmbeddedModel, final: Path) -> None:
     try:
         work = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=final.parent))
     except OSError as e:
-        raise _no_room(model, final.parent, str(e)) from e
+        raise _no_room(model, final.parent, e) from e
     try:
         gguf_path = assemble(model, work / f"{model.name}.gguf")
         out = work / "model"
@@ -197,7 +207,7 @@ def _build(model: EmbeddedModel, final: Path) -> None:
             shutil.rmtree(final)
         os.replace(out, final)
     except OSError as e:  # a full disk or a quota, mostly: the message says what to do
-        raise _no_room(model, final.parent, str(e).strip() or type(e).__name__) from e
+        raise _no_room(model, final.parent, e) from e
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

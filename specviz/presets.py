@@ -64,8 +64,10 @@ _probe_lock = threading.Lock()  # one probe at a time; the others wait for its a
 
 
 def offline() -> bool:
-    """HF_HUB_OFFLINE as huggingface_hub reads it: 1, on, yes or true (any case)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+    """Offline mode as huggingface_hub reads it: HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE, is 1,
+    on, yes or true (any case)."""
+    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return value.strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def hub_endpoint() -> str:

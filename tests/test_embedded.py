@@ -1,6 +1,7 @@
 """The embedded pair's assembly and cache: fake parts for the failure modes, the real pair (slow)."""
 
 import hashlib
+import re
 import sys
 
 import pytest
@@ -184,3 +185,25 @@ def test_embedded_pair_is_exact_and_cached(monkeypatch):
     monkeypatch.setattr(embedded, "assemble", lambda *a: pytest.fail("reassembled a cached model"))
     for model in (embedded.TARGET, embedded.DRAFT):
         assert embedded.prepare(model) == embedded.cache_dir(model)
+
+
+@pytest.mark.parametrize("code, says", [
+    ("ENOSPC", "about 0.0 GB free there: free some space"),
+    ("EACCES", "Set SPECVIZ_CACHE to a folder you can write to"),
+    ("EIO", "Check that folder (or set SPECVIZ_CACHE to another)"),
+])
+def test_a_failed_build_names_the_fix_its_error_calls_for(tmp_path, monkeypatch, code, says):
+    import errno
+    import os
+
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name=f"err{code.lower()}")
+
+    def failing(gguf_path, out_dir):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)))
+
+    monkeypatch.setattr(embedded, "_dequantize_to", failing)
+    with pytest.raises(ValueError, match=re.escape(says)) as info:
+        embedded.prepare(model)
+    assert os.strerror(getattr(errno, code)) in str(info.value)
+    if code != "ENOSPC":
+        assert "free some space" not in str(info.value)  # a disk with room is not called full

@@ -106,6 +106,10 @@ def test_the_probe_asks_the_configured_endpoint_and_keeps_its_answer_a_while(mon
     for value in ("1", "true", "ON", "yes"):
         monkeypatch.setenv("HF_HUB_OFFLINE", value)
         assert not presets.hub_reachable()
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")  # huggingface_hub reads it when HF's is unset
+    assert not presets.hub_reachable()
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     now[0] += presets.PROBE_TTL_S + 1
     answers.append(True)
