@@ -23,6 +23,7 @@ class Preset:
     label: str
     chat: bool = True
     large: bool = False  # 7-8B: needs SPECVIZ_ALLOW_LARGE_MODELS or a machine with room (large_models_fit)
+    gated: bool = False  # the hub serves its weights only with a token of an account granted access
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -41,7 +42,7 @@ PRESETS = (
     Preset("smollm2-1.7b", "HuggingFaceTB/SmolLM2-1.7B-Instruct",
            "HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2 135M → 1.7B Instruct"),
     Preset("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.2-1B-Instruct",
-           "Llama 3.2 1B → 3.1 8B Instruct", large=True),
+           "Llama 3.2 1B → 3.1 8B Instruct", large=True, gated=True),
     Preset("pythia-1.4b", "EleutherAI/pythia-1.4b", "EleutherAI/pythia-70m", "Pythia 70M → 1.4B",
            chat=False),
     Preset("pythia-6.9b", "EleutherAI/pythia-6.9b", "EleutherAI/pythia-160m", "Pythia 160M → 6.9B",
@@ -222,7 +223,18 @@ def availability(preset: Preset, allow_large: bool | None = None) -> str | None:
     uncached = [m for m in preset.models if not is_cached(m)]
     if uncached and not hub_reachable():
         return f"not cached and the model hub is unreachable ({', '.join(uncached)})"
+    if uncached and preset.gated and not _has_token():  # its load would fail, after the loaded
+        # pair was freed: the next visitor would pay a reload for nothing
+        return ("gated on the hub and not cached: operators, log in (hf auth login) or set "
+                f"HF_TOKEN with access to {', '.join(uncached)}")
     return None
+
+
+def _has_token() -> bool:
+    """A hub token is configured (HF_TOKEN or a stored login)."""
+    from huggingface_hub import get_token
+
+    return bool(get_token())
 
 
 def listing(allow_large: bool | None = None) -> list[tuple[Preset, str | None]]:

@@ -150,3 +150,21 @@ def test_a_sharded_model_counts_as_cached_only_with_every_shard(monkeypatch, tmp
     assert not presets.is_cached("big/model")
     index.write_text(json.dumps({"weight_map": {}}))
     assert not presets.is_cached("big/model")
+
+
+def test_a_gated_preset_without_a_token_is_listed_unavailable(monkeypatch):
+    """meta-llama's models need a token of an account granted access: without one, choosing the
+    preset freed the loaded pair for a load that failed, and the next visitor paid a reload."""
+    import huggingface_hub
+
+    from specviz import presets
+
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name, **_: None)
+    monkeypatch.setattr(presets, "hub_reachable", lambda timeout=3.0: True)
+    llama = presets.BY_KEY["llama-3.1-8b"]
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    why = presets.availability(llama, allow_large=True)
+    assert why.startswith("gated on the hub") and "HF_TOKEN" in why and "meta-llama/Llama-3.1-8B" in why
+    assert presets.availability(presets.BY_KEY["gpt2"], allow_large=True) is None  # not gated
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_token")
+    assert presets.availability(llama, allow_large=True) is None
