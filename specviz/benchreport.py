@@ -269,7 +269,8 @@ def differences(records: list[Record]) -> str:
     """Markdown: each greedy output that parted from its family's target alone, and why."""
     parted = [r for r in records if r.matches_target is False]
     return "\n".join(["Outputs that differ from the target alone's:", ""] + [
-        f"- {r.method}, prompt #{r.prompt} ({r.cls}), repeat {r.repeat}: from token {r.first_difference}: "
+        f"- {r.method}, prompt #{r.prompt} ({r.cls}), repeat {r.repeat}: from output token "
+        f"{r.first_difference + 1}: "  # 1-based, as the CLI and the page count
         f"{r.difference or 'not explained'}" for r in parted]) if parted else ""
 
 
