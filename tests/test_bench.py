@@ -231,6 +231,24 @@ def test_lookup_rules_are_transformers_and_specviz_ngram(pair):
     assert rules["specviz:ngram-8"](ids, 8) == [1, 2, 3, 5]
 
 
+def test_the_same_text_ngram_rule_is_priced_as_the_engine_prices_it(pair, monkeypatch):
+    """The same-text table replayed the n-gram drafter at the prior price (0.04 a token, no step)
+    while the live specviz:ngram-8 rows drafted at the target's measured line."""
+    from specviz import engine, proposers
+
+    made = []
+
+    class Recorded(proposers.NgramProposer):
+        def __init__(self, *args):
+            made.append(args)
+            super().__init__(*args)
+
+    monkeypatch.setattr(proposers, "NgramProposer", Recorded)
+    monkeypatch.setattr(engine, "ngram_price", lambda pair: (0.3, 0.25))
+    bench.lookup_rules(pair, [5, 1, 2, 3], max_new_tokens=16)
+    assert made == [(3, 0.3, 0.25)] and engine.make_proposer(pair, "ngram").slope == 0.3
+
+
 def test_transformers_greedy_is_compared_without_the_models_logits_processors(pair):
     """A hub config may set repetition_penalty; generate would apply it, specviz does not. The
     bench's generate runs with every processor off, so both compute the same raw greedy."""
