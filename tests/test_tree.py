@@ -399,25 +399,31 @@ def exact_three_token_distribution(pair, ids, params):
     return out
 
 
-@pytest.mark.parametrize("which", ["pair", "static_pair"])
-def test_sampled_tree_runs_follow_the_targets_distribution(which, request):
-    pair = request.getfixturevalue(which)
-    # 1600 runs of 3 tokens at temperature 1, top_k=3 (27 outcomes), depth 2, 6 nodes, branching
-    # 2: chi-square p > 0.001. The wrong tree rule is shown to fail in tests/test_lab.py.
-    params = SamplingParams(1.0, top_k=3)
+def three_token_chi_square(pair, params, runs, **generate):
+    """Chi-square of `runs` seeded 3-token outputs of specviz.generate against the target alone's
+    exact joint distribution under params (top-k support: at most 27 outcomes)."""
     prompt = "The dog. The dog"
-    ids = pair.encode(prompt)
-    joint = exact_three_token_distribution(pair, ids, params)
+    joint = exact_three_token_distribution(pair, pair.encode(prompt), params)
     cells = sorted(joint)
     counts = dict.fromkeys(cells, 0)
-    for seed in range(1600):
-        out = tokens(specviz.generate(pair, prompt, proposer="tree", k=2, nodes=6, branching=2,
-                                      max_new_tokens=3, temperature=1.0, top_k=3, seed=seed))
+    for seed in range(runs):
+        out = tokens(specviz.generate(pair, prompt, max_new_tokens=3, temperature=params.temperature,
+                                      top_k=params.top_k, top_p=params.top_p, seed=seed, **generate))
         counts[tuple(out)] += 1
-    assert sum(counts.values()) == 1600
+    assert sum(counts.values()) == runs
     total = sum(joint.values())
-    expected = [joint[c] / total * 1600 for c in cells]
-    stat = chisquare([counts[c] for c in cells], expected)
+    return chisquare([counts[c] for c in cells], [joint[c] / total * runs for c in cells])
+
+
+@pytest.mark.parametrize("which, temperature, top_p", [
+    ("pair", 1.0, 1.0), ("static_pair", 1.0, 1.0),
+    ("pair", 0.7, 0.9),  # the temperature and the nucleus reach p in the tree's verify too
+])
+def test_sampled_tree_runs_follow_the_targets_distribution(which, temperature, top_p, request):
+    # 1600 runs of 3 tokens, top_k=3 (27 outcomes), depth 2, 6 nodes, branching 2: chi-square
+    # p > 0.001. The wrong tree rule is shown to fail in tests/test_lab.py.
+    stat = three_token_chi_square(request.getfixturevalue(which), SamplingParams(temperature, 3, top_p),
+                                  1600, proposer="tree", k=2, nodes=6, branching=2)
     assert stat.pvalue > 0.001, stat
 
 
