@@ -140,7 +140,7 @@ def exact_two_token_distribution(pair, ids, params):
 def test_sampled_pairs_follow_the_targets_distribution(which, proposer, request):
     pair = request.getfixturevalue(which)
     # 2000 runs of 2 tokens at temperature 1, top_k=4 (16 outcomes); chi-square p > 0.001.
-    # A broken rule (correction drawn from p) fails this at p << 1e-6 (see test_acceptance).
+    # A rule that misreads rows past the first draft passes this; see the 3-token test below.
     params = SamplingParams(1.0, top_k=4)
     prompt = "The dog. The dog"
     ids = pair.encode(prompt)

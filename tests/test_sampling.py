@@ -25,6 +25,13 @@ def test_temperature_top_k_top_p_exact():
                        torch.tensor([[1.0, 0, 0, 0]] * 3))
     half = process(logits, SamplingParams(0.5))
     assert torch.allclose(half, torch.tensor([0.25, 0.09, 0.0225, 0.0025]) / 0.365)
+    # top_p applies to the tempered distribution: at T=0.5 these logits give 1/2, 1/4, 1/8, 1/8
+    # (masses before 0, 1/2, 3/4): top_p=0.7 keeps two. Untempered (0.37, 0.26, 0.19, 0.19:
+    # masses before 0, 0.37, 0.63) it would keep three.
+    tempered = torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125])) / 2  # x 1/T = the halves' logs
+    assert torch.allclose(process(tempered, SamplingParams(0.5)), torch.tensor([0.5, 0.25, 0.125, 0.125]))
+    assert torch.allclose(process(tempered, SamplingParams(0.5, top_p=0.7)),
+                          torch.tensor([2 / 3, 1 / 3, 0, 0]))
 
 
 @pytest.mark.parametrize("kwargs, match", [
