@@ -64,7 +64,7 @@ class Recording:
         them on every slider move, and they depend on nothing else (16 replays took up to 2 s).
         Totals only: the replays' rounds, kept, took about 100 times the trace's own size (15 MiB
         for a 133 KB trace of 4,092 one-token rounds), outside the shelf's budget."""
-        return tuple(Point.of(_replay(self, k)) for k in CURVE_KS)
+        return tuple(Point.of(replay(self, k)) for k in CURVE_KS)
 
     @cached_property
     def _committed(self) -> dict[int, tuple[int, ...]]:
@@ -76,7 +76,7 @@ class Recording:
         if k not in self._committed:
             if len(self._committed) >= 4:
                 self._committed.clear()
-            self._committed[k] = tuple(r.committed for r in _replay(self, k).rounds)
+            self._committed[k] = tuple(r.committed for r in replay(self, k).rounds)
         return self._committed[k]
 
     @property
@@ -220,10 +220,6 @@ class Point:
 
 def replay(rec: Recording, k: int) -> Replay:
     """The rounds a fixed-k run makes (the engine's budget rule included)."""
-    return _replay(rec, k)
-
-
-def _replay(rec: Recording, k: int) -> Replay:
     lookup, pos, rounds = rec.lookup(), 0, []
     while pos < len(rec.output):
         r = _round(rec, pos, min(k, rec.max_new_tokens - pos - 1), lookup)
@@ -305,8 +301,3 @@ def spans(rep: Replay) -> list[Span]:
             fate = TARGET if not r.k else BONUS if r.rejected_token is None else RECOVERED
             out.append(Span(piece(i), fate, rec.output[i], number, 0))
     return out
-
-
-def curve(rec: Recording) -> tuple[Point, ...]:
-    """The totals of the replays at k = 1..16 (computed once per recording)."""
-    return rec.curve

@@ -280,7 +280,7 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile):
     rep = explorer.replay_adaptive(rec, k) if adaptive else explorer.replay(rec, k)
     if adaptive:
         note += f"<br>The adaptive policy drafts at most k = {k} a round. It is {explorer.ADAPTIVE_DIFFERS}."
-    reps = explorer.curve(rec)  # the totals at k = 1..16, computed once per recording
+    reps = rec.curve  # the totals at k = 1..16, computed once per recording
     check = ""
     if measured_k is not None and measured_rounds is not None:
         again = list(rec.committed(measured_k))

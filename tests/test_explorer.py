@@ -244,17 +244,17 @@ def test_the_explorer_computes_a_recordings_curve_once_and_keeps_only_its_totals
 
     ids = pair.encode(PROMPT)
     rec = explorer.record(pair, ids, real(pair, "ngram", 4, n=24), "ngram", max_new_tokens=24)
-    fresh = [explorer._replay(rec, k) for k in explorer.CURVE_KS]  # computed before any cache
+    fresh = [explorer.replay(rec, k) for k in explorer.CURVE_KS]  # computed before any cache
     calls = []
-    real_replay = explorer._replay
-    monkeypatch.setattr(explorer, "_replay", lambda r, k: calls.append(k) or real_replay(r, k))
+    real_replay = explorer.replay
+    monkeypatch.setattr(explorer, "replay", lambda r, k: calls.append(k) or real_replay(r, k))
     first = labview.explorer_views(rec, 4, False, 4, [r.committed for r in fresh[3].rounds])
     assert sorted(calls) == sorted([*explorer.CURVE_KS, 4, 4])  # the curve; k = 4; the check's k
     again = [labview.explorer_views(rec, k, False, 4, [r.committed for r in fresh[3].rounds])
              for k in (4, 7, 16)]
     assert calls[18:] == [4, 7, 16]  # no curve again, nor the check: a replay of the k shown
     assert again[0][:2] == first[:2] and "matches it round by round" in first[1]
-    for point, rep in zip(explorer.curve(rec), fresh, strict=True):
+    for point, rep in zip(rec.curve, fresh, strict=True):
         assert not hasattr(point, "rounds")
         assert (point.k, point.target_passes, point.draft_passes, point.tokens_per_pass,
                 point.predicted_seconds) == (rep.k, rep.target_passes, rep.draft_passes,
