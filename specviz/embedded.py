@@ -149,25 +149,28 @@ def _build_lock(model: EmbeddedModel, folder: Path):
     try:
         f = open(folder / f".{model.name}.lock", "a")
     except OSError as e:
-        raise _no_room(model, folder, e) from e
+        raise _build_error(model, folder, e) from e
     with f:  # closing it releases the lock
         fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
 
-def _no_room(model: EmbeddedModel, where: Path, why: str | OSError) -> ValueError:
-    """The error a cache folder without room (or that cannot be written) gets: what to do."""
-    error = why if isinstance(why, OSError) else None
-    why = (str(why).strip() or type(why).__name__) if error else why
+def _no_room(model: EmbeddedModel, where: Path, why: str) -> ValueError:
+    """The error a cache folder without room gets: how much it needs, and where else to build."""
+    return ValueError(f"cannot build the {model.title} cache in {where}: {why}. A first load needs "
+                      f"about {model.room_needed / 1e9:.1f} GB free there: free some space, or set "
+                      f"{CACHE_ENV} to a folder with room that you can write to")
+
+
+def _build_error(model: EmbeddedModel, where: Path, error: OSError) -> ValueError:
+    """The error an OSError of a build becomes, naming the fix its errno calls for."""
+    why = str(error).strip() or type(error).__name__
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return _no_room(model, where, why)
     start = f"cannot build the {model.title} cache in {where}: {why}"
-    if error is not None and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return ValueError(f"{start}. Set {CACHE_ENV} to a folder you can write to")
-    if error is not None and error.errno not in (errno.ENOSPC, errno.EDQUOT):
-        return ValueError(f"{start}. Check that folder (or set {CACHE_ENV} to another), then "
-                          "load again")
-    return ValueError(f"{start}. A first load needs about {model.room_needed / 1e9:.1f} GB free "
-                      f"there: free some space, or set {CACHE_ENV} to a folder with room that "
-                      "you can write to")
+    return ValueError(f"{start}. Check that folder (or set {CACHE_ENV} to another), then load again")
 
 
 def prepare(model: EmbeddedModel) -> Path:
@@ -179,7 +182,7 @@ def prepare(model: EmbeddedModel) -> Path:
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise _no_room(model, final.parent, e) from e
+        raise _build_error(model, final.parent, e) from e
     with _build_lock(model, final.parent):
         if is_cached(model):  # built by another process while this one waited
             return final
@@ -196,7 +199,7 @@ def _build(model: EmbeddedModel, final: Path) -> None:
     try:
         work = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=final.parent))
     except OSError as e:
-        raise _no_room(model, final.parent, e) from e
+        raise _build_error(model, final.parent, e) from e
     try:
         gguf_path = assemble(model, work / f"{model.name}.gguf")
         out = work / "model"
@@ -207,7 +210,7 @@ def _build(model: EmbeddedModel, final: Path) -> None:
             shutil.rmtree(final)
         os.replace(out, final)
     except OSError as e:  # a full disk or a quota, mostly: the message says what to do
-        raise _no_room(model, final.parent, e) from e
+        raise _build_error(model, final.parent, e) from e
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
