@@ -205,14 +205,13 @@ def quantize_(model, bits: int = 4, codes: Path | None = None) -> dict[str, int]
 def label(counts: dict[str, int]) -> str | None:
     """What a draft's name says of its weights: "int4 weights" when every matmul layer is int4,
     else each kind's share ("int4 weights in 120 of 169 layers, int8 in 48, dense in 1")."""
-    quantized = [kind for kind in ("int4", "int8") if counts.get(kind)]
-    if not quantized:
+    kinds = [kind for kind in ("int4", "int8", "dense") if counts.get(kind)]
+    if kinds in ([], ["dense"]):  # no layer took a quantized kernel
         return None
-    if len(counts) == 1:
-        return f"{quantized[0]} weights"
-    total = sum(counts.values())
-    first, *rest = [kind for kind in ("int4", "int8", "dense") if counts.get(kind)]
-    return ", ".join([f"{first} weights in {counts[first]} of {total} layers",
+    if len(kinds) == 1:
+        return f"{kinds[0]} weights"
+    first, *rest = kinds
+    return ", ".join([f"{first} weights in {counts[first]} of {sum(counts.values())} layers",
                       *(f"{kind} in {counts[kind]}" for kind in rest)])
 
 
