@@ -50,6 +50,7 @@ from specviz.settings import (
 )
 from specviz.trace import MAX_TRACE_BYTES, loads
 from specviz.treedraft import MAX_BRANCHING, MAX_NODES
+from specviz.untrusted import flag
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
@@ -585,7 +586,7 @@ def preload(store: ModelStore, settings: RunSettings) -> None:
 
 def parse_args(argv=None):
     in_container = bool(os.environ.get("SPACE_ID")) or \
-        os.environ.get("SPECVIZ_IN_CONTAINER", "").strip().lower() in ("1", "true", "yes", "on")
+        flag(os.environ.get("SPECVIZ_IN_CONTAINER", "").strip()) is True
     p = argparse.ArgumentParser(description="specviz web app")
     p.add_argument("--target", help="target model (hub id, folder or .gguf); default: embedded pair")
     p.add_argument("--draft", help="draft model for --target")

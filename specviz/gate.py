@@ -20,6 +20,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from .untrusted import flag
+
 BUSY = "busy: you already have a job waiting or running; wait for it or press Stop"
 
 
@@ -52,9 +54,9 @@ def proxy_networks(text: str | None) -> tuple:
     the proxies' networks, comma-separated ("10.0.0.0/8,172.17.0.0/16"). ValueError on a network
     that does not parse."""
     value = (text or "1").strip().lower()
-    if value in ("0", "false", "no", "off", ""):
+    if value == "" or flag(value) is False:
         return ()
-    if value in ("1", "true", "yes", "on"):
+    if flag(value):
         value = PROXIES
     try:
         return tuple(ipaddress.ip_network(n.strip(), strict=False) for n in value.split(",") if n.strip())

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import embedded
+from .untrusted import flag
 
 EMBEDDED = "embedded"
 
@@ -187,10 +188,8 @@ def large_models_fit() -> tuple[bool, str]:
 
 def large_allowed() -> bool:
     """SPECVIZ_ALLOW_LARGE_MODELS (1 or 0); unset: whether the machine has room (large_models_fit)."""
-    value = os.environ.get("SPECVIZ_ALLOW_LARGE_MODELS", "").strip().lower()
-    if value in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        return value in ("1", "true", "yes", "on")
-    return large_models_fit()[0]
+    allowed = flag(os.environ.get("SPECVIZ_ALLOW_LARGE_MODELS", "").strip())
+    return large_models_fit()[0] if allowed is None else allowed
 
 
 def too_large(key: str, allow_large: bool | None = None) -> str | None:

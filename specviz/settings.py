@@ -17,7 +17,7 @@ from . import presets
 from .engine import PROPOSERS
 from .gate import proxy_networks
 from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
-from .untrusted import is_utf8
+from .untrusted import flag, is_utf8
 
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 UI_MAX_K = 16
@@ -66,7 +66,7 @@ class Limits:
 
     @classmethod
     def from_env(cls) -> Limits:
-        return cls(_BOOL.get(os.environ.get("SPECVIZ_ALLOW_CUSTOM_MODELS", "").strip().lower(), False),
+        return cls(bool(flag(os.environ.get("SPECVIZ_ALLOW_CUSTOM_MODELS", "").strip())),
                    _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000), _env_int("SPECVIZ_MAX_NEW_TOKENS", 512),
                    _env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048), _env_int("SPECVIZ_MAX_SAMPLES", 200, 10),
                    _env_float("SPECVIZ_MAX_JOB_SECONDS", 300.0),
@@ -193,8 +193,6 @@ class RunSettings:
 
 
 _TYPES = {f.name: f.type for f in fields(RunSettings)}
-_BOOL = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False,
-         "off": False}
 
 
 def from_query(params: dict[str, str], base: RunSettings, limits: Limits,
@@ -205,7 +203,7 @@ def from_query(params: dict[str, str], base: RunSettings, limits: Limits,
     (escape them where they become HTML or Markdown: markdown_text).
     """
     notices, changes = [], {}
-    run = _BOOL.get(str(params.get("run", "")).strip().lower(), False)
+    run = bool(flag(str(params.get("run", "")).strip()))
     for key, raw in params.items():
         if key in ("run", "__theme"):
             continue
@@ -215,7 +213,9 @@ def from_query(params: dict[str, str], base: RunSettings, limits: Limits,
         kind = _TYPES[key]
         try:
             if kind == "bool":
-                value = _BOOL[str(raw).lower()]
+                value = flag(raw)
+                if value is None:
+                    raise ValueError
             elif kind == "int":
                 value = int(raw)
             elif kind == "float":
@@ -288,8 +288,8 @@ def _text(name: str, value, limit: int) -> str:
 def _bool(name: str, value) -> bool:
     if isinstance(value, bool) or value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.lower() in _BOOL:
-        return _BOOL[value.lower()]
+    if isinstance(value, str) and flag(value) is not None:
+        return flag(value)
     raise ValueError(f"{name} must be true or false, got {clip(value)!r}")
 
 

@@ -45,6 +45,16 @@ def number(v, where: str, lo: float, hi: float) -> float:
     return float(v)
 
 
+_FLAGS = {"1": True, "true": True, "yes": True, "on": True,
+          "0": False, "false": False, "no": False, "off": False}
+
+
+def flag(text) -> bool | None:
+    """A switch's word, any case (1/true/yes/on, 0/false/no/off), as a bool; None for any other
+    value. Callers strip it where a surrounding space is allowed."""
+    return _FLAGS.get(str(text).lower())
+
+
 def is_utf8(s: str) -> bool:
     """s encodes as UTF-8: it holds no lone surrogate (JSON's "\\ud800" reads into one)."""
     if s.isascii():
