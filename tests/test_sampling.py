@@ -34,6 +34,18 @@ def test_temperature_top_k_top_p_exact():
                           torch.tensor([2 / 3, 1 / 3, 0, 0]))
 
 
+def test_top_p_stops_at_the_token_whose_mass_reaches_it():
+    """Powers of two are exact in float32, so the masses before each token are exactly 0, 1/2, 3/4,
+    7/8: a prefix whose mass equals top_p is kept whole and nothing after it (`>=`, not `>`)."""
+    logits = torch.log(torch.tensor([0.5, 0.25, 0.125, 0.125]))
+    assert (process(logits, SamplingParams(1.0)).cumsum(-1)).tolist() == [0.5, 0.75, 0.875, 1.0]
+    assert process(logits, SamplingParams(1.0, top_p=0.5)).tolist() == [1.0, 0, 0, 0]
+    assert torch.allclose(process(logits, SamplingParams(1.0, top_p=0.75)),
+                          torch.tensor([2 / 3, 1 / 3, 0, 0]))
+    assert torch.allclose(process(logits, SamplingParams(1.0, top_p=0.7500001)),
+                          torch.tensor([4 / 7, 2 / 7, 1 / 7, 0]))
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"temperature": -0.1}, "temperature"), ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"),
     ({"top_k": -1}, "top_k"), ({"temperature": float("nan")}, "temperature"),
