@@ -435,13 +435,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                         yield (f"<div class='specviz-lab'>Sampling: {step['done']} of {step['of']} "
                                "samples…</div>")
                     else:
-                        sec = step["seconds"]
-                        yield (f"<div class='specviz-lab'>{step['samples']} samples each of 2 tokens, "
-                               f"{step['outcomes']} distinct outcomes. TV distance between the "
-                               f"speculative and the target-alone histograms: <b>{step['tv']:.3f}</b> "
-                               "(two exact samplers at this N differ by sampling noise alone, roughly "
-                               f"√(outcomes/N) in the worst case). Time: {sec['spec']:.1f} s "
-                               f"speculative, {sec['base']:.1f} s target alone.</div>")
+                        yield labview.continuations_html(step)
 
             yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
                              job)

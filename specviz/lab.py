@@ -104,6 +104,41 @@ def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
     return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2))
 
 
+@dataclass(frozen=True)
+class TwoSample:
+    """Two histograms over the same outcomes, and what sampling noise alone makes of their TV."""
+    tv: float  # TV between the two empirical distributions
+    noise: float  # the mean TV when the pooled samples are split at random into two of these sizes
+    pvalue: float  # the share of such splits whose TV is at least `tv` (counting the observed one)
+    permutations: int
+
+
+def two_sample_tv(a: torch.Tensor, b: torch.Tensor, permutations: int = 2_000,
+                  seed: int = 0) -> TwoSample:
+    """A permutation test of counts a [m] and b [m] (the same m outcomes): could one distribution
+    have given both? If it did, the samples are exchangeable, so every split of the pooled samples
+    into groups of a's and b's sizes is as likely as the observed one; `noise` is their mean TV and
+    `pvalue` the chance of one at least as far apart. (A fixed rule of thumb such as √(m/N) is off
+    by a factor that depends on the distribution: about 0.56 for a uniform one.)"""
+    a, b = torch.as_tensor(a, dtype=torch.long), torch.as_tensor(b, dtype=torch.long)
+    n_a, n_b, m = int(a.sum()), int(b.sum()), len(a)
+    assert n_a > 0 and n_b > 0 and len(b) == m
+    observed = tv(a.double() / n_a, b.double() / n_b)
+    pooled = torch.repeat_interleave(torch.arange(m), a + b)  # [n_a + n_b] outcome of each sample
+    gen, splits = torch.Generator().manual_seed(seed), []
+    rows = max(1, 2_000_000 // (n_a + n_b))  # permutations at a time: about 50 MB of buffers
+    for start in range(0, permutations, rows):
+        r = min(rows, permutations - start)
+        order = torch.rand(r, n_a + n_b, generator=gen).argsort(-1)  # [r, n_a + n_b]
+        outcomes = pooled[order] + m * torch.arange(r)[:, None]  # [r, n_a + n_b]: row i's at i*m..
+        count_a = outcomes[:, :n_a].flatten().bincount(minlength=r * m).view(r, m)
+        count_b = outcomes[:, n_a:].flatten().bincount(minlength=r * m).view(r, m)
+        splits.append(0.5 * (count_a.double() / n_a - count_b.double() / n_b).abs().sum(-1))  # [r]
+    split = torch.cat(splits)  # [permutations]
+    at_least = int((split >= observed - 1e-9).sum())
+    return TwoSample(observed, float(split.mean()), (1 + at_least) / (1 + permutations), permutations)
+
+
 def _q_for(variant: str, q: torch.Tensor) -> torch.Tensor:
     return torch.full_like(q, 1.0 / len(q)) if variant == "poor_q" else q
 

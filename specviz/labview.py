@@ -213,6 +213,20 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     return _layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency"), table
 
 
+def continuations_html(step: dict) -> str:
+    """The end-to-end check's result (service.continuations' final step) as one paragraph."""
+    sec = step["seconds"]
+    verdict = ("a difference this large is rare under one distribution: <b>a sign of a bias</b>, "
+               "please report it with this page's share link" if step["pvalue"] < 1e-3
+               else "consistent with one distribution")
+    return (f"<div class='specviz-lab'>{step['samples']} samples each of 2 tokens, {step['outcomes']} "
+            "distinct outcomes. TV distance between the speculative and the target-alone histograms: "
+            f"<b>{step['tv']:.3f}</b>. Two exact samplers at this N differ by {step['noise']:.3f} on "
+            f"average (the pooled samples split in two at random, {step['permutations']:,} times), "
+            f"and {100 * step['pvalue']:.3g}% of the splits differ at least as much: {verdict}. Time: "
+            f"{sec['spec']:.1f} s speculative, {sec['base']:.1f} s target alone.</div>")
+
+
 def sig3(x: float) -> str:
     """x to three significant digits without an exponent, whole from 100 up: a CPU's 153 ms and
     a GPU's 1.4 ms or 0.04 ms both read as the hand figure (1234.6 -> '1,235', 0.0400 -> '0.04')."""

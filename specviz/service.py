@@ -22,6 +22,7 @@ from .detok import token_pieces
 from .engine import NEEDS_DRAFT, RoundEvent, generate, make_proposer
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
+from .lab import two_sample_tv
 from .loading import Pair, load_pair
 from .metrics import RunStats
 from .render import Span, round_spans, to_html
@@ -475,9 +476,11 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
             yield {"done": done, "of": 2 * n, "method": proposer}  # Stop acts at each sample
         counts[run], seconds[run] = c, time.perf_counter() - start
     spec, base = counts["spec"], counts["base"]
-    tv = 0.5 * sum(abs(spec[x] - base[x]) / n for x in set(spec) | set(base))
-    yield {"final": True, "samples": n, "tv": tv, "seconds": seconds, "spec": spec, "base": base,
-           "outcomes": len(set(spec) | set(base))}
+    outcomes = list(set(spec) | set(base))
+    test = two_sample_tv(torch.tensor([spec[x] for x in outcomes]), torch.tensor([base[x] for x in outcomes]))
+    yield {"final": True, "samples": n, "tv": test.tv, "noise": test.noise, "pvalue": test.pvalue,
+           "permutations": test.permutations, "seconds": seconds, "spec": spec, "base": base,
+           "outcomes": len(outcomes)}
 
 
 def sample_continuations(pair: Pair, s: RunSettings, n: int, tokens: int = 2,

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from specviz import labview
 from specviz.service import ModelStore, continuations, run_views, sample_continuations
 from specviz.settings import Limits, RunSettings
 
@@ -29,6 +30,9 @@ def test_end_to_end_sampling_check(store):
     result = sample_continuations(store.current(), s, 60)
     assert result["samples"] == 60 and sum(result["spec"].values()) == sum(result["base"].values()) == 60
     assert 0 <= result["tv"] <= 1 and result["outcomes"] <= 9  # top-3 twice: at most 9 outcomes
+    spec, base = result["spec"], result["base"]
+    hand = sum(abs(spec[x] - base[x]) for x in set(spec) | set(base)) / (2 * 60)
+    assert result["tv"] == pytest.approx(hand) and 0 < result["noise"] < 1 and 0 < result["pvalue"] <= 1
     with pytest.raises(ValueError, match="temperature above 0"):
         sample_continuations(store.current(), RunSettings(pair="tiny", temperature=0.0), 20)
 
@@ -298,3 +302,14 @@ def test_a_public_server_spends_at_most_its_share_of_ten_minutes_switching_pairs
     assert store.switch_wait(fp32) == 0.0 and store.loading_seconds() == 100.0
     assert loads == ["bfloat16", "float32", "float16", "bfloat16"]
     assert ModelStore().switch_wait(fp32) == 0.0  # off unless set (the app sets RELOAD_SHARE)
+
+
+def test_end_to_end_text_states_the_measured_noise_and_verdict():
+    step = {"samples": 200, "outcomes": 37, "tv": 0.1234, "noise": 0.1456, "pvalue": 0.47,
+            "permutations": 2000, "seconds": {"spec": 3.21, "base": 2.5}}
+    text = labview.continuations_html(step)
+    assert "37 distinct outcomes" in text and "<b>0.123</b>" in text and "differ by 0.146" in text
+    assert "2,000 times" in text and "47% of the splits" in text and "consistent with one" in text
+    assert "3.2 s speculative, 2.5 s target alone" in text and "bias" not in text
+    biased = labview.continuations_html({**step, "tv": 0.4, "pvalue": 0.0005})
+    assert "0.05% of the splits" in biased and "a sign of a bias" in biased
