@@ -25,6 +25,7 @@ from starlette.middleware import Middleware
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf, public_address
 from specviz.guard import PerAddress, RequestGuard, cap_queue, forbid_downloads, request_address
+from specviz.metrics import RunStats
 from specviz.render import legend_html
 from specviz.service import (
     RELOAD_SHARE,
@@ -457,7 +458,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 html_text, numbers, fig = labview.explorer_views(
                     trace.recording, k_value, adaptive, int(trace.settings.get("k", 0)) or None,
                     measured if trace.settings.get("proposer") in ("draft", "ngram") else None,
-                    profile or None)
+                    profile or None, RunStats.of(trace.events).prefilled_costs)
             except ValueError as e:
                 raise user_error(e) from None
             return numbers, html_text, fig

@@ -159,6 +159,8 @@ def run_line(stats) -> str:
         rounds = len(stats.events)
         return (f"{stats.nodes_verified} tree nodes verified ({stats.nodes_verified / max(rounds, 1):.1f} "
                 f"per round), {stats.accepted} accepted: {stats.accepted_per_node:.3f} accepted per node")
+    if not stats.drafted:  # as the page shows "—": nothing was tested
+        return "nothing drafted: no acceptance to report"
     predicted = stats.predicted_tokens_per_pass
     return (f"per-token acceptance α {stats.alpha:.1%}"
             + ("" if predicted is None else f" (i.i.d. prediction {predicted:.2f}/pass)")

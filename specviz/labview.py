@@ -246,11 +246,15 @@ def cost_text(rec: explorer.Recording) -> str:
             f"{sig3(b * 1000)}·k ms, fitted to this run's passes, the prompt's included")
 
 
-def prefill_text(measured_rounds: list[int] | None) -> str:
-    """How a replay's round 1 is priced: like any round, unless the run had no round after it."""
-    if measured_rounds is not None and len(measured_rounds) == 1:
+def prefill_text(prefilled: tuple[str, ...]) -> str:
+    """How a replay's round 1 is priced, given the costs that include a prefill
+    (RunStats.prefilled_costs): like any round, unless the run had no round to measure after it."""
+    if "C_T" in prefilled:
         return ("the run had one round, so its costs are round 1's, the prompt's prefill included: "
                 "every replayed round is priced so")
+    if "C_D" in prefilled:
+        return ("no round after round 1 drafted, so C_D is round 1's, the draft's prefill of the prompt "
+                "included: every replayed draft pass is priced so; C_T without the prompt's prefill")
     return "round 1 priced like any round, without the prompt's prefill"
 
 
@@ -272,19 +276,21 @@ def on_profile(rep: explorer.Replay, profile: profiles.Profile) -> str:
 
 
 def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: int | None,
-                   measured_rounds: list[int] | None,
-                   profile: profiles.Profile | str | None = None) -> tuple[str, str, go.Figure]:
+                   measured_rounds: list[int] | None, profile: profiles.Profile | str | None = None,
+                   prefilled: tuple[str, ...] = ()) -> tuple[str, str, go.Figure]:
     """(re-laid text HTML, numbers HTML, curve figure) for k (or the adaptive policy).
+
+    prefilled: the recorded costs that include a prefill (the run's RunStats.prefilled_costs).
 
     profile: a cost profile, or the name of a shipped one (profiles.shipped(); a menu's value),
     onto which the replay is projected: predicted seconds and tokens/s on its eager and fast
     paths, and the curve's tokens/s on those paths instead of the recording's own costs."""
     with gc_paused():  # 18 replays, each indexing every n-gram of the context: the cyclic
         # collector would rescan those ~10^5 tuples again and again (1.4 s a call became 5 s)
-        return _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile)
+        return _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, prefilled)
 
 
-def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile):
+def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, prefilled):
     if not isinstance(profile, profiles.Profile):  # a menu value: only shipped names are accepted
         profile = profiles.load_shipped(profile) if profile else None
     note = ""
@@ -307,7 +313,7 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile):
     numbers = (f"<div class='specviz-lab'><b>{f'adaptive k ≤ {k}' if adaptive else f'k = {k}'}</b>: "
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
                f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {sig3(rep.predicted_seconds)} s "
-               f"({cost_text(rec)}; {prefill_text(measured_rounds)})."
+               f"({cost_text(rec)}; {prefill_text(prefilled)})."
                f"{on_profile(rep, profile) if profile else ''}{check}{note}</div>")
     fig = go.Figure()
     ks = [r.k for r in reps]

@@ -216,6 +216,13 @@ class RunStats:
         return sum(e.target_seconds for e in rounds) / len(rounds) if rounds else 0.0
 
     @property
+    def prefilled_costs(self) -> tuple[str, ...]:
+        """The measured pass costs that include a prompt's prefill for want of a later round:
+        "C_D" when the draft ran in no round after its first, "C_T" for a run of one round."""
+        prefilled = ("C_D",) if self.draft_passes and not self._later_draft[1] else ()
+        return prefilled + (("C_T",) if len(self.events) == 1 else ())
+
+    @property
     def cost_ratio(self) -> float:
         """Measured C_D / C_T: one draft pass over one target pass (prefill rounds excluded)."""
         if not self._later_draft[1] or not self.target_pass_seconds:

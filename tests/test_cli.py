@@ -35,6 +35,9 @@ def test_run_line_of_a_constructed_tree_run_and_a_chain_run():
     chain = RunStats.of([event(1, 2), event(2, 0)])  # α = 2 / 3; i.i.d. at k=2: 1 + α + α²
     assert run_line(chain) == ("per-token acceptance α 66.7% (i.i.d. prediction 2.11/pass), "
                                "accepted/drafted 50.0%")
+    # an n-gram run that found no match drafts nothing: α is not 0%, there is none (the page: "—")
+    nothing = RunStats.of([event(1, 0, k=0), event(2, 0, k=0)])
+    assert run_line(nothing) == "nothing drafted: no acceptance to report"
 
 
 def test_cli_run_tree_json_counts_nodes_and_matches_the_target_alone(model_dirs, capsys):

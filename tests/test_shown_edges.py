@@ -2,6 +2,7 @@
 measured, no drafts tested, no top-2 logits recorded, pass costs averaged over every round."""
 
 import json
+from dataclasses import replace
 
 import torch
 from test_hostile_trace import synthetic
@@ -76,8 +77,23 @@ def test_an_opened_recording_is_priced_at_its_runs_costs_after_round_1():
     assert abs(rec.target_pass_seconds - 0.6 / 3) < 1e-12
 
 
-def test_a_one_round_replay_says_its_costs_include_the_prefill():
+def test_a_replay_says_which_costs_include_the_prefill():
+    """A run of one round has only round 1's costs; a run whose later rounds drafted nothing (the
+    budget cut them to k=0) has only round 1's C_D, the draft's prefill in it, while the page
+    said "without the prompt's prefill" (3.22 ms shown where a longer run measured 1.10 ms)."""
     from specviz.labview import prefill_text
 
-    assert "the prompt's prefill included" in prefill_text([4])
-    assert prefill_text([4, 3]) == "round 1 priced like any round, without the prompt's prefill"
+    def event(n, drafted, passes, draft_seconds):
+        return replace(alone(1, 0.1)[0], round=n, k=drafted, accepted=drafted, draft_passes=passes,
+                       draft_seconds=draft_seconds, new_tokens=list(range(drafted + 1)))
+
+    cut = RunStats.of([event(1, 4, 4, 0.4), event(2, 0, 4, 0.0)])  # passes are cumulative
+    assert cut.prefilled_costs == ("C_D",) and cut.draft_pass_seconds == 0.1  # round 1's 0.4 / 4
+    assert "C_D is round 1's, the draft's prefill" in prefill_text(cut.prefilled_costs)
+    later = RunStats.of([event(1, 4, 4, 0.4), event(2, 2, 6, 0.02)])
+    assert later.prefilled_costs == () and later.draft_pass_seconds == 0.01
+    assert prefill_text(()) == "round 1 priced like any round, without the prompt's prefill"
+    one = RunStats.of([event(1, 4, 4, 0.4)])
+    assert one.prefilled_costs == ("C_D", "C_T")
+    assert "the prompt's prefill included" in prefill_text(one.prefilled_costs)
+    assert RunStats.of(alone(3, 0.1)).prefilled_costs == ()  # no draft: C_D is not shown
