@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import profiles
+from .digits import beside
 from .engine import MAX_K
 from .treedraft import BRANCHING, check_tree_settings
 
@@ -191,9 +192,11 @@ def tree_table(trees: dict, summary: dict) -> str:
             tree, chain = summary[method][cls], summary[t["chain"]][cls]
             lines.append(
                 f"| {method} | {cls} | {tree['tokens_per_pass']:.2f} / {chain['tokens_per_pass']:.2f} | "
-                f"{r['tokens_per_pass']:.2f}x {ok(r['tokens_per_pass_ok'])} | "
+                f"{beside(r['tokens_per_pass'], TREE_GOALS['tokens_per_pass'])}x "
+                f"{ok(r['tokens_per_pass_ok'])} | "
                 f"{tree['tokens_per_second']:.2f} / {chain['tokens_per_second']:.2f} | "
-                f"{r['tokens_per_second']:.2f}x {ok(r['tokens_per_second_ok'])} | "
+                f"{beside(r['tokens_per_second'], TREE_GOALS['tokens_per_second'])}x "
+                f"{ok(r['tokens_per_second_ok'])} | "
                 f"{_times(r.get('decode_tokens_per_second'))} | "
                 f"{tree.get('nodes_per_round', 0):.1f} / {chain.get('nodes_per_round', 0):.1f} | "
                 f"{tree.get('accepted_per_node', 0):.2f} | {tree.get('draft_seconds', 0):.2f} / "

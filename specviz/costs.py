@@ -19,6 +19,7 @@ import statistics
 import time
 
 from . import quant
+from .digits import sig3
 from .lm import CachedLM, draft_lm
 from .verifycost import VERIFY_SLOPE, fit_line, split_step
 
@@ -127,10 +128,10 @@ def cmd_costs(args) -> int:
         return 0
     base = result["target_ms"][1]
     print("target pass by tokens verified: " + ", ".join(
-        f"{n}: {ms:.0f} ms ({ms / base:.2f}x)" for n, ms in result["target_ms"].items()))
+        f"{n}: {sig3(ms)} ms ({ms / base:.2f}x)" for n, ms in result["target_ms"].items()))
     fit = result["verify_fit"]
     print(f"verify slope: one more verified token costs {fit['slope']:.4f} of a 1-token pass (least squares "
-          f"T(n) = {fit['pass_ms']:.1f} ms + {fit['per_token_ms']:.2f} ms * n over widths "
+          f"T(n) = {sig3(fit['pass_ms'])} ms + {sig3(fit['per_token_ms'])} ms * n over widths "
           f"{min(result['target_ms'])}..{max(result['target_ms'])}); this sizes adaptive drafts and "
           f"token trees (prior {VERIFY_SLOPE})")
     if "step" in fit:
@@ -138,7 +139,7 @@ def cmd_costs(args) -> int:
         print(f"in two pieces: a drafted pass costs {1 + fit['step']:.3f} of a 1-token pass plus "
               f"{fit['drafted_slope']:.4f} a drafted token (a line through widths 2..{widest}); "
               "the run's own rounds fit the same pieces")
-    print("draft pass (1 token): " + ", ".join(f"{f}: {ms:.1f} ms" for f, ms in result["draft_ms"].items()))
+    print("draft pass (1 token): " + ", ".join(f"{f}: {sig3(ms)} ms" for f, ms in result["draft_ms"].items()))
     if args.profile and pair.draft is not None:
         draft = copy.deepcopy(pair.draft)
         quant.apply(draft, "auto")

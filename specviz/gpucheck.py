@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from . import enginecheck, profiles
+from .digits import beside
 from .gpumeasure import (
     IDENTITY_KEYS,
     ROLES,
@@ -221,8 +222,9 @@ def summary(profile: profiles.Profile, read_bytes: int, bandwidth: float, ident:
     if fast is not None and k + 1 not in dict(fast.target_ms):
         at_k = None  # C_T(k+1) not measured (time budget): an extrapolation is no verdict
 
-    def goal(text: str, value, met) -> dict:
-        return {"goal": text, "value": value, "met": None if value is None else bool(met)}
+    def goal(text: str, value, met, bar: float | None = None) -> dict:
+        """bar: the number the value is judged against, so that its printed digits agree."""
+        return {"goal": text, "value": value, "met": None if value is None else bool(met), "bar": bar}
 
     speedup = None if fast is None else eager.target_seconds(1) / fast.target_seconds(1)
     ratio = None if fast is None or fast.draft_seconds is None else \
@@ -230,13 +232,14 @@ def summary(profile: profiles.Profile, read_bytes: int, bandwidth: float, ident:
     same = None
     if ident and "fast_greedy_equals_eager" in ident:
         same = all(ident[key] for key in IDENTITY_KEYS)
+    over = alone.get("fast", {}).get("over_limit")
     goals = [goal("target alone: fast path >= 4x faster than eager", speedup,
-                  speedup is not None and speedup >= 4),
-             goal("target alone on the fast path within 3x of the bandwidth limit",
-                  alone.get("fast", {}).get("over_limit"), alone.get("fast", {}).get("over_limit", 99) <= 3),
-             goal("C_D/C_T <= 0.5 on the fast path", ratio, ratio is not None and ratio <= 0.5),
+                  speedup is not None and speedup >= 4, 4),
+             goal("target alone on the fast path within 3x of the bandwidth limit", over,
+                  over is not None and over <= 3, 3),
+             goal("C_D/C_T <= 0.5 on the fast path", ratio, ratio is not None and ratio <= 0.5, 0.5),
              goal(f"projected draft speedup at k={k} >= 2x (fast path)", at_k and at_k["speedup"],
-                  at_k is not None and at_k["speedup"] >= 2),
+                  at_k is not None and at_k["speedup"] >= 2, 2),
              goal("fast-path greedy identical to eager (float32)", same, same)]
     return {"bandwidth_limit_ms": limit_ms, "bandwidth_limit_tokens_per_second": 1e3 / limit_ms,
             "target_alone": alone, "projection": projection, "goals": goals}
@@ -284,12 +287,18 @@ def text(report: dict) -> str:
         lines += enginecheck.lines(report["engine"], profiles.from_dict(prof))
     for item in report["skipped"]:
         lines.append(f"skipped: {item}")
-    lines.append("goals (set for an H200):")
-    for g in report["goals"]:
-        value = g["value"] if isinstance(g["value"], bool) or g["value"] is None else f"{g['value']:.2f}"
+    return "\n".join(lines + goal_lines(report["goals"]))
+
+
+def goal_lines(goals: list[dict]) -> list[str]:
+    """Each goal's verdict and value, its digits never rounded onto the goal's bar."""
+    lines = ["goals (set for an H200):"]
+    for g in goals:
+        value = g["value"] if isinstance(g["value"], bool) or g["value"] is None \
+            else beside(g["value"], g["bar"]) if g.get("bar") is not None else f"{g['value']:.2f}"
         state = "not measured" if g["met"] is None else "met" if g["met"] else "NOT MET"
         lines.append(f"  {state:12} {g['goal']}: {value}")
-    return "\n".join(lines)
+    return lines
 
 
 def add_gpucheck_args(p) -> None:

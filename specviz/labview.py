@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import html
-import math
 
 import plotly.graph_objects as go
 import torch
 
 from . import explorer, lab, profiles
+from .digits import beside, sig3
 from .figures import BASE, SPEC, THEORY, _layout
 from .lm import CachedLM, input_rows, output_rows
 from .render import to_html
@@ -201,10 +201,11 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
         r = lab.check(v, p, q, n, seed=seed, q_draw=flatten(q) if v == "mismatched_q" else None,
                       candidates=candidates)
         fig.add_bar(name=v, x=x, y=_bars(ids, names, {v: r.empirical})[0][1])
-        verdict = "matches p" if r.pvalue_vs_p > 1e-3 else "<b>biased</b>"
+        verdict = "<b>biased</b>" if r.pvalue_vs_p < 1e-3 else "matches p"  # "below 0.001 flags a bias"
         what = lab.VARIANTS[v] + (f" (candidates: {named})" if v in lab.TREE_VARIANTS else "")
         rows.append(f"<tr><td>{v}</td><td>{html.escape(what)}</td><td>{r.tv_to_p:.4f}</td>"
-                    f"<td>{r.pvalue_vs_p:.3g}</td><td>{verdict}</td><td>{r.seconds:.2f} s</td></tr>")
+                    f"<td>{beside(r.pvalue_vs_p, 1e-3, 3, 'g')}</td><td>{verdict}</td>"
+                    f"<td>{r.seconds:.2f} s</td></tr>")
     fig.update_layout(barmode="group")
     table = ("<table class='specviz-stats'><thead><tr><th>variant</th><th>what it does</th><th>TV to p</th>"
              "<th>χ² p-value</th><th></th><th>time</th></tr></thead><tbody>" + "".join(rows) +
@@ -223,16 +224,9 @@ def continuations_html(step: dict) -> str:
             "distinct outcomes. TV distance between the speculative and the target-alone histograms: "
             f"<b>{step['tv']:.3f}</b>. Two exact samplers at this N differ by {step['noise']:.3f} on "
             f"average (the pooled samples split in two at random, {step['permutations']:,} times), "
-            f"and {100 * step['pvalue']:.3g}% of the splits differ at least as much: {verdict}. Time: "
+            f"and {beside(100 * step['pvalue'], 0.1, 3, 'g')}% of the splits differ at least as much: "
+            f"{verdict}. Time: "
             f"{sec['spec']:.1f} s speculative, {sec['base']:.1f} s target alone.</div>")
-
-
-def sig3(x: float) -> str:
-    """x to three significant digits without an exponent, whole from 100 up: a CPU's 153 ms and
-    a GPU's 1.4 ms or 0.04 ms both read as the hand figure (1234.6 -> '1,235', 0.0400 -> '0.04')."""
-    if x == 0 or abs(x) >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.{2 - math.floor(math.log10(abs(x)))}f}".rstrip("0").rstrip(".")
 
 
 def cost_text(rec: explorer.Recording) -> str:

@@ -267,7 +267,8 @@ def test_the_explorer_states_gpu_and_cpu_pass_costs_to_three_significant_digits(
     """At GPU scale whole milliseconds read C_D=1 ms and 9 + 0.0·k ms, seconds 0.01 s."""
     import dataclasses
 
-    from specviz.labview import cost_text, explorer_views, sig3
+    from specviz.digits import sig3
+    from specviz.labview import cost_text, explorer_views
 
     rec = explorer.Recording("draft", [1, 2], [3, 4], [3, 4], 0.0014, 0.0092, 8,
                              verify_line=(0.00916, 0.00004))

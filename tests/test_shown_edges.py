@@ -97,3 +97,26 @@ def test_a_replay_says_which_costs_include_the_prefill():
     assert one.prefilled_costs == ("C_D", "C_T")
     assert "the prompt's prefill included" in prefill_text(one.prefilled_costs)
     assert RunStats.of(alone(3, 0.1)).prefilled_costs == ()  # no draft: C_D is not shown
+
+
+def test_a_figure_beside_its_verdict_is_never_rounded_onto_the_bar():
+    """1.0996x against a goal of >= 1.10 printed "1.10x FAIL", 3.996x against >= 4 "4.00 NOT MET",
+    and a p-value of 0.0009996 "0.001 biased" beside "below 0.001 flags a bias"."""
+    from specviz import benchreport, gpucheck
+    from specviz.digits import beside
+
+    assert [beside(v, 1.1) for v in (1.0996, 1.1, 1.234, 1.1000001)] \
+        == ["1.0996", "1.10", "1.23", "1.1000001"]
+    assert beside(0.9496, 0.95) == "0.9496" and beside(0.503, 0.5) == "0.503"
+    assert beside(0.0009996, 1e-3, 3, "g") == "0.0009996" and beside(0.0123, 1e-3, 3, "g") == "0.0123"
+    tree = {"tokens_per_pass": 1.0996, "tokens_per_pass_ok": False, "tokens_per_second": 0.9496,
+            "tokens_per_second_ok": False}
+    row = {"tokens_per_pass": 4.0, "tokens_per_second": 2.0}
+    text = benchreport.tree_table({"t": {"chain": "c", "classes": {"write": tree}, "goal_depth": True,
+                                        "tokens_per_pass_ok": False, "tokens_per_second_ok": False}},
+                                  {"t": {"write": row}, "c": {"write": row}})
+    assert "| 1.0996x FAIL |" in text and "| 0.9496x FAIL |" in text
+    goals = [{"goal": "fast >= 4x", "value": 3.996, "met": False, "bar": 4},
+             {"goal": "C_D/C_T <= 0.5", "value": 0.503, "met": False, "bar": 0.5}]
+    lines = gpucheck.goal_lines(goals)
+    assert "  NOT MET      fast >= 4x: 3.996" in lines and "  NOT MET      C_D/C_T <= 0.5: 0.503" in lines

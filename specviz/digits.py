@@ -1,0 +1,25 @@
+"""Numbers as the page and the reports print them: digits that never contradict a verdict."""
+
+from __future__ import annotations
+
+import math
+
+
+def sig3(x: float) -> str:
+    """x to three significant digits without an exponent, whole from 100 up: a CPU's 153 ms and
+    a GPU's 1.4 ms or 0.04 ms both read as the hand figure (1234.6 -> '1,235', 0.0400 -> '0.04')."""
+    if x == 0 or abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{2 - math.floor(math.log10(abs(x)))}f}".rstrip("0").rstrip(".")
+
+
+def beside(value: float, bar: float, digits: int = 2, style: str = "f") -> str:
+    """value printed with `digits` (decimals for style "f", significant digits for "g"), or more
+    where fewer would round it onto or across a verdict's bar: against a goal of >= 1.10, 1.0996
+    prints 1.0996, not a failing "1.10"; against p < 0.001, 0.0009996 prints 0.0009996."""
+    for d in range(digits, digits + 8):
+        text = f"{value:.{d}{style}}"
+        shown = float(text)
+        if shown != bar and (shown > bar) == (value > bar) or shown == value:
+            return text
+    return repr(value)
