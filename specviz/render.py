@@ -90,7 +90,10 @@ def round_spans(event: RoundEvent, tokenizer, context: list[int]) -> list[Span]:
                   event.target_probs[i] if i < len(keep) else None, event.draft_probs[i],
                   keep[i] if i < len(keep) else None)
              for i, (x, t) in enumerate(zip(shown, texts + refused, strict=True))]
-    spans = [s for s in spans if s.fate == REJECTED or s.position <= len(event.new_tokens)]
+    # Past the output's end (EOS, or the budget, among the kept drafts) nothing is shown: the
+    # refused drafts are shown where the target's token that replaced them survived.
+    spans = [s for s in spans if s.position <= len(event.new_tokens)
+             or s.fate == REJECTED and len(event.new_tokens) > n]
     if len(event.new_tokens) > n:  # the target's token survived truncation
         fate = target_fate(event)
         text = token_pieces(tokenizer, context + drafts[:n], [event.token])[0]

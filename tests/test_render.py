@@ -37,6 +37,18 @@ def test_a_chain_round_shows_min_1_p_over_q_up_to_its_first_refusal_and_nothing_
     assert "never tested" in untested.tooltip and "p(x)" not in untested.tooltip
 
 
+def test_nothing_of_a_round_is_shown_past_the_end_of_the_output():
+    """EOS as the first of two kept drafts (a, then the EOS b; c refused): the page showed a, b and
+    then the refused c, past the end, while the kept draft after the EOS was rightly hidden."""
+    ended = event(k=4, draft_tokens=[0, 1, 2, 4], accepted=2, token=3, new_tokens=[0, 1], stop="eos",
+                  target_probs=[1.0, 1.0, 0.0, 1.0], draft_probs=[1.0] * 4)
+    assert [(s.text, s.fate) for s in round_spans(ended, Letters(), [5])] == [("a", "accepted"),
+                                                                              ("b", "accepted")]
+    whole = event(k=4, draft_tokens=[0, 1, 2, 4], accepted=2, token=3, new_tokens=[0, 1, 3],
+                  target_probs=[1.0, 1.0, 0.0, 1.0], draft_probs=[1.0] * 4)
+    assert [s.text for s in round_spans(whole, Letters(), [5])] == ["a", "b", "d", "c", "e"]
+
+
 def test_a_greedy_chain_keeps_with_p():
     greedy = event(target_probs=[1.0, 0.0, 1.0], draft_probs=[1.0, 1.0, 1.0])
     assert [s.keep for s in round_spans(greedy, Letters(), [5]) if s.position] == [1.0, 0.0, None]
