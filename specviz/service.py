@@ -195,10 +195,11 @@ class Baselines:
 
 def pair_models(pair: Pair) -> dict:
     """A trace's "models": the pair's names (a local folder shortened to its last part, so a
-    saved trace shows no server path), dtype and device."""
+    saved trace shows no server path), dtype, device, and what the greedy verdict compared."""
     return {"target": public_message(pair.target_name),
             "draft": None if pair.draft_name is None else public_message(pair.draft_name),
-            "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device)}
+            "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device),
+            "numerics": pair.numerics}
 
 
 def _over_budget(limits: Limits, what: str) -> str:
@@ -421,7 +422,8 @@ def replay_view(trace: Trace) -> View:
     dtype = getattr(torch, str(trace.models.get("dtype", "float32")), torch.float32)
     if not isinstance(dtype, torch.dtype):
         dtype = torch.float32
-    result = compare(spec, base, dtype, trace.models.get("device", "")) if base else None
+    result = compare(spec, base, dtype, trace.models.get("device", ""),
+                     trace.models.get("numerics") or "") if base else None  # older traces: none
     verdict = verdict_html(result, _NoTokenizer(trace), greedy) if result else ""
     names = [markdown_text(public_message(clip(trace.models.get(m), 60))) for m in ("target", "draft")]
     k = trace.settings.get("k")

@@ -5,8 +5,9 @@ from dataclasses import replace
 import pytest
 
 from specviz import labview
-from specviz.service import ModelStore, continuations, run_views, sample_continuations
+from specviz.service import ModelStore, continuations, replay_view, run_views, sample_continuations
 from specviz.settings import Limits, RunSettings
+from specviz.trace import loads
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +22,10 @@ def test_views_stream_then_end_with_a_trace_and_recording(store):
     last = views[-1]
     assert last.comparison.identical and last.trace.recording is not None
     assert last.trace.recording.output == last.spec.tokens and last.trace.settings["k"] == 4
+    # the saved run, opened, says what its verdict compared as the live page did
+    compared = last.verdict_html[last.verdict_html.index("Compared:"):]
+    reopened = replay_view(loads(last.trace.to_json())).verdict_html
+    assert "target in float32" in compared and compared in reopened
 
 
 def test_end_to_end_sampling_check(store):
