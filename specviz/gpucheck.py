@@ -269,12 +269,7 @@ def text(report: dict) -> str:
         lines.append(f"target alone, {name}: {a['ms']:.3f} ms/token, {a['tokens_per_second']:.1f} tok/s, "
                      f"{a['over_limit']:.1f}x the bandwidth limit")
     lines.append("projected (acceptance measured on CPU, docs/bench-cpu-2026-11-30.json):")
-    lines.append(f"  {'drafter':10}" + "".join(f"{p + ' ms/tok':>14}{p + ' speedup':>16}"
-                                               for p in report["projection"]))
-    rows = zip(*report["projection"].values(), strict=True)
-    for row in rows:
-        lines.append(f"  {row[0]['drafter']:10}" + "".join(
-            f"{r['ms_per_token']:14.3f}{r['speedup']:15.2f}x" for r in row))
+    lines += projection_lines(report["projection"])
     if report.get("identity"):
         lines.append(f"identity (float32, random weights): {json.dumps(report['identity'])}")
     if report.get("real_identity"):
@@ -288,6 +283,17 @@ def text(report: dict) -> str:
     for item in report["skipped"]:
         lines.append(f"skipped: {item}")
     return "\n".join(lines + goal_lines(report["goals"]))
+
+
+def projection_lines(projection: dict[str, list[dict]]) -> list[str]:
+    """The projection table, a column pair per path; "-" where a path has no draft cost."""
+    by_path = {p: {r["drafter"]: r for r in rows} for p, rows in projection.items()}
+    lines = [f"  {'drafter':10}" + "".join(f"{p + ' ms/tok':>14}{p + ' speedup':>16}" for p in by_path)]
+    for drafter in dict.fromkeys(d for rows in by_path.values() for d in rows):
+        cells = [f"{r['ms_per_token']:14.3f}{r['speedup']:15.2f}x" if (r := rows.get(drafter))
+                 else f"{'-':>14}{'-':>16}" for rows in by_path.values()]
+        lines.append(f"  {drafter:10}" + "".join(cells))
+    return lines
 
 
 def goal_lines(goals: list[dict]) -> list[str]:

@@ -295,13 +295,17 @@ def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS
     """Per drafter: time per token (k * C_D + C_T(k+1)) / T(k) and the speedup over C_T(1).
 
     n-gram rounds cost no draft pass and verify up to k+1 tokens (fewer when the lookup finds a
-    shorter match): C_T(k+1) is the upper bound, so its speedup is a lower bound."""
+    shorter match): C_T(k+1) is the upper bound, so its speedup is a lower bound. A path without
+    a draft cost has no draft-model rows (priced at no draft time they would overstate it)."""
     costs = profile.path(path)
     alone = costs.target_seconds(1)
     rows = []
     for drafter, tokens in rates.items():
         k = int(drafter.rsplit("-", 1)[1])
-        draft = k * costs.draft_seconds if drafter.startswith("draft") and costs.draft_seconds else 0.0
+        model = drafter.startswith("draft")
+        if model and costs.draft_seconds is None:
+            continue
+        draft = k * costs.draft_seconds if model else 0.0
         per_token = (draft + costs.target_seconds(k + 1)) / tokens
         rows.append({"drafter": drafter, "k": k, "tokens_per_pass": tokens, "ms_per_token": per_token * 1e3,
                      "tokens_per_second": 1 / per_token, "speedup": alone / per_token})

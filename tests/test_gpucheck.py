@@ -216,3 +216,18 @@ def test_a_goal_without_its_measured_width_is_not_judged():
     short = profiles.Profile("hand", {}, {}, {"eager": p.paths["eager"], "fast": only_one})
     goals = gpucheck.summary(short, 1, 1.0, None, 4)["goals"]
     assert goals[3]["value"] is None and goals[3]["met"] is None  # C_T(5) was skipped
+
+
+def test_a_path_without_a_draft_cost_projects_no_draft_speedup():
+    """Priced at no draft time, the draft rows of a path measured without a draft read 3.9x at
+    k=4 (the goal 'projected draft speedup >= 2x' met on nothing measured)."""
+    fast = profiles.PathCosts("static", True, None, ((1, 1.0), (5, 1.2)))
+    bare = profiles.Profile("hand", {"name": "x"}, {}, {**hand_profile().paths, "fast": fast})
+    s = gpucheck.summary(bare, read_bytes=2_000_000_000, bandwidth=4000.0, ident=None, k=4)
+    assert [r["drafter"] for r in s["projection"]["fast"]] == ["ngram-8"]
+    assert s["goals"][2]["met"] is None and s["goals"][3]["met"] is None  # C_D/C_T, draft speedup
+    lines = gpucheck.projection_lines(s["projection"])
+    assert lines[0].split() == ["drafter", "eager", "ms/tok", "eager", "speedup", "fast", "ms/tok", "fast",
+                                "speedup"]
+    draft4 = next(line for line in lines if line.split()[0] == "draft-4").split()
+    assert draft4[3:] == ["-", "-"] and len(lines) == 1 + len(profiles.CPU_TOKENS_PER_PASS)
