@@ -101,6 +101,7 @@ UPLOADS_PER_ADDRESS = 16  # uploads one public address may make while a file sta
 MULTIPART_SLACK = 64 * 2**10  # an upload's body: one trace and its multipart headers
 ADDRESSES_TO_EXPIRE = 16  # public addresses it takes, in an hour, to expire every page's state
 MAX_BODY = 2**20  # any other request's body (the largest, a Run's, is a few KiB of settings)
+MAX_BODY_VALUES = 1024  # arrays, objects and separators in one (a Run's event has about 40)
 BODY_SECONDS = 60.0  # a request's body must arrive within this (an upload's 4 MiB at 70 KB/s)
 
 
@@ -111,7 +112,7 @@ def launch_options(demo: gr.Blocks) -> dict:
                        per_address=UPLOADS_PER_ADDRESS, upload_bytes=limits.upload_mb * 2**20,
                        window=sum(CLEAN_CACHE),  # the longest an upload stays on disk
                        deadline=BODY_SECONDS, pages=demo.specviz.pages,
-                       proxies=limits.trust_forwarded)
+                       proxies=limits.trust_forwarded, max_values=MAX_BODY_VALUES)
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests

@@ -24,6 +24,7 @@ import time
 from collections import Counter, OrderedDict, defaultdict, deque
 
 from specviz.gate import public_address, visitor_address
+from specviz.untrusted import containers
 
 QUEUE_FULL = ("queue full: {what} already has {n} events waiting or unread; wait for them to "
               "finish and read their results (the page does), then try again")
@@ -41,6 +42,8 @@ _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/([^/]+)/?$")
 _FETCH = re.compile(r"/gradio_api/(file=|file/|proxy=)[A-Za-z][A-Za-z0-9+.-]*:")  # ...=https://
 MIN_UPLOAD_CHARGE = 16 * 2**10  # what a tiny upload costs on disk: Gradio's folder for it and the file
 TOO_LARGE = "request too large: at most {mib:.1f} MiB a request{what}"
+TOO_MANY_VALUES = ("too many values in one request: at most {n:,} arrays, objects and separators "
+                   "(a call of this app needs a few dozen)")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # a scheme: http:, https:, data:, file: ...
 _WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
 
@@ -217,6 +220,9 @@ class RequestGuard:
       Content-Length of 1) is cut off (400).
     - A body must arrive within `deadline` seconds (408 after), so a slow one cannot hold an
       upload's charge or a connection for long.
+    - Any other body may hold at most max_values arrays, objects and separators outside its
+      strings (413), counted before Gradio parses it: a megabyte of [[]],[[]] took 0.7 s of the
+      event loop to parse and ~35 MiB of a page's state to keep, though it holds no text.
     - Routes that would fetch a URL for the client (`/file=https://...`), feed data into a
       running event (`POST /stream/...`: this app has no streaming inputs), or that the app does
       not use are refused: `deep_link` wrote a page's whole state to disk, never cleaned;
@@ -229,8 +235,9 @@ class RequestGuard:
     def __init__(self, app, *, max_body: int, max_upload: int, per_address: int,
                  upload_bytes: int, window: float, deadline: float = 60.0,
                  pages: PerAddress | None = None, proxies: tuple = (),
-                 min_charge: int = MIN_UPLOAD_CHARGE):
+                 min_charge: int = MIN_UPLOAD_CHARGE, max_values: int | None = None):
         self.app, self.max_body, self.max_upload = app, max_body, max_upload
+        self.max_values = max_values
         self.per_address, self.upload_bytes, self.window = per_address, upload_bytes, window
         self.deadline, self.pages, self.proxies = deadline, pages, proxies
         self.min_charge = min_charge
@@ -312,6 +319,7 @@ class RequestGuard:
             return await _answer(send, e.status, e.message)
         parts = _Parts(_header(scope, b"content-type")) if upload else None
         started, body_done = time.monotonic(), False
+        chunks = [] if self.max_values is not None and not upload else None  # counted once whole
 
         async def counted_receive():
             nonlocal received, over, body_done
@@ -333,6 +341,10 @@ class RequestGuard:
                     over = Refused(413, self.too_large(upload))
                 elif parts is not None and parts.feed(body) > 1:
                     over = Refused(413, "one file an upload: send each file in a request of its own")
+                elif chunks is not None:
+                    chunks.append(body)
+                    if body_done and containers(b"".join(chunks)) > self.max_values:
+                        over = Refused(413, TOO_MANY_VALUES.format(n=self.max_values))
                 if over:
                     raise over
             return message

@@ -21,7 +21,7 @@ from specviz.guard import (
     scan,
 )
 
-PER_LINE, PER_ADDRESS, PAGES, MAX_CHARS, DEADLINE = 6, 3, 8, 5000, 2.0
+PER_LINE, PER_ADDRESS, PAGES, MAX_CHARS, DEADLINE, MAX_VALUES = 6, 3, 8, 5000, 2.0, 200
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,8 @@ def server():
     pages = PerAddress(PAGES, 60)
     cap_queue(demo._queue, per_line=PER_LINE, per_address=PER_ADDRESS, pages=pages, max_chars=MAX_CHARS)
     guard = Middleware(RequestGuard, max_body=2**16, max_upload=2**20, per_address=4,
-                       upload_bytes=64 * 2**20, window=60, deadline=DEADLINE, pages=pages)
+                       upload_bytes=64 * 2**20, window=60, deadline=DEADLINE, pages=pages,
+                       max_values=MAX_VALUES)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
                 max_file_size=2**20, app_kwargs={"middleware": [guard]})
@@ -367,6 +368,30 @@ def test_an_event_with_too_much_text_is_refused(server):
     assert r.status_code == 400 and "too much text in one call: at most 5000" in r.json()["detail"]
     assert httpx.post(f"{server.url}/call/fast", json={"data": ["x" * (MAX_CHARS - 10)]},
                       timeout=10).status_code == 200
+
+
+def test_the_values_of_a_body_are_counted_outside_its_strings():
+    from specviz.untrusted import containers
+
+    # outside the strings: [ [ 1 , ] , { : [ 2 ] } ]: three arrays, one object, two separators
+    assert containers(b'[[1,"[[[,,{"],{"a\\"[,":[2]}]') == 6
+    assert containers(("[" + ",".join(["[[]]"] * 1000) + "]").encode()) == 1 + 2000 + 999
+
+
+def test_an_event_of_many_empty_values_is_refused_before_gradio_parses_it(server):
+    """A megabyte of [[]],[[]] holds no text, so the text bound let it by: Gradio took 0.7 s of
+    the event loop to parse it and kept ~35 MiB of it in the page's state (2.8 GiB from one
+    address's 20 made-up pages in a minute). Counted in the body, it never reaches Gradio."""
+    empties = {"data": [[[[]]] * (MAX_VALUES // 2)], "session_hash": "v", "fn_index": server.fast}
+    refused = httpx.post(f"{server.url}/queue/join", json=empties, timeout=10)
+    assert refused.status_code == 413 and f"at most {MAX_VALUES:,} arrays" in refused.json()["detail"]
+    body = json.dumps(empties).encode()  # streamed without a length: counted once whole
+    streamed = httpx.post(f"{server.url}/queue/join", headers={"content-type": "application/json"},
+                          content=(body[i:i + 256] for i in range(0, len(body), 256)), timeout=10)
+    assert streamed.status_code == 413
+    # brackets and commas in text are text: a prompt of them passes
+    prompt = "[{,}]" * (MAX_CHARS // 5 - 2)
+    assert httpx.post(f"{server.url}/call/fast", json={"data": [prompt]}, timeout=10).status_code == 200
 
 
 @pytest.mark.parametrize("peer, forwarded, counted", [
