@@ -25,6 +25,7 @@ from starlette.middleware import Middleware
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf, public_address
 from specviz.guard import PerAddress, RequestGuard, cap_queue, forbid_downloads, request_address
+from specviz.loading import default_device
 from specviz.metrics import RunStats
 from specviz.render import legend_html
 from specviz.service import (
@@ -39,7 +40,6 @@ from specviz.service import (
 )
 from specviz.settings import (
     CUSTOM,
-    DTYPES,
     UI_MAX_K,
     Limits,
     RunSettings,
@@ -150,6 +150,7 @@ def session_of(request: gr.Request | None) -> str | None:
 
 
 def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
+    default = limits.fit(default)  # an operator's lower bounds apply to the defaults too
     gate = Gate(limits.queue_size, stale_after=max(900.0, 3 * limits.max_job_seconds),
                 per_address=limits.jobs_per_address)
     shelf = Shelf(limits.held_trace_mb * 2**20, per_address=limits.jobs_per_address)
@@ -191,7 +192,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     top_p = gr.Slider(0.05, 1, value=default.top_p, step=0.05, label="top-p")
                     top_k = gr.Number(default.top_k, precision=0, minimum=0, label="top-k (0 = off)")
                     seed = gr.Number(default.seed, precision=0, label="seed")
-                    dtype = gr.Dropdown(list(DTYPES), value=default.dtype, label="dtype")
+                    dtype = gr.Dropdown(list(limits.dtypes), value=default.dtype, label="dtype")
                 max_new_tokens = gr.Slider(1, limits.max_new_tokens, step=1, label="max new tokens",
                                            value=min(default.max_new_tokens, limits.max_new_tokens))
                 prompt = gr.Textbox(default.prompt, lines=5, max_length=limits.max_prompt_chars,
@@ -595,15 +596,16 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    limits = Limits.from_env()
     extra = {"command-line": (args.target, args.draft)} if args.target else {}
     on_zerogpu = zerogpu.active()
-    store = ModelStore(extra, device="cuda" if on_zerogpu else args.device,
-                       fast=zerogpu.FAST if on_zerogpu else None, warm=not on_zerogpu,
-                       switch_share=RELOAD_SHARE)
+    device = "cuda" if on_zerogpu else args.device or default_device()
+    limits = Limits.from_env().for_device(device.split(":")[0])
+    store = ModelStore(extra, device=device, fast=zerogpu.FAST if on_zerogpu else None,
+                       warm=not on_zerogpu, switch_share=RELOAD_SHARE)
     default = RunSettings(pair="command-line") if args.target else RunSettings()
     if args.target:
         default = replace(default, chat="instruct" in args.target.lower())
+    default = limits.fit(default)
     demo = build(store, limits, default)
     if on_zerogpu:  # ZeroGPU: models go to "cuda" in the main process, before the first job
         preload(store, default)

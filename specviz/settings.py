@@ -63,6 +63,19 @@ class Limits:
     upload_mb: int = 512  # SPECVIZ_UPLOAD_MB: uploads all visitors may leave in the cache at once
     trust_forwarded: tuple = proxy_networks(None)  # SPECVIZ_TRUST_FORWARDED: proxies whose
     # X-Forwarded-For names the visitor (default: loopback and 10.0.0.0/8, a Space's; 0: none)
+    dtypes: tuple = DTYPES  # offered on this deployment (the app on a CPU: for_device drops float16)
+
+    def for_device(self, device: str) -> Limits:
+        """These limits for the device the models run on: on a CPU no float16, whose matrix products
+        run there 10-100x slower than bfloat16's (one long prompt's first pass held the model 9 minutes)."""
+        return replace(self, dtypes=tuple(d for d in DTYPES if d != "float16")) if device == "cpu" else self
+
+    def fit(self, s: RunSettings) -> RunSettings:
+        """s within these limits where a default may exceed them (an operator's lower token or
+        prompt bound): every page load would otherwise say the defaults were ignored."""
+        return replace(s, max_new_tokens=min(s.max_new_tokens, self.max_new_tokens),
+                       prompt=s.prompt[: self.max_prompt_chars],
+                       dtype=s.dtype if s.dtype in self.dtypes else "auto")
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -165,6 +178,9 @@ class RunSettings:
             out["branching"] = f"tree branching must be in 1..{MAX_BRANCHING}, got {clip(self.branching)}"
         if self.dtype not in DTYPES:
             out["dtype"] = f"dtype must be one of {', '.join(DTYPES)}, got {clip(self.dtype)!r}"
+        elif self.dtype not in limits.dtypes:
+            out["dtype"] = (f"{self.dtype} is not offered on this deployment (on a CPU its matrix products "
+                            f"run 10-100x slower than bfloat16's): pick one of {', '.join(limits.dtypes)}")
         if not 1 <= self.max_new_tokens <= limits.max_new_tokens:
             out["max_new_tokens"] = (f"max new tokens must be in 1..{limits.max_new_tokens}, "
                                      f"got {clip(self.max_new_tokens)}")

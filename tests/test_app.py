@@ -117,6 +117,31 @@ def test_bad_link_parameters_are_ignored_with_notices():
         assert word in text
 
 
+def test_float16_is_not_offered_on_a_cpu_deployment():
+    """On a CPU a float16 matrix product runs 10-100x slower than bfloat16's (2048x1536 by
+    1536x8960: 1.7-31 s against 0.15-0.33 s here): one 2,047-token prompt's first pass held the
+    embedded pair 538 s (59 s in bfloat16), past any job bound, since the deadline is checked
+    between rounds."""
+    cpu, gpu = Limits().for_device("cpu"), Limits().for_device("cuda")
+    assert cpu.dtypes == ("auto", "float32", "bfloat16") and gpu.dtypes == Limits().dtypes
+    with pytest.raises(ValueError, match="float16 is not offered on this deployment.*float32, bfloat16"):
+        RunSettings(dtype="float16").check(cpu, presets.BY_KEY)
+    RunSettings(dtype="float16").check(gpu, presets.BY_KEY)
+    s, notices, _ = from_query({"dtype": "float16", "run": "1"}, RunSettings(), cpu, presets.BY_KEY)
+    assert s.dtype == "auto" and "float16 is not offered" in " ".join(notices)
+
+
+def test_an_operators_lower_bounds_fit_the_defaults():
+    """With SPECVIZ_MAX_NEW_TOKENS below the default 64, every page load said the link's
+    max_new_tokens was ignored, and the slider started past its maximum."""
+    low = Limits(max_new_tokens=32, max_prompt_chars=20)
+    fitted = low.fit(RunSettings())
+    assert fitted.max_new_tokens == 32 and fitted.prompt == RunSettings().prompt[:20]
+    assert from_query({}, fitted, low, presets.BY_KEY)[1] == [] and low.fit(fitted) == fitted
+    assert Limits().fit(RunSettings()) == RunSettings()
+    assert Limits().for_device("cpu").fit(RunSettings(dtype="float16")).dtype == "auto"
+
+
 def test_custom_models_need_the_operator_switch():
     s, notices, _ = from_query({"target": "a/b", "draft": "c/d"}, RunSettings(),
                                Limits(allow_custom=True), presets.BY_KEY)
