@@ -51,7 +51,7 @@ from specviz.settings import (
 )
 from specviz.trace import MAX_TRACE_BYTES, loads
 from specviz.treedraft import MAX_BRANCHING, MAX_NODES
-from specviz.untrusted import flag
+from specviz.untrusted import flag, held_bytes
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
@@ -523,8 +523,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 view = replay_view(trace)
             except ValueError as e:
                 raise user_error(e) from None
-            key = shelf.put(session_of(request), trace, nbytes=len(data), address=visitor(request),
-                            uploaded=True)
+            key = shelf.put(session_of(request), trace, nbytes=held_bytes(data),
+                            address=visitor(request), uploaded=True)
             return (*show(replace(view, trace=None), None, final=True)[:-1], key,
                     f"Opened: {view.status}. See the Run tab and the k explorer.")
 

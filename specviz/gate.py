@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .untrusted import flag
+from .untrusted import flag, held_bytes
 
 BUSY = "busy: you already have a job waiting or running; wait for it or press Stop"
 
@@ -215,7 +215,7 @@ class Held(NamedTuple):
     """One trace on the shelf and whose it is."""
     session: str
     trace: object
-    nbytes: int  # its JSON size
+    nbytes: int  # the memory it holds, estimated from its JSON (untrusted.held_bytes)
     address: str | None  # public_address of the client that put it
     uploaded: bool  # opened from a file (cheap to repeat), not run through the gate
 
@@ -224,22 +224,23 @@ class Shelf:
     """Traces that visitors look at, held by the server; the page keeps only a key (a str).
 
     The newest trace per session (calls without one share one), at most per_address traces per
-    public address (sessions are the client's to make up), and at most max_bytes of trace JSON in
-    all, so a crowd of visitors or of uploads cannot grow memory without bound. Over max_bytes,
-    the least recently used uploaded trace goes first, and a run's only when no other upload is
-    left: runs pass the gate one at a time, uploads are cheap to repeat (and behind a proxy come
-    from no countable address), so a flood of uploads pushes out only uploads. The app drops a
-    session's trace when its page closes (and when Gradio expires its state).
+    public address (sessions are the client's to make up), and at most max_bytes of memory in all
+    (estimated from each trace's JSON: untrusted.held_bytes), so a crowd of visitors or of
+    uploads cannot grow memory without bound. Over max_bytes, the least recently used uploaded
+    trace goes first, and a run's only when no other upload is left: runs pass the gate one at a
+    time, uploads are cheap to repeat (and behind a proxy come from no countable address), so a
+    flood of uploads pushes out only uploads. The app drops a session's trace when its page
+    closes (and when Gradio expires its state).
     """
 
-    def __init__(self, max_bytes: int = 64 * 2**20, per_address: int = 2):
+    def __init__(self, max_bytes: int = 256 * 2**20, per_address: int = 2):
         self.max_bytes, self.per_address = max_bytes, per_address
         self._lock = threading.Lock()
         self._items: OrderedDict[str, Held] = OrderedDict()  # key -> what it holds, oldest first
 
     def put(self, session: str | None, trace, nbytes: int | None = None, address: str | None = None,
             uploaded: bool = False) -> str:
-        nbytes = len(trace.to_json()) if nbytes is None else nbytes
+        nbytes = held_bytes(trace.to_json().encode()) if nbytes is None else nbytes
         session, address = client(session, address)
         key = f"trace-{secrets.token_urlsafe(12)}"
         with self._lock:

@@ -58,7 +58,7 @@ class Limits:
     allow_large: bool = False  # SPECVIZ_ALLOW_LARGE_MODELS (from_env: auto by the machine's memory)
     queue_size: int = 16  # SPECVIZ_QUEUE_SIZE: model jobs waiting or running, all visitors
     max_sessions: int = 1000  # SPECVIZ_MAX_SESSIONS: visitors whose page state the server keeps
-    held_trace_mb: int = 64  # SPECVIZ_HELD_TRACE_MB: JSON size of all traces held for visitors
+    held_trace_mb: int = 256  # SPECVIZ_HELD_TRACE_MB: memory of all traces held for visitors
     jobs_per_address: int = 2  # SPECVIZ_JOBS_PER_ADDRESS: model jobs one public address may hold
     upload_mb: int = 512  # SPECVIZ_UPLOAD_MB: uploads all visitors may leave in the cache at once
     trust_forwarded: tuple = proxy_networks(None)  # SPECVIZ_TRUST_FORWARDED: proxies whose
@@ -85,7 +85,7 @@ class Limits:
                    _env_float("SPECVIZ_MAX_JOB_SECONDS", 300.0),
                    presets.large_allowed(),
                    _env_int("SPECVIZ_QUEUE_SIZE", 16), _env_int("SPECVIZ_MAX_SESSIONS", 1000, 10),
-                   _env_int("SPECVIZ_HELD_TRACE_MB", 64, 8), _env_int("SPECVIZ_JOBS_PER_ADDRESS", 2),
+                   _env_int("SPECVIZ_HELD_TRACE_MB", 256, 32), _env_int("SPECVIZ_JOBS_PER_ADDRESS", 2),
                    _env_int("SPECVIZ_UPLOAD_MB", 512, 8),
                    proxy_networks(os.environ.get("SPECVIZ_TRUST_FORWARDED")))
 
