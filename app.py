@@ -116,6 +116,7 @@ def launch_options(demo: gr.Blocks) -> dict:
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests
+                mcp_server=False,  # GRADIO_MCP_SERVER would open routes no bound here knows
                 app_kwargs={"middleware": [guard]})
 
 

@@ -766,6 +766,15 @@ def test_the_run_history_is_off_and_its_routes_closed(demo):
         assert httpx.get(f"{demo.url}gradio_api/{route}", timeout=10).status_code == 404
 
 
+def test_the_mcp_server_stays_off_whatever_the_environment(monkeypatch):
+    """GRADIO_MCP_SERVER=true would open MCP routes that none of the app's bounds know."""
+    import app
+
+    monkeypatch.setenv("GRADIO_MCP_SERVER", "true")
+    assert app.launch_options(SimpleNamespace(specviz=SimpleNamespace(limits=Limits(), pages=None)))[
+        "mcp_server"] is False
+
+
 def test_markdown_that_shows_a_visitors_text_renders_no_tex(demo):
     """markdown_text escapes Markdown but not "$": a link's ?pair=$$x^{2^{2}}$$ reached the
     notice, and Gradio's Markdown renders $$...$$ with KaTeX by default."""
