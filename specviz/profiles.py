@@ -38,12 +38,13 @@ from pathlib import Path
 
 from . import untrusted as u
 from .lm import bucket
+from .treedraft import MAX_NODES
 
 FORMAT, VERSION = "specviz-costs", 1
 SHIPPED = Path(__file__).parent.parent / "assets" / "profiles"
 MAX_BYTES = 64 << 10
 MAX_MS = 1e6  # a pass slower than 1000 s is not a measurement
-MAX_WIDTH = 64  # widest verify a profile may hold
+MAX_WIDTH = 1 + MAX_NODES  # widest verify a profile may hold: a full tree's nodes and the root's token
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 TOP_KEYS = {"format", "version", "name", "created", "quick", "note", "hardware", "packages", "models",

@@ -148,7 +148,7 @@ HOSTILE = {
     "string cost": mutate(["paths", "eager", "target_ms", "1"], "10"),
     "no width 1": mutate(["paths", "eager", "target_ms", "1"], KeyError),
     "width 0": mutate(["paths", "eager", "target_ms", "0"], 1.0),
-    "width 65": mutate(["paths", "eager", "target_ms", "65"], 1.0),
+    "width 66": mutate(["paths", "eager", "target_ms", "66"], 1.0),
     "width text": mutate(["paths", "eager", "target_ms", "wide"], 1.0),
     "unknown top key": mutate(["extra"], 1),
     "unknown path key": mutate(["paths", "eager", "script"], "x"),
@@ -278,3 +278,16 @@ def test_the_explorer_marks_the_measured_run_at_its_own_tokens_per_pass():
     _, numbers, fig = labview.explorer_views(hand_recording(), 2, False, 2, [2, 3, 1])
     marker = next(t for t in fig.data if t.name == "measured run")
     assert list(marker.y) == [2.0] and "matches it round by round" in numbers
+
+
+def test_a_profile_holds_every_width_gpucheck_times():
+    """gpucheck times widths up to 65 on CUDA (1 + a full 64-node tree), while profiles refused
+    any past 64: a GPU run's own profile failed to load and gpucheck --out exited 2."""
+    from specviz.gpumeasure import Settings
+
+    widths = sorted({*Settings("cuda").eager_widths, *Settings("cuda").fast_widths})
+    raw = copy.deepcopy(PROFILE)
+    for path in raw["paths"].values():
+        path["target_ms"] = {str(w): 1.0 + w / 100 for w in widths}
+    loaded = profiles.load(raw)
+    assert max(widths) == 65 and loaded.path("eager").target_seconds(65) == pytest.approx(1.65e-3)
