@@ -52,7 +52,8 @@ class RoundEvent:
     # generator between rounds (an app drawing the page) is left out, so runs shown at different
     # rates race fairly
     position: int  # tokens generated before this round
-    source: str  # which drafter proposed ("draft", "ngram", "none")
+    source: str  # which drafter proposed: "draft", "ngram", "none", "adaptive" or "tree" (a hybrid's
+    # rounds: "ngram" or "draft")
     target_cache_length: int  # after the round: == prompt + generated - 1
     stop: str | None  # "eos", "length" or None (more rounds follow)
     target_top2: list[list[tuple[int, float]]] = field(default_factory=list)

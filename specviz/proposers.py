@@ -32,7 +32,7 @@ class Draft:
     q: torch.Tensor | None  # [len(tokens), vocab] draft distributions, or None when one-hot
     passes: int = 0  # draft model forward passes spent
     seconds: float = 0.0
-    source: str = ""  # which drafter proposed it ("draft", "ngram", "none")
+    source: str = ""  # which drafter proposed it (RoundEvent.source)
     confidences: tuple[float, ...] = ()  # the draft's top probability at each drafted position
     tree: tuple | None = None  # tree.TreeNode, parents first: a token tree (tokens: its first branch)
 
