@@ -225,8 +225,7 @@ def continuations_html(step: dict) -> str:
             f"<b>{step['tv']:.3f}</b>. Two exact samplers at this N differ by {step['noise']:.3f} on "
             f"average (the pooled samples split in two at random, {step['permutations']:,} times), "
             f"and {beside(100 * step['pvalue'], 0.1, 3, 'g')}% of the splits differ at least as much: "
-            f"{verdict}. Time: "
-            f"{sec['spec']:.1f} s speculative, {sec['base']:.1f} s target alone.</div>")
+            f"{verdict}. Time: {sec['spec']:.1f} s speculative, {sec['base']:.1f} s target alone.</div>")
 
 
 def cost_text(rec: explorer.Recording) -> str:
@@ -274,11 +273,10 @@ def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: 
                    prefilled: tuple[str, ...] = ()) -> tuple[str, str, go.Figure]:
     """(re-laid text HTML, numbers HTML, curve figure) for k (or the adaptive policy).
 
-    prefilled: the recorded costs that include a prefill (the run's RunStats.prefilled_costs).
-
     profile: a cost profile, or the name of a shipped one (profiles.shipped(); a menu's value),
     onto which the replay is projected: predicted seconds and tokens/s on its eager and fast
-    paths, and the curve's tokens/s on those paths instead of the recording's own costs."""
+    paths, and the curve's tokens/s on those paths instead of the recording's own costs.
+    prefilled: the recorded costs that include a prefill (the run's RunStats.prefilled_costs)."""
     with gc_paused():  # 18 replays, each indexing every n-gram of the context: the cyclic
         # collector would rescan those ~10^5 tuples again and again (1.4 s a call became 5 s)
         return _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, prefilled)
