@@ -35,7 +35,8 @@ NEEDS_DRAFT = ("draft", "hybrid", "adaptive", "tree")
 @dataclass(frozen=True)
 class RoundEvent:
     round: int  # 1-based; == target passes so far (round 1 carries the prompt)
-    k: int  # tokens drafted this round (may be below the asked k: n-gram misses, the budget)
+    k: int  # tokens drafted this round (may be below the asked k: n-gram misses, the budget); a
+    # tree round: the length of the branch its walk took (its nodes: `tree`)
     draft_tokens: list[int]
     accepted: int  # n: drafted tokens kept
     token: int  # the target's own token this round
