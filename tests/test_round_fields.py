@@ -22,12 +22,17 @@ def toks(events):
     return [t for e in events for t in e.new_tokens]
 
 
-def test_a_proposer_drafting_past_its_k_is_cut_to_max_new_tokens(pair):
+def target_greedy(pair, n: int) -> list[int]:
+    """The target alone's first n greedy tokens after PROMPT, EOS or not."""
     pair.target.generation_config.eos_token_id = None
     try:
-        want = hf_greedy(pair, PROMPT, 10)
+        return hf_greedy(pair, PROMPT, n)
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+
+
+def test_a_proposer_drafting_past_its_k_is_cut_to_max_new_tokens(pair):
+    want = target_greedy(pair, 10)
     n = len(pair.encode(PROMPT))
 
     class Oracle:
@@ -163,11 +168,7 @@ def test_a_tree_events_fields_agree_in_length(pair, temperature):
 def test_a_tree_rounds_k_is_its_walked_branchs_length(pair):
     from specviz.tree import TreeNode
 
-    pair.target.generation_config.eos_token_id = None
-    try:
-        want = hf_greedy(pair, PROMPT, 6)
-    finally:
-        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+    want = target_greedy(pair, 6)
     x = (want[0] + 1) % pair.vocab_size
     tree = (TreeNode(-1, x, 1, 0.5, 0.5), TreeNode(-1, want[0], 1, 0.4, 0.4),
             TreeNode(1, want[1], 2, 0.9, 0.36), TreeNode(2, want[2], 3, 0.9, 0.32))
