@@ -368,7 +368,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             s, notices, autorun = from_query(params, default, limits, store.known_pairs)
             shown = gr.update(value=link_notice(notices), visible=True) if notices else \
                 gr.update(visible=False)
-            return (*[getattr(s, n) for n in names], shown, autorun)
+            values = [getattr(s, n) for n in names]  # the pair menu's labels as they stand now (a
+            # model cached since start-up, a hub gone quiet): the probe is kept a minute
+            values[names.index("pair")] = gr.update(choices=pair_choices(store, limits), value=s.pair)
+            return (*values, shown, autorun)
 
         def share_query(*values) -> str:
             try:

@@ -386,6 +386,20 @@ def test_a_page_load_without_run_takes_no_model_slot(demo):
     assert set(stop.cancels) == {fn._id for fn in model}
 
 
+def test_a_page_load_lists_the_pairs_as_they_stand_now(demo, monkeypatch):
+    """The menu's "unavailable" labels were computed once, when the page was built: a model cached
+    later, or a hub gone quiet, read as at start-up until the server restarted."""
+    load = next(fn for fn in demo.fns.values() if fn.name == "on_load")
+    request = SimpleNamespace(query_params={})
+    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: "gone for the test")
+    menu = load.fn(request)[0]
+    labels = [label for label, _ in menu["choices"]]
+    assert menu["value"] == "tiny" and all(label.endswith("unavailable: gone for the test")
+                                           for label in labels if "(command line)" not in label)
+    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: None)
+    assert not any("unavailable" in label for label, _ in load.fn(request)[0]["choices"])
+
+
 # --- links, messages and traces ---------------------------------------------------------------
 
 
