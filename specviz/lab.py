@@ -124,15 +124,16 @@ def two_sample_tv(a: torch.Tensor, b: torch.Tensor, permutations: int = 2_000,
     n_a, n_b, m = int(a.sum()), int(b.sum()), len(a)
     assert n_a > 0 and n_b > 0 and len(b) == m
     observed = tv(a.double() / n_a, b.double() / n_b)
-    pooled = torch.repeat_interleave(torch.arange(m), a + b)  # [n_a + n_b] outcome of each sample
+    both = a + b  # [m]: every split's two groups together
+    pooled = torch.repeat_interleave(torch.arange(m), both)  # [n_a + n_b] outcome of each sample
     gen, splits = torch.Generator().manual_seed(seed), []
     rows = max(1, 2_000_000 // (n_a + n_b))  # permutations at a time: about 50 MB of buffers
     for start in range(0, permutations, rows):
         r = min(rows, permutations - start)
         order = torch.rand(r, n_a + n_b, generator=gen).argsort(-1)  # [r, n_a + n_b]
-        outcomes = pooled[order] + m * torch.arange(r)[:, None]  # [r, n_a + n_b]: row i's at i*m..
-        count_a = outcomes[:, :n_a].flatten().bincount(minlength=r * m).view(r, m)
-        count_b = outcomes[:, n_a:].flatten().bincount(minlength=r * m).view(r, m)
+        outcomes = pooled[order[:, :n_a]] + m * torch.arange(r)[:, None]  # [r, n_a]: row i's at i*m..
+        count_a = outcomes.flatten().bincount(minlength=r * m).view(r, m)  # [r, m]
+        count_b = both - count_a  # [r, m]: the rest of each split
         splits.append(0.5 * (count_a.double() / n_a - count_b.double() / n_b).abs().sum(-1))  # [r]
     split = torch.cat(splits)  # [permutations]
     at_least = int((split >= observed - 1e-9).sum())
