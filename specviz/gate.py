@@ -54,9 +54,10 @@ def proxy_networks(text: str | None) -> tuple:
     the proxies' networks, comma-separated ("10.0.0.0/8,172.17.0.0/16"). ValueError on a network
     that does not parse."""
     value = (text or "1").strip().lower()
-    if value == "" or flag(value) is False:
+    switch = flag(value)
+    if value == "" or switch is False:
         return ()
-    if flag(value):
+    if switch:
         value = PROXIES
     try:
         return tuple(ipaddress.ip_network(n.strip(), strict=False) for n in value.split(",") if n.strip())

@@ -69,7 +69,7 @@ def offline() -> bool:
     """Offline mode as huggingface_hub reads it: HF_HUB_OFFLINE, else TRANSFORMERS_OFFLINE, is 1,
     on, yes or true (any case)."""
     value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return value.strip().upper() in ("1", "ON", "YES", "TRUE")
+    return flag(value.strip()) is True
 
 
 def hub_endpoint() -> str:

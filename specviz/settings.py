@@ -304,8 +304,8 @@ def _text(name: str, value, limit: int) -> str:
 def _bool(name: str, value) -> bool:
     if isinstance(value, bool) or value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and flag(value) is not None:
-        return flag(value)
+    if isinstance(value, str) and (switch := flag(value)) is not None:
+        return switch
     raise ValueError(f"{name} must be true or false, got {clip(value)!r}")
 
 
