@@ -26,7 +26,6 @@ from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf, public_address
 from specviz.guard import PerAddress, RequestGuard, cap_queue, forbid_downloads, request_address
 from specviz.loading import default_device
-from specviz.metrics import RunStats
 from specviz.render import legend_html
 from specviz.service import (
     RELOAD_SHARE,
@@ -163,7 +162,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         pages = PerAddress(max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE), TRACE_TTL)
         opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE),  # traces opened, by address
                            "too many traces opened from your address: at most {n} in {minutes} minutes")
-        demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits, pages=pages)
+        demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits, pages=pages,
+                                       default=default)
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"], **NO_TEX)
         last = gr.State(None, time_to_live=TRACE_TTL, delete_callback=shelf.drop)  # a key on the shelf
@@ -464,7 +464,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 html_text, numbers, fig = labview.explorer_views(
                     trace.recording, k_value, adaptive, int(trace.settings.get("k", 0)) or None,
                     measured if trace.settings.get("proposer") in ("draft", "ngram") else None,
-                    profile or None, RunStats.of(trace.events).prefilled_costs)
+                    profile or None, trace.stats.prefilled_costs)
             except ValueError as e:
                 raise user_error(e) from None
             return numbers, html_text, fig
@@ -609,8 +609,8 @@ def main(argv=None):
     default = RunSettings(pair="command-line") if args.target else RunSettings()
     if args.target:
         default = replace(default, chat="instruct" in args.target.lower())
-    default = limits.fit(default)
     demo = build(store, limits, default)
+    default = demo.specviz.default  # within the limits: the page's own, which the preload loads
     if on_zerogpu:  # ZeroGPU: models go to "cuda" in the main process, before the first job
         preload(store, default)
     else:
