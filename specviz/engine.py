@@ -78,6 +78,15 @@ class RoundEvent:
         return asdict(self) | {"overhead_seconds": self.overhead_seconds}
 
 
+@dataclass(frozen=True)
+class Reading:
+    """generate(..., progress=True): a long prompt read before round 1, one CachedLM.prefill pass
+    at a time (the caller can stop the run, or check its time, between them)."""
+    model: str  # "draft" or "target"
+    read: int  # prompt tokens this model has cached
+    total: int  # tokens it reads before round 1: all of the prompt but its last
+
+
 def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
                   max_len: int | None = None, nodes: int | None = None,
                   branching: int = BRANCHING) -> Proposer:
@@ -123,12 +132,15 @@ def check_settings(k: int, max_new_tokens: int) -> None:
 def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft", k: int = 4,
              max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
              top_p: float = 1.0, seed: int = 0, chat: bool = False, ngram_size: int = 3,
-             nodes: int | None = None, branching: int = BRANCHING) -> Iterator[RoundEvent]:
+             nodes: int | None = None, branching: int = BRANCHING,
+             progress: bool = False) -> Iterator[RoundEvent | Reading]:
     """Speculative decoding on pair; yields one RoundEvent per target forward pass.
 
     proposer="tree" drafts a token tree of depth k: `nodes` caps the nodes verified per round
     (unset: sized each round from the measured verify cost), `branching` is each expanded
-    node's number of children."""
+    node's number of children. A prompt longer than lm.PREFILL_CHUNK tokens is read before
+    round 1 in passes of that many (round 1's events count their time); with progress=True a
+    Reading is yielded after each."""
     params = SamplingParams(float(temperature), int(top_k), float(top_p))
     check_settings(k, max_new_tokens)
     check_tree_settings(nodes, branching)
@@ -138,7 +150,7 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     pair.check_length(len(ids), max_new_tokens, room if tree else None)
     length = run_length(ids, max_new_tokens, room)
     drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)
-    return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length)
+    return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length, progress)
 
 
 def run_length(ids: list[int], max_new_tokens: int, k: int) -> int:
@@ -184,7 +196,8 @@ def top2(top) -> list[list[tuple[int, float]]]:
 
 
 def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int,
-            params: SamplingParams, seed: int, length: int | None = None) -> Iterator[RoundEvent]:
+            params: SamplingParams, seed: int, length: int | None = None,
+            progress: bool = False) -> Iterator[RoundEvent | Reading]:
     target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
                       **cache_kwargs(pair.target, pair.fast, length or run_length(ids, max_new_tokens, k)))
     target.compiled_widths = {1, k + 1}  # the baseline's step and a full verify
@@ -194,8 +207,21 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     prompt_len, draft_passes, started = len(ids), 0, time.perf_counter()
     paused = 0.0  # seconds the caller held the generator between rounds: not the run's time
+    prefill = {"draft": 0.0, "target": 0.0}  # each model's seconds reading a long prompt
+    for name, lm in (("draft", getattr(drafter, "lm", None)), ("target", target)):
+        if lm is None:  # the n-gram rule, the target alone, a caller's own drafter
+            continue
+        before = lm.seconds
+        for read in lm.prefill(ids):
+            if progress:
+                held = time.perf_counter()
+                yield Reading(name, read, len(ids) - 1)
+                paused += time.perf_counter() - held
+        prefill[name] = lm.seconds - before
+    before_round1 = time.perf_counter() - started - paused  # round 1's time before its round
     for round_ in range(1, max_new_tokens + 1):
         round_start = time.perf_counter()
+        first = round_ == 1
         position = len(ids) - prompt_len
         # 1. Draft: at most what the budget can still use (the target adds one token itself).
         draft = drafter.propose(ids, min(k, max_new_tokens - position - 1), params, generator)
@@ -231,8 +257,10 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             accepted=verdict.accepted, token=verdict.token, kind=verdict.kind, new_tokens=new,
             target_probs=list(verdict.target_probs), draft_probs=list(verdict.draft_probs),
             target_passes=target.passes, draft_passes=draft_passes,
-            draft_seconds=draft.seconds, target_seconds=target.seconds - target_before,
-            round_seconds=now - round_start, elapsed=now - started - paused, position=position,
+            draft_seconds=draft.seconds + first * prefill["draft"],
+            target_seconds=target.seconds - target_before + first * prefill["target"],
+            round_seconds=now - round_start + first * before_round1, elapsed=now - started - paused,
+            position=position,
             source=draft.source, target_cache_length=target.cache_length, stop=stop,
             target_top2=top2(top),
             tree=judged.nodes if judged else ())

@@ -13,11 +13,13 @@ float32 from the same hidden state and weights: the argmax is then the float32 h
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import time
 import weakref
+from collections.abc import Iterator
 
 import torch
 from torch import nn
@@ -127,6 +129,14 @@ FAST_PATHS = ("auto", "eager", "static", "compiled")
 COMPILE = {"mode": "reduce-overhead", "dynamic": False}
 PAD_TOKEN = 0  # what fills a padded tree pass: a node no other node sees, never kept
 PENDING = -1  # in CachedLM.tokens: a token fed from the device, not read back yet (equals no id)
+# CachedLM.prefill reads a longer prompt in passes of this many tokens, so that a run can be
+# stopped, and its time limit checked, between them (the engine's progress=True yields after
+# each). On the embedded target in bf16 here, a 2,047-token prompt read in one pass took 28.8 s
+# and in 256-token passes 28.4 s (the longest 8.5 s); 128-token passes cost more.
+PREFILL_CHUNK = 256
+# Routed bfloat16 layers (dense.reads_prompts_apart) copy their weights to float32 for each prompt
+# pass (about 3 s on the embedded target): they read in passes of 4 chunks.
+WIDE_CHUNKS = 4
 
 
 def bucket(nodes: int) -> int:
@@ -259,23 +269,49 @@ class CachedLM:
         if self.static and positions > self.max_len:
             raise ValueError(f"the static cache holds {self.max_len} positions, not {positions}")
 
+    def _read(self, tokens: list[int]) -> None:
+        """Feed tokens after the cache in a pass whose logits are not needed (a prompt's), on the
+        float32 kernel of routed bfloat16 layers (dense.reading_prompt). Not a pass of its own in
+        the counts, but timed with them: it is round 1's prefill."""
+        start = time.perf_counter()
+        hidden = self.model.base_model is not self.model  # no head: its logits are not needed
+        kv = cache_argument(self.model.base_model if hidden else self.model)
+        with dense.reading_prompt() if self.wide_prompts else contextlib.nullcontext():
+            step(self.model, self.cache, torch.tensor([tokens], device=self.device), 1, hidden, kv)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.tokens = self.tokens + list(tokens)
+        self.seconds += time.perf_counter() - start
+
     def _read_prompt(self, ids: list[int], keep: int) -> None:
-        """Feed what the cache lacks of ids[:-keep] in a pass of its own, on the float32 kernel of
-        routed bfloat16 layers (dense.reading_prompt), when it is a prompt of dense.PROMPT_ROWS
-        tokens or more; its logits are not needed. The last `keep` ids are then read on torch's
-        kernel, as every later round reads its drafts and the target alone its steps: round 1's
-        drafts are judged by the logits the target alone computes at those positions. (Read with
-        the prompt, they differed at token 3 of a bench prompt here.) Not a pass of its own in the
-        counts, but timed with them: it is round 1's prefill."""
+        """Feed what the cache lacks of ids[:-keep] in a pass of its own (_read) when it is a
+        prompt of dense.PROMPT_ROWS tokens or more and routed bfloat16 layers read prompts on the
+        float32 kernel. The last `keep` ids are then read on torch's kernel, as every later round
+        reads its drafts and the target alone its steps: round 1's drafts are judged by the
+        logits the target alone computes at those positions. (Read with the prompt, they
+        differed at token 3 of a bench prompt here.)"""
         head = ids[len(self.tokens):len(ids) - keep]
         if self.wide_prompts and len(head) >= dense.PROMPT_ROWS:
-            start = time.perf_counter()
-            hidden = self.model.base_model is not self.model  # no head: its logits are not needed
-            kv = cache_argument(self.model.base_model if hidden else self.model)
-            with dense.reading_prompt():
-                step(self.model, self.cache, torch.tensor([head], device=self.device), 1, hidden, kv)
-            self.tokens = list(ids[:len(ids) - keep])
-            self.seconds += time.perf_counter() - start
+            self._read(head)
+
+    @torch.inference_mode()
+    def prefill(self, ids: list[int], chunk: int | None = None) -> Iterator[int]:
+        """Read a long prompt before round 1: all of ids but the last, in passes of `chunk` tokens
+        (unset: PREFILL_CHUNK; WIDE_CHUNKS of them where prompts are read on the float32 kernel),
+        yielding after each the tokens cached. Round 1 then reads the last id with its drafts, as
+        it does after any prompt read apart (_read_prompt), and the target alone reads it alone.
+        A prompt of at most `chunk` tokens, or one holding an id the model cannot read (a draft
+        with a smaller vocabulary: it then drafts nothing), is left to round 1, as before."""
+        chunk = chunk or PREFILL_CHUNK
+        self.rollback(ids)
+        end = len(ids) - 1
+        if end - len(self.tokens) < chunk or max(ids) >= input_rows(self.model):
+            return
+        self._check_room(end)
+        chunk *= WIDE_CHUNKS if self.wide_prompts else 1
+        while len(self.tokens) < end:
+            self._read(ids[len(self.tokens):min(end, len(self.tokens) + chunk)])
+            yield len(self.tokens)
 
     @torch.inference_mode()
     def keep(self, path: list[int]) -> None:

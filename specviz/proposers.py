@@ -38,6 +38,9 @@ class Draft:
 
 
 class Proposer(Protocol):
+    """A drafter. One with a draft model also has `lm`, its CachedLM: the engine reads a long
+    prompt into it before round 1 (CachedLM.prefill)."""
+
     name: str
 
     def propose(self, ids: list[int], k: int, params: SamplingParams,
@@ -244,6 +247,10 @@ class HybridProposer:
     def __init__(self, model_proposer: AdaptiveProposer, ngram: NgramProposer):
         self.model, self.ngram = model_proposer, ngram
 
+    @property
+    def lm(self):
+        return self.model.lm
+
     def propose(self, ids, k, params, generator) -> Draft:
         tokens = self.ngram.lookup(ids, k, min_ngram=self.MIN_MATCH)
         if tokens:
@@ -332,6 +339,10 @@ class AdaptiveProposer:
         self.draft_pass: float | None = None  # seconds, running mean
         self.last: Draft | None = None  # the latest draft, until its round is observed
         self.fresh = True  # the draft's next round first catches up on unseen context
+
+    @property
+    def lm(self):
+        return self.inner.lm
 
     def forget(self) -> None:
         """Another drafter ran in between (hybrid): the next round is not our draft's, and the

@@ -19,7 +19,7 @@ import torch
 from . import presets, treeview
 from .compare import Comparison, compare
 from .detok import token_pieces
-from .engine import NEEDS_DRAFT, RoundEvent, generate, make_proposer
+from .engine import NEEDS_DRAFT, Reading, RoundEvent, generate, make_proposer
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .lab import two_sample_tv
@@ -207,6 +207,10 @@ def _over_budget(limits: Limits, what: str) -> str:
             "(operators: SPECVIZ_MAX_JOB_SECONDS): ask for fewer tokens or samples")
 
 
+def _reading(what: str, r: Reading) -> str:
+    return f"{what}: reading the prompt into the {r.model}, {r.read} of {r.total} tokens"
+
+
 def warm_up(pair: Pair) -> None:
     """One short run so the first timed round does not pay for lazy initialisation."""
     list(generate(pair, [0, 1, 2], proposer="draft" if pair.draft is not None else "ngram",
@@ -340,7 +344,14 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     # an n-gram run keeps the price it starts with; the baseline below moves the target's line
     drafter = make_proposer(pair, "ngram") if s.proposer == "ngram" else s.proposer
     for event in generate(pair, prompt_ids, proposer=drafter, nodes=s.tree_nodes, branching=s.branching,
-                          **kwargs):
+                          progress=True, **kwargs):
+        if isinstance(event, Reading):  # a long prompt, a pass at a time: Stop and the limit act
+            if time.monotonic() > deadline:
+                yield View(_over_budget(limits, "the speculative run while it read the prompt (a "
+                                                "shorter prompt reads faster)"))
+                return
+            yield View(_reading("Speculative run", event))
+            continue
         events.append(event)
         spans += round_spans(event, pair.tokenizer, context)  # only this round's tokens decoded
         context += event.new_tokens
@@ -357,14 +368,22 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     reused = store.baselines.get(key)
     if reused is None:
         base_events = []
-        for event in generate(pair, prompt_ids, proposer="none", **kwargs):
-            base_events.append(event)
-            if event.stop is None and time.monotonic() > deadline:
+        for event in generate(pair, prompt_ids, proposer="none", progress=True, **kwargs):
+            reading = isinstance(event, Reading)
+            if not reading:
+                base_events.append(event)
+            if (reading or event.stop is None) and time.monotonic() > deadline:
                 trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans))
-                yield replace(_view(_over_budget(limits, f"the baseline after {event.round} tokens (no "
-                                                 "speedup or identity check)"), pair, spans, spec,
-                                    RunStats.of(base_events), **views), trace=trace)
+                made = "while it read the prompt" if reading else f"after {event.round} tokens"
+                yield replace(_view(_over_budget(limits, f"the baseline {made} (no speedup or identity "
+                                                 "check)"), pair, spans, spec,
+                                    RunStats.of(base_events) if base_events else None, **views),
+                              trace=trace)
                 return
+            if reading:
+                yield _view(_reading("Baseline (target alone)", event), pair, spans, spec, plots=False,
+                            **views)
+                continue
             if event.round % 4 == 0:
                 yield _view(f"Baseline (target alone): {event.round} tokens", pair, spans, spec,
                             RunStats.of(base_events), plots=plots(), **views)
@@ -388,12 +407,18 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
             status += f" (chain comparison reused, measured {_when(reused[1])})"
         else:
             chain_events = []
-            for event in generate(pair, prompt_ids, proposer="draft", **kwargs):
-                chain_events.append(event)
-                if event.stop is None and time.monotonic() > deadline:
-                    status += ". " + _over_budget(limits, f"the chain comparison after "
-                                                          f"{event.position + len(event.new_tokens)} tokens")
+            for event in generate(pair, prompt_ids, proposer="draft", progress=True, **kwargs):
+                reading = isinstance(event, Reading)
+                if (reading or event.stop is None) and time.monotonic() > deadline:
+                    made = "while it read the prompt" if reading else \
+                        f"after {event.position + len(event.new_tokens)} tokens"
+                    status += ". " + _over_budget(limits, f"the chain comparison {made}")
                     break
+                if reading:
+                    yield _view(_reading(f"Chain drafter at k={s.k}, for the comparison", event), pair,
+                                spans, spec, base, result, plots=False, **views)
+                    continue
+                chain_events.append(event)
                 yield _view(f"Chain drafter at k={s.k}, for the comparison: round {event.round}", pair,
                             spans, spec, base, result, plots=plots(), **views)
             else:
@@ -468,7 +493,16 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
     for run, proposer, offset in (("spec", s.proposer, 0), ("base", "none", 10**6)):  # independent seeds
         start, c = time.perf_counter(), Counter()
         for seed in range(offset, offset + n):
-            events = generate(pair, prompt_ids, proposer=proposer, seed=seed, **kwargs)
+            events = []
+            for event in generate(pair, prompt_ids, proposer=proposer, seed=seed, progress=True, **kwargs):
+                if not isinstance(event, Reading):
+                    events.append(event)
+                elif time.monotonic() > deadline:  # a long prompt, read a pass at a time
+                    what = f"the check after {done} of {2 * n} samples (a shorter prompt reads faster)"
+                    yield {"stopped": _over_budget(limits, what), "done": done, "of": 2 * n}
+                    return
+                else:
+                    yield {"done": done, "of": 2 * n, "method": proposer}  # Stop acts here too
             c[tuple(RunStats.of(events).tokens)] += 1
             done += 1
             if time.monotonic() > deadline and done < 2 * n:

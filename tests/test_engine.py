@@ -328,3 +328,51 @@ def test_a_round_reads_the_device_back_three_times_whatever_k(pair, temperature)
         counts = read_backs_per_round(specviz.generate(pair, PROMPT, proposer="draft", k=k,
                                                        max_new_tokens=24, temperature=temperature))
         assert counts and max(counts) == 3, (k, counts)
+
+
+LONG = PROMPT + "\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\nprint(fib"
+
+
+@pytest.mark.parametrize("which", ["pair", "static_pair"])
+@pytest.mark.parametrize("proposer", ["draft", "tree", "hybrid", "none"])
+def test_a_long_prompt_is_read_a_pass_at_a_time_and_the_output_stays_the_targets(which, proposer,
+                                                                                 request, monkeypatch):
+    from specviz import lm
+    from specviz.engine import Reading
+
+    pair = request.getfixturevalue(which)
+    monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
+    ids = pair.encode(LONG)
+    assert len(ids) > 17, len(ids)  # at least two passes of 8, and a shorter last one
+    pair.target.generation_config.eos_token_id = None  # run the full budget in both
+    try:
+        expected = hf_greedy(pair, LONG, 24)
+        items = list(specviz.generate(pair, ids, proposer=proposer, k=4, max_new_tokens=24, progress=True))
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+    readings = [x for x in items if isinstance(x, Reading)]
+    events = [x for x in items if not isinstance(x, Reading)]
+    assert items[: len(readings)] == readings  # all before round 1
+    marks = [*range(8, len(ids) - 1, 8), len(ids) - 1]  # every 8 tokens, then all but the last
+    models = ["target"] if proposer == "none" else ["draft", "target"]  # the draft first
+    assert readings == [Reading(m, r, len(ids) - 1) for m in models for r in marks]
+    assert tokens(events) == expected
+    done = 0
+    for e in events:  # the target's cache: committed minus the last, every round
+        done += len(e.new_tokens)
+        assert e.target_cache_length == len(ids) + done - 1
+    assert events[0].target_passes == 1  # the prompt's passes are round 1's, not passes of their own
+    assert events[0].round_seconds >= events[0].target_seconds + events[0].draft_seconds
+
+
+def test_a_prompt_of_one_chunk_is_read_with_round_1_and_events_come_alone(pair, monkeypatch):
+    from specviz import lm
+
+    monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
+    ids = pair.encode(LONG)[:9]  # 8 to read before the last: one chunk exactly
+    items = list(specviz.generate(pair, ids, k=3, max_new_tokens=6, progress=True))
+    assert sum(type(x).__name__ == "Reading" for x in items) == 2  # the draft's pass, the target's
+    short = list(specviz.generate(pair, ids[:8], k=3, max_new_tokens=6, progress=True))
+    assert all(type(x).__name__ == "RoundEvent" for x in short)  # 7 to read: round 1 reads them
+    plain = list(specviz.generate(pair, ids, k=3, max_new_tokens=6))  # progress off: events only
+    assert all(type(x).__name__ == "RoundEvent" for x in plain) and tokens(plain) == tokens(items[2:])

@@ -318,3 +318,47 @@ def test_end_to_end_text_states_the_measured_noise_and_verdict():
     assert "3.2 s speculative, 2.5 s target alone" in text and "bias" not in text
     biased = labview.continuations_html({**step, "tv": 0.4, "pvalue": 0.0005})
     assert "0.05% of the splits" in biased and "a sign of a bias" in biased
+
+
+LONG = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
+
+
+def test_a_long_prompt_shows_its_reading_and_the_time_limit_acts_between_its_passes(store, monkeypatch):
+    import time
+
+    import specviz.service as service
+    from specviz import lm
+
+    monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
+    store.baselines = service.Baselines()
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=8, prompt=LONG, dtype="float32", k=3)
+    total = len(store.get(s).encode(LONG)) - 1
+    views = list(run_views(store, s, Limits()))
+    statuses = [v.status for v in views]
+    assert f"Speculative run: reading the prompt into the draft, 8 of {total} tokens" in statuses
+    assert f"Speculative run: reading the prompt into the target, {total} of {total} tokens" in statuses
+    read = next(v for v in views if v.status.startswith("Baseline (target alone): reading the prompt"))
+    assert read.text_html and read.spec is not None  # the page keeps the speculative run meanwhile
+    assert statuses[-1].startswith("Done") and views[-1].comparison.identical
+    # out of time while the draft reads: one pass, then the status (no trace: nothing ran)
+    views = list(run_views(store, replace(s, seed=1), Limits(max_job_seconds=1e-9)))
+    assert len(views) == 1 and views[0].trace is None
+    assert views[0].status.startswith("Stopped the speculative run while it read the prompt (a shorter")
+    # out of time once the baseline starts: stopped while it reads, the run kept
+    clock, real_clock, real_generate = [0.0], time.monotonic, service.generate
+
+    def generate(*args, proposer="draft", **kwargs):
+        if proposer == "none":
+            clock[0] = 1e6
+        return real_generate(*args, proposer=proposer, **kwargs)
+
+    monkeypatch.setattr(service, "generate", generate)
+    monkeypatch.setattr(service.time, "monotonic", lambda: real_clock() + clock[0])
+    last = list(run_views(store, replace(s, seed=2), Limits()))[-1]
+    assert last.status.startswith("Stopped the baseline while it read the prompt (no speedup")
+    assert last.trace is not None and last.trace.baseline == () and last.base is None
+    # the end-to-end check: stopped before its first sample ends
+    monkeypatch.setattr(service.time, "monotonic", real_clock)
+    steps = list(continuations(store.current(), replace(s, temperature=1.0), 10, Limits(max_job_seconds=1e-9)))
+    assert len(steps) == 1 and steps[0]["done"] == 0
+    assert steps[0]["stopped"].startswith("Stopped the check after 0 of 20 samples (a shorter prompt")
