@@ -22,6 +22,7 @@ import json
 import re
 import time
 from collections import Counter, OrderedDict, defaultdict, deque
+from urllib.parse import parse_qsl, urlencode
 
 from specviz.gate import public_address, visitor_address
 from specviz.untrusted import containers
@@ -44,6 +45,13 @@ MIN_UPLOAD_CHARGE = 16 * 2**10  # what a tiny upload costs on disk: Gradio's fol
 TOO_LARGE = "request too large: at most {mib:.1f} MiB a request{what}"
 TOO_MANY_VALUES = ("too many values in one request: at most {n:,} arrays, objects and separators "
                    "(a call of this app needs a few dozen)")
+MAX_SESSION = 64  # characters of a session hash (Gradio's page makes 11, gradio_client 36)
+LONG_SESSION = (f"a session hash is at most {MAX_SESSION} characters (the page and gradio_client make "
+                "shorter ones)")
+NO_SUCH_EVENT = "no such event in this app: call one the page offers (see 'Use via API')"
+UNREAD_SECONDS = 900.0  # an unread result no longer counts against its address after this long
+MAX_URL = 4096  # bytes of a request's path, and of its query string
+_CALL = re.compile(r"/gradio_api/call/[^/]+/?$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # a scheme: http:, https:, data:, file: ...
 _WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
 
@@ -133,10 +141,13 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
     has used all its `pages`. Gradio's own bound then never binds first. An event whose data
     names a file by URL is refused (HTTP 400): Gradio would download it; and so is one holding
     more than max_chars characters of text: Gradio keeps an event's inputs in its page's state,
-    which lives as long as the page (1 MB values in five cheap events held 5.5 MiB a page)."""
-    push = queue.push
+    which lives as long as the page (1 MB values in five cheap events held 5.5 MiB a page).
+    Also refused: an event this app does not have, and a session hash over MAX_SESSION characters
+    (Gradio keeps a state for each). An unread result stops counting once its page's data stream
+    has disconnected (Gradio then keeps nothing more of it) or after UNREAD_SECONDS."""
+    push, clean = queue.push, queue.clean_events
     joining: defaultdict[tuple, int] = defaultdict(int)  # pushes under way, by line and address
-    unread: dict[str, str] = {}  # event id -> public address, until its result is read
+    unread: dict[str, tuple] = {}  # event id -> (public address, session, when pushed), until read
 
     def waiting(line: str) -> int:
         return joining_count(line=line) + sum(
@@ -149,14 +160,26 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
 
     def held(address: str) -> int:
         pending = set().union(*queue.pending_event_ids_session.values())
-        for event_id in [e for e in unread if e not in pending]:  # read (or cleaned): forgotten
-            del unread[event_id]
-        return joining_count(address=address) + sum(a == address for a in unread.values())
+        old = time.monotonic() - UNREAD_SECONDS
+        for event_id in [e for e, (_, _, when) in unread.items() if e not in pending or when < old]:
+            del unread[event_id]  # read, cleaned, or unread for long: forgotten
+        return joining_count(address=address) + sum(a == address for a, _, _ in unread.values())
+
+    async def cleaned(*, session_hash: str | None = None, event_id: str | None = None) -> None:
+        """Gradio cleans a page's events when its data stream disconnects (a closed tab): what
+        was running then is never sent (nor kept), yet Gradio keeps its id pending for good, so
+        an address whose visitors closed 16 tabs mid-run was refused every event from then on."""
+        await clean(session_hash=session_hash, event_id=event_id)
+        for e in [e for e, (_, session, _) in unread.items() if e == event_id or
+                  (session_hash is not None and session == session_hash)]:
+            del unread[e]
 
     async def capped_push(body, request, username):
         fn = queue.blocks.fns.get(body.fn_index) if isinstance(body.fn_index, int) else None
-        if fn is None:
-            return await push(body, request, username)  # Gradio answers an unknown index itself
+        if fn is None:  # Gradio made the page's state before it found no such event
+            return False, NO_SUCH_EVENT, "error"
+        if isinstance(body.session_hash, str) and len(body.session_hash) > MAX_SESSION:
+            return False, LONG_SESSION, "error"
         linked, chars = scan(body.data)
         if linked:
             return False, LINKED, "error"
@@ -177,10 +200,10 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
             if not joining[line, address]:
                 del joining[line, address]
         if ok and address is not None:
-            unread[event_id] = address
+            unread[event_id] = (address, body.session_hash, time.monotonic())
         return ok, event_id, state
 
-    queue.push = capped_push
+    queue.push, queue.clean_events = capped_push, cleaned
     lines = {fn.concurrency_id for fn in queue.blocks.fns.values()}
     queue.max_size = per_line * max(1, len(lines))
 
@@ -229,7 +252,13 @@ class RequestGuard:
       `dev/reload` streams poll every 50 ms for ever (4,000 of them slowed a page load 40-fold);
       the run history acts with the host's hub token for requests that look local.
     - A heartbeat names a session, so it counts as one of its address's `pages` (on leaving, it
-      runs the page's unload outside the queue).
+      runs the page's unload outside the queue); so does a `/call/<api>` body's session hash,
+      whose page state Gradio makes before the queue sees the call (1,001 made-up ones from one
+      address expired another visitor's run in 13 s). A session hash may have MAX_SESSION
+      characters (900 KB ones pinned 0.75 GiB).
+    - A path or query string may have MAX_URL bytes (414), and an upload's `upload_id` is
+      dropped: Gradio kept a progress entry for each one for good (120 KB ids, 400 uploads:
+      +43 MiB), and this app reads no upload progress.
     """
 
     def __init__(self, app, *, max_body: int, max_upload: int, per_address: int,
@@ -282,6 +311,25 @@ class RequestGuard:
             self.charged += charge - entry[1]
         entry[1] = charge
 
+    def check_body(self, body: bytes, call: bool, address: str | None) -> Refused | None:
+        """A whole body's values counted; a /call/ body's session hash bounded and admitted as one
+        of its address's pages: Gradio makes that page's state before the queue sees the call."""
+        if self.max_values is not None and containers(body) > self.max_values:
+            return Refused(413, TOO_MANY_VALUES.format(n=self.max_values))
+        if not call:
+            return None
+        try:
+            session = json.loads(body).get("session_hash")
+        except (ValueError, AttributeError):  # not a JSON object: Gradio refuses it itself
+            return None
+        if not isinstance(session, str):
+            return None  # no session: the queue counts the call as a fresh page
+        if len(session) > MAX_SESSION:
+            return Refused(400, LONG_SESSION)
+        if address and self.pages and not self.pages.admit(address, session, time.monotonic()):
+            return Refused(429, self.pages.refusal())
+        return None
+
     def too_large(self, upload: bool) -> str:
         if upload:
             return TOO_LARGE.format(mib=self.max_upload / 2**20, what=" (one trace)")
@@ -292,9 +340,16 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         method, path = scope.get("method"), scope.get("path", "")
         upload = method == "POST" and path.rstrip("/").endswith(UPLOAD_PATH)
+        call = method == "POST" and _CALL.search(path) is not None
         most, entry = (self.max_upload if upload else self.max_body), None
         received, over, answered = 0, None, False
         try:
+            query = scope.get("query_string") or b""
+            if len(path) > MAX_URL or len(query) > MAX_URL:
+                raise Refused(414, f"the address is too long: at most {MAX_URL:,} characters of path and "
+                                   "of query")
+            if upload and b"upload_id" in query:  # Gradio tracks each upload_id's progress for good
+                scope = dict(scope, query_string=_without(query, "upload_id"))
             if method in ("GET", "HEAD") and _FETCH.search(path):
                 raise Refused(403, "this server fetches no URLs; open the address yourself")
             if method == "POST" and STREAM_PATH in path:
@@ -305,6 +360,8 @@ class RequestGuard:
             address = public_address(visitor_address(peer, forwarded(scope.get("headers") or []),
                                                      self.proxies))
             beat = _HEARTBEAT.search(path)
+            if beat and len(beat[1]) > MAX_SESSION:
+                raise Refused(400, LONG_SESSION)
             if beat and address and self.pages and not self.pages.admit(address, beat[1], time.monotonic()):
                 raise Refused(429, self.pages.refusal())
             try:
@@ -319,7 +376,7 @@ class RequestGuard:
             return await _answer(send, e.status, e.message)
         parts = _Parts(_header(scope, b"content-type")) if upload else None
         started, body_done = time.monotonic(), False
-        chunks = [] if self.max_values is not None and not upload else None  # counted once whole
+        chunks = [] if (self.max_values is not None or call) and not upload else None  # read once whole
 
         async def counted_receive():
             nonlocal received, over, body_done
@@ -343,8 +400,8 @@ class RequestGuard:
                     over = Refused(413, "one file an upload: send each file in a request of its own")
                 elif chunks is not None:
                     chunks.append(body)
-                    if body_done and containers(b"".join(chunks)) > self.max_values:
-                        over = Refused(413, TOO_MANY_VALUES.format(n=self.max_values))
+                    if body_done:
+                        over = self.check_body(b"".join(chunks), call, address)
                 if over:
                     raise over
             return message
@@ -388,6 +445,12 @@ class _Parts:
             self.seen += data.count(self.delimiter)
             self.tail = data[-(len(self.delimiter) - 1):]
         return max(0, self.seen - 1)
+
+
+def _without(query: bytes, name: str) -> bytes:
+    """A query string less every `name` parameter."""
+    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+    return urlencode([(k, v) for k, v in pairs if k != name]).encode("latin-1")
 
 
 def _header(scope, name: bytes) -> bytes | None:

@@ -31,16 +31,21 @@ def server():
     from starlette.middleware import Middleware
     from test_app import free_port
 
-    release = threading.Event()
+    release, gate = threading.Event(), threading.Event()
 
     def slow(x):
         release.wait(30)
+        return x
+
+    def held(x):  # runs side by side until the test opens the gate
+        gate.wait(20)
         return x
 
     with gr.Blocks() as demo:
         box = gr.Textbox()
         box.submit(slow, box, box, api_name="slow", concurrency_limit=1, concurrency_id="slow")
         box.change(lambda x: x, box, box, api_name="fast", concurrency_limit=1, concurrency_id="fast")
+        box.blur(held, box, box, api_name="held", concurrency_limit=PER_ADDRESS + 1, concurrency_id="held")
     demo.queue()
     pages = PerAddress(PAGES, 60)
     cap_queue(demo._queue, per_line=PER_LINE, per_address=PER_ADDRESS, pages=pages, max_chars=MAX_CHARS)
@@ -50,10 +55,12 @@ def server():
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
                 max_file_size=2**20, app_kwargs={"middleware": [guard]})
-    demo.url, demo.release = f"http://127.0.0.1:{port}/gradio_api", release
+    demo.url, demo.release, demo.gate = f"http://127.0.0.1:{port}/gradio_api", release, gate
     demo.fast = next(i for i, fn in demo.fns.items() if fn.api_name == "fast")
+    demo.held = next(i for i, fn in demo.fns.items() if fn.api_name == "held")
     yield demo
     release.set()
+    gate.set()
     demo.close()
 
 
@@ -223,6 +230,76 @@ def test_results_never_read_count_against_the_address(server):
               headers={"X-Forwarded-For": "3.3.3.3"})  # read one
     assert page(server, "u-next", "3.3.3.3", read=False) == 200
     assert "waiting or unread" in page(server, "u-last", "3.3.3.3")
+
+
+def test_a_page_closed_while_its_event_runs_no_longer_counts_against_the_address(server):
+    """Gradio keeps the id of an event whose page closed mid-run pending for good (nothing more of
+    it is sent or kept): 16 tabs closed mid-run from one address had it refused every event."""
+    import time
+
+    headers = {"X-Forwarded-For": "7.7.7.7"}
+    try:
+        for i in range(PER_ADDRESS):
+            r = httpx.post(f"{server.url}/queue/join", timeout=10, headers=headers,
+                           json={"data": ["x"], "fn_index": server.held, "session_hash": f"tab{i}"})
+            assert r.status_code == 200
+            with httpx.stream("GET", f"{server.url}/queue/data", params={"session_hash": f"tab{i}"},
+                              headers=headers, timeout=10) as stream:
+                next(line for line in stream.iter_lines() if "process_starts" in line)
+            # the tab closes while its event runs
+        queue, deadline = server._queue, time.monotonic() + 20
+        running = lambda: [job for jobs in queue.active_jobs if jobs for job in jobs  # noqa: E731
+                           if job.session_hash.startswith("tab") and job.alive]
+        while running() and time.monotonic() < deadline:  # Gradio notices within ~10 s
+            time.sleep(0.2)
+        assert not running()
+        assert page(server, "tab-next", "7.7.7.7") == 200  # the address is free again
+    finally:
+        server.gate.set()
+
+
+def test_an_event_the_app_lacks_or_a_long_session_is_refused_before_gradio_keeps_a_page(server):
+    """Gradio made a page state for each before refusing (or after passing) the event: 1,001
+    such calls from one address expired another visitor's run, and 900 KB session hashes pinned
+    0.75 GiB."""
+    before = len(server.state_holder.session_data)
+    r = httpx.post(f"{server.url}/queue/join", timeout=10, headers={"X-Forwarded-For": "6.6.6.1"},
+                   json={"data": ["x"], "fn_index": 999, "session_hash": "nosuch"})
+    assert r.status_code == 400 and "no such event" in r.json()["detail"]
+    long = "s" * 65
+    r = httpx.post(f"{server.url}/queue/join", timeout=10, headers={"X-Forwarded-For": "6.6.6.1"},
+                   json={"data": ["x"], "fn_index": server.fast, "session_hash": long})
+    assert r.status_code == 400 and "at most 64 characters" in r.json()["detail"]
+    r = httpx.post(f"{server.url}/call/fast", timeout=10, headers={"X-Forwarded-For": "6.6.6.1"},
+                   json={"data": ["x"], "session_hash": long})
+    assert r.status_code == 400 and "at most 64 characters" in r.json()["detail"]
+    r = httpx.get(f"{server.url}/heartbeat/{long}", timeout=10, headers={"X-Forwarded-For": "6.6.6.1"})
+    assert r.status_code == 400
+    assert "nosuch" not in server.state_holder.session_data and long not in server.state_holder.session_data
+    # a /call/ that names its session is one of its address's pages, counted before Gradio makes it
+    codes = []
+    for i in range(PAGES + 1):
+        r = httpx.post(f"{server.url}/call/fast", timeout=10, headers={"X-Forwarded-For": "6.6.6.2"},
+                       json={"data": ["x"], "session_hash": f"c{i}"})
+        codes.append(r.status_code)
+        if r.status_code == 200:  # read the result
+            httpx.get(f"{server.url}/call/fast/{r.json()['event_id']}", timeout=10)
+    assert codes == [200] * PAGES + [429]
+    assert f"c{PAGES}" not in server.state_holder.session_data
+    assert len(server.state_holder.session_data) <= before + PAGES
+
+
+def test_long_addresses_are_refused_and_an_upload_id_is_dropped(server):
+    """Gradio kept a progress entry for every upload_id for good (400 uploads with 120 KB ids: +43 MiB)."""
+    r = httpx.get(f"{server.url}/info", params={"x": "y" * 5000}, timeout=10)
+    assert r.status_code == 414 and "at most 4,096 characters" in r.json()["detail"]
+    files = {"files": ("t.json", b"{}", "application/json")}
+    r = httpx.post(f"{server.url}/upload", params={"upload_id": "u" * 4000}, files=files, timeout=10,
+                   headers={"X-Forwarded-For": "6.6.6.3"})
+    assert r.status_code == 200 and len(r.json()) == 1  # the upload itself goes through
+    from gradio.routes import file_upload_statuses
+
+    assert not [k for k in file_upload_statuses._statuses if k.startswith("uuu")]
 
 
 def test_pages_are_forgotten_after_the_window():

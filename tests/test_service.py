@@ -359,6 +359,7 @@ def test_a_long_prompt_shows_its_reading_and_the_time_limit_acts_between_its_pas
     assert last.trace is not None and last.trace.baseline == () and last.base is None
     # the end-to-end check: stopped before its first sample ends
     monkeypatch.setattr(service.time, "monotonic", real_clock)
-    steps = list(continuations(store.current(), replace(s, temperature=1.0), 10, Limits(max_job_seconds=1e-9)))
+    hot = replace(s, temperature=1.0)
+    steps = list(continuations(store.current(), hot, 10, Limits(max_job_seconds=1e-9)))
     assert len(steps) == 1 and steps[0]["done"] == 0
     assert steps[0]["stopped"].startswith("Stopped the check after 0 of 20 samples (a shorter prompt")
