@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .detok import token_pieces
 from .engine import RoundEvent
 from .tree import first_branch
+from .untrusted import visible_bidi
 
 ACCEPTED, REJECTED, RECOVERED, BONUS, TARGET = "accepted", "rejected", "recovered", "bonus", "target"
 LEGEND = {
@@ -120,8 +121,10 @@ SHOWN_TOKEN_CHARS = 100  # a token's text on the page; an opened trace may hold 
 
 def shown(text: str) -> str:
     """A token's text as the page shows it: clipped, so that an opened trace's long token texts
-    (escaping can grow each character fivefold) cannot swell the page."""
-    return text if len(text) <= SHOWN_TOKEN_CHARS else text[:SHOWN_TOKEN_CHARS - 1] + "…"
+    (escaping can grow each character fivefold) cannot swell the page, and with bidirectional
+    controls shown, not obeyed."""
+    text = text if len(text) <= SHOWN_TOKEN_CHARS else text[:SHOWN_TOKEN_CHARS - 1] + "…"
+    return visible_bidi(text)  # a U+202E token showed the tokens after it reversed
 
 
 HTML_BUDGET = 512 * 2**10  # characters of HTML one view of tokens sends (and the page's state

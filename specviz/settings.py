@@ -17,7 +17,7 @@ from . import presets
 from .engine import PROPOSERS
 from .gate import proxy_networks
 from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
-from .untrusted import flag, is_utf8
+from .untrusted import flag, is_utf8, visible_bidi
 
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 UI_MAX_K = 16
@@ -112,8 +112,9 @@ def public_message(text: str) -> str:
 
 
 def markdown_text(text: str) -> str:
-    """Plain text for a gr.Markdown: HTML and Markdown (links, images, emphasis) show as typed."""
-    return _MARKDOWN.sub(r"\\\1", html.escape(str(text), quote=False))
+    """Plain text for a gr.Markdown: HTML and Markdown (links, images, emphasis) show as typed, and
+    bidirectional controls as ⟨U+XXXX⟩."""
+    return _MARKDOWN.sub(r"\\\1", html.escape(visible_bidi(str(text)), quote=False))
 
 
 @dataclass(frozen=True)

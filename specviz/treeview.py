@@ -23,6 +23,7 @@ from .engine import RoundEvent
 from .metrics import RunStats
 from .render import shown, target_fate
 from .tree import ACCEPTED, REJECTED, UNREACHED, ancestors, children
+from .untrusted import visible_bidi
 
 Pieces = Callable[[Sequence[int], Sequence[int]], list[str]]  # (context, tokens) -> a text per token
 CONTEXT = 8  # committed tokens before a round that its texts are read after
@@ -64,7 +65,7 @@ def prob(x: float) -> str:
 
 
 def _visible(text: str) -> str:
-    return text.replace("\n", "↵").replace("\r", "␍").replace("\t", "⇥")
+    return visible_bidi(text.replace("\n", "↵").replace("\r", "␍").replace("\t", "⇥"))
 
 
 def _chip_text(text: str, chars: int = CHIP_CHARS) -> str:

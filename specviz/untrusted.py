@@ -26,6 +26,16 @@ def fail(where: str, what: str):
     raise Invalid(where, what)
 
 
+# Characters that reorder the text around them (bidirectional embeddings, overrides, isolates
+# and marks): a token or a link's text of U+202E showed every token after it reversed.
+_BIDI = {c: f"⟨U+{c:04X}⟩" for c in [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+
+
+def visible_bidi(text: str) -> str:
+    """text with every bidirectional control shown as ⟨U+XXXX⟩, so none reorders the page."""
+    return text.translate(_BIDI)
+
+
 def clip(value, n: int = 40) -> str:
     """A short, safe description of an untrusted value for a message."""
     text = repr(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__

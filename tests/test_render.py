@@ -166,3 +166,16 @@ def test_token_views_are_ascii_so_one_emoji_cannot_widen_a_pages_state_fourfold(
     spans = [Span("😀", "accepted", 0, i, 1) for i in range(1, 11)]
     timeline = timeline_html(spans, RunStats.of(events))
     assert timeline.isascii() and html.unescape(timeline).count("😀") == 10
+
+
+def test_bidirectional_controls_are_shown_not_obeyed():
+    """A token of U+202E (right-to-left override) showed every token after it reversed, in the
+    token view, the tree and a link's notice."""
+    from specviz import treeview
+    from specviz.render import Span, to_html
+    from specviz.settings import markdown_text
+
+    html = to_html([Span("\u202egnp.exe", "accepted", 5, 1, 0), Span(" ok", "bonus", 6, 1, 0)])
+    assert "\u202e" not in html and "&#8238;" not in html and "U+202E" in html
+    assert "⟨U\\+2067⟩" in markdown_text("a\u2067b") and "\u2067" not in markdown_text("a\u2067b")
+    assert treeview._chip_text("x\u200fy") == "x⟨U+200F⟩y"
