@@ -524,7 +524,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     raise ValueError("the uploaded file is gone (uploads are cleaned after a few "
                                      "minutes): upload the trace again") from None
                 trace = loads(data)
-                view = replay_view(trace)
+                view = replay_view(trace, store.current())
             except ValueError as e:
                 raise user_error(e) from None
             key = shelf.put(session_of(request), trace, nbytes=held_bytes(data),

@@ -156,9 +156,8 @@ def run_line(stats) -> str:
     """The acceptance part of the run summary: a chain's α with its i.i.d. prediction; a tree's
     nodes verified and what each bought (the chain formula says nothing of trees)."""
     if stats.is_tree:
-        rounds = len(stats.events)
-        return (f"{stats.nodes_verified} tree nodes verified ({stats.nodes_verified / max(rounds, 1):.1f} "
-                f"per round), {stats.accepted} accepted: {stats.accepted_per_node:.3f} accepted per node")
+        return (f"{stats.nodes_verified} tree nodes verified ({stats.nodes_per_round()}), "
+                f"{stats.accepted} accepted: {stats.accepted_per_node:.3f} accepted per node")
     if not stats.drafted:  # as the page shows "—": nothing was tested
         return "nothing drafted: no acceptance to report"
     predicted = stats.predicted_tokens_per_pass

@@ -70,6 +70,11 @@ class RoundEvent:
         return len(self.tree) if self.tree else self.k
 
     @property
+    def kept(self) -> int:
+        """Drafted tokens the output kept: the accepted ones, less any past an EOS among them."""
+        return min(self.accepted, len(self.new_tokens))
+
+    @property
     def overhead_seconds(self) -> float:
         """Time outside model forwards: sampling, the rule, rollback, bookkeeping."""
         return max(0.0, self.round_seconds - self.draft_seconds - self.target_seconds)

@@ -49,9 +49,10 @@ def acceptance_by_position(spec: RunStats) -> go.Figure:
     rates = spec.acceptance_by_position
     fig = go.Figure(go.Bar(x=list(range(1, len(rates) + 1)), y=rates, marker_color=SPEC,
                            name="measured"))
-    if spec.drafted:
+    if spec.drafted:  # a tree's α is per candidate; its bars, any candidate at that depth kept
+        what = "per candidate (a depth tries its candidates in turn)" if spec.is_tree else "per-token"
         fig.add_hline(y=spec.alpha, line_dash="dot", line_color=THEORY,
-                      annotation_text=f"per-token α = {spec.alpha:.2f}")
+                      annotation_text=f"{what} α = {spec.alpha:.2f}")
     fig.update_yaxes(range=[0, 1.05])
     return _layout(fig, "Acceptance by draft position", "draft position i",
                    "P(kept | 1..i-1 kept)")
@@ -90,6 +91,10 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
     if spec.fixed_k:  # a chain (the budget may cut its last rounds)
         fig.add_scatter(x=[spec.k], y=[spec.tokens_per_pass], mode="markers", name="this run",
                         marker=dict(size=12, color=SPEC, symbol="diamond"))
+        if any(e.k != spec.k for e in spec.events):  # the curve's k+1 a pass is out of their reach
+            fig.add_scatter(x=[spec.k], y=[spec.predicted_tokens_per_pass], mode="markers",
+                            name="i.i.d. prediction for its rounds' k (the budget cut the last)",
+                            marker=dict(size=10, color=THEORY))
     elif spec.k:  # n-gram, adaptive, hybrid: each round drafts its own length
         mean_k = spec.drafted / len(spec.events)
         fig.add_scatter(x=[mean_k], y=[spec.tokens_per_pass], mode="markers",
@@ -116,7 +121,7 @@ def _tree_points(spec: RunStats, chain: RunStats | None, k: int) -> go.Figure:
 def tree_nodes(spec: RunStats) -> go.Figure:
     """Each tree round's accepted length against the nodes it verified; a marker's area grows
     with the rounds at that point."""
-    counts = Counter((e.nodes, e.accepted) for e in spec.events if e.tree)
+    counts = Counter((e.nodes, e.kept) for e in spec.events if e.tree)
     points = sorted(counts.items())
     fig = go.Figure(go.Scatter(
         x=[x for (x, _), _ in points], y=[y for (_, y), _ in points], mode="markers", name="rounds",
@@ -125,7 +130,7 @@ def tree_nodes(spec: RunStats) -> go.Figure:
         hovertemplate="%{x} nodes, %{y} accepted: %{text}<extra></extra>"))
     trees = [e for e in spec.events if e.tree]
     if trees:
-        mean = sum(e.accepted for e in trees) / len(trees)
+        mean = sum(e.kept for e in trees) / len(trees)
         fig.add_hline(y=mean, line_dash="dot", line_color=THEORY,
                       annotation_text=f"mean accepted {mean:.2f}")
     return _layout(fig, "Accepted against nodes verified", "nodes verified in the round",

@@ -52,15 +52,18 @@ class RunStats:
 
     @property
     def accepted(self) -> int:
-        return sum(e.accepted for e in self.events)
+        """Drafted tokens kept in the output (RoundEvent.kept): drafts the rule accepted past an
+        EOS are not counted, nor tested, in any figure here, so α, the acceptance by position and
+        tokens per pass describe the same output."""
+        return sum(e.kept for e in self.events)
 
     @property
     def rejections(self) -> int:
-        """Drafts the rule tested and refused: one a chain round that met a refusal (the drafts
-        after it are never tested), and each refused candidate of a tree round (a tree tries a
-        node's children in turn until one is kept)."""
-        return sum(sum(n.fate == REJECTED for n in e.tree) if e.tree else e.accepted < e.k
-                   for e in self.events)
+        """Drafts the rule tested and refused within the output: one a chain round that met a
+        refusal (the drafts after it are never tested), and each refused candidate of a tree round
+        (a tree tries a node's children in turn until one is kept); none past an EOS."""
+        return sum(sum(n.fate == REJECTED and n.depth <= len(e.new_tokens) for n in e.tree) if e.tree
+                   else e.accepted < e.k and len(e.new_tokens) > e.accepted for e in self.events)
 
     @property
     def acceptance_rate(self) -> float:
@@ -107,15 +110,15 @@ class RunStats:
         """P(draft i kept | drafts 1..i-1 kept), for i = 1..k; None where no round reached i
         (a tree: depth i along the walked branch)."""
         rates = []
-        for i in range(1, self.k + 1):
-            reached = [e for e in self.events if e.k >= i and e.accepted >= i - 1]
-            rates.append(sum(e.accepted >= i for e in reached) / len(reached) if reached else None)
+        for i in range(1, self.k + 1):  # a position past an EOS among the kept drafts is not reached
+            reached = [e for e in self.events if e.k >= i and e.kept >= i - 1 and len(e.new_tokens) >= i]
+            rates.append(sum(e.kept >= i for e in reached) / len(reached) if reached else None)
         return rates
 
     @property
     def accepted_histogram(self) -> dict[int, int]:
         """How many rounds kept n drafts, n = 0..k (rounds that drafted nothing left out)."""
-        counts = Counter(e.accepted for e in self.events if e.k)
+        counts = Counter(e.kept for e in self.events if e.k)
         return {n: counts.get(n, 0) for n in range(self.k + 1)}
 
     @property
@@ -127,6 +130,16 @@ class RunStats:
     def nodes_verified(self) -> int:
         """Drafted tokens the target verified: every tree node, or each chain round's k."""
         return sum(e.nodes for e in self.events)
+
+    def nodes_per_round(self) -> str:
+        """A tree run's nodes verified a tree round, and a target pass where some round verified
+        none (the budget's last round, a draft that could not read the context): "6.0 a tree
+        round, 5.0 a target pass"."""
+        trees = sum(bool(e.tree) for e in self.events)
+        per_tree = f"{self.nodes_verified / max(trees, 1):.1f} a tree round"
+        if trees == len(self.events):
+            return per_tree
+        return f"{per_tree}, {self.nodes_verified / max(len(self.events), 1):.1f} a target pass"
 
     @property
     def accepted_per_node(self) -> float:

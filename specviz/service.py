@@ -263,7 +263,21 @@ def trace_text(trace: Trace, pair: Pair | None = None):
         if all(str(made.get(name)) == str(value) for name, value in here.items()):
             return token_text(pair.tokenizer, vocab_size=pair.vocab_size)
     recording = trace.recording
-    return token_text(None, trace.spans, known=recording.token_text if recording else None)
+    by_token = token_text(None, trace.spans, known=recording.token_text if recording else None)
+    texts: dict[int, list[str]] = {}  # round -> its committed tokens' texts, as the run showed them
+    for sp in trace.spans:
+        if sp.emitted:
+            texts.setdefault(sp.round, []).append(sp.text)
+    committed = {(tuple(context), tuple(e.new_tokens)): texts.get(e.round)
+                 for e, context in zip(trace.events, treeview.contexts(trace.events), strict=True)}
+
+    def pieces_of(context, tokens) -> list[str]:
+        """A round's committed tokens as the run showed them (a piece can depend on the tokens
+        before it), else each token's text as the trace shows it anywhere."""
+        shown = committed.get((tuple(context), tuple(tokens)))
+        return shown if shown is not None and len(shown) == len(tokens) else by_token(context, tokens)
+
+    return pieces_of
 
 
 def tree_round(trace: Trace | None, round_number, pair: Pair | None = None) -> tuple[str, str]:
@@ -440,8 +454,9 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     yield replace(view, trace=trace)
 
 
-def replay_view(trace: Trace) -> View:
-    """A saved run shown again without a model."""
+def replay_view(trace: Trace, pair: Pair | None = None) -> View:
+    """A saved run shown again without a model (its tree's texts read with the loaded pair's
+    tokenizer when that pair made it, as the playback does: trace_text)."""
     spec, base = trace.stats, RunStats.of(trace.baseline) if trace.baseline else None
     greedy = float(trace.settings.get("temperature", 0)) == 0
     dtype = getattr(torch, str(trace.models.get("dtype", "float32")), torch.float32)
@@ -452,7 +467,7 @@ def replay_view(trace: Trace) -> View:
     verdict = verdict_html(result, _NoTokenizer(trace), greedy) if result else ""
     names = [markdown_text(public_message(clip(trace.models.get(m), 60))) for m in ("target", "draft")]
     k = trace.settings.get("k")
-    tree_html, overview = treeview.tree_views(spec.events, trace_text(trace), greedy=greedy)
+    tree_html, overview = treeview.tree_views(spec.events, trace_text(trace, pair), greedy=greedy)
     return View(f"Replay of a saved run: {names[0]} with {names[1]}",
                 to_html(list(trace.spans)), timeline_html(list(trace.spans), spec), stats_html(spec, base),
                 verdict, all_figures(spec, base, k=k if type(k) is int else None), spec, base, result,

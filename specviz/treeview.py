@@ -175,7 +175,7 @@ def overview_html(events: Sequence[RoundEvent], pieces_of: Pieces, current: int 
     stats = RunStats.of(events)
     trees = [e for e in events if e.tree]
     summary = (f"{len(trees)} of {len(events)} rounds verified a tree: {stats.nodes_verified} nodes "
-               f"({stats.nodes_verified / len(events):.1f} a round), {stats.accepted} accepted "
+               f"({stats.nodes_per_round()}), {stats.accepted} accepted "
                f"({stats.accepted_per_node:.1%} of the nodes), {stats.tokens_per_pass:.2f} tokens per "
                "target pass.")
     shown = events[-OVERVIEW_ROUNDS:]

@@ -31,7 +31,7 @@ def test_run_line_of_a_constructed_tree_run_and_a_chain_run():
     tree_b = tree_a + (replace(n, token=7), replace(n, parent=1, depth=2))  # 5 nodes
     stats = RunStats.of([event(1, 2, tree_a), event(2, 0, tree_b)])
     # 8 nodes over 2 rounds; 2 + 0 accepted: 2 / 8 = 0.250 accepted per node; no chain prediction
-    assert run_line(stats) == "8 tree nodes verified (4.0 per round), 2 accepted: 0.250 accepted per node"
+    assert run_line(stats) == "8 tree nodes verified (4.0 a tree round), 2 accepted: 0.250 accepted per node"
     chain = RunStats.of([event(1, 2), event(2, 0)])  # α = 2 / 3; i.i.d. at k=2: 1 + α + α²
     assert run_line(chain) == ("per-token acceptance α 66.7% (i.i.d. prediction 2.11/pass), "
                                "accepted/drafted 50.0%")
@@ -59,17 +59,20 @@ def test_cli_run_tree_text_prints_what_the_json_says(model_dirs, capsys):
     argv = ["run", *models(model_dirs), "--proposer", "tree", "--k", "3", "--nodes", "6",
             "--max-new-tokens", "12", "def f"]
     assert main(argv + ["--json"]) == 0
-    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    summary, trees = lines[-1], sum(bool(x.get("tree")) for x in lines if x["type"] == "round")
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "i.i.d. prediction" not in out and "None" not in out
-    m = re.search(r"(\d+) tree nodes verified \(([\d.]+) per round\), (\d+) accepted: ([\d.]+) accepted "
-                  r"per node", out)
+    m = re.search(r"(\d+) tree nodes verified \(([\d.]+) a tree round(, ([\d.]+) a target pass)?\), (\d+) "
+                  r"accepted: ([\d.]+) accepted per node", out)
     assert m, out
     rounds = summary["target_passes"]
-    assert int(m[1]) == summary["nodes_verified"] and float(m[2]) == round(int(m[1]) / rounds, 1)
-    assert int(m[3]) == round(summary["accepted_per_node"] * int(m[1]))
-    assert float(m[4]) == round(int(m[3]) / int(m[1]), 3)
+    assert int(m[1]) == summary["nodes_verified"] and float(m[2]) == round(int(m[1]) / trees, 1)
+    assert (m[4] is None) == (trees == rounds)  # per pass too, where some round verified no tree
+    assert m[4] is None or float(m[4]) == round(summary["nodes_per_round"], 1) == round(int(m[1]) / rounds, 1)
+    assert int(m[5]) == round(summary["accepted_per_node"] * int(m[1]))
+    assert float(m[6]) == round(int(m[5]) / int(m[1]), 3)
     # sized from the measured cost (no --nodes): a summary, still no chain prediction
     assert main(argv[:7] + argv[9:]) == 0
     out = capsys.readouterr().out

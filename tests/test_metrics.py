@@ -215,3 +215,38 @@ def test_rounds_from_a_drafter_that_chooses_its_lengths_are_never_fixed_k():
         assert RunStats.of([dataclasses.replace(e, source=source) for e in chain]).fixed_k is None
     mixed = (dataclasses.replace(chain[0], source="ngram"),) + chain[1:]  # a hybrid's rounds
     assert RunStats.of(mixed).fixed_k is None
+
+
+def test_drafts_accepted_past_an_eos_count_nowhere():
+    """The rule accepted 4 drafts, but the second was an EOS: the output kept 2, and the refusal
+    after the kept drafts of another round lies past its EOS. α, the acceptance by position and
+    the histogram describe the output that tokens per pass counts."""
+    from dataclasses import replace
+
+    eos_kept = replace(round_(2, 5, 4, 4), new_tokens=[7, 2], stop="eos")  # EOS = draft 2 of 4
+    stats = RunStats.of([round_(1, 0, 4, 4), eos_kept])
+    assert (stats.accepted, stats.rejections, stats.new_tokens) == (6, 0, 7)  # by hand: 4 + 2
+    assert stats.alpha == 1.0 and stats.tokens_per_pass == 3.5
+    assert stats.acceptance_by_position == [1.0, 1.0, 1.0, 1.0]  # round 2 reached positions 1-2 only
+    assert stats.accepted_histogram == {0: 0, 1: 0, 2: 1, 3: 0, 4: 1}
+    refused_past = replace(round_(2, 5, 4, 2), new_tokens=[7, 2], stop="eos")  # EOS = draft 2; 3 refused
+    stats = RunStats.of([round_(1, 0, 4, 1), refused_past])
+    assert (stats.accepted, stats.rejections) == (3, 1)  # round 1's refusal only
+    assert stats.alpha == pytest.approx(3 / 4)
+    assert stats.acceptance_by_position == [1.0, 0.5, None, None]
+    target_eos = replace(round_(2, 5, 4, 2), new_tokens=[7, 8, 2], stop="eos")  # EOS is the target's
+    assert RunStats.of([target_eos]).rejections == 1 and RunStats.of([target_eos]).accepted == 2
+
+
+def test_a_budget_cut_chain_plots_the_prediction_for_the_rounds_it_ran():
+    """k=8 and a 16-token budget: 9 tokens, then 7 (the budget let round 2 draft 6). α = 1, so
+    the curve says 9 a pass at k=8 where this run could make (9 + 7) / 2 = 8: that is plotted too."""
+    from specviz import figures
+
+    stats = run([(8, 8), (6, 6)])
+    assert stats.fixed_k == 8 and stats.tokens_per_pass == 8.0
+    points = {t.name: (t.x[0], t.y[0]) for t in figures.k_prediction(stats).data if t.mode == "markers"}
+    assert points["this run"] == (8, 8.0)
+    assert points["i.i.d. prediction for its rounds' k (the budget cut the last)"] == (8, 8.0)
+    full = {t.name for t in figures.k_prediction(run([(4, 4), (4, 4)])).data}
+    assert not any("budget cut" in name for name in full)  # nothing cut: the curve is the prediction

@@ -363,3 +363,14 @@ def test_a_long_prompt_shows_its_reading_and_the_time_limit_acts_between_its_pas
     steps = list(continuations(store.current(), hot, 10, Limits(max_job_seconds=1e-9)))
     assert len(steps) == 1 and steps[0]["done"] == 0
     assert steps[0]["stopped"].startswith("Stopped the check after 0 of 20 samples (a shorter prompt")
+
+
+def test_an_opened_tree_trace_shows_the_texts_the_live_run_showed(store):
+    """The overview read each committed token's text by its id alone, so a piece that depends on
+    the tokens before it showed differently once the trace was opened (and again once the slider
+    moved, which used the loaded pair's tokenizer)."""
+    s = tree_settings(max_new_tokens=24, prompt="def fibonacci(n):")
+    live = list(run_views(store, s, Limits()))[-1]
+    opened = loads(live.trace.to_json())
+    assert replay_view(opened).tree_overview == live.tree_overview  # from the trace's own texts
+    assert replay_view(opened, store.current()).tree_overview == live.tree_overview  # the pair's

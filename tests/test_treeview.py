@@ -120,7 +120,7 @@ def test_a_64_round_run_gets_one_overview_line_a_round_with_hand_computed_totals
     assert body.count("<tr") == 64 and body.count('class="tree-current"') == 1
     assert "<tr class=\"tree-current\"><td>17</td><td>6</td><td>3</td><td>1</td>" in body
     # 64 rounds × 6 nodes; 64 kept; 128 tokens in 64 passes.
-    assert ("64 of 64 rounds verified a tree: 384 nodes (6.0 a round), 64 accepted (16.7% of the "
+    assert ("64 of 64 rounds verified a tree: 384 nodes (6.0 a tree round), 64 accepted (16.7% of the "
             "nodes), 2.00 tokens per target pass.") in text
     row = body.split("</tr>")[0]  # one kept (green), two more levels of depth, then the target's token
     assert row.count("tree-bar accepted") == 1 and row.count("tree-bar refused") == 2
@@ -266,3 +266,24 @@ def test_a_round_whose_output_ended_inside_its_accepted_path_says_so():
     head = treeview.round_html(ended, pieces)
     assert "1 accepted, 1 of them committed: the output ended at EOS, before the target's token" in head
     assert "then the target's token" not in head
+
+
+def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
+    """5 tree rounds of 6 nodes and a last round that verified none: 6.0 a tree round, 5.0 a
+    target pass. A round whose EOS came after 1 of its accepted drafts: that one kept, none past."""
+    plain = replace(tree_round(6), tree=(), k=0, draft_tokens=[], accepted=0, new_tokens=[16], stop="length",
+                    target_probs=[], draft_probs=[], target_top2=[])
+    text = treeview.overview_html([tree_round(i) for i in range(1, 6)] + [plain], pieces)
+    assert "5 of 6 rounds verified a tree: 30 nodes (6.0 a tree round, 5.0 a target pass), 5 accepted" in text
+    # the walked branch kept "def" and "(" (2 accepted), but "def" was an EOS: 1 kept, 1 token
+    two = tuple(replace(n, fate="accepted") if i == 2 else n for i, n in enumerate(TREE))
+    eos = replace(tree_round(2, tree=two, accepted=2), new_tokens=[10], stop="eos")
+    stats = RunStats.of([tree_round(1), eos])
+    assert (stats.accepted, stats.new_tokens) == (2, 3)  # by hand: 1 + 1
+    assert stats.rejections == 2 + 0  # round 1's refused "(" and ":"; round 2's ":" lies past its EOS
+    assert "2 accepted (16.7% of the nodes), 1.50 tokens per target pass" in treeview.overview_html(
+        stats.events, pieces)
+    line = next(s for s in figures.acceptance_by_position(stats).layout.shapes)
+    assert line.y0 == pytest.approx(2 / 4)
+    note = figures.acceptance_by_position(stats).layout.annotations[0].text
+    assert note.startswith("per candidate (a depth tries its candidates in turn) α = 0.50")
