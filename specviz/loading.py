@@ -140,8 +140,8 @@ class Pair:
         return ids
 
     def check_length(self, prompt_tokens: int, max_new_tokens: int, room: int | None = None) -> None:
-        """room: the most positions a round may add to a cache beyond the output (MAX_K drafts
-        of a chain; a token tree's nodes)."""
+        """room: the most positions a round may add to a cache beyond the output (a chain's k,
+        at most MAX_K when unset; a token tree's nodes)."""
         limit = self.max_positions
         if limit and prompt_tokens + max_new_tokens > limit:
             raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "

@@ -92,11 +92,12 @@ def test_sliding_window_models_run_below_their_window_and_refuse_beyond(pair):
     slide_pair = Pair(sliding, pair.tokenizer, copy.deepcopy(sliding))
     assert slide_pair.window == 64
     ids = pair.encode("for i in range(10):")
-    out = list(specviz.generate(slide_pair, ids, k=4, max_new_tokens=64 - 33 - len(ids) - 1))
-    alone = list(specviz.generate(slide_pair, ids, proposer="none", max_new_tokens=64 - 33 - len(ids) - 1))
+    most = 64 - len(ids) - 4 - 1  # prompt + output + a round's 4 drafts: 63 positions, below 64
+    out = list(specviz.generate(slide_pair, ids, k=4, max_new_tokens=most))
+    alone = list(specviz.generate(slide_pair, ids, proposer="none", k=4, max_new_tokens=most))
     assert [t for e in out for t in e.new_tokens] == [t for e in alone for t in e.new_tokens]
-    with pytest.raises(ValueError, match="sliding window"):
-        specviz.generate(slide_pair, ids, k=4, max_new_tokens=64 - 32 - len(ids))
+    with pytest.raises(ValueError, match=r"\+ 4 drafted positions must stay below the 64-token"):
+        specviz.generate(slide_pair, ids, k=4, max_new_tokens=most + 1)
     # a tree round may cache up to 64 nodes: the same run as a tree needs more room than there is
     with pytest.raises(ValueError, match="a token tree needs more room"):
         specviz.generate(slide_pair, ids, proposer="tree", k=4, max_new_tokens=64 - 33 - len(ids) - 1)
