@@ -405,9 +405,17 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             def job():
                 if source == "round":
                     pair = store.current()
-                    p, q, labels, drafted, note = labview.from_round(
+                    steps = labview.from_round_steps(
                         pair, trace, round_number, limits.max_prompt_tokens + limits.max_new_tokens,
-                        limits.max_prompt_tokens)
+                        limits.max_prompt_tokens, deadline=time.monotonic() + limits.max_job_seconds)
+                    while True:  # a long context is read a pass at a time: Stop acts between them
+                        try:
+                            text = next(steps)
+                        except StopIteration as done:
+                            p, q, labels, drafted, note = done.value
+                            break
+                        yield (f"<div class='specviz-lab'>{html.escape(text)}</div>", gr.skip(), gr.skip(),
+                               gr.skip())
                     tok = pair.tokenizer
                     candidates = labview.tree_root(trace, round_number) or None  # a tree round's own
                 else:

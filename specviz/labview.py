@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import time
 
 import plotly.graph_objects as go
 import torch
@@ -31,11 +32,33 @@ def example() -> tuple[torch.Tensor, torch.Tensor, list[str], int]:
     return p, q, list(lab.EXAMPLE_LABELS), 0
 
 
+def from_round(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, list[str], int, str]:
+    """from_round_steps run to its end: (p, q, labels, drafted, note)."""
+    steps = from_round_steps(*args, **kwargs)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def _read(lm: CachedLM, prefix: list[int], name: str, deadline: float | None):
+    """CachedLM.prefill of a long context, a progress line after each pass; ValueError past the
+    deadline (time.monotonic())."""
+    for read in lm.prefill(prefix):
+        if deadline is not None and time.monotonic() > deadline:
+            raise ValueError("stopped at this deployment's time limit per job while reading the round's "
+                             "context (operators: SPECVIZ_MAX_JOB_SECONDS): pick an earlier round")
+        yield f"Reading the round's context into the {name}: {read} of {len(prefix) - 1} tokens"
+
+
 @torch.inference_mode()
-def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_prompt_tokens: int | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor, list[str], int, str]:
+def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
+                     max_prompt_tokens: int | None = None, deadline: float | None = None):
     """p and q at the first drafted position of a round of the last run (each model reads the
-    round's context as the engine does: CachedLM, a long one in a prompt read).
+    round's context as the engine does: CachedLM, a long one in passes of lm.PREFILL_CHUNK, a
+    progress line yielded after each so that Stop and the deadline act between them); returns
+    (p, q, labels, drafted, note).
 
     Only with the pair that made the trace (same target, draft and dtype), a prefix of at most
     max_tokens (prompt plus earlier rounds; the prompt at most max_prompt_tokens) and ids the pair
@@ -99,7 +122,9 @@ def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_promp
     params = SamplingParams(temperature, int(top_k), float(top_p))
     # the context read as the engine reads it (CachedLM: a long one's prompt read, the target's
     # refined head), so p and q are the run's, and a 2,048-token context costs what a run's does
-    logits_p = CachedLM(pair.target, pair.vocab_size, refine=pair.refine).forward(prefix)[0]  # [vocab]
+    target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine)
+    yield from _read(target, prefix, "target", deadline)
+    logits_p = target.forward(prefix)[0]  # [vocab]
     p = process(logits_p, params).double().cpu()  # [vocab]
     if one_hot_q:
         q = torch.zeros_like(p)
@@ -109,7 +134,9 @@ def from_round(pair, trace, round_number: int, max_tokens: int = 4096, max_promp
             raise ValueError("the draft cannot read this round's context (an id past its vocabulary): "
                              "it drafted nothing there; pick another round")
         rows = min(pair.vocab_size, output_rows(pair.draft))
-        logits_q = CachedLM(pair.draft, rows, refine=False).forward(prefix)[0]  # [<=vocab]
+        draft = CachedLM(pair.draft, rows, refine=False)
+        yield from _read(draft, prefix, "draft", deadline)
+        logits_q = draft.forward(prefix)[0]  # [<=vocab]
         q = process(logits_q, params).double().cpu()  # ids the draft cannot produce get q = 0:
         q = torch.nn.functional.pad(q, (0, pair.vocab_size - len(q)))  # [vocab]
     note = (f"round {round_number}, draft position 1, temperature {temperature:g}"

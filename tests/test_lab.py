@@ -219,3 +219,31 @@ def test_two_sample_noise_is_the_tv_of_two_exact_samplers():
     a = torch.multinomial(wrong, 1000, True, generator=gen).bincount(minlength=3)
     b = torch.multinomial(P, 1000, True, generator=gen).bincount(minlength=3)
     assert lab.two_sample_tv(a, b).pvalue < 1e-3
+
+
+def test_a_rounds_long_context_is_read_a_pass_at_a_time_with_the_deadline_between(pair, monkeypatch):
+    """The lab read a round's whole context (up to 2,560 tokens) in one pass per model, where
+    neither Stop nor the job's time limit could act: now a pass of lm.PREFILL_CHUNK at a time."""
+    import time
+
+    from specviz import labview, lm
+    from specviz.engine import generate
+    from specviz.service import pair_models
+    from specviz.trace import Trace
+
+    monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
+    ids = pair.encode("def fibonacci(n):\n    if n < 2:\n        return n\n")
+    events = tuple(generate(pair, ids, k=3, max_new_tokens=8, temperature=1.0, seed=1))
+    t = Trace({"k": 3, "temperature": 1.0}, pair_models(pair), ids, events, ())
+    steps = list(labview.from_round_steps(pair, t, 2))
+    n = len(ids) + len(events[0].new_tokens) - 1
+    marks = [*range(8, n, 8), n]
+    assert steps == [f"Reading the round's context into the {m}: {r} of {n} tokens"
+                     for m in ("target", "draft") for r in marks]
+    p, q, _, drafted, _ = labview.from_round(pair, t, 2)  # the same masses as one pass gives
+    monkeypatch.setattr(lm, "PREFILL_CHUNK", 10_000)
+    p1, q1, _, _, _ = labview.from_round(pair, t, 2)
+    assert torch.allclose(p, p1, atol=1e-5) and torch.allclose(q, q1, atol=1e-5)
+    monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
+    with pytest.raises(ValueError, match="time limit per job while reading the round's context"):
+        list(labview.from_round_steps(pair, t, 2, deadline=time.monotonic() - 1))
