@@ -111,7 +111,8 @@ def launch_options(demo: gr.Blocks) -> dict:
                        per_address=UPLOADS_PER_ADDRESS, upload_bytes=limits.upload_mb * 2**20,
                        window=sum(CLEAN_CACHE),  # the longest an upload stays on disk
                        deadline=BODY_SECONDS, pages=demo.specviz.pages,
-                       proxies=limits.trust_forwarded, max_values=MAX_BODY_VALUES)
+                       proxies=limits.trust_forwarded, max_values=MAX_BODY_VALUES,
+                       max_page_query=12 * limits.max_prompt_chars + 4096)  # %XX of 4-byte characters
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests
@@ -360,7 +361,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 return
             yield from run_stream(values, request)
 
-        def rerun_float32(request: gr.Request, progress=gr.Progress(track_tqdm=True), *values):
+        def rerun_float32(request: gr.Request, progress=gr.Progress(track_tqdm=True), key=None, *values):
+            try:
+                settings_of(values).check(limits, store.known_pairs)  # the settings' own errors first
+                if shelf.get(key) is None:  # a curious click before any run cost minutes
+                    raise ValueError("run first: this button runs the page's settings again in float32 "
+                                     "after a run, to check a near-tie (float32 runs are slower)")
+            except ValueError as e:
+                raise user_error(e) from None
             yield from run_stream(values, request, dtype="float32")
 
         def on_load(request: gr.Request):
@@ -553,7 +561,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             None, link, link, js=COPY_JS)
         demo.load(on_load, None, [*controls, notice, autorun], api_name=False)
         auto_event = autorun.change(auto_run, [autorun, *controls], outputs, api_name=False, **model)
-        rerun_event = rerun32.click(rerun_float32, controls, outputs, api_name=False, **model)
+        rerun_event = rerun32.click(rerun_float32, [last, *controls], outputs, api_name=False, **model)
         lab_event = lab_btn.click(lab_run, [lab_source, lab_round, lab_trials, lab_variants, last],
                                   [lab_info, lab_masses, lab_mc, lab_table], api_name="lab", **model)
         e2e_event = e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name="e2e", **model)

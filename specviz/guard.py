@@ -167,12 +167,25 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
 
     async def cleaned(*, session_hash: str | None = None, event_id: str | None = None) -> None:
         """Gradio cleans a page's events when its data stream disconnects (a closed tab): what
-        was running then is never sent (nor kept), yet Gradio keeps its id pending for good, so
-        an address whose visitors closed 16 tabs mid-run was refused every event from then on."""
+        was waiting or running then is never sent, yet Gradio keeps a running one's id pending
+        for good, so an address whose visitors closed 16 tabs mid-run was refused every event
+        from then on. Those events are forgotten here, with the messages they had queued for the
+        page; results that had finished stay counted until read (their messages stay too)."""
+        def mine(event) -> bool:  # as Gradio's clean_events matches them
+            return event.session_hash == session_hash or event._id == event_id
+
+        doomed = {e._id for lane in queue.event_queue_per_concurrency_id.values() for e in lane.queue
+                  if mine(e)}
+        doomed |= {job._id for jobs in queue.active_jobs if jobs for job in jobs if mine(job)}
         await clean(session_hash=session_hash, event_id=event_id)
-        for e in [e for e, (_, session, _) in unread.items() if e == event_id or
-                  (session_hash is not None and session == session_hash)]:
-            del unread[e]
+        for e in doomed:
+            unread.pop(e, None)
+        messages = queue.pending_messages_per_session.get(session_hash) if session_hash else None
+        if doomed and messages is not None:  # no page will read them: drop them (no await: atomic)
+            kept = [m for m in (messages.get_nowait() for _ in range(messages.qsize()))
+                    if getattr(m, "event_id", None) not in doomed]
+            for m in kept:
+                messages.put_nowait(m)
 
     async def capped_push(body, request, username):
         fn = queue.blocks.fns.get(body.fn_index) if isinstance(body.fn_index, int) else None
@@ -256,16 +269,19 @@ class RequestGuard:
       whose page state Gradio makes before the queue sees the call (1,001 made-up ones from one
       address expired another visitor's run in 13 s). A session hash may have MAX_SESSION
       characters (900 KB ones pinned 0.75 GiB).
-    - A path or query string may have MAX_URL bytes (414), and an upload's `upload_id` is
-      dropped: Gradio kept a progress entry for each one for good (120 KB ids, 400 uploads:
-      +43 MiB), and this app reads no upload progress.
+    - A path or query string may have MAX_URL bytes (414; the page's own query, a share link
+      with its prompt, max_page_query), and an upload's `upload_id` is dropped: Gradio kept a
+      progress entry for each one for good (120 KB ids, 400 uploads: +43 MiB), and this app
+      reads no upload progress.
     """
 
     def __init__(self, app, *, max_body: int, max_upload: int, per_address: int,
                  upload_bytes: int, window: float, deadline: float = 60.0,
                  pages: PerAddress | None = None, proxies: tuple = (),
-                 min_charge: int = MIN_UPLOAD_CHARGE, max_values: int | None = None):
+                 min_charge: int = MIN_UPLOAD_CHARGE, max_values: int | None = None,
+                 max_page_query: int = 64 * 2**10):
         self.app, self.max_body, self.max_upload = app, max_body, max_upload
+        self.max_page_query = max_page_query  # a share link carries its prompt, percent-encoded
         self.max_values = max_values
         self.per_address, self.upload_bytes, self.window = per_address, upload_bytes, window
         self.deadline, self.pages, self.proxies = deadline, pages, proxies
@@ -345,10 +361,11 @@ class RequestGuard:
         received, over, answered = 0, None, False
         try:
             query = scope.get("query_string") or b""
-            if len(path) > MAX_URL or len(query) > MAX_URL:
+            most_query = self.max_page_query if path in ("", "/") else MAX_URL  # a share link: the page's
+            if len(path) > MAX_URL or len(query) > most_query:
                 raise Refused(414, f"the address is too long: at most {MAX_URL:,} characters of path and "
-                                   "of query")
-            if upload and b"upload_id" in query:  # Gradio tracks each upload_id's progress for good
+                                   f"{most_query:,} of query")
+            if upload and query:  # Gradio tracks each upload_id's progress for good (names decoded)
                 scope = dict(scope, query_string=_without(query, "upload_id"))
             if method in ("GET", "HEAD") and _FETCH.search(path):
                 raise Refused(403, "this server fetches no URLs; open the address yourself")

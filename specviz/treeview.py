@@ -160,8 +160,8 @@ def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
 
 def _bar(event: RoundEvent) -> str:
     depth = max((n.depth for n in event.tree), default=event.k)
-    cells = ['<i class="tree-bar accepted"></i>'] * event.accepted
-    cells += ['<i class="tree-bar refused"></i>'] * max(0, depth - event.accepted)
+    cells = ['<i class="tree-bar accepted"></i>'] * event.kept  # kept in the output (an EOS ends it)
+    cells += ['<i class="tree-bar refused"></i>'] * max(0, depth - event.kept)
     if len(event.new_tokens) > event.accepted:
         cells.append(f'<i class="tree-bar {target_fate(event)}"></i>')
     return "".join(cells)
@@ -187,7 +187,7 @@ def overview_html(events: Sequence[RoundEvent], pieces_of: Pieces, current: int 
         text = "".join(pieces_of(context, e.new_tokens))
         mark = ' class="tree-current"' if e.round == current else ""
         rows.append(f"<tr{mark}><td>{e.round}</td><td>{e.nodes if e.tree else '—'}</td>"
-                    f"<td>{depth or '—'}</td><td>{e.accepted}</td><td>{_bar(e)}</td>"
+                    f"<td>{depth or '—'}</td><td>{e.kept}</td><td>{_bar(e)}</td>"
                     f"<td><code>{_chip_text(text, 40)}</code></td></tr>")
     return (f'<div class="specviz-tree"><div class="tree-head">{summary}</div>'
             '<div class="tree-overview"><table><thead><tr><th>round</th><th>nodes</th><th>depth</th>'

@@ -51,7 +51,7 @@ def server():
     cap_queue(demo._queue, per_line=PER_LINE, per_address=PER_ADDRESS, pages=pages, max_chars=MAX_CHARS)
     guard = Middleware(RequestGuard, max_body=2**16, max_upload=2**20, per_address=4,
                        upload_bytes=64 * 2**20, window=60, deadline=DEADLINE, pages=pages,
-                       max_values=MAX_VALUES)
+                       max_values=MAX_VALUES, max_page_query=40 * 2**10)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
                 max_file_size=2**20, app_kwargs={"middleware": [guard]})
@@ -254,8 +254,53 @@ def test_a_page_closed_while_its_event_runs_no_longer_counts_against_the_address
             time.sleep(0.2)
         assert not running()
         assert page(server, "tab-next", "7.7.7.7") == 200  # the address is free again
+        kept = queue.pending_messages_per_session
+        left = [m for i in range(PER_ADDRESS) if kept.get(f"tab{i}") is not None
+                for m in list(kept.get(f"tab{i}")._queue) if getattr(m, "event_id", None)]
+        assert not left  # nothing the closed tabs' events had queued is kept for them
     finally:
         server.gate.set()
+
+
+def test_results_that_finished_stay_counted_when_their_page_drops_its_stream(server):
+    """Only what Gradio dropped on the disconnect is forgotten: a client that let its results
+    finish, then opened and dropped a stream, held 18 unread results where the bound is 3."""
+    import socket
+    import time
+    from urllib.parse import urlparse
+
+    for _ in range(PER_ADDRESS):
+        assert page(server, "drop", "7.7.7.8", read=False) == 200
+    queue = server._queue
+    deadline = time.monotonic() + 10
+    while any(e.session_hash == "drop" for lane in queue.event_queue_per_concurrency_id.values()
+              for e in lane.queue) and time.monotonic() < deadline:
+        time.sleep(0.1)  # all finished, none read
+    url, cleaned, clean = urlparse(server.url), threading.Event(), queue.clean_events
+
+    async def spy(**kwargs):  # Gradio cleans the page's events once it sees the hang-up
+        await clean(**kwargs)
+        if kwargs.get("session_hash") == "drop":
+            cleaned.set()
+
+    queue.clean_events = spy
+    try:
+        with socket.create_connection((url.hostname, url.port)) as s:  # open the stream, hang up
+            s.sendall(f"GET {url.path}/queue/data?session_hash=drop HTTP/1.1\r\nHost: x\r\n"
+                      "X-Forwarded-For: 7.7.7.8\r\n\r\n".encode())
+        deadline = time.monotonic() + 15  # Gradio cleans them, or had sent them before it saw the hang-up
+        while not cleaned.is_set() and queue.pending_event_ids_session.get("drop") and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        queue.clean_events = clean
+    held = [m for m in list(queue.pending_messages_per_session["drop"]._queue)
+            if m.msg == "process_completed"]
+    # what Gradio sent down the stream before it saw the hang-up was read, and is gone; the
+    # results it still keeps count against the address, each of them
+    free = PER_ADDRESS - len(held)
+    assert [page(server, f"drop-{i}", "7.7.7.8", read=False) for i in range(free)] == [200] * free
+    assert "waiting or unread" in page(server, "drop-last", "7.7.7.8", read=False)
 
 
 def test_an_event_the_app_lacks_or_a_long_session_is_refused_before_gradio_keeps_a_page(server):
@@ -297,9 +342,16 @@ def test_long_addresses_are_refused_and_an_upload_id_is_dropped(server):
     r = httpx.post(f"{server.url}/upload", params={"upload_id": "u" * 4000}, files=files, timeout=10,
                    headers={"X-Forwarded-For": "6.6.6.3"})
     assert r.status_code == 200 and len(r.json()) == 1  # the upload itself goes through
+    r = httpx.post(f"{server.url}/upload?upload%5Fid=" + "v" * 4000, files=files, timeout=10,
+                   headers={"X-Forwarded-For": "6.6.6.3"})  # the name percent-encoded
+    assert r.status_code == 200
     from gradio.routes import file_upload_statuses
 
-    assert not [k for k in file_upload_statuses._statuses if k.startswith("uuu")]
+    assert not [k for k in file_upload_statuses._statuses if k.startswith(("uuu", "vvv"))]
+    # the page itself takes a share link's query: its prompt, percent-encoded
+    root = server.url.removesuffix("/gradio_api")
+    assert httpx.get(f"{root}/", params={"prompt": "斐" * 4000}, timeout=10).status_code == 200  # 36 KB
+    assert httpx.get(f"{root}/", params={"prompt": "斐" * 5000}, timeout=10).status_code == 414  # 45 KB
 
 
 def test_pages_are_forgotten_after_the_window():

@@ -182,8 +182,14 @@ def test_events_without_an_api_name_coerce_their_arguments_too(demo):
     for i, (field, value, message) in enumerate([("k", math.nan, "k must be a whole number"),
                                                  ("prompt", ["a"], "prompt must be text"),
                                                  ("seed", 10**30, "seed must be in")]):
-        text = call_hidden(demo, "rerun_float32", args(**{field: value}), f"hidden-{i}")
+        text = call_hidden(demo, "rerun_float32", [None, *args(**{field: value})], f"hidden-{i}")
         assert '"success":false' in text.replace(" ", "") and re.search(message, text), text
+
+
+def test_the_float32_rerun_needs_a_run_first(demo):
+    """A curious click before any run started a full float32 run (minutes on a CPU)."""
+    text = call_hidden(demo, "rerun_float32", [None, *args()], "rerun-first")
+    assert '"success":false' in text.replace(" ", "") and "run first: this button runs the page" in text
 
 
 def test_the_tree_playback_coerces_its_round_and_needs_a_run(demo):
@@ -797,3 +803,15 @@ def test_markdown_that_shows_a_visitors_text_renders_no_tex(demo):
     shown = [b for b in demo.blocks.values() if type(b).__name__ == "Markdown"
              and (b.elem_id == "status" or "specviz-notice" in (b.elem_classes or []) or not b.value)]
     assert len(shown) == 3 and all(b.latex_delimiters == [] for b in shown)
+
+
+def test_a_share_link_with_the_longest_prompt_opens(demo):
+    """Paths and queries are bounded (4 KiB), but the page's own query carries a share link's
+    prompt, percent-encoded: a link of a 480-character Chinese prompt was refused (414)."""
+    import httpx
+
+    limits = demo.specviz.limits
+    query = RunSettings(pair="tiny", prompt="斐" * limits.max_prompt_chars).to_query()
+    assert len(query) > 4 * 2**10
+    assert httpx.get(f"{demo.url}?{query}", timeout=10).status_code == 200
+    assert httpx.get(f"{demo.url}gradio_api/info?{query}", timeout=10).status_code == 414

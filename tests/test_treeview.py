@@ -281,8 +281,10 @@ def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
     stats = RunStats.of([tree_round(1), eos])
     assert (stats.accepted, stats.new_tokens) == (2, 3)  # by hand: 1 + 1
     assert stats.rejections == 2 + 0  # round 1's refused "(" and ":"; round 2's ":" lies past its EOS
-    assert "2 accepted (16.7% of the nodes), 1.50 tokens per target pass" in treeview.overview_html(
-        stats.events, pieces)
+    overview = treeview.overview_html(stats.events, pieces)
+    assert "2 accepted (16.7% of the nodes), 1.50 tokens per target pass" in overview
+    row = overview.split("<tbody>")[1].split("</tr>")[1]  # round 2: 1 kept, the walk's 2 past the EOS
+    assert "<td>2</td><td>6</td><td>3</td><td>1</td>" in row and row.count("tree-bar accepted") == 1
     line = next(s for s in figures.acceptance_by_position(stats).layout.shapes)
     assert line.y0 == pytest.approx(2 / 4)
     note = figures.acceptance_by_position(stats).layout.annotations[0].text
