@@ -207,6 +207,12 @@ def _over_budget(limits: Limits, what: str) -> str:
             "(operators: SPECVIZ_MAX_JOB_SECONDS): ask for fewer tokens or samples")
 
 
+# A round's verify pass costs about a one-token pass or more, so a run cannot be much faster than
+# its tokens per target pass: past this factor the two runs' times were measured under different
+# loads (a shared machine, a baseline reused from earlier).
+NOISE_MARGIN = 1.2
+
+
 def _reading(what: str, r: Reading) -> str:
     return f"{what}: reading the prompt into the {r.model}, {r.read} of {r.total} tokens"
 
@@ -411,8 +417,11 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     result = compare(spec, base, pair.dtype, pair.device, pair.numerics)
     speedup = spec.speedup_over(base)
     pace = "no time measured" if speedup is None else f"{speedup:.2f}× the target alone"
-    status = (f"Done: {pace}{note}; greedy outputs {result.verdict}" if greedy
-              else f"Done: {pace}{note}")
+    if speedup is not None and speedup > NOISE_MARGIN * spec.tokens_per_pass:
+        pace += (f" (more than its {spec.tokens_per_pass:.2f} tokens per target pass can explain: the "
+                 "two runs were timed under different loads; run again for a fair race)")
+    done = f"Done in {str(pair.dtype).removeprefix('torch.')}: {pace}{note}"
+    status = f"{done}; greedy outputs {result.verdict}" if greedy else done
     chain = None
     if s.proposer == "tree":  # the chain drafter at the same depth, for the comparison
         key = store.chain_key(pair, s, prompt_ids)

@@ -374,3 +374,29 @@ def test_an_opened_tree_trace_shows_the_texts_the_live_run_showed(store):
     opened = loads(live.trace.to_json())
     assert replay_view(opened).tree_overview == live.tree_overview  # from the trace's own texts
     assert replay_view(opened, store.current()).tree_overview == live.tree_overview  # the pair's
+
+
+def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_explain(store):
+    """A run cannot be much faster than its tokens per target pass (a verify pass costs about a
+    one-token pass or more): a reused baseline timed under another load made the page say 1.64x
+    at 1.30 tokens a pass. The status says so, and in which dtype the run was."""
+    from dataclasses import replace as swap
+
+    from specviz.metrics import RunStats
+    from specviz.service import NOISE_MARGIN, Baselines
+
+    store.baselines = Baselines()
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def g", dtype="float32", seed=11)
+    first = list(run_views(store, s, Limits()))[-1]
+    assert first.status.startswith("Done in float32: ")
+    ((key, (events, when)),) = store.baselines._runs.items()
+    # the same baseline, as if timed on a machine 10x slower than the speculative run's
+    slow = first.spec.wall_seconds * 10
+    store.baselines.put(key, tuple(swap(e, elapsed=e.elapsed * 10 + slow) for e in events), when)
+    again = list(run_views(store, s, Limits()))[-1]
+    speedup = again.spec.speedup_over(RunStats.of(store.baselines.get(key)[0]))
+    assert speedup > NOISE_MARGIN * again.spec.tokens_per_pass
+    assert (f"{speedup:.2f}× the target alone (more than its {again.spec.tokens_per_pass:.2f} tokens per "
+            "target pass can explain: the two runs were timed under different loads") in again.status
+    assert ("can explain" in first.status) == (first.spec.speedup_over(first.base) >
+                                               NOISE_MARGIN * first.spec.tokens_per_pass)
