@@ -50,7 +50,7 @@ def acceptance_by_position(spec: RunStats) -> go.Figure:
     fig = go.Figure(go.Bar(x=list(range(1, len(rates) + 1)), y=rates, marker_color=SPEC,
                            name="measured"))
     if spec.drafted:  # a tree's α is per candidate; its bars, any candidate at that depth kept
-        what = "per candidate (a depth tries its candidates in turn)" if spec.is_tree else "per-token"
+        what = "per-candidate" if spec.is_tree else "per-token"
         fig.add_hline(y=spec.alpha, line_dash="dot", line_color=THEORY,
                       annotation_text=f"{what} α = {spec.alpha:.2f}")
     fig.update_yaxes(range=[0, 1.05])

@@ -154,11 +154,17 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
 def _top(p, q, labels, tokenizer=None) -> tuple[list[int], list[str]]:
     order = torch.unique(torch.cat([p.topk(min(TOP, len(p))).indices, q.topk(min(TOP, len(q))).indices]))
     ids = sorted(order.tolist(), key=lambda i: -float(p[i] + q[i]))[:TOP]
+    ids = [i for i in ids if p[i] + q[i] > 0] or ids[:1]  # a top-k run's zero-mass ids crowded the axis
     if labels:
         names = [labels[i] for i in ids]
     else:
         names = [repr(tokenizer.decode([i])) if tokenizer is not None else str(i) for i in ids]
     return ids, names
+
+
+def pvalue_text(p: float) -> str:
+    """A p-value beside the 0.001 bar; one that underflows float64 is "< 1e-300", not "0"."""
+    return "< 1e-300" if p < 1e-300 else beside(p, 1e-3, 3, "g")
 
 
 def _bars(ids, names, series: dict[str, torch.Tensor]) -> list[tuple[str, list[float]]]:
@@ -231,11 +237,11 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
         verdict = "<b>biased</b>" if r.pvalue_vs_p < 1e-3 else "matches p"  # "below 0.001 flags a bias"
         what = lab.VARIANTS[v] + (f" (candidates: {named})" if v in lab.TREE_VARIANTS else "")
         rows.append(f"<tr><td>{v}</td><td>{html.escape(what)}</td><td>{r.tv_to_p:.4f}</td>"
-                    f"<td>{beside(r.pvalue_vs_p, 1e-3, 3, 'g')}</td><td>{verdict}</td>"
+                    f"<td>{pvalue_text(r.pvalue_vs_p)}</td><td>{verdict}</td>"
                     f"<td>{r.seconds:.2f} s</td></tr>")
     fig.update_layout(barmode="group")
     table = ("<table class='specviz-stats'><thead><tr><th>variant</th><th>what it does</th><th>TV to p</th>"
-             "<th>χ² p-value</th><th></th><th>time</th></tr></thead><tbody>" + "".join(rows) +
+             "<th>χ² p-value</th><th>verdict</th><th>time</th></tr></thead><tbody>" + "".join(rows) +
              f"</tbody></table><p>{n:,} trials each. An exact sampler's TV shrinks like 1/√N; "
              "a p-value below 0.001 flags a bias.</p>")
     return _layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency"), table

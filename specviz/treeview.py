@@ -146,7 +146,8 @@ def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
         return f'<div class="tree-kids">{inner}</div>' if inner else ""
 
     committed = "".join(committed)
-    head = (f"<b>Round {event.round}{of}</b>: {len(nodes)} nodes verified in one target pass, depth "
+    head = (f"<b>Round {event.round}{of}</b>: {len(nodes)} node{'s' * (len(nodes) != 1)} verified in one "
+            f"target pass, depth "
             f"{depth}; {kept_text(event)}. "
             f"Committed: <code>{_chip_text(committed, 80)}</code>. Hover a node for its p, q and "
             "cumulative draft probability; refused and never-reached branches are faded.")

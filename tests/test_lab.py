@@ -247,3 +247,16 @@ def test_a_rounds_long_context_is_read_a_pass_at_a_time_with_the_deadline_betwee
     monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
     with pytest.raises(ValueError, match="time limit per job while reading the round's context"):
         list(labview.from_round_steps(pair, t, 2, deadline=time.monotonic() - 1))
+
+
+def test_the_lab_plots_only_tokens_with_mass_and_never_prints_a_p_value_of_0():
+    """A top-k round's p and q have two tokens with mass: the other six of the top 8 were zero-mass
+    ids that took most of the axis. A p-value that underflows float64 printed as "0"."""
+    from specviz import labview
+
+    p, q = torch.zeros(50, dtype=torch.float64), torch.zeros(50, dtype=torch.float64)
+    p[[3, 9]], q[[9, 20]] = torch.tensor([0.7, 0.3], dtype=torch.float64), 0.5
+    ids, names = labview._top(p, q, [f"t{i}" for i in range(50)])
+    assert ids == [9, 3, 20] and names == ["t9", "t3", "t20"]  # by p + q: 0.8, 0.7, 0.5
+    assert labview.pvalue_text(0.0) == "< 1e-300" and labview.pvalue_text(0.5) == "0.5"
+    assert labview.pvalue_text(0.0009996) == "0.0009996"  # never rounded onto the bar
