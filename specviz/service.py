@@ -385,6 +385,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
         yield _view(f"Speculative run: round {event.round}", pair, spans, RunStats.of(events),
                     plots=plots(), **views)
     spec, key = RunStats.of(events), store.baseline_key(pair, s, prompt_ids)
+    if s.proposer == "draft":  # this run is what a tree run at this k compares with: keep it
+        store.chains.put(store.chain_key(pair, s, prompt_ids), spec.events, time.time())
     reused = store.baselines.get(key)
     if reused is None:
         base_events = []

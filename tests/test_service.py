@@ -234,6 +234,13 @@ def test_a_tree_run_is_compared_with_the_chain_at_the_same_depth(store, monkeypa
     again = list(run_views(store, s, Limits()))[-1]
     assert calls == ["tree"] and "chain comparison reused" in again.status
     assert again.chain.tokens == chain.tokens
+    # a draft-model run with the same settings is the comparison: the tree run after it reuses it
+    store.chains = Baselines()
+    drafted = list(run_views(store, replace(s, proposer="draft"), Limits()))[-1]
+    calls.clear()
+    after = list(run_views(store, s, Limits()))[-1]
+    assert calls == ["tree"] and "chain comparison reused" in after.status
+    assert after.chain.tokens == drafted.spec.tokens == chain.tokens
 
 
 def test_the_chain_comparison_stops_at_the_job_time_limit(store, monkeypatch):
