@@ -76,6 +76,11 @@ COPY_JS = """(query) => {
 }"""
 
 
+# Plotly sizes a plot updated in a hidden tab (a trace opened from the Save tab updates the Run tab)
+# as it was, not to its room (700 px in 390 here): a resize when a tab is shown fits them again.
+REDRAW_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 50); }"
+
+
 TRACE_TTL = 3600  # seconds a page's trace key lives without a new run (pages that never close)
 CLEAN_CACHE = (300, 900)  # every 5 minutes, delete uploads and downloads older than 15 minutes
 MAX_NOTICES = 8
@@ -168,7 +173,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"], **NO_TEX)
         last = gr.State(None, time_to_live=TRACE_TTL, delete_callback=shelf.drop)  # a key on the shelf
-        with gr.Tab("Run"), gr.Row():
+        with gr.Tab("Run") as run_tab, gr.Row():
             with gr.Column(scale=1, min_width=320):
                 pair = gr.Dropdown(pair_choices(store, limits), value=default.pair, label="Pair")
                 with gr.Row(visible=limits.allow_custom):
@@ -206,7 +211,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     run_btn = gr.Button("Run", variant="primary", elem_id="run")
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
                 link_btn = gr.Button("Copy link to these settings", size="sm", elem_id="copy-link")
-                link = gr.Textbox(label="Share link", interactive=False, elem_id="share-link")
+                link = gr.Textbox(label="Share link", interactive=False, elem_id="share-link",
+                                  info="the button copies it to your clipboard too, where the browser allows")
             with gr.Column(scale=2):
                 status = gr.Markdown("Pick settings and press **Run**.", elem_id="status", **NO_TEX)
                 gr.HTML(legend_html())
@@ -222,14 +228,15 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                         fig_tree_nodes = gr.Plot(label="accepted against nodes", visible=False)
                         fig_tree_chain = gr.Plot(label="tree against chain", visible=False)
                 with gr.Row():
-                    fig_tpp, fig_cum = gr.Plot(label="tokens per pass"), gr.Plot(label="cumulative")
+                    fig_tpp = gr.Plot(label="tokens per pass", elem_id="fig-tpp")
+                    fig_cum = gr.Plot(label="cumulative")
                 with gr.Row():
                     fig_acc, fig_k = gr.Plot(label="acceptance"), gr.Plot(label="k")
                 fig_time = gr.Plot(label="time")
                 with gr.Accordion("Round timeline", open=False):
                     timeline = gr.HTML(elem_id="timeline")
                 rerun32 = gr.Button("Re-run in float32 (checks a near-tie)", size="sm")
-        with gr.Tab("Exactness lab"):
+        with gr.Tab("Exactness lab") as lab_tab:
             gr.Markdown(LAB_INTRO)
             with gr.Row():
                 lab_source = gr.Radio([("built-in example (A, B, C)", "example"),
@@ -251,7 +258,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                                   label="samples per method")
                 e2e_btn = gr.Button("Sample 2-token continuations, speculative and target alone")
                 e2e_out = gr.HTML()
-        with gr.Tab("k explorer"):
+        with gr.Tab("k explorer") as explorer_tab:
             gr.Markdown(EXPLORER_INTRO)
             with gr.Row():
                 ex_k = gr.Slider(1, UI_MAX_K, value=4, step=1, label="k")
@@ -560,6 +567,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         link_btn.click(share_query, controls, link, api_name=False, preprocess=False).then(
             None, link, link, js=COPY_JS)
         demo.load(on_load, None, [*controls, notice, autorun], api_name=False)
+        for tab in (run_tab, lab_tab, explorer_tab):  # no Python runs: the browser redraws the plots
+            tab.select(None, None, None, js=REDRAW_JS, api_name=False, queue=False)
         auto_event = autorun.change(auto_run, [autorun, *controls], outputs, api_name=False, **model)
         rerun_event = rerun32.click(rerun_float32, [last, *controls], outputs, api_name=False, **model)
         lab_event = lab_btn.click(lab_run, [lab_source, lab_round, lab_trials, lab_variants, last],

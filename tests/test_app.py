@@ -207,11 +207,22 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+WIDTHS_JS = """() => { const plot = document.querySelector('#fig-tpp .js-plotly-plot');
+  return [plot.querySelector('.main-svg').getBoundingClientRect().width,
+          plot.getBoundingClientRect().width]; }"""  # the drawing, and the room it has
+
+
 @pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
-def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url):
+def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, model_dirs, tmp_path):
     from playwright.sync_api import sync_playwright
 
+    from specviz.service import ModelStore, run_views
+
     OUT.mkdir(exist_ok=True)
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
+    run = RunSettings(pair="tiny", chat=False, max_new_tokens=16, prompt="def f", dtype="float32")
+    trace_file = tmp_path / "run.json"
+    trace_file.write_text(list(run_views(store, run, Limits()))[-1].trace.to_json())
     link = app_url + ("?pair=tiny&k=3&max_new_tokens=40&temperature=0&dtype=float32"
                       "&prompt=def+fibonacci(n):&run=1&bogus=2&%3Cimg%20src%3Dx%3E=1"
                       "&top_k=!%5Bx%5D(http://127.0.0.1:9/x.png)")
@@ -275,6 +286,17 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url):
         page.wait_for_selector(f'#tree .specviz-tree[data-round="{kept}"]', timeout=30_000)
         page.locator("#tree .tree-node[data-node]").first.hover()
         page.locator("#tree-panel").screenshot(path=str(OUT / "tree.png"))
+
+        # A trace opened in the Save tab draws the Run tab's plots while that tab is hidden:
+        # Plotly kept their old size, wider than the room they had (clipped) until a resize.
+        page.get_by_role("tab", name="Save / open a run").click()
+        page.locator("input[type=file]").last.set_input_files(str(trace_file))
+        page.wait_for_function("document.body.innerText.includes('Opened: Replay of a saved run')",
+                               timeout=60_000)
+        page.get_by_role("tab", name="Run", exact=True).click()
+        page.wait_for_timeout(1000)
+        widths = page.evaluate(WIDTHS_JS)
+        assert abs(widths[0] - widths[1]) <= 0.1 * widths[1], widths  # drawn 700 px wide in 390 before
         browser.close()
     assert (OUT / "app.png").stat().st_size > 10_000 and (OUT / "tree.png").stat().st_size > 10_000
 
