@@ -357,6 +357,8 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
     if measured_k is not None and measured_rounds:  # the run's own figure, not its replay's
         fig.add_scatter(x=[measured_k], y=[sum(measured_rounds) / len(measured_rounds)], mode="markers",
                         name="measured run", marker=dict(size=12, color=BASE, symbol="diamond"))
-    fig.update_layout(yaxis2=dict(overlaying="y", side="right", title="tokens / s"))
+    fig.add_vline(x=k, line_dash="dot", line_color=SPEC, annotation_text=f"k = {k}")  # the one shown
+    fig.update_layout(yaxis=dict(rangemode="tozero"),  # from 0: a 2.4-3 axis made steps look like swings
+                      yaxis2=dict(overlaying="y", side="right", title="tokens / s", rangemode="tozero"))
     return to_html(explorer.spans(rep)), numbers, _layout(fig, "Every k, recomputed from one run", "k",
                                                          "tokens per target pass")

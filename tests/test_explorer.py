@@ -254,6 +254,9 @@ def test_the_explorer_computes_a_recordings_curve_once_and_keeps_only_its_totals
              for k in (4, 7, 16)]
     assert calls[18:] == [4, 7, 16]  # no curve again, nor the check: a replay of the k shown
     assert again[0][:2] == first[:2] and "matches it round by round" in first[1]
+    fig = again[1][2]  # k = 7 shown: marked on the curve, and both axes from 0
+    assert [(shape.x0, shape.x1) for shape in fig.layout.shapes] == [(7, 7)]
+    assert fig.layout.yaxis.rangemode == fig.layout.yaxis2.rangemode == "tozero"
     for point, rep in zip(rec.curve, fresh, strict=True):
         assert not hasattr(point, "rounds")
         assert (point.k, point.target_passes, point.draft_passes, point.tokens_per_pass,
