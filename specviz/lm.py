@@ -131,8 +131,9 @@ PAD_TOKEN = 0  # what fills a padded tree pass: a node no other node sees, never
 PENDING = -1  # in CachedLM.tokens: a token fed from the device, not read back yet (equals no id)
 # CachedLM.prefill reads a longer prompt in passes of this many tokens, so that a run can be
 # stopped, and its time limit checked, between them (the engine's progress=True yields after
-# each). On the embedded target in bf16 here, a 2,047-token prompt read in one pass took 28.8 s
-# and in 256-token passes 28.4 s (the longest 8.5 s); 128-token passes cost more.
+# each). On the embedded target in bf16 here, a 2,047-token prompt read in one pass took 22.3 s,
+# in 256-token passes 21.3-25.6 s (the longest 3.3-7.7 s), in 128-token passes 22.6 s
+# (docs/load-test.md, seventeenth stop): 256 keeps the longest prompt to 8 passes.
 PREFILL_CHUNK = 256
 # Routed bfloat16 layers (dense.reads_prompts_apart) copy their weights to float32 for each prompt
 # pass (about 3 s on the embedded target): they read in passes of 4 chunks.
