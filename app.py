@@ -44,6 +44,7 @@ from specviz.settings import (
     RunSettings,
     coerce_int,
     from_query,
+    from_trace,
     markdown_text,
     public_message,
     settings_from,
@@ -125,11 +126,15 @@ def launch_options(demo: gr.Blocks) -> dict:
                 app_kwargs={"middleware": [guard]})
 
 
-def link_notice(notices: list[str]) -> str:
-    """The link notice as Markdown: at most MAX_NOTICES, every character shown as typed."""
+def notices_text(notices: list[str]) -> str:
+    """Notices as Markdown: at most MAX_NOTICES, every character shown as typed."""
     shown = notices[:MAX_NOTICES] + ([f"and {len(notices) - MAX_NOTICES} more"]
                                      if len(notices) > MAX_NOTICES else [])
-    return "⚠ " + markdown_text("; ".join(shown))
+    return markdown_text("; ".join(shown))
+
+
+def link_notice(notices: list[str]) -> str:
+    return "⚠ " + notices_text(notices)
 
 
 def user_error(e: BaseException) -> gr.Error:
@@ -203,7 +208,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 max_new_tokens = gr.Slider(1, limits.max_new_tokens, step=1, label="max new tokens",
                                            value=min(default.max_new_tokens, limits.max_new_tokens))
                 prompt = gr.Textbox(default.prompt, lines=5, max_length=limits.max_prompt_chars,
-                                    label="Prompt")
+                                    label="Prompt", elem_id="prompt")
                 chat = gr.Checkbox(default.chat, label="apply the chat template (instruct models)")
                 gr.Examples([[e["prompt"], e["chat"]] for e in EXAMPLES], [prompt, chat],
                             example_labels=[e["label"] for e in EXAMPLES])
@@ -323,8 +328,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 hidden = gr.update(visible=False)
                 return [view.tree_html, hidden, gr.update(value="", visible=False), hidden, hidden]
             rounds = len(view.spec.events)
-            slider = gr.update(visible=True, minimum=1, maximum=max(rounds, 2), value=rounds,
-                               interactive=final)
+            slider = gr.update(visible=True, minimum=1, maximum=max(rounds, 2),
+                               value=view.tree_round or rounds, interactive=final)
             f = view.figures
             plots = [gr.update(value=f[name], visible=True) if name in f else gr.skip()
                      for name in ("tree_nodes", "tree_chain")]
@@ -378,15 +383,18 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 raise user_error(e) from None
             yield from run_stream(values, request, dtype="float32")
 
+        def control_values(s: RunSettings) -> list:
+            values = [getattr(s, n) for n in names]  # the pair menu's labels as they stand now (a
+            # model cached since start-up, a hub gone quiet): the probe is kept a minute
+            values[names.index("pair")] = gr.update(choices=pair_choices(store, limits), value=s.pair)
+            return values
+
         def on_load(request: gr.Request):
             params = dict(request.query_params) if request else {}
             s, notices, autorun = from_query(params, default, limits, store.known_pairs)
             shown = gr.update(value=link_notice(notices), visible=True) if notices else \
                 gr.update(visible=False)
-            values = [getattr(s, n) for n in names]  # the pair menu's labels as they stand now (a
-            # model cached since start-up, a hub gone quiet): the probe is kept a minute
-            values[names.index("pair")] = gr.update(choices=pair_choices(store, limits), value=s.pair)
-            return (*values, shown, autorun)
+            return (*control_values(s), shown, autorun)
 
         def share_query(*values) -> str:
             try:
@@ -533,7 +541,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def open_trace(path, request: gr.Request):
             if not path:
-                return (gr.skip(),) * (len(outputs) + 1)
+                return (gr.skip(),) * (len(outputs) + len(controls) + 1)
             try:
                 if not isinstance(path, str):
                     raise ValueError("open a trace file (.json)")
@@ -552,8 +560,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 raise user_error(e) from None
             key = shelf.put(session_of(request), trace, nbytes=held_bytes(data),
                             address=visitor(request), uploaded=True)
-            return (*show(replace(view, trace=None), None, final=True)[:-1], key,
-                    f"Opened: {view.status}. See the Run tab and the k explorer.")
+            s, notices = from_trace(trace.settings, default, limits, store.known_pairs)
+            kept = ("Its settings are in the Run tab's controls: **Run** runs it again"
+                    + (f" (⚠ {notices_text(notices)})" if notices else "") + ".")
+            return (*show(replace(view, trace=None), None, final=True)[:-1], key, *control_values(s),
+                    f"Opened: {view.status}. See the Run tab and the k explorer. {kept}")
 
         def free_session(request: gr.Request):
             shelf.drop_session(session_of(request))
@@ -587,7 +598,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         tree_slider.input(play_tree, [tree_slider, last], [tree_view, tree_overview],
                           trigger_mode="always_last", **views)
         save_btn.click(save, last, save_file, api_name=False)
-        open_file.upload(open_trace, open_file, [*outputs, replay_status], api_name="open_trace",
+        open_file.upload(open_trace, open_file, [*outputs, *controls, replay_status], api_name="open_trace",
                          concurrency_limit=1, concurrency_id="upload")
         demo.unload(free_session)
     # Model jobs never wait in Gradio's queue (the gate is their line), so it holds only events

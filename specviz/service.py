@@ -43,7 +43,8 @@ class View:
     base: RunStats | None = None
     comparison: Comparison | None = None
     trace: Trace | None = None
-    tree_html: str = ""  # the last round's token tree (or the note that chain runs have none)
+    tree_html: str = ""  # a round's token tree (or the note that chain runs have none)
+    tree_round: int = 0  # which: the last while a run streams, the fullest once it is kept
     tree_overview: str = ""  # every round of a tree run on one line
     chain: RunStats | None = None  # a tree run's comparison: the chain drafter at the same k
 
@@ -227,14 +228,16 @@ PLOT_SECONDS = 1.0  # while a run streams, rebuild the plots at most this often 
 
 
 def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, plots=True, chain=None,
-          k=None, pieces_of=None) -> View:
-    """plots=False leaves View.figures empty: the page keeps the plots it shows."""
+          k=None, pieces_of=None, kept=False) -> View:
+    """plots=False leaves View.figures empty: the page keeps the plots it shows. kept: the run is
+    over, and its tree panel opens on its fullest round (treeview.fullest_round)."""
+    number = treeview.fullest_round(spec.events) if kept else len(spec.events)
     tree_html, overview = treeview.tree_views(spec.events, pieces_of or token_text(pair.tokenizer),
-                                              greedy=greedy)
+                                              number, greedy=greedy)
     return View(status, to_html(spans), timeline_html(spans, spec), stats_html(spec, base, chain),
                 verdict_html(comparison, pair.tokenizer, greedy),
                 all_figures(spec, base, chain, k) if plots else {}, spec, base, comparison, None,
-                tree_html, overview, chain)
+                tree_html, number, overview, chain)
 
 
 def token_text(tokenizer=None, spans: tuple[Span, ...] | list[Span] = (), vocab_size: int | None = None,
@@ -379,8 +382,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
             trace = Trace(asdict(s), models, prompt_ids, tuple(events), tuple(spans))
             made = len(context) - len(prompt_ids)
             yield replace(_view(_over_budget(limits, f"the speculative run after {made} tokens (no "
-                                             "baseline)"), pair, spans, RunStats.of(events), **views),
-                          trace=trace)
+                                             "baseline)"), pair, spans, RunStats.of(events), kept=True,
+                                **views), trace=trace)
             return
         yield _view(f"Speculative run: round {event.round}", pair, spans, RunStats.of(events),
                     plots=plots(), **views)
@@ -399,8 +402,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                 made = "while it read the prompt" if reading else f"after {event.round} tokens"
                 yield replace(_view(_over_budget(limits, f"the baseline {made} (no speedup or identity "
                                                  "check)"), pair, spans, spec,
-                                    RunStats.of(base_events) if base_events else None, **views),
-                              trace=trace)
+                                    RunStats.of(base_events) if base_events else None, kept=True,
+                                    **views), trace=trace)
                 return
             if reading:
                 yield _view(_reading("Baseline (target alone)", event), pair, spans, spec, plots=False,
@@ -452,7 +455,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
         if chain is not None:
             status += (f". Tokens per target pass: tree {spec.tokens_per_pass:.2f}, chain at k={s.k} "
                        f"{chain.tokens_per_pass:.2f}")
-    view = _view(status, pair, spans, spec, base, result, chain=chain, **views)
+    view = _view(status, pair, spans, spec, base, result, chain=chain, kept=True, **views)
     recording = None
     if greedy and s.proposer in EXPLORER_PROPOSERS:
         try:
@@ -478,11 +481,12 @@ def replay_view(trace: Trace, pair: Pair | None = None) -> View:
     verdict = verdict_html(result, _NoTokenizer(trace), greedy) if result else ""
     names = [markdown_text(public_message(clip(trace.models.get(m), 60))) for m in ("target", "draft")]
     k = trace.settings.get("k")
-    tree_html, overview = treeview.tree_views(spec.events, trace_text(trace, pair), greedy=greedy)
+    number = treeview.fullest_round(spec.events)
+    tree_html, overview = treeview.tree_views(spec.events, trace_text(trace, pair), number, greedy)
     return View(f"Replay of a saved run: {names[0]} with {names[1]}",
                 to_html(list(trace.spans)), timeline_html(list(trace.spans), spec), stats_html(spec, base),
                 verdict, all_figures(spec, base, k=k if type(k) is int else None), spec, base, result,
-                trace, tree_html, overview)
+                trace, tree_html, number, overview)
 
 
 class _NoTokenizer:

@@ -30,19 +30,29 @@ MAX_SEED = 2**32 - 1
 SHOWN_CHARS = 40  # of a visitor's text echoed in a notice or message
 
 
-def _env_int(name: str, default: int, lo: int = 1) -> int:
-    try:
-        return max(lo, int(os.environ.get(name, default)))
-    except ValueError:
+def _env_number(name: str, default, lo, kind):
+    """An operator's limit: unset or blank, the default; raised to lo; ValueError naming the
+    variable for a value that is not a number (a typo stops start-up, not a limit silently)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value):
+        word = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{name}={clip(raw)!r} is not {word}: give one (default {default:g}) or "
+                         "unset it")
+    return max(lo, value)
+
+
+def _env_int(name: str, default: int, lo: int = 1) -> int:
+    return _env_number(name, default, lo, int)
 
 
 def _env_float(name: str, default: float, lo: float = 1.0) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return max(lo, value) if math.isfinite(value) else default
+    return _env_number(name, default, lo, float)
 
 
 @dataclass(frozen=True)
@@ -219,13 +229,37 @@ def from_query(params: dict[str, str], base: RunSettings, limits: Limits,
     Notices quote the visitor's names and values clipped to SHOWN_CHARS; they are plain text
     (escape them where they become HTML or Markdown: markdown_text).
     """
-    notices, changes = [], {}
     run = bool(flag(str(params.get("run", "")).strip()))
+    rest = {key: raw for key, raw in params.items() if key not in ("run", "__theme")}
+    return (*_merged(rest, base, limits, known_pairs, "link parameter"), run)
+
+
+def from_trace(settings: dict, base: RunSettings, limits: Limits,
+               known_pairs) -> tuple[RunSettings, list[str]]:
+    """The settings an opened trace was run with, for the page's controls: (settings, notices).
+    Never raises. Each value is read as a link's would be, and one this deployment does not
+    allow (a pair it lacks, more new tokens than it gives) keeps base's, with a notice."""
+    def as_text(value):  # JSON's types in the share link's words; anything else is refused
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        return str(value) if isinstance(value, (int, float, str)) else None
+    custom = settings.get("pair") == CUSTOM  # its target/draft name it; a preset's are blank
+    raw = {key: as_text(value) for key, value in settings.items()
+           if key not in (("pair",) if custom else ("target", "draft"))}
+    return _merged(raw, base, limits, known_pairs, "trace setting")
+
+
+def _merged(params: dict, base: RunSettings, limits: Limits, known_pairs,
+            what: str) -> tuple[RunSettings, list[str]]:
+    """base with params' values (text, as a link sends them; None for a value of no type),
+    each problem named in a notice and left at base's value."""
+    notices, changes = [], {}
     for key, raw in params.items():
-        if key in ("run", "__theme"):
-            continue
         if key not in _TYPES:
-            notices.append(f"ignored unknown link parameter {clip(key)!r}")
+            notices.append(f"ignored unknown {what} {clip(key)!r}")
+            continue
+        if raw is None:
+            notices.append(f"ignored {what} {key}: not a valid {_TYPES[key]}")
             continue
         kind = _TYPES[key]
         try:
@@ -242,22 +276,23 @@ def from_query(params: dict[str, str], base: RunSettings, limits: Limits,
             else:
                 value = str(raw)
         except (KeyError, ValueError):
-            notices.append(f"ignored link parameter {key}={clip(raw)!r}: not a valid {kind}")
+            notices.append(f"ignored {what} {key}={clip(raw)!r}: not a valid {kind}")
             continue
         changes[key] = value
     if "target" in changes or "draft" in changes:
         if not limits.allow_custom:
-            notices.append("ignored target/draft from the link: custom models are disabled here")
+            source = "the link" if what == "link parameter" else "the trace"
+            notices.append(f"ignored target/draft from {source}: custom models are disabled here")
             changes.pop("target", None), changes.pop("draft", None)
         elif "pair" not in changes:
             changes["pair"] = CUSTOM
     settings = replace(base, **changes)
     for key, message in settings.problems(limits, known_pairs).items():
-        notices.append(f"ignored link parameter {key}: {message}")
+        notices.append(f"ignored {what} {key}: {message}")
         settings = replace(settings, **{key: getattr(base, key)})
         if key == "pair":
             settings = replace(settings, target=base.target, draft=base.draft)
-    return settings, notices, run
+    return settings, notices
 
 
 def _int(name: str, value, default: int | None = None) -> int:

@@ -209,6 +209,14 @@ def contexts(events: Sequence[RoundEvent]) -> list[list[int]]:
     return out
 
 
+def fullest_round(events: Sequence[RoundEvent]) -> int:
+    """The round a finished run opens on: the most nodes verified, then the most tokens kept, then
+    the latest. The last round is often a small tree the token budget cut; this one shows the
+    tree's branches."""
+    return max(range(1, len(events) + 1),
+               key=lambda n: (events[n - 1].nodes, events[n - 1].kept, n), default=1)
+
+
 def tree_views(events: Sequence[RoundEvent], pieces_of: Pieces, round_number: int | None = None,
                greedy: bool = False) -> tuple[str, str]:
     """(round HTML, overview HTML) for a run: round_number's tree (default the last round), or

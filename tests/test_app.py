@@ -3,12 +3,13 @@
 import shutil
 import socket
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from specviz import presets
-from specviz.settings import Limits, RunSettings, from_query
+from specviz.settings import Limits, RunSettings, from_query, from_trace
 
 OUT = Path(__file__).parent.parent / "test-output"
 
@@ -142,6 +143,31 @@ def test_an_operators_lower_bounds_fit_the_defaults():
     assert Limits().for_device("cpu").fit(RunSettings(dtype="float16")).dtype == "auto"
 
 
+def test_an_opened_traces_settings_come_back_as_they_were_run(monkeypatch):
+    """Opening a trace fills the controls with its settings (Run then runs it again): every
+    field as saved, and a value this deployment refuses left at the default, with a notice."""
+    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: None)
+    s = RunSettings(pair="gpt2", proposer="tree", k=5, nodes=12, branching=2, temperature=0.7,
+                    top_p=0.9, top_k=40, seed=3, max_new_tokens=32, prompt="a & b?", chat=False,
+                    dtype="bfloat16")
+    assert from_trace(asdict(s), RunSettings(), Limits(), presets.BY_KEY) == (s, [])
+    # a preset run's blank target/draft are not custom models (custom off, no notice)
+    assert from_trace(asdict(RunSettings(k=2)), RunSettings(), Limits(), presets.BY_KEY) == \
+        (RunSettings(k=2), [])
+    custom = asdict(RunSettings(pair="custom", target="a/b", draft="c/d", k=3))
+    back, notices = from_trace(custom, RunSettings(), Limits(allow_custom=True), presets.BY_KEY)
+    assert (back.pair, back.target, back.draft, back.k, notices) == ("custom", "a/b", "c/d", 3, [])
+    back, notices = from_trace(custom | {"max_new_tokens": 600, "seed": [1], "k": 2.5},
+                               RunSettings(), Limits(), presets.BY_KEY)
+    assert back == RunSettings() and notices == [
+        "ignored trace setting k='2.5': not a valid int",
+        "ignored trace setting seed: not a valid int",
+        "ignored target/draft from the trace: custom models are disabled here",
+        "ignored trace setting max_new_tokens: max new tokens must be in 1..512, got 600"]
+    back, notices = from_trace({"run": True}, RunSettings(), Limits(), presets.BY_KEY)
+    assert back == RunSettings() and notices == ["ignored unknown trace setting 'run'"]
+
+
 def test_custom_models_need_the_operator_switch():
     s, notices, _ = from_query({"target": "a/b", "draft": "c/d"}, RunSettings(),
                                Limits(allow_custom=True), presets.BY_KEY)
@@ -271,8 +297,10 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         assert 1 <= nodes.count() <= 12 and page.locator("#tree .tok.accepted").count() >= 1
         title = nodes.first.get_attribute("title")
         assert " at depth 1; p=" in title and "  q=" in title and "cumulative q=" in title
-        rounds = page.locator("#tree-overview tbody tr").count()
-        assert rounds >= 2 and f"Round {rounds} of {rounds}" in page.inner_text("#tree")
+        rows = [row.split("\t") for row in page.locator("#tree-overview tbody tr").all_inner_texts()]
+        rounds, fullest = len(rows), max(rows, key=lambda c: (int(c[1]), int(c[3]), int(c[0])))[0]
+        assert rounds >= 2 and f"Round {fullest} of {rounds}" in page.inner_text("#tree")  # the
+        assert page.locator("#tree-round input[type=number]").input_value() == fullest  # fullest tree
         assert "chain (draft model, same k)" in page.inner_text("#stats")
         number = page.locator("#tree-round input[type=number]")  # playback: round 1
         number.fill("1")
@@ -293,6 +321,8 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         page.locator("input[type=file]").last.set_input_files(str(trace_file))
         page.wait_for_function("document.body.innerText.includes('Opened: Replay of a saved run')",
                                timeout=60_000)
+        assert "Its settings are in the Run tab's controls" in page.inner_text("body")
+        assert page.locator("#prompt textarea").input_value() == "def f"  # the tree link's before
         page.get_by_role("tab", name="Run", exact=True).click()
         page.wait_for_timeout(1000)
         widths = page.evaluate(WIDTHS_JS)

@@ -221,9 +221,12 @@ def test_a_tree_run_is_compared_with_the_chain_at_the_same_depth(store, monkeypa
     assert list(last.figures["tree_chain"].data[0].y) == pytest.approx([a, b])
     assert f"Tokens per target pass: tree {a:.2f}, chain at k=3 {b:.2f}" in last.status
     assert last.comparison.identical  # greedy: the tree run's text is the target's own
-    # The panel: the last round's tree and one overview line a round; playback of round 1.
-    rounds = len(tree.events)
-    assert f'data-round="{rounds}"' in last.tree_html and last.tree_overview.count("<tr") == rounds + 1
+    # The panel: the fullest round's tree (most nodes, then most kept, then the latest) and one
+    # overview line a round; playback of round 1.
+    rounds, events = len(tree.events), tree.events
+    fullest = max(range(1, rounds + 1), key=lambda n: (events[n - 1].nodes, events[n - 1].kept, n))
+    assert last.tree_round == fullest and f'data-round="{fullest}"' in last.tree_html
+    assert last.tree_overview.count("<tr") == rounds + 1
     assert 'data-round="1"' in tree_round(last.trace, 1, pair)[0]
     with pytest.raises(ValueError, match=f"pick a round in 1..{rounds}"):
         tree_round(last.trace, rounds + 1, pair)

@@ -139,6 +139,18 @@ def test_playback_shows_the_last_round_by_default_and_refuses_a_round_out_of_ran
         treeview.tree_views(events, pieces, 4)
 
 
+def test_a_kept_run_opens_on_its_fullest_round_not_a_budget_cut_last_one():
+    """Most nodes first, then most tokens kept, then the latest: rounds of 6, 6 (2 kept), 6 and a
+    last round the budget cut to 2 nodes open on round 2."""
+    small = (replace(TREE[0], fate="accepted"), replace(TREE[1], fate="unreached"))
+    two_kept = replace(tree_round(2, tree=TREE, accepted=2), new_tokens=[10, 12, 16])
+    events = [tree_round(1), two_kept, tree_round(3), tree_round(4, tree=small)]
+    assert [e.nodes for e in events] == [6, 6, 6, 2] and [e.kept for e in events] == [1, 2, 1, 1]
+    assert treeview.fullest_round(events) == 2
+    assert treeview.fullest_round(events[:1] + events[2:]) == 2  # a tie: the later, second listed
+    assert treeview.fullest_round([]) == 1
+
+
 def test_a_chain_run_shows_the_note_instead_of_a_tree():
     chain = [replace(tree_round(i), tree=(), source="draft") for i in (1, 2)]
     round_text, overview = treeview.tree_views(chain, pieces)
