@@ -144,8 +144,9 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     proposer="tree" drafts a token tree of depth k: `nodes` caps the nodes verified per round
     (unset: sized each round from the measured verify cost), `branching` is each expanded
     node's number of children. A prompt longer than lm.PREFILL_CHUNK tokens is read before
-    round 1 in passes of that many (round 1's events count their time); with progress=True a
-    Reading is yielded after each."""
+    round 1 in passes of that many (lm.WIDE_CHUNKS times as many for a model whose bfloat16
+    layers copy their weights for each prompt pass; round 1's events count their time); with
+    progress=True a Reading is yielded after each."""
     params = SamplingParams(float(temperature), int(top_k), float(top_p))
     check_settings(k, max_new_tokens)
     check_tree_settings(nodes, branching)

@@ -315,7 +315,8 @@ def add_gpucheck_args(p) -> None:
     p.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="fast path through torch.compile (auto: on CUDA only)")
     p.add_argument("--repeats", type=int, help="timed passes per measurement (median)")
-    p.add_argument("--budget", type=float, help="seconds for the whole check (default 270 on CUDA)")
+    p.add_argument("--budget", type=float,
+                   help="seconds for the whole check (default 270 on CUDA, 900 on a CPU, 120 with --quick)")
     p.add_argument("--no-real", action="store_true", help="skip the real pair even when it is cached")
     p.add_argument("--out", help="folder for gpucheck.json and the cost profile <name>.json")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

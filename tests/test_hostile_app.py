@@ -653,8 +653,14 @@ def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(m
     assert (Limits.from_env().upload_mb, Limits.from_env().jobs_per_address) == (64, 3)
     monkeypatch.setenv("SPECVIZ_UPLOAD_MB", "1")  # below one trace's worth: the floor
     assert Limits.from_env().upload_mb == 8
-    monkeypatch.setenv("SPECVIZ_UPLOAD_MB", "lots")
+    for name, value in (("SPECVIZ_UPLOAD_MB", "lots"), ("SPECVIZ_MAX_PROMPT_CHARS", "1e4"),
+                        ("SPECVIZ_MAX_JOB_SECONDS", "nan")):  # a typo stops start-up, naming it
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValueError, match=f"{name}='{value}' is not a .*number: give one"):
+            Limits.from_env()
+        monkeypatch.setenv(name, " ")  # blank: the default
     assert Limits.from_env().upload_mb == Limits().upload_mb == 512
+    assert Limits.from_env().max_job_seconds == 300.0
     assert [str(n) for n in Limits.from_env().trust_forwarded] == ["127.0.0.0/8", "::1/128", "10.0.0.0/8"]
     monkeypatch.setenv("SPECVIZ_TRUST_FORWARDED", "0")
     assert Limits.from_env().trust_forwarded == ()
