@@ -347,7 +347,8 @@ def projected_table(rows: dict, profile: profiles.Profile) -> str:
     lines = [f"Projected onto the cost profile {profile.label} (this run's passes times the profile's "
              "C_D and C_T(tokens verified: 1 + k a chain round, 1 + nodes a tree round; a tree's "
              "batched draft pass counts one C_D); the prefill counts as one pass):", "",
-             "| method | " + " | ".join(paths) + " |", "|" + " --- |" * (len(paths) + 1)]
+             "| method | " + " | ".join(profile.path_label(p) for p in paths) + " |",
+             "|" + " --- |" * (len(paths) + 1)]
     for method, by_path in rows.items():
         cells = [f"{r['seconds']:.2f} s, {r['tokens_per_second']:.1f} tok/s, {_times(r.get('speedup'))}"
                  + (f", {r['vs_chain']:.2f}x chain" if "vs_chain" in r else "")

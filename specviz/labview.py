@@ -295,8 +295,9 @@ def on_profile(rep: explorer.Replay, profile: profiles.Profile) -> str:
             seconds, base = profiles.project(rep, profile, path), profiles.project(alone, profile, path)
         except ValueError:  # no draft cost on this path
             continue
-        parts.append(f"{html.escape(path)} {seconds:.3g} s ({tokens / seconds:.1f} tok/s, "
-                     f"{base / seconds:.2f}x the target alone)" if seconds else f"{html.escape(path)}: -")
+        name = html.escape(profile.path_label(path))
+        parts.append(f"{name} {seconds:.3g} s ({tokens / seconds:.1f} tok/s, "
+                     f"{base / seconds:.2f}x the target alone)" if seconds else f"{name}: -")
     return (f"<br>On {html.escape(profile.label)}: " + ("; ".join(parts) or "no path with a draft cost")
             + ". Pass counts from this replay, costs from the profile; the prefill counts as one pass.")
 
@@ -352,7 +353,8 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
                      for r in reps]  # no cost measured: no point, not 0 tokens / s
         except ValueError:  # no draft cost on this path
             continue
-        fig.add_scatter(x=ks, y=speed, name=f"tokens / s on {profile.name[:40]}, {path}", yaxis="y2",
+        fig.add_scatter(x=ks, y=speed, name=f"tokens / s on {profile.name[:40]}, {profile.path_label(path)}",
+                        yaxis="y2",
                         line=dict(color=THEORY, dash="solid" if path == "fast" else "dot"))
     if measured_k is not None and measured_rounds:  # the run's own figure, not its replay's
         fig.add_scatter(x=[measured_k], y=[sum(measured_rounds) / len(measured_rounds)], mode="markers",

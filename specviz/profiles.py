@@ -112,6 +112,12 @@ class Profile:
         return (f"{self.name}: {self.hardware.get('name', '?')}, torch {p.get('torch', '?')}, "
                 f"transformers {p.get('transformers', '?')}{quick}")
 
+    def path_label(self, name: str) -> str:
+        """A path's name with what it ran: "fast (static cache, compiled)". On a CPU the "fast"
+        path is the static cache uncompiled, and can be slower than eager: the label says so."""
+        c = self.path(name)
+        return f"{name} ({c.cache} cache{', compiled' if c.compiled else ''})"
+
     def path(self, name: str) -> PathCosts:
         if name not in self.paths:
             raise ValueError(f"profile {self.name!r} has no {str(name)[:20]!r} path: "

@@ -200,13 +200,22 @@ def test_explorer_views_project_the_replay_onto_a_profile():
     _, numbers, fig = labview.explorer_views(rec, 2, False, None, None, profile())
     assert "On hand-made: Test GPU, torch 2.11.0, transformers 5.17.0" in numbers
     # eager: 46 ms for 6 tokens (130.4 tok/s); the target alone: 6 passes of 10 ms = 60 ms
-    assert "eager 0.046 s (130.4 tok/s, 1.30x the target alone)" in numbers
+    assert "eager (dynamic cache) 0.046 s (130.4 tok/s, 1.30x the target alone)" in numbers
     assert "fast" not in numbers.split("On hand-made")[1]  # no draft cost on fast: left out
     names = [t.name for t in fig.data]
-    assert "tokens / s on hand-made, eager" in names and "predicted tokens / s" not in names
-    eager = next(t for t in fig.data if t.name == "tokens / s on hand-made, eager")
+    assert "tokens / s on hand-made, eager (dynamic cache)" in names and "predicted tokens / s" not in names
+    eager = next(t for t in fig.data if t.name == "tokens / s on hand-made, eager (dynamic cache)")
     k2 = list(eager.x).index(2)
     assert math.isclose(eager.y[k2], 6 / 0.046)
+
+
+def test_a_paths_label_says_what_it_ran():
+    """The CPU profile's "fast" path is the static cache uncompiled, slower than eager there: the
+    menu and the plots name each path with what it ran."""
+    p = profile()
+    assert [p.path_label(n) for n in p.paths] == ["eager (dynamic cache)", "fast (static cache, compiled)"]
+    cpu = profiles.load_shipped("cpu-x86-64-bfloat16")
+    assert cpu.path_label("fast") == "fast (static cache)"
 
 
 def test_explorer_views_take_shipped_names_only():
