@@ -35,7 +35,7 @@ TREE = (
 def tree_round(number: int = 1, tree=TREE, accepted: int = 1, token: int = 16) -> RoundEvent:
     """A tree round: the walked branch (kept "def", then the first refused child "(" and its first
     child) in the chain-shaped fields, as the engine fills them."""
-    branch = [0, 2, 5] if tree else []
+    branch = [i for i in (0, 2, 5) if i < len(tree)]
     return RoundEvent(round=number, k=len(branch), draft_tokens=[tree[i].token for i in branch],
                       accepted=accepted, token=token, kind="recovered", new_tokens=[10, token],
                       target_probs=[tree[i].p for i in branch], draft_probs=[tree[i].q for i in branch],
