@@ -111,14 +111,37 @@ def assemble(model: EmbeddedModel, out: Path) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def _one_gguf_parse():
+    """Inside it, gguf.GGUFReader parses each file once. transformers builds a fresh reader for the
+    tokenizer, the config and the weights, and a parse walks every vocabulary entry in Python:
+    about a third of a first load (tests/test_embedded.py). Readers only read their memmap."""
+    import gguf
+
+    cls, readers = gguf.GGUFReader, {}
+
+    def reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = cls(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = cls
+
+
 def _dequantize_to(gguf_path: Path, out_dir: Path) -> None:
     """Load a GGUF through transformers and save a plain safetensors model in out_dir."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     folder, name = str(gguf_path.parent), gguf_path.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
+    with _one_gguf_parse():
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
     # A GGUF-loaded model refuses save_pretrained (it is marked quantized): rebuild it plainly.
     config_dict = loaded.config.to_dict()
     config_dict.pop("quantization_config", None)

@@ -207,3 +207,28 @@ def test_a_failed_build_names_the_fix_its_error_calls_for(tmp_path, monkeypatch,
     assert os.strerror(getattr(errno, code)) in str(info.value)
     if code != "ENOSPC":
         assert "free some space" not in str(info.value)  # a disk with room is not called full
+
+
+def test_a_build_parses_each_gguf_once_and_puts_the_reader_back(tmp_path, monkeypatch):
+    """transformers opens a fresh GGUFReader for the tokenizer, the config and the weights; inside
+    _one_gguf_parse they share one parse of the file (a third of a first load)."""
+    import gguf
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    original, parses = gguf.GGUFReader, []
+    build = original._build_fields
+    monkeypatch.setattr(original, "_build_fields", lambda self, *a: parses.append(1) or build(self, *a))
+    with embedded._one_gguf_parse():
+        for _ in range(3):
+            assert load_gguf_checkpoint(str(path))["config"]["num_hidden_layers"] == 1
+        assert len(parses) == 1
+    assert gguf.GGUFReader is original
+    load_gguf_checkpoint(str(path))
+    assert len(parses) == 2  # outside it, every call parses again
