@@ -464,14 +464,17 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                                ngram_step=getattr(drafter, "step", None))
         except ValueError:  # a draft that cannot read every token: no k explorer for this run
             recording = None
-    trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans), base.events, recording)
+    trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans), base.events, recording,
+                  chain.events if chain is not None else ())
     yield replace(view, trace=trace)
 
 
 def replay_view(trace: Trace, pair: Pair | None = None) -> View:
     """A saved run shown again without a model (its tree's texts read with the loaded pair's
-    tokenizer when that pair made it, as the playback does: trace_text)."""
+    tokenizer when that pair made it, as the playback does: trace_text), with the figures the run
+    showed: a tree run's chain comparison too, when the trace carries it."""
     spec, base = trace.stats, RunStats.of(trace.baseline) if trace.baseline else None
+    chain = RunStats.of(trace.chain) if trace.chain else None
     greedy = float(trace.settings.get("temperature", 0)) == 0
     dtype = getattr(torch, str(trace.models.get("dtype", "float32")), torch.float32)
     if not isinstance(dtype, torch.dtype):
@@ -484,9 +487,10 @@ def replay_view(trace: Trace, pair: Pair | None = None) -> View:
     number = treeview.fullest_round(spec.events)
     tree_html, overview = treeview.tree_views(spec.events, trace_text(trace, pair), number, greedy)
     return View(f"Replay of a saved run: {names[0]} with {names[1]}",
-                to_html(list(trace.spans)), timeline_html(list(trace.spans), spec), stats_html(spec, base),
-                verdict, all_figures(spec, base, k=k if type(k) is int else None), spec, base, result,
-                trace, tree_html, number, overview)
+                to_html(list(trace.spans)), timeline_html(list(trace.spans), spec),
+                stats_html(spec, base, chain), verdict,
+                all_figures(spec, base, chain, k if type(k) is int else None), spec, base, result,
+                trace, tree_html, number, overview, chain)
 
 
 class _NoTokenizer:

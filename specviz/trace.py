@@ -30,6 +30,7 @@ class Trace:
     spans: tuple[Span, ...]
     baseline: tuple[RoundEvent, ...] = ()
     recording: Recording | None = None
+    chain: tuple[RoundEvent, ...] = ()  # a tree run's comparison: the chain drafter at the same k
 
     @property
     def stats(self) -> RunStats:
@@ -44,7 +45,8 @@ class Trace:
             "prompt_ids": self.prompt_ids, "events": [_event_dict(e) for e in self.events],
             "baseline": [_event_dict(e) for e in self.baseline],
             "spans": [asdict(s) for s in self.spans], "summary": self.stats.summary(),
-            "recording": self.recording.to_dict() if self.recording else None},
+            "recording": self.recording.to_dict() if self.recording else None,
+            **({"chain": [_event_dict(e) for e in self.chain]} if self.chain else {})},
             separators=(",", ":"), ensure_ascii=False)  # UTF-8: an emoji's 4 bytes, not 12 escaped
 
 
@@ -122,7 +124,7 @@ def loads(text: str | bytes, vocab_size: int | None = None, max_positions: int |
 def check_model(t: Trace, vocab_size: int, max_positions: int | None = None) -> None:
     """Refuse an opened trace that does not fit a model, before feeding its ids to one: every id
     a model would read below vocab_size, and prompt plus output within max_positions."""
-    runs = (t.events, t.baseline)
+    runs = (t.events, t.baseline, t.chain)
     top = max([max(t.prompt_ids)] + [max(e.new_tokens + e.draft_tokens + [n.token for n in e.tree])
                                      for run in runs for e in run])
     if top >= vocab_size:

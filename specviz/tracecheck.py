@@ -362,7 +362,7 @@ def _models(d) -> dict:
 
 
 _TOP_KEYS = ("format", "version", "settings", "models", "prompt_ids", "events", "baseline", "spans",
-             "summary", "recording")
+             "summary", "recording", "chain")
 
 
 def fields_of(d, vocab: int) -> dict:
@@ -378,9 +378,14 @@ def fields_of(d, vocab: int) -> dict:
     prompt_ids = u.ids(d["prompt_ids"], "prompt_ids", vocab, 1, MAX_POSITIONS - MAX_NEW_TOKENS)
     events = _events(d["events"], "events", 1, vocab)
     baseline = _events(d.get("baseline", []), "baseline", 0, vocab)
+    chain = _events(d.get("chain", []), "chain", 0, vocab)
+    if chain and not any(e.tree for e in events):
+        u.fail("chain", "is for a tree run's comparison only: a chain run's trace has none")
+    if any(e.tree for e in chain):
+        u.fail("chain", "must be a chain run: its rounds have no tree")
     tokens = [t for e in events for t in e.new_tokens]
     settings = _settings(d["settings"])
-    for where, run in (("events", events), ("baseline", baseline)):
+    for where, run in (("events", events), ("baseline", baseline), ("chain", chain)):
         if sum(len(e.new_tokens) for e in run) > settings.get("max_new_tokens", MAX_NEW_TOKENS):
             u.fail(where, "commit more tokens than settings.max_new_tokens")
     recording = _recording(d.get("recording"), prompt_ids, tokens, vocab)
@@ -390,4 +395,4 @@ def fields_of(d, vocab: int) -> dict:
                             target_pass_seconds=stats.target_pass_seconds)
     return {"settings": settings, "models": _models(d["models"]), "prompt_ids": prompt_ids,
             "events": events, "spans": _spans(d["spans"], events, vocab), "baseline": baseline,
-            "recording": recording}
+            "recording": recording, "chain": chain}

@@ -619,3 +619,33 @@ def test_the_shelf_charges_a_trace_about_the_memory_its_parse_holds():
         assert 0.7 < ratio < 2.0, ratio  # measured 0.87-1.0 for these, 1.9 for a long prompt
     compact = json.dumps(rows, separators=(",", ":")).encode()
     assert measured(compact) > 4 * len(compact)  # what the JSON size missed
+
+
+def test_a_tree_traces_chain_comparison_opens_checked_and_shows():
+    """A tree run's trace may carry the chain drafter's run at the same k ("chain"): it is
+    checked like the runs, is refused on a chain run's trace or holding tree rounds, and shows
+    as the chain column and the tree-vs-chain figure: tokens per target pass 12/6 beside 2."""
+    d = tree_synthetic(rounds=4)  # kept 1, 2, 3, 0: 10 tokens in 4 passes
+    d["chain"] = [dict(e, round=i + 1) for i, e in enumerate(synthetic(rounds=3, k=3)["events"][:3])]
+    d["chain"][-1]["stop"] = "length"  # kept 1, 2, 3: 9 tokens in 3 passes
+    t = trace.loads(json.dumps(d))
+    assert [e.accepted for e in t.chain] == [1, 2, 3] and not any(e.tree for e in t.chain)
+    view = replay_view(t)
+    assert view.chain is not None and view.chain.tokens_per_pass == pytest.approx(9 / 3)
+    assert list(view.figures["tree_chain"].data[0].y) == pytest.approx([10 / 4, 9 / 3])
+    assert f"<td>{10 / 4:.2f}</td><td></td><td>{9 / 3:.2f}</td>" in view.stats_html  # no baseline
+    chain_run = synthetic()
+    chain_run["chain"] = d["chain"]
+    refused(chain_run, "chain is for a tree run's comparison only")
+    treed = json.loads(json.dumps(d))
+    treed["chain"][0] = d["events"][0]  # a valid tree round, in the chain
+    refused(treed, "chain must be a chain run: its rounds have no tree")
+    bad = json.loads(json.dumps(d))
+    bad["chain"][1]["k"] = 10**12
+    refused(bad, "chain[1].k must be an integer in 0..32")
+    wide = json.loads(json.dumps(d))
+    wide["chain"][0]["new_tokens"][-1] = wide["chain"][0]["token"] = 299
+    wide["chain"][0]["draft_tokens"][0] = wide["chain"][0]["new_tokens"][0] = 280
+    refused_by_model = trace.loads(json.dumps(wide))  # the app checks an opened trace's ids so
+    with pytest.raises(trace.TraceError, match="token id 299, outside the model's vocabulary of 290"):
+        trace.check_model(refused_by_model, 290)  # against the loaded pair, the chain's too

@@ -1,5 +1,6 @@
 """The app's service layer on tiny models: streamed views, the trace, end-to-end sampling."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -233,6 +234,14 @@ def test_a_tree_run_is_compared_with_the_chain_at_the_same_depth(store, monkeypa
     # The trace keeps the knobs; the k explorer says plainly that trees are not replayed.
     assert (last.trace.settings["nodes"], last.trace.settings["branching"]) == (8, 2)
     assert last.trace.recording is None and "not replayed at other depths" in explorer_refusal(last.trace)
+    # Saved and opened again, the run shows what it showed: the chain column and the tree-vs-chain
+    # figure too (the trace carries the chain's rounds); a chain run's trace has no "chain" key.
+    opened = loads(last.trace.to_json(), pair.vocab_size)
+    assert [e.new_tokens for e in opened.chain] == [e.new_tokens for e in chain.events]
+    shown = replay_view(opened, pair)
+    assert shown.stats_html == last.stats_html and shown.chain.tokens == chain.tokens
+    assert list(shown.figures["tree_chain"].data[0].y) == pytest.approx([a, b])
+    assert set(shown.figures) == set(last.figures)
     calls.clear()
     again = list(run_views(store, s, Limits()))[-1]
     assert calls == ["tree"] and "chain comparison reused" in again.status
@@ -240,6 +249,7 @@ def test_a_tree_run_is_compared_with_the_chain_at_the_same_depth(store, monkeypa
     # a draft-model run with the same settings is the comparison: the tree run after it reuses it
     store.chains = Baselines()
     drafted = list(run_views(store, replace(s, proposer="draft"), Limits()))[-1]
+    assert "chain" not in json.loads(drafted.trace.to_json())  # the shape chain traces had before
     calls.clear()
     after = list(run_views(store, s, Limits()))[-1]
     assert calls == ["tree"] and "chain comparison reused" in after.status
