@@ -624,7 +624,7 @@ def test_the_shelf_charges_a_trace_about_the_memory_its_parse_holds():
 def test_a_tree_traces_chain_comparison_opens_checked_and_shows():
     """A tree run's trace may carry the chain drafter's run at the same k ("chain"): it is
     checked like the runs, is refused on a chain run's trace or holding tree rounds, and shows
-    as the chain column and the tree-vs-chain figure: tokens per target pass 12/6 beside 2."""
+    as the chain column and the tree-vs-chain figure: tokens per target pass 10/4 beside 9/3."""
     d = tree_synthetic(rounds=4)  # kept 1, 2, 3, 0: 10 tokens in 4 passes
     d["chain"] = [dict(e, round=i + 1) for i, e in enumerate(synthetic(rounds=3, k=3)["events"][:3])]
     d["chain"][-1]["stop"] = "length"  # kept 1, 2, 3: 9 tokens in 3 passes
@@ -646,6 +646,7 @@ def test_a_tree_traces_chain_comparison_opens_checked_and_shows():
     wide = json.loads(json.dumps(d))
     wide["chain"][0]["new_tokens"][-1] = wide["chain"][0]["token"] = 299
     wide["chain"][0]["draft_tokens"][0] = wide["chain"][0]["new_tokens"][0] = 280
-    refused_by_model = trace.loads(json.dumps(wide))  # the app checks an opened trace's ids so
+    # The app checks an opened trace's ids against the loaded pair: the chain's ids count too.
+    refused_by_model = trace.loads(json.dumps(wide))
     with pytest.raises(trace.TraceError, match="token id 299, outside the model's vocabulary of 290"):
-        trace.check_model(refused_by_model, 290)  # against the loaded pair, the chain's too
+        trace.check_model(refused_by_model, 290)
