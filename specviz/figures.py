@@ -61,7 +61,8 @@ def acceptance_by_position(spec: RunStats) -> go.Figure:
 def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = None,
                  base: RunStats | None = None) -> go.Figure:
     """(1 - α^(k+1))/(1 - α) over k at the measured α, the measured point, and break-even.
-    A tree run gets no chain prediction: its measured point at depth k, and the chain's there.
+    A tree run gets no chain prediction: its measured point at the depth it drafted (k caps it), and
+    the chain's at k.
 
     Break-even is the round's time over the target alone's per token (theory.break_even_tokens),
     priced by the target's measured line T(n) = T0 + Δ + b n (metrics.target_line: the run's rounds
@@ -107,14 +108,17 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
 
 
 def _tree_points(spec: RunStats, chain: RunStats | None, k: int) -> go.Figure:
+    """The tree run at the depth it drafted (k caps it), the chain at its k."""
     fig = go.Figure()
-    for stats, name, color in ((spec, "this tree run", SPEC), (chain, "the chain at the same k", BASE)):
+    for stats, name, color in ((spec, f"this tree run (k={k} caps its depth)", SPEC),
+                               (chain, "the chain at the same k", BASE)):
         if stats and stats.events:
-            fig.add_scatter(x=[k], y=[stats.tokens_per_pass], mode="markers", name=name,
+            fig.add_scatter(x=[stats.draft_depth], y=[stats.tokens_per_pass], mode="markers",
+                            name=f"{name}: {stats.draft_depth:.1f} deep a round on average",
                             marker=dict(size=12, color=color, symbol="diamond"))
     fig.add_annotation(text="the i.i.d. chain prediction is not for trees", showarrow=False,
                        xref="paper", yref="paper", x=0.5, y=0.95)
-    return _layout(fig, f"Tokens per pass at k={k}: measured", "k (the tree's depth)",
+    return _layout(fig, f"Tokens per pass at k={k}: measured", "depth drafted a round (mean)",
                    "tokens per target pass")
 
 
@@ -138,8 +142,9 @@ def tree_nodes(spec: RunStats) -> go.Figure:
 
 
 def tree_vs_chain(spec: RunStats, chain: RunStats | None, k: int | None = None) -> go.Figure:
-    """Tokens per target pass of the tree run and of the chain drafter at the same depth k."""
-    names, values, colors = ["token tree"], [spec.tokens_per_pass], [SPEC]
+    """Tokens per target pass of the tree run (k caps its depth) and of the chain drafter at k."""
+    names = [f"token tree (depth {spec.draft_depth:.1f} a round)"]
+    values, colors = [spec.tokens_per_pass], [SPEC]
     if chain is not None and chain.events:
         names.append(f"chain (draft model, k={k or chain.k})")
         values.append(chain.tokens_per_pass)

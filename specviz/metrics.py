@@ -127,6 +127,13 @@ class RunStats:
         return any(e.tree for e in self.events)
 
     @property
+    def draft_depth(self) -> float:
+        """How deep the rounds that drafted went, on average: a tree round's deepest node, a chain
+        round's k. A tree's k is a cap: one sized by the verify cost often stops shallower."""
+        depths = [max(n.depth for n in e.tree) if e.tree else e.k for e in self.events if e.nodes]
+        return sum(depths) / len(depths) if depths else 0.0
+
+    @property
     def nodes_verified(self) -> int:
         """Drafted tokens the target verified: every tree node, or each chain round's k."""
         return sum(e.nodes for e in self.events)

@@ -71,6 +71,7 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
     if tree:  # accepted / nodes verified is a tree's acceptance rate
         rows += [row("drafted tokens verified (tree nodes; a chain: k a round)",
                      lambda r: f"{r.nodes_verified}"),
+                 row("depth drafted a round (mean; k caps a tree's)", lambda r: f"{r.draft_depth:.1f}"),
                  row("accepted per verified token", lambda r: f"{r.accepted_per_node:.1%}")]
     rows += [
         row("per-token acceptance α = accepted / (accepted + rejections)"

@@ -175,15 +175,20 @@ def test_tree_figures_and_stats_match_hand_computations():
     chain = RunStats.of([replace(tree_round(i), tree=(), source="draft", new_tokens=[10, 11, 16])
                          for i in (1, 2, 3)])  # 9 tokens in 3 passes
     bars = figures.tree_vs_chain(spec, chain, 3).data[0]
-    assert list(bars.y) == [2.0, 3.0] and list(bars.x) == ["token tree", "chain (draft model, k=3)"]
+    # deepest nodes 3, 3 and 2 (TREE[:3]): the tree drafted 8/3 deep a round, the chain its k=3
+    assert spec.draft_depth == pytest.approx(8 / 3) and chain.draft_depth == 3.0
+    assert list(bars.y) == [2.0, 3.0]
+    assert list(bars.x) == ["token tree (depth 2.7 a round)", "chain (draft model, k=3)"]
     assert spec.predicted_tokens_per_pass is None
     k_fig = figures.k_prediction(spec, chain, 3)  # no i.i.d. curve for a tree run: two measured points
-    assert [(d.x[0], d.y[0]) for d in k_fig.data] == [(3, 2.0), (3, 3.0)]
+    assert [(d.x[0], d.y[0]) for d in k_fig.data] == [(pytest.approx(8 / 3), 2.0), (3, 3.0)]
+    assert "2.7 deep a round" in k_fig.data[0].name and "3.0 deep" in k_fig.data[1].name
     table = stats_html(spec, None, chain)
     assert "<th>chain (draft model, same k)</th>" in table and "— (not for trees)" in table
     assert "<td>2.00</td><td></td><td>3.00</td>" in table  # tokens per pass: tree, -, chain
     assert "<td>15</td><td></td><td>9</td>" in table  # tokens verified: 6 + 6 + 3; the chain's 3 × 3
     assert f"<td>{3 / 15:.1%}</td><td></td><td>{3 / 9:.1%}</td>" in table
+    assert "<td>2.7</td><td></td><td>3.0</td>" in table  # depth drafted a round: 8/3, the chain's k
     assert set(figures.all_figures(spec, None, chain, 3)) >= {"tree_nodes", "tree_chain"}
 
 
