@@ -27,7 +27,7 @@ from .loading import Pair, load_pair
 from .metrics import RunStats
 from .render import Span, round_spans, to_html
 from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text, public_message
-from .trace import Trace
+from .trace import Trace, node_text
 from .views import stats_html, timeline_html, verdict_html
 
 
@@ -272,7 +272,8 @@ def trace_text(trace: Trace, pair: Pair | None = None):
         if all(str(made.get(name)) == str(value) for name, value in here.items()):
             return token_text(pair.tokenizer, vocab_size=pair.vocab_size)
     recording = trace.recording
-    by_token = token_text(None, trace.spans, known=recording.token_text if recording else None)
+    known = {**(recording.token_text or {} if recording else {}), **(trace.node_text or {})}
+    by_token = token_text(None, trace.spans, known=known)
     texts: dict[int, list[str]] = {}  # round -> its committed tokens' texts, as the run showed them
     for sp in trace.spans:
         if sp.emitted:
@@ -379,7 +380,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
         spans += round_spans(event, pair.tokenizer, context)  # only this round's tokens decoded
         context += event.new_tokens
         if event.stop is None and time.monotonic() > deadline:
-            trace = Trace(asdict(s), models, prompt_ids, tuple(events), tuple(spans))
+            trace = Trace(asdict(s), models, prompt_ids, tuple(events), tuple(spans),
+                          node_text=node_text(events, spans, pair.tokenizer))
             made = len(context) - len(prompt_ids)
             yield replace(_view(_over_budget(limits, f"the speculative run after {made} tokens (no "
                                              "baseline)"), pair, spans, RunStats.of(events), kept=True,
@@ -398,7 +400,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
             if not reading:
                 base_events.append(event)
             if (reading or event.stop is None) and time.monotonic() > deadline:
-                trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans))
+                trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans),
+                              node_text=node_text(spec.events, spans, pair.tokenizer))
                 made = "while it read the prompt" if reading else f"after {event.round} tokens"
                 yield replace(_view(_over_budget(limits, f"the baseline {made} (no speedup or identity "
                                                  "check)"), pair, spans, spec,
@@ -465,7 +468,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
         except ValueError:  # a draft that cannot read every token: no k explorer for this run
             recording = None
     trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans), base.events, recording,
-                  chain.events if chain is not None else ())
+                  chain.events if chain is not None else (),
+                  node_text(spec.events, spans, pair.tokenizer))
     yield replace(view, trace=trace)
 
 

@@ -12,13 +12,14 @@ import json
 from dataclasses import asdict, dataclass
 
 from . import untrusted
+from .detok import token_pieces
 from .engine import RoundEvent
 from .explorer import Recording
 from .metrics import RunStats
 from .render import Span
 from .tracecheck import FORMAT, MAX_DEPTH, MAX_TRACE_BYTES, MAX_VOCAB, VERSION, fields_of
 
-__all__ = ["MAX_TRACE_BYTES", "Trace", "TraceError", "check_model", "loads"]
+__all__ = ["MAX_TRACE_BYTES", "Trace", "TraceError", "check_model", "loads", "node_text"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Trace:
     baseline: tuple[RoundEvent, ...] = ()
     recording: Recording | None = None
     chain: tuple[RoundEvent, ...] = ()  # a tree run's comparison: the chain drafter at the same k
+    node_text: dict[str, str] | None = None  # id -> text of tree-node tokens no span shows
 
     @property
     def stats(self) -> RunStats:
@@ -46,8 +48,20 @@ class Trace:
             "baseline": [_event_dict(e) for e in self.baseline],
             "spans": [asdict(s) for s in self.spans], "summary": self.stats.summary(),
             "recording": self.recording.to_dict() if self.recording else None,
-            **({"chain": [_event_dict(e) for e in self.chain]} if self.chain else {})},
+            **({"chain": [_event_dict(e) for e in self.chain]} if self.chain else {}),
+            **({"node_text": self.node_text} if self.node_text else {})},
             separators=(",", ":"), ensure_ascii=False)  # UTF-8: an emoji's 4 bytes, not 12 escaped
+
+
+def node_text(events, spans, tokenizer) -> dict[str, str]:
+    """{id: text} of every tree-node token of the events that no span shows (refused and
+    never-reached candidates), so that an opened trace names them without the tokenizer, as the
+    live page did. Each is the token's text alone (detok.token_pieces without context): a token
+    that holds part of a character is "" (the live page shows the character whole on a node that
+    completes it after its branch). Keyed by str(id), as JSON keeps it."""
+    shown = {s.token for s in spans}
+    ids = sorted({n.token for e in events for n in e.tree} - shown)
+    return {str(t): token_pieces(tokenizer, [], [t])[0] for t in ids}
 
 
 def _event_dict(e: RoundEvent) -> dict:

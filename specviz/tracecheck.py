@@ -362,7 +362,7 @@ def _models(d) -> dict:
 
 
 _TOP_KEYS = ("format", "version", "settings", "models", "prompt_ids", "events", "baseline", "spans",
-             "summary", "recording", "chain")
+             "summary", "recording", "chain", "node_text")
 
 
 def fields_of(d, vocab: int) -> dict:
@@ -383,6 +383,7 @@ def fields_of(d, vocab: int) -> dict:
         u.fail("chain", "is for a tree run's comparison only: a chain run's trace has none")
     if any(e.tree for e in chain):
         u.fail("chain", "must be a chain run: its rounds have no tree")
+    node_text = _node_text(d.get("node_text"), events)
     tokens = [t for e in events for t in e.new_tokens]
     settings = _settings(d["settings"])
     for where, run in (("events", events), ("baseline", baseline), ("chain", chain)):
@@ -395,4 +396,16 @@ def fields_of(d, vocab: int) -> dict:
                             target_pass_seconds=stats.target_pass_seconds)
     return {"settings": settings, "models": _models(d["models"]), "prompt_ids": prompt_ids,
             "events": events, "spans": _spans(d["spans"], events, vocab), "baseline": baseline,
-            "recording": recording, "chain": chain}
+            "recording": recording, "chain": chain, "node_text": node_text}
+
+
+def _node_text(text, events: list) -> dict[str, str] | None:
+    """Texts of the tree runs' node tokens: at most one per distinct node token of the events,
+    keyed by that token's id (a string, as JSON keys are), each at most MAX_TEXT_CHARS."""
+    if text is None:
+        return None
+    nodes = {str(n.token) for e in events for n in e.tree}
+    if type(text) is not dict or not set(text) <= nodes:
+        u.fail("node_text", "must be an object keyed by the ids of the events' tree-node tokens")
+    u.texts(list(text.values()), "node_text", MAX_TEXT_CHARS)
+    return text

@@ -650,3 +650,23 @@ def test_a_tree_traces_chain_comparison_opens_checked_and_shows():
     refused_by_model = trace.loads(json.dumps(wide))
     with pytest.raises(trace.TraceError, match="token id 299, outside the model's vocabulary of 290"):
         trace.check_model(refused_by_model, 290)
+
+
+def test_a_tree_traces_node_texts_are_checked_and_name_the_nodes_opened():
+    """"node_text" names the tree-node tokens no span shows: keys are node tokens of the events,
+    values short strings; anything else is refused, and an opened trace shows the text, not ⟨id⟩."""
+    from specviz.service import tree_round
+
+    d = tree_synthetic(rounds=4)
+    t = trace.loads(json.dumps(d))
+    hidden = sorted({n.token for e in t.events for n in e.tree} - {s.token for s in t.spans})
+    assert hidden and f"⟨{hidden[0]}⟩" in "".join(tree_round(t, r)[0] for r in range(1, 5))
+    d["node_text"] = {str(i): f"<b>n{i}</b>" for i in hidden}
+    t = trace.loads(json.dumps(d))
+    shown = "".join(tree_round(t, r)[0] for r in range(1, 5))
+    assert "⟨" not in shown and f"&lt;b&gt;n{hidden[0]}&lt;/b&gt;" in shown and "<b>n" not in shown
+    refused(dict(d, node_text=["x"]), "node_text must be an object keyed by the ids of the events' tree")
+    refused(dict(d, node_text={"999999": "x"}), "node_text must be an object keyed by the ids")
+    refused(dict(d, node_text={str(hidden[0]): "x" * 1001}), "node_text must hold strings of at most 1000")
+    refused(dict(d, node_text={str(hidden[0]): 7}), "node_text must hold strings")
+    refused(dict(synthetic(), node_text={"5": "x"}), "node_text must be an object keyed by the ids")

@@ -1,11 +1,12 @@
 """The app's service layer on tiny models: streamed views, the trace, end-to-end sampling."""
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
 
-from specviz import labview
+from specviz import labview, service
 from specviz.service import ModelStore, continuations, replay_view, run_views, sample_continuations
 from specviz.settings import Limits, RunSettings
 from specviz.trace import loads
@@ -385,6 +386,9 @@ def test_a_long_prompt_shows_its_reading_and_the_time_limit_acts_between_its_pas
     assert steps[0]["stopped"].startswith("Stopped the check after 0 of 20 samples (a shorter prompt")
 
 
+NODE = re.compile(r'data-node="(\d+)" title="([^"]*)"')
+
+
 def test_an_opened_tree_trace_shows_the_texts_the_live_run_showed(store):
     """The overview read each committed token's text by its id alone, so a piece that depends on
     the tokens before it showed differently once the trace was opened (and again once the slider
@@ -394,6 +398,23 @@ def test_an_opened_tree_trace_shows_the_texts_the_live_run_showed(store):
     opened = loads(live.trace.to_json())
     assert replay_view(opened).tree_overview == live.tree_overview  # from the trace's own texts
     assert replay_view(opened, store.current()).tree_overview == live.tree_overview  # the pair's
+    # Every round's tree, refused and never-reached nodes too: the trace names them (node_text),
+    # where it showed their ids (⟨289⟩) without the pair that made it. A node's text is the
+    # token's alone: the live page's may differ by a character its branch completes ("" in the
+    # trace) or by the marks (�) of unfinished ones before it (the random model makes those).
+    texts = opened.node_text
+    assert texts and set(texts).isdisjoint(str(sp.token) for sp in opened.spans)
+    same = 0
+    for number, event in enumerate(opened.events, 1):
+        shown = dict(NODE.findall(service.tree_round(opened, number)[0]))
+        there = dict(NODE.findall(service.tree_round(live.trace, number, store.current())[0]))
+        assert len(shown) == len(there) == len(event.tree) and "⟨" not in "".join(shown.values())
+        for i, title in shown.items():
+            token = str(event.tree[int(i)].token)
+            if token in texts:  # (a token the spans show is named as they show it)
+                same += title == there[i]
+                assert title == there[i].replace("\ufffd", "") or texts[token] == "", (number, i)
+    assert same > 0  # nodes the spans do not show, named as the live page named them
 
 
 def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_explain(store):
