@@ -52,9 +52,13 @@ class Span:
                     "earlier refusal")
         if self.p is None:
             return f"{self.fate}: {where}"
+        rule = ""  # a tree's candidate: not Algorithm 1's min(1, p/q), so say what it is
+        if self.keep is not None and self.q and abs(self.keep - min(1.0, self.p / self.q)) > 1e-6:
+            rule = (" (a token tree tries each candidate as a one-hot draft: p(x) over the mass its "
+                    "refused elder siblings left; q only picked and ordered them)")
         return (f"{self.fate}: {where}; p(x)={self.p:.4f}"
                 + ("" if self.q is None else f"  q(x)={self.q:.4f}")  # a trace may leave q out
-                + ("" if self.keep is None else f"  kept with probability {self.keep:.4f}"))
+                + ("" if self.keep is None else f"  kept with probability {self.keep:.4f}{rule}"))
 
 
 def target_fate(event: RoundEvent) -> str:

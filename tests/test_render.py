@@ -3,6 +3,7 @@ and against the rule itself."""
 
 import html
 import math
+from dataclasses import replace
 
 import torch
 
@@ -87,6 +88,10 @@ def test_a_tree_round_shows_the_chance_the_walk_kept_each_candidate():
     assert [s.fate for s in spans] == ["accepted", REJECTED]
     assert [round(s.keep, 6) for s in spans] == [0.6, 0.2]
     assert "kept with probability 0.6000" in spans[0].tooltip and "0.857" not in spans[0].tooltip
+    assert "one-hot draft" in spans[0].tooltip  # why it is not min(1, p/q) = 0.857
+    chain = [s for s in round_spans(replace(tree_event, tree=(), source="draft"), Letters(), [5])
+             if s.position]  # a chain keeps with min(1, p/q): no note
+    assert round(chain[0].keep, 6) == round(0.3 / 0.35, 6) and "one-hot" not in chain[0].tooltip
 
 
 def test_a_long_token_text_from_an_opened_trace_is_clipped_on_the_page():
