@@ -25,7 +25,7 @@ from collections import Counter, OrderedDict, defaultdict, deque
 from urllib.parse import parse_qsl, urlencode
 
 from specviz.gate import public_address, visitor_address
-from specviz.untrusted import containers
+from specviz.untrusted import containers, utf8
 
 QUEUE_FULL = ("queue full: {what} already has {n} events waiting or unread; wait for them to "
               "finish and read their results (the page does), then try again")
@@ -49,6 +49,7 @@ MAX_SESSION = 64  # characters of a session hash (Gradio's page makes 11, gradio
 LONG_SESSION = (f"a session hash is at most {MAX_SESSION} characters (the page and gradio_client make "
                 "shorter ones)")
 NO_SUCH_EVENT = "no such event in this app: call one the page offers (see 'Use via API')"
+NOT_UTF8 = "a request's body must be UTF-8 JSON (as the page and gradio_client send it)"
 UNREAD_SECONDS = 900.0  # an unread result no longer counts against its address after this long
 MAX_URL = 4096  # bytes of a request's path, and of its query string
 _CALL = re.compile(r"/gradio_api/call/[^/]+/?$")
@@ -330,6 +331,8 @@ class RequestGuard:
     def check_body(self, body: bytes, call: bool, address: str | None) -> Refused | None:
         """A whole body's values counted; a /call/ body's session hash bounded and admitted as one
         of its address's pages: Gradio makes that page's state before the queue sees the call."""
+        if not utf8(body):  # JSON's other encodings would hide their values from containers()
+            return Refused(400, NOT_UTF8)
         if self.max_values is not None and containers(body) > self.max_values:
             return Refused(413, TOO_MANY_VALUES.format(n=self.max_values))
         if not call:

@@ -110,6 +110,9 @@ def loads(text: str | bytes, vocab_size: int | None = None, max_positions: int |
     if len(data) > MAX_TRACE_BYTES:
         raise TraceError(f"trace is {len(data) / 2**20:.1f} MiB; the limit is "
                          f"{MAX_TRACE_BYTES // 2**20} MiB")
+    if not untrusted.utf8(data):
+        raise TraceError("not a valid specviz trace: not UTF-8 JSON (specviz writes traces in "
+                         "UTF-8; save it again in that encoding)")
     if untrusted.depth(data) > MAX_DEPTH:
         raise TraceError(f"not a valid specviz trace: nested deeper than {MAX_DEPTH} levels")
     vocab = MAX_VOCAB if vocab_size is None else vocab_size

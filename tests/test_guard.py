@@ -523,6 +523,23 @@ def test_an_event_of_many_empty_values_is_refused_before_gradio_parses_it(server
     assert httpx.post(f"{server.url}/call/fast", json={"data": [prompt]}, timeout=10).status_code == 200
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16", "utf-32"])
+def test_a_body_in_another_json_encoding_is_refused_before_gradio_parses_it(server, encoding):
+    """json.loads reads UTF-16 and UTF-32 too, and there a character such as ∀ (U+2200: bytes
+    00 22) holds a quote byte: the value count took the rest for a string, and a 1 MiB body of
+    170,000 empty arrays reached Gradio (0.8-1 s of its event loop each, refused or not)."""
+    empties = {"data": ["∀", [[]] * (MAX_VALUES // 2)], "session_hash": "v", "fn_index": server.fast}
+    body = json.dumps(empties, ensure_ascii=False).encode(encoding)
+    refused = httpx.post(f"{server.url}/queue/join", headers={"content-type": "application/json"},
+                         content=body, timeout=10)
+    assert refused.status_code == 400 and "must be UTF-8 JSON" in refused.json()["detail"]
+    small = json.dumps({"data": ["∀ ok"]}, ensure_ascii=False)
+    assert httpx.post(f"{server.url}/call/fast", headers={"content-type": "application/json"},
+                      content=small.encode(encoding), timeout=10).status_code == 400
+    assert httpx.post(f"{server.url}/call/fast", headers={"content-type": "application/json"},
+                      content=small.encode("utf-8"), timeout=10).status_code == 200
+
+
 @pytest.mark.parametrize("peer, forwarded, counted", [
     ("8.8.8.8", ["1.2.3.4"], "8.8.8.8"),  # a public peer is the visitor: its header is its own to write
     ("10.16.3.80", ["9.9.9.9"], "9.9.9.9"),  # a Space's proxy forwarding the visitor

@@ -670,3 +670,12 @@ def test_a_tree_traces_node_texts_are_checked_and_name_the_nodes_opened():
     refused(dict(d, node_text={str(hidden[0]): "x" * 1001}), "node_text must hold strings of at most 1000")
     refused(dict(d, node_text={str(hidden[0]): 7}), "node_text must hold strings")
     refused(dict(synthetic(), node_text={"5": "x"}), "node_text must be an object keyed by the ids")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_a_trace_in_another_json_encoding_is_refused_before_its_parse(encoding):
+    """json.loads reads UTF-16/32 bytes, where the depth and memory scans, which look for quote
+    bytes, misread them: a 4 MiB UTF-16 trace holding 19.7 MiB was charged 4 MiB on the shelf."""
+    text = json.dumps(synthetic(), ensure_ascii=False)
+    refused(text.encode(encoding), "not UTF-8 JSON")
+    assert trace.loads(text.encode("utf-8")).events and trace.loads(b"\xef\xbb\xbf" + text.encode())
