@@ -7,6 +7,7 @@ import html
 from .compare import Comparison
 from .metrics import RunStats
 from .render import HTML_BUDGET, Span, ascii_html, more_note, shown, within
+from .untrusted import visible_bidi
 
 
 def _chip(span: Span) -> str:
@@ -111,6 +112,11 @@ def _top2(top2, tokenizer) -> str:
     return f"{show(a)} {la:.4f} vs {show(b)} {lb:.4f} (margin {la - lb:.4g})"
 
 
+def _text(value) -> str:
+    """An opened trace's words (its device, numerics) in the page: escaped, bidi controls shown."""
+    return html.escape(visible_bidi(str(value)))
+
+
 def verdict_html(comparison: Comparison | None, tokenizer, greedy: bool) -> str:
     if comparison is None:
         return ""
@@ -118,9 +124,9 @@ def verdict_html(comparison: Comparison | None, tokenizer, greedy: bool) -> str:
         return ('<div class="specviz-verdict sampled">Sampling (temperature &gt; 0): the two runs '
                 "draw different samples from the same distribution, so their texts differ by "
                 "design. The Exactness lab checks the distribution itself.</div>")
-    c, dtype, device = comparison, html.escape(str(comparison.dtype)), html.escape(str(comparison.device))
+    c, dtype, device = comparison, _text(comparison.dtype), _text(comparison.device)
     compared = (f'<br><span class="specviz-numerics">Compared: '
-                f"{html.escape(c.numerics or f'target in {c.dtype} on {c.device}')}.</span>")
+                f"{_text(c.numerics or f'target in {c.dtype} on {c.device}')}.</span>")
     if comparison.identical:
         return ('<div class="specviz-verdict ok">✔ Identical: the speculative output is '
                 f"token-for-token the target's own greedy output.{compared}</div>")

@@ -531,6 +531,11 @@ def test_verdict_escapes_dtype_and_device():
     c = Comparison(False, 3, [(1, 2.0), (2, 1.0)], [(2, 2.0), (1, 1.0)], XSS, XSS, 0.1)
     html = verdict_html(c, Tok(), greedy=True)  # no numerics: "target in <dtype> on <device>"
     assert "<img" not in html and html.count("&lt;img") == 9
+    # an opened trace's device and numerics cannot reorder the app's words after them
+    c = Comparison(False, 3, [(1, 2.0), (2, 1.0)], [(2, 2.0), (1, 1.0)], "torch.float32", "\u202ecpu", 0.1,
+                   numerics="\u2067x\u202e y")
+    html = verdict_html(c, Tok(), greedy=True)
+    assert not {"\u202e", "\u2067"} & set(html) and "U+202E" in html and "U+2067" in html
 
 
 def test_token_html_escapes_text_and_attributes():
