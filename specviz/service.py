@@ -23,7 +23,7 @@ from .engine import NEEDS_DRAFT, Reading, RoundEvent, generate, make_proposer
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .lab import two_sample_tv
-from .loading import Pair, load_pair
+from .loading import Pair, default_device, load_pair, parse_dtype
 from .metrics import RunStats
 from .render import Span, round_spans, to_html
 from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text, public_message
@@ -87,8 +87,11 @@ class ModelStore:
         return set(presets.BY_KEY) | set(self.extra_pairs)
 
     def key(self, s: RunSettings) -> tuple:
+        """What decides the loaded models: the pair and the dtype they load in ("auto" resolved:
+        asking for bfloat16 where auto means it must not reload the same pair)."""
         names = (s.target.strip(), s.draft.strip() or None) if s.pair == CUSTOM else (s.pair,)
-        return (s.pair, *names, s.dtype)
+        dtype = parse_dtype(None if s.dtype == "auto" else s.dtype, self.device or default_device())
+        return (s.pair, *names, str(dtype).removeprefix("torch."))
 
     def is_loaded(self, s: RunSettings) -> bool:
         return self._key == self.key(s)

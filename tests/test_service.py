@@ -328,6 +328,11 @@ def test_a_public_server_spends_at_most_its_share_of_ten_minutes_switching_pairs
     assert store.switch_wait(fp32) == 0.0 and store.loading_seconds() == 100.0
     assert loads == ["bfloat16", "float32", "float16", "bfloat16"]
     assert ModelStore().switch_wait(fp32) == 0.0  # off unless set (the app sets RELOAD_SHARE)
+    # "auto" is bfloat16 on a CPU or CUDA (float16 on MPS): asking for either serves the loaded
+    # pair; the keys differed, so alternating them reloaded it and spent the switch budget
+    auto = RunSettings(pair="tiny", dtype="auto")
+    assert store.get(auto) is store.get(bf16) is store.current() and len(loads) == 4
+    assert store.key(auto) == store.key(bf16) != ModelStore(device="mps").key(auto)
 
 
 def test_end_to_end_text_states_the_measured_noise_and_verdict():
