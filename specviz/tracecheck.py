@@ -40,6 +40,7 @@ SCORE_SLACK = 1e-6  # a node's score against its parent's score times its q (flo
 MAX_SECONDS = 1e6  # any recorded duration
 MAX_NGRAM_SLOPE = 100.0  # the n-gram rule's prices (a token, the step), in target passes
 MAX_LOGIT = 1e9  # |logit| in target_top2
+MAX_SUMMARY_VALUES = 1000  # an informative summary's values, nested ones included
 MAX_TEXT_CHARS = 1000  # one token's display text (spans, recording pieces and token_text)
 MAX_NAME_CHARS = 256  # model names, device, pair
 MAX_PROMPT_CHARS = 100_000  # settings.prompt
@@ -373,8 +374,7 @@ def fields_of(d, vocab: int) -> dict:
     if type(version) is not int or version != VERSION:
         u.fail("version", f"{u.clip(version)} is not supported (this specviz reads version {VERSION})")
     u.keys(d, "the top level", _TOP_KEYS, ("settings", "models", "prompt_ids", "events", "spans"))
-    if d.get("summary") is not None and type(d["summary"]) is not dict:
-        u.fail("summary", "must be an object (it is informative: recomputed on load)")
+    _summary(d.get("summary"))
     prompt_ids = u.ids(d["prompt_ids"], "prompt_ids", vocab, 1, MAX_POSITIONS - MAX_NEW_TOKENS)
     events = _events(d["events"], "events", 1, vocab)
     baseline = _events(d.get("baseline", []), "baseline", 0, vocab)
@@ -397,6 +397,28 @@ def fields_of(d, vocab: int) -> dict:
     return {"settings": settings, "models": _models(d["models"]), "prompt_ids": prompt_ids,
             "events": events, "spans": _spans(d["spans"], events, vocab), "baseline": baseline,
             "recording": recording, "chain": chain, "node_text": node_text}
+
+
+def _summary(summary) -> None:
+    """The summary is informative (recomputed on load) and dropped once read: an object of at
+    most MAX_SUMMARY_VALUES values, nested or not (RunStats.summary() holds about 60), since the
+    app charges an opened trace's memory by its whole text, and a summary of a million empty
+    lists was charged 100 MiB for nothing kept."""
+    if summary is None:
+        return
+    if type(summary) is not dict:
+        u.fail("summary", "must be an object (it is informative: recomputed on load)")
+    stack, seen = [summary], 0
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > MAX_SUMMARY_VALUES:
+            u.fail("summary", f"must hold at most {MAX_SUMMARY_VALUES:,} values (it is informative: "
+                              'recomputed on load; set it to {} to open the rest)')
+        if type(value) is dict:
+            stack.extend(value.values())
+        elif type(value) is list:
+            stack.extend(value)
 
 
 def _node_text(text, events: list) -> dict[str, str] | None:
