@@ -228,6 +228,9 @@ def warm_up(pair: Pair) -> None:
 
 
 PLOT_SECONDS = 1.0  # while a run streams, rebuild the plots at most this often (each costs ~0.1 s)
+# ... and send the page a view at most this often: each is the whole text and timeline again
+# (Gradio's diff finds no common prefix), 62 MiB for a 200-round run sent a view a round
+VIEW_SECONDS = 0.25
 
 
 def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, plots=True, chain=None,
@@ -368,6 +371,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     pieces_of = token_text(pair.tokenizer)  # one memo for the run's tree views
     views = dict(greedy=greedy, k=s.k, pieces_of=pieces_of)
     events, spans, context, plots = [], [], list(prompt_ids), _Every(PLOT_SECONDS)
+    shown = _Every(VIEW_SECONDS)  # the rounds between two views show in the next
     # an n-gram run keeps the price it starts with; the baseline below moves the target's line
     drafter = make_proposer(pair, "ngram") if s.proposer == "ngram" else s.proposer
     for event in generate(pair, prompt_ids, proposer=drafter, nodes=s.tree_nodes, branching=s.branching,
@@ -390,8 +394,9 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                                              "baseline)"), pair, spans, RunStats.of(events), kept=True,
                                 **views), trace=trace)
             return
-        yield _view(f"Speculative run: round {event.round}", pair, spans, RunStats.of(events),
-                    plots=plots(), **views)
+        if shown():
+            yield _view(f"Speculative run: round {event.round}", pair, spans, RunStats.of(events),
+                        plots=plots(), **views)
     spec, key = RunStats.of(events), store.baseline_key(pair, s, prompt_ids)
     if s.proposer == "draft":  # this run is what a tree run at this k compares with: keep it
         store.chains.put(store.chain_key(pair, s, prompt_ids), spec.events, time.time())
@@ -415,7 +420,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                 yield _view(_reading("Baseline (target alone)", event), pair, spans, spec, plots=False,
                             **views)
                 continue
-            if event.round % 4 == 0:
+            if shown():
                 yield _view(f"Baseline (target alone): {event.round} tokens", pair, spans, spec,
                             RunStats.of(base_events), plots=plots(), **views)
         store.baselines.put(key, tuple(base_events), time.time())
@@ -453,8 +458,9 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                                 spans, spec, base, result, plots=False, **views)
                     continue
                 chain_events.append(event)
-                yield _view(f"Chain drafter at k={s.k}, for the comparison: round {event.round}", pair,
-                            spans, spec, base, result, plots=plots(), **views)
+                if shown():
+                    yield _view(f"Chain drafter at k={s.k}, for the comparison: round {event.round}",
+                                pair, spans, spec, base, result, plots=plots(), **views)
             else:
                 store.chains.put(key, tuple(chain_events), time.time())
                 chain = RunStats.of(chain_events)

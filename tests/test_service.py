@@ -30,6 +30,31 @@ def test_views_stream_then_end_with_a_trace_and_recording(store):
     assert "target in float32" in compared and compared in reopened
 
 
+def test_a_streaming_run_sends_a_view_at_most_every_view_seconds_and_ends_whole(store, monkeypatch):
+    """Each view is the whole text and timeline again: a view a round streamed 62 MiB for a
+    200-round run, and held the model while Gradio sent it. Throttled, the rounds between two
+    views show in the next, and the last view is the same."""
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=24, prompt="def f", dtype="float32", k=2,
+                    proposer="tree", nodes=4, branching=2)
+    store.get(s)
+    runs = {}
+    for seconds in (0.0, 1e9):
+        monkeypatch.setattr(service, "VIEW_SECONDS", seconds)
+        store.baselines, store.chains = service.Baselines(), service.Baselines()
+        runs[seconds] = list(run_views(store, s, Limits()))
+    every, throttled = runs[0.0], runs[1e9]
+    rounds = len(every[-1].spec.events)
+    assert rounds > 3 and len(every) == rounds + len(every[-1].base.events) + len(every[-1].chain.events) + 1
+    # the first round's view, then none until the last (the baseline's and the chain's rounds
+    # come within VIEW_SECONDS of it here)
+    assert [v.status.split(":")[0] for v in throttled] == ["Speculative run", "Done in float32"]
+    assert throttled[-1].trace is not None and throttled[-1].chain is not None
+    for name in ("text_html", "tree_html", "tree_overview"):  # (the stats hold the runs' timings)
+        assert getattr(throttled[-1], name) == getattr(every[-1], name), name
+    assert throttled[-1].spec.tokens == every[-1].spec.tokens and throttled[-1].stats_html.count("<tr>") \
+        == every[-1].stats_html.count("<tr>")
+
+
 def test_end_to_end_sampling_check(store):
     s = RunSettings(pair="tiny", chat=False, prompt="The dog", temperature=1.0, top_k=3, k=2,
                     dtype="float32")
