@@ -153,7 +153,7 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     ids = pair.encode(prompt, chat=chat)
     tree = proposer == "tree"
     room = max(MAX_NODES, bucket(branching) * k) if tree else k  # a round's drafted positions, at most
-    pair.check_length(len(ids), max_new_tokens, room)
+    pair.check_length(len(ids), max_new_tokens, room, drafted=proposer in NEEDS_DRAFT)
     length = run_length(ids, max_new_tokens, room)
     drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)
     return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length, progress)

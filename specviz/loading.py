@@ -95,8 +95,7 @@ class Pair:
 
     @property
     def max_positions(self) -> int | None:
-        config = self.target.config
-        return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        return positions(self.target)
 
     @cached_property
     def window(self) -> int | None:
@@ -139,13 +138,20 @@ class Pair:
             raise ValueError(f"prompt token ids must be in 0..{self.vocab_size - 1}")
         return ids
 
-    def check_length(self, prompt_tokens: int, max_new_tokens: int, room: int | None = None) -> None:
+    def check_length(self, prompt_tokens: int, max_new_tokens: int, room: int | None = None,
+                     drafted: bool = False) -> None:
         """room: the most positions a round may add to a cache beyond the output (a chain's k,
-        at most MAX_K when unset; a token tree's nodes)."""
-        limit = self.max_positions
-        if limit and prompt_tokens + max_new_tokens > limit:
-            raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
-                             f"exceeds {self.target_name}'s {limit} positions: shorten one of them")
+        at most MAX_K when unset; a token tree's nodes). drafted: the draft model reads the run
+        too, so its positions bound it as well (a learned-position draft shorter than the target
+        failed mid-run with an IndexError)."""
+        models = [(self.target_name, self.max_positions, "")]
+        if drafted and self.draft is not None:
+            models.append((self.draft_name or "the draft", positions(self.draft),
+                           ", or pick the n-gram drafter"))
+        for name, limit, other in models:
+            if limit and prompt_tokens + max_new_tokens > limit:
+                raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
+                                 f"exceeds {name}'s {limit} positions: shorten one of them{other}")
         from .engine import MAX_K
 
         room = MAX_K if room is None else room
@@ -155,6 +161,12 @@ class Pair:
                              "sliding window, where the cache can no longer roll back: shorten one "
                              "of them" + (" (or draft a chain: a token tree needs more room)"
                                           if room > MAX_K else ""))
+
+
+def positions(model) -> int | None:
+    """The positions a model's config says it holds (None: unbounded as far as it says)."""
+    config = model.config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
 def _source(name: str) -> tuple[str, dict]:

@@ -173,6 +173,34 @@ def test_sampled_chains_past_their_first_draft_follow_the_targets_distribution(w
     assert stat.pvalue > 0.001, stat
 
 
+def test_a_draft_with_fewer_positions_than_the_target_bounds_the_run_with_a_clear_error(gpt2_pair):
+    """The target's positions bounded a run, the draft's did not: a GPT-2 draft of 64 learned
+    positions beside a 256-position target failed mid-run with an IndexError. Up to its limit the
+    run is the target's own; past it, a ValueError that names the draft's limit and the fix."""
+    import copy
+    from dataclasses import replace
+
+    short = copy.deepcopy(gpt2_pair.draft)
+    short.config.n_positions = 64
+    with torch.no_grad():
+        short.transformer.wpe.weight = torch.nn.Parameter(short.transformer.wpe.weight[:64].clone())
+    pair = replace(gpt2_pair, draft=short)
+    ids = pair.encode(PROMPT)
+    fits = 64 - len(ids)
+    gpt2_pair.target.generation_config.eos_token_id = None  # run the full budget
+    try:
+        expected = hf_greedy(gpt2_pair, PROMPT, fits)
+        for proposer in ("draft", "tree"):
+            assert tokens(run(pair, proposer=proposer, k=4, max_new_tokens=fits)) == expected, proposer
+        for proposer, over in (("draft", 1), ("hybrid", 1), ("adaptive", 1), ("tree", 1), ("draft", 40)):
+            with pytest.raises(ValueError, match="exceeds .*'s 64 positions: shorten one of them, or "
+                                                 "pick the n-gram drafter"):
+                run(pair, proposer=proposer, k=4, max_new_tokens=fits + over)
+        assert len(tokens(run(pair, proposer="ngram", k=4, max_new_tokens=fits + 1))) == fits + 1
+    finally:
+        gpt2_pair.target.generation_config.eos_token_id = gpt2_pair.tokenizer.eos_token_id
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"k": 0}, "k must be"), ({"k": 33}, "k must be"), ({"prompt": "  "}, "prompt is empty"),
     ({"temperature": -1.0}, "temperature"), ({"top_p": 0.0}, "top_p"), ({"top_p": 1.2}, "top_p"),
