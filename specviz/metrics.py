@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -178,7 +179,8 @@ class RunStats:
         say 0 s: 0x, or 10^11x against a floor, said nothing)."""
         if self.wall_seconds <= 0 or base.wall_seconds <= 0 or not base.new_tokens:
             return None
-        return self.tokens_per_second / base.tokens_per_second
+        speedup = self.tokens_per_second / base.tokens_per_second
+        return speedup if math.isfinite(speedup) and speedup > 0 else None  # (subnormal seconds)
 
     @property
     def decode_tokens(self) -> int:

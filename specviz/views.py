@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 
 from .compare import Comparison
 from .metrics import RunStats
@@ -96,7 +97,8 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
 
 
 def _speed(r: RunStats) -> str:
-    return f"{r.tokens_per_second:.2f}" if r.wall_seconds > 0 else "— (no time measured)"
+    rate = r.tokens_per_second  # an opened trace may say 5e-324 s: no rate to show
+    return f"{rate:.2f}" if r.wall_seconds > 0 and math.isfinite(rate) else "— (no time measured)"
 
 
 def _speedup(r: RunStats, base: RunStats) -> str:

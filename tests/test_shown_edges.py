@@ -38,6 +38,12 @@ def test_a_run_without_measured_time_shows_no_speed_and_no_speedup():
     for shown in (stats_html(RunStats.of(untimed), base), stats_html(spec, RunStats.of(alone(6, 0.0)))):
         assert "×</b>" not in shown and "— (no time measured)" in shown
     assert RunStats.of(untimed).speedup_over(base) is None
+    # 5e-324 s (the smallest float a trace may hold) is above 0, yet 6 / 5e-324 tokens/s is inf
+    tiny = RunStats.of([ev(1, 0, 2, 2, 5e-324), ev(2, 3, 2, 1, 5e-324),
+                        ev(3, 5, 0, 0, 5e-324, stop="length")])
+    assert tiny.wall_seconds > 0 and tiny.speedup_over(base) is None
+    shown = stats_html(tiny, base)
+    assert "inf" not in shown and "×</b>" not in shown and "— (no time measured)" in shown
 
 
 def test_no_drafts_tested_draws_no_iid_prediction():
