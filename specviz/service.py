@@ -278,7 +278,7 @@ def trace_text(trace: Trace, pair: Pair | None = None):
         if all(str(made.get(name)) == str(value) for name, value in here.items()):
             return token_text(pair.tokenizer, vocab_size=pair.vocab_size)
     recording = trace.recording
-    known = {**(recording.token_text or {} if recording else {}), **(trace.node_text or {})}
+    known = {**((recording.token_text or {}) if recording else {}), **(trace.node_text or {})}
     by_token = token_text(None, trace.spans, known=known)
     texts: dict[int, list[str]] = {}  # round -> its committed tokens' texts, as the run showed them
     for sp in trace.spans:
