@@ -25,7 +25,7 @@ from collections import Counter, OrderedDict, defaultdict, deque
 from urllib.parse import parse_qsl, urlencode
 
 from specviz.gate import public_address, visitor_address
-from specviz.untrusted import containers, utf8
+from specviz.untrusted import containers, is_utf8_json
 
 QUEUE_FULL = ("queue full: {what} already has {n} events waiting or unread; wait for them to "
               "finish and read their results (the page does), then try again")
@@ -331,7 +331,7 @@ class RequestGuard:
     def check_body(self, body: bytes, call: bool, address: str | None) -> Refused | None:
         """A whole body's values counted; a /call/ body's session hash bounded and admitted as one
         of its address's pages: Gradio makes that page's state before the queue sees the call."""
-        if not utf8(body):  # JSON's other encodings would hide their values from containers()
+        if not is_utf8_json(body):  # JSON's other encodings would hide their values from containers()
             return Refused(400, NOT_UTF8)
         if self.max_values is not None and containers(body) > self.max_values:
             return Refused(413, TOO_MANY_VALUES.format(n=self.max_values))

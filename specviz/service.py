@@ -27,7 +27,7 @@ from .loading import Pair, default_device, load_pair, parse_dtype
 from .metrics import RunStats
 from .render import Span, round_spans, to_html
 from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text, public_message
-from .trace import Trace, node_text
+from .trace import Trace
 from .views import stats_html, timeline_html, verdict_html
 
 
@@ -269,6 +269,16 @@ def token_text(tokenizer=None, spans: tuple[Span, ...] | list[Span] = (), vocab_
     return pieces_of
 
 
+def node_text(events, spans, tokenizer) -> dict[str, str]:
+    """A trace's node_text: {id: text} of every tree-node token of the events that no span shows
+    (refused and never-reached candidates), so that an opened trace names them without the
+    tokenizer, as the live page did. Each is the token's text alone (token_pieces without
+    context): a token that holds part of a character is "" (the live page shows the character
+    whole on a node that completes it after its branch). Keyed by str(id), as JSON keeps it."""
+    ids = sorted({n.token for e in events for n in e.tree} - {s.token for s in spans})
+    return {str(t): token_pieces(tokenizer, [], [t])[0] for t in ids}
+
+
 def trace_text(trace: Trace, pair: Pair | None = None):
     """pieces_of for a trace's tree views: the loaded pair's tokenizer when this pair made the trace
     (same target, draft and dtype, as the lab asks), else the texts the trace itself holds."""
@@ -372,6 +382,12 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     views = dict(greedy=greedy, k=s.k, pieces_of=pieces_of)
     events, spans, context, plots = [], [], list(prompt_ids), _Every(PLOT_SECONDS)
     shown = _Every(VIEW_SECONDS)  # the rounds between two views show in the next
+
+    def kept(rounds, baseline=(), recording=None, chain=()) -> Trace:
+        """The run's trace as far as it went (spans: every round shown so far)."""
+        return Trace(asdict(s), models, prompt_ids, tuple(rounds), tuple(spans), tuple(baseline),
+                     recording, tuple(chain), node_text(rounds, spans, pair.tokenizer))
+
     # an n-gram run keeps the price it starts with; the baseline below moves the target's line
     drafter = make_proposer(pair, "ngram") if s.proposer == "ngram" else s.proposer
     for event in generate(pair, prompt_ids, proposer=drafter, nodes=s.tree_nodes, branching=s.branching,
@@ -387,8 +403,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
         spans += round_spans(event, pair.tokenizer, context)  # only this round's tokens decoded
         context += event.new_tokens
         if event.stop is None and time.monotonic() > deadline:
-            trace = Trace(asdict(s), models, prompt_ids, tuple(events), tuple(spans),
-                          node_text=node_text(events, spans, pair.tokenizer))
+            trace = kept(events)
             made = len(context) - len(prompt_ids)
             yield replace(_view(_over_budget(limits, f"the speculative run after {made} tokens (no "
                                              "baseline)"), pair, spans, RunStats.of(events), kept=True,
@@ -408,8 +423,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
             if not reading:
                 base_events.append(event)
             if (reading or event.stop is None) and time.monotonic() > deadline:
-                trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans),
-                              node_text=node_text(spec.events, spans, pair.tokenizer))
+                trace = kept(spec.events)
                 made = "while it read the prompt" if reading else f"after {event.round} tokens"
                 yield replace(_view(_over_budget(limits, f"the baseline {made} (no speedup or identity "
                                                  "check)"), pair, spans, spec,
@@ -476,10 +490,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                                ngram_step=getattr(drafter, "step", None))
         except ValueError:  # a draft that cannot read every token: no k explorer for this run
             recording = None
-    trace = Trace(asdict(s), models, prompt_ids, spec.events, tuple(spans), base.events, recording,
-                  chain.events if chain is not None else (),
-                  node_text(spec.events, spans, pair.tokenizer))
-    yield replace(view, trace=trace)
+    yield replace(view, trace=kept(spec.events, base.events, recording,
+                                   chain.events if chain is not None else ()))
 
 
 def replay_view(trace: Trace, pair: Pair | None = None) -> View:

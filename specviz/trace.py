@@ -12,14 +12,13 @@ import json
 from dataclasses import asdict, dataclass
 
 from . import untrusted
-from .detok import token_pieces
 from .engine import RoundEvent
 from .explorer import Recording
 from .metrics import RunStats
 from .render import Span
 from .tracecheck import FORMAT, MAX_DEPTH, MAX_TRACE_BYTES, MAX_VOCAB, VERSION, fields_of
 
-__all__ = ["MAX_TRACE_BYTES", "Trace", "TraceError", "check_model", "loads", "node_text"]
+__all__ = ["MAX_TRACE_BYTES", "Trace", "TraceError", "check_model", "loads"]
 
 
 @dataclass(frozen=True)
@@ -51,17 +50,6 @@ class Trace:
             **({"chain": [_event_dict(e) for e in self.chain]} if self.chain else {}),
             **({"node_text": self.node_text} if self.node_text else {})},
             separators=(",", ":"), ensure_ascii=False)  # UTF-8: an emoji's 4 bytes, not 12 escaped
-
-
-def node_text(events, spans, tokenizer) -> dict[str, str]:
-    """{id: text} of every tree-node token of the events that no span shows (refused and
-    never-reached candidates), so that an opened trace names them without the tokenizer, as the
-    live page did. Each is the token's text alone (detok.token_pieces without context): a token
-    that holds part of a character is "" (the live page shows the character whole on a node that
-    completes it after its branch). Keyed by str(id), as JSON keeps it."""
-    shown = {s.token for s in spans}
-    ids = sorted({n.token for e in events for n in e.tree} - shown)
-    return {str(t): token_pieces(tokenizer, [], [t])[0] for t in ids}
 
 
 def _event_dict(e: RoundEvent) -> dict:
@@ -110,7 +98,7 @@ def loads(text: str | bytes, vocab_size: int | None = None, max_positions: int |
     if len(data) > MAX_TRACE_BYTES:
         raise TraceError(f"trace is {len(data) / 2**20:.1f} MiB; the limit is "
                          f"{MAX_TRACE_BYTES // 2**20} MiB")
-    if not untrusted.utf8(data):
+    if not untrusted.is_utf8_json(data):
         raise TraceError("not a valid specviz trace: not UTF-8 JSON (specviz writes traces in "
                          "UTF-8; save it again in that encoding)")
     if untrusted.depth(data) > MAX_DEPTH:

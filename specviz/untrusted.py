@@ -142,10 +142,10 @@ _BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-def utf8(data: bytes) -> bool:
-    """Whether data is UTF-8. json.loads also reads UTF-16 and UTF-32 bytes, whose quote bytes
-    sit inside other characters, so the scans below would count their values wrong (a 1 MiB
-    UTF-16 body of 170,000 empty arrays counted as none)."""
+def is_utf8_json(data: bytes) -> bool:
+    """Whether JSON bytes are UTF-8 (is_utf8 asks it of a str). json.loads also reads UTF-16 and
+    UTF-32 bytes, whose quote bytes sit inside other characters, so the scans below would count
+    their values wrong (a 1 MiB UTF-16 body of 170,000 empty arrays counted as none)."""
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
