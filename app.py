@@ -195,9 +195,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     nodes = gr.Slider(0, MAX_NODES, value=default.nodes, step=1,
                                       label="tree nodes per round (token tree only)",
                                       info="0 sizes each round's tree from the measured verify cost")
-                    branching = gr.Slider(1, MAX_BRANCHING, value=default.branching, step=1,
+                    branching = gr.Slider(0, MAX_BRANCHING, value=default.branching, step=1,
                                           label="tree branching (token tree only)",
-                                          info="children of each expanded node")
+                                          info="children of each expanded node; 0 starts at 3 and "
+                                               "widens while the tree fills")
                 with gr.Accordion("Sampling", open=False):
                     temperature = gr.Slider(0, 2, value=default.temperature, step=0.05,
                                             label="temperature (0 = greedy)")

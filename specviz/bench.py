@@ -4,9 +4,9 @@ Methods run interleaved (repeat > prompt > method) in one process, so machine dr
 alike. Greedy only: every method's output is compared with the target alone's.
 
 Token trees (`specviz:tree-<depth>[-n<nodes>][-b<branching>]`; no -n: sized each round from the
-measured verify cost) run beside the chain at the same depth (`specviz:draft-<depth>`), and the
-summary holds their ratios tree / chain in tokens per target pass and tokens per second, with
-issue 13's goals (TREE_GOALS) marked pass or fail per class.
+measured verify cost; no -b: the width adapts from 3 children) run beside the chain at the same
+depth (`specviz:draft-<depth>`), and the summary holds their ratios tree / chain in tokens per
+target pass and tokens per second, with issue 13's goals (TREE_GOALS) marked pass or fail per class.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from .engine import MAX_K, generate
 from .loading import Pair
 from .metrics import RunStats
 from .proposers import kept_of
-from .treedraft import BRANCHING, check_tree_settings
+from .treedraft import check_tree_settings
 
 PROMPTS = Path(__file__).parent.parent / "assets" / "bench_prompts.json"
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
@@ -390,7 +390,7 @@ def cmd_bench(args) -> int:
     if any(not 1 <= k <= MAX_K for k in ks) or args.max_new_tokens < 1 or args.repeats < 1:
         raise ValueError(f"--ks must be in 1..{MAX_K}, --max-new-tokens and --repeats >= 1")
     for nodes in tree_nodes:
-        check_tree_settings(nodes, BRANCHING)
+        check_tree_settings(nodes, None)
     if args.quick:
         seen: set[str] = set()
         prompts = [p for p in prompts if not (p["class"] in seen or seen.add(p["class"]))]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from . import profiles
 from .digits import beside
 from .engine import MAX_K
-from .treedraft import BRANCHING, check_tree_settings
+from .treedraft import check_tree_settings
 
 if TYPE_CHECKING:
     from .bench import Record
@@ -30,14 +30,15 @@ TREE_GOALS = {"depth": 4, "tokens_per_pass": 1.1, "tokens_per_second": 0.95}
 ALONE = ("specviz:none", "specviz:none-plainhead", "hf:target")  # each family's target alone
 
 
-def tree_method(name: str) -> tuple[int, int | None, int] | None:
-    """(depth, nodes or None, branching) of `specviz:tree-<depth>[-n<nodes>][-b<branching>]`;
-    None for any other name; ValueError for a tree name out of range."""
+def tree_method(name: str) -> tuple[int, int | None, int | None] | None:
+    """(depth, nodes or None, branching or None) of `specviz:tree-<depth>[-n<nodes>][-b<branching>]`
+    (no -b: the width adapts, treedraft.TreeProposer.widen); None for any other name; ValueError
+    for a tree name out of range."""
     m = TREE_NAME.fullmatch(name)
     if m is None:
         return None
     depth, nodes = int(m[1]), None if m[2] is None else int(m[2])
-    branching = BRANCHING if m[3] is None else int(m[3])
+    branching = None if m[3] is None else int(m[3])
     if not 1 <= depth <= MAX_K:
         raise ValueError(f"{name}: a tree's depth must be in 1..{MAX_K}")
     try:
@@ -47,9 +48,9 @@ def tree_method(name: str) -> tuple[int, int | None, int] | None:
     return depth, nodes, branching
 
 
-def tree_name(depth: int, nodes: int | None = None, branching: int = BRANCHING) -> str:
+def tree_name(depth: int, nodes: int | None = None, branching: int | None = None) -> str:
     return (f"specviz:tree-{depth}" + ("" if nodes is None else f"-n{nodes}")
-            + ("" if branching == BRANCHING else f"-b{branching}"))
+            + ("" if branching is None else f"-b{branching}"))
 
 
 def pooled_alpha(rs) -> float | None:

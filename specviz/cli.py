@@ -33,7 +33,8 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, help=f"tree: nodes verified per round, 1..{MAX_NODES} (default: "
                                              "sized each round from the measured verify cost)")
     p.add_argument("--branching", type=int, help=f"tree: children of each expanded node, "
-                                                 f"1..{MAX_BRANCHING} (default {BRANCHING})")
+                                                 f"1..{MAX_BRANCHING} (default: from {BRANCHING}, "
+                                                 "widened while the tree fills)")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
@@ -91,7 +92,7 @@ def cmd_run(args) -> int:
     tree = args.proposer == "tree"
     if not tree and (args.nodes is not None or args.branching is not None):
         raise ValueError("--nodes and --branching shape a token tree: add --proposer tree")
-    branching = BRANCHING if args.branching is None else args.branching
+    branching = args.branching  # None: the width adapts
     check_tree_settings(args.nodes, branching)
     pair = load_from_args(args)
     settings = dict(k=args.k, max_new_tokens=args.max_new_tokens, temperature=args.temperature,

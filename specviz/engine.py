@@ -24,7 +24,7 @@ from .proposers import (
 )
 from .sampling import SamplingParams, process
 from .tree import TreeNode, TreeVerdict, check, walk
-from .treedraft import BRANCHING, MAX_NODES, TreeProposer, check_tree_settings
+from .treedraft import MAX_BRANCHING, MAX_NODES, TreeProposer, check_tree_settings
 from .verifycost import VerifyCost
 
 MAX_K = 32
@@ -94,7 +94,7 @@ class Reading:
 
 def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
                   max_len: int | None = None, nodes: int | None = None,
-                  branching: int = BRANCHING) -> Proposer:
+                  branching: int | None = None) -> Proposer:
     if not isinstance(proposer, str):
         return proposer
     if proposer not in PROPOSERS:
@@ -137,22 +137,24 @@ def check_settings(k: int, max_new_tokens: int) -> None:
 def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft", k: int = 4,
              max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
              top_p: float = 1.0, seed: int = 0, chat: bool = False, ngram_size: int = 3,
-             nodes: int | None = None, branching: int = BRANCHING,
+             nodes: int | None = None, branching: int | None = None,
              progress: bool = False) -> Iterator[RoundEvent | Reading]:
     """Speculative decoding on pair; yields one RoundEvent per target forward pass.
 
     proposer="tree" drafts a token tree of depth k: `nodes` caps the nodes verified per round
     (unset: sized each round from the measured verify cost), `branching` is each expanded
-    node's number of children. A prompt longer than lm.PREFILL_CHUNK tokens is read before
-    round 1 in passes of that many (lm.WIDE_CHUNKS times as many for a model whose bfloat16
-    layers copy their weights for each prompt pass; round 1's events count their time); with
-    progress=True a Reading is yielded after each."""
+    node's number of children (unset: from treedraft.BRANCHING, widened while the tree fills).
+    A prompt longer than lm.PREFILL_CHUNK tokens is read before round 1 in passes of that many
+    (lm.WIDE_CHUNKS times as many for a model whose bfloat16 layers copy their weights for each
+    prompt pass; round 1's events count their time); with progress=True a Reading is yielded
+    after each."""
     params = SamplingParams(float(temperature), int(top_k), float(top_p))
     check_settings(k, max_new_tokens)
     check_tree_settings(nodes, branching)
     ids = pair.encode(prompt, chat=chat)
     tree = proposer == "tree"
-    room = max(MAX_NODES, bucket(branching) * k) if tree else k  # a round's drafted positions, at most
+    # a round's drafted positions, at most (an unset width can grow to MAX_BRANCHING)
+    room = max(MAX_NODES, bucket(branching or MAX_BRANCHING) * k) if tree else k
     pair.check_length(len(ids), max_new_tokens, room, drafted=proposer in NEEDS_DRAFT)
     length = run_length(ids, max_new_tokens, room)
     drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)

@@ -390,8 +390,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
 
     # an n-gram run keeps the price it starts with; the baseline below moves the target's line
     drafter = make_proposer(pair, "ngram") if s.proposer == "ngram" else s.proposer
-    for event in generate(pair, prompt_ids, proposer=drafter, nodes=s.tree_nodes, branching=s.branching,
-                          progress=True, **kwargs):
+    for event in generate(pair, prompt_ids, proposer=drafter, nodes=s.tree_nodes,
+                          branching=s.tree_branching, progress=True, **kwargs):
         if isinstance(event, Reading):  # a long prompt, a pass at a time: Stop and the limit act
             if time.monotonic() > deadline:
                 yield View(_over_budget(limits, "the speculative run while it read the prompt (a "
@@ -547,7 +547,7 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
                       drafted=s.proposer in NEEDS_DRAFT)
     deadline = time.monotonic() + limits.max_job_seconds
     kwargs = dict(k=s.k, max_new_tokens=tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                  nodes=s.tree_nodes, branching=s.branching)
+                  nodes=s.tree_nodes, branching=s.tree_branching)
     counts, seconds, done = {}, {}, 0
     # Keyed by run, not by drafter: with the drafter "none" both runs are the target alone.
     for run, proposer, offset in (("spec", s.proposer, 0), ("base", "none", 10**6)):  # independent seeds

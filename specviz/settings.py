@@ -143,12 +143,17 @@ class RunSettings:
     chat: bool = True
     dtype: str = "auto"  # "auto" (per device), "float32", "bfloat16", "float16"
     nodes: int = 0  # the token tree's nodes per round: 0 sizes it each round from the verify cost
-    branching: int = BRANCHING  # the token tree: children of each expanded node
+    branching: int = 0  # the token tree: children of each expanded node (0: from 3, widened as it fills)
 
     @property
     def tree_nodes(self) -> int | None:
         """generate's `nodes`: None (0 here) sizes each round's tree from the measured cost."""
         return self.nodes or None
+
+    @property
+    def tree_branching(self) -> int | None:
+        """generate's `branching`: None (0 here) widens the tree while it fills."""
+        return self.branching or None
 
     def problems(self, limits: Limits, known_pairs) -> dict[str, str]:
         """{field: message naming the fix} for anything a user can get wrong."""
@@ -185,8 +190,9 @@ class RunSettings:
         if not 0 <= self.nodes <= MAX_NODES:
             out["nodes"] = (f"tree nodes must be in 0..{MAX_NODES} (0 sizes each round's tree from the "
                             f"measured verify cost), got {clip(self.nodes)}")
-        if not 1 <= self.branching <= MAX_BRANCHING:
-            out["branching"] = f"tree branching must be in 1..{MAX_BRANCHING}, got {clip(self.branching)}"
+        if not 0 <= self.branching <= MAX_BRANCHING:
+            out["branching"] = (f"tree branching must be in 0..{MAX_BRANCHING} (0 widens the tree from "
+                                f"{BRANCHING} children while it fills), got {clip(self.branching)}")
         if self.dtype not in DTYPES:
             out["dtype"] = f"dtype must be one of {', '.join(DTYPES)}, got {clip(self.dtype)!r}"
         elif self.dtype not in limits.dtypes:
@@ -213,7 +219,7 @@ class RunSettings:
         if self.dtype == "auto":
             values.pop("dtype")
         if self.proposer != "tree":  # a chain link stays short; a tree link names both knobs
-            for name, default in (("nodes", 0), ("branching", BRANCHING)):
+            for name, default in (("nodes", 0), ("branching", 0)):
                 if values[name] == default:
                     values.pop(name)
         return urlencode(values)
@@ -371,7 +377,7 @@ def settings_from(values: dict, limits: Limits) -> RunSettings:
     out["top_k"], out["seed"] = _int("top_k", v.get("top_k"), 0), _int("seed", v.get("seed"), 0)
     out["max_new_tokens"] = _int("max new tokens", v.get("max_new_tokens"))
     out["nodes"] = _int("tree nodes", v.get("nodes"), 0)
-    out["branching"] = _int("tree branching", v.get("branching"), BRANCHING)
+    out["branching"] = _int("tree branching", v.get("branching"), 0)
     out["temperature"] = _float("temperature", 0.0 if v.get("temperature") is None else v["temperature"])
     out["top_p"] = _float("top_p", 1.0 if v.get("top_p") is None else v["top_p"])
     out["chat"] = _bool("chat", False if v.get("chat") is None else v["chat"])

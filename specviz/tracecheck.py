@@ -323,7 +323,7 @@ def _recording(d, prompt_ids: list[int], tokens: list[int], vocab: int) -> Recor
 _SETTING_TYPES = {f.name: getattr(f.type, "__name__", str(f.type)) for f in fields(RunSettings)} | {
     "nodes": "int", "branching": "int"}
 _SETTING_RULES = {
-    "nodes": (0, MAX_NODES), "branching": (1, MAX_BRANCHING),  # nodes 0: sized each round
+    "nodes": (0, MAX_NODES), "branching": (0, MAX_BRANCHING),  # 0: sized each round, widened
     "proposer": PROPOSERS, "dtype": DTYPES, "prompt": MAX_PROMPT_CHARS,
     "k": (1, UI_MAX_K), "top_k": (0, MAX_VOCAB), "seed": (-(2**63), 2**64 - 1),
     "max_new_tokens": (1, MAX_NEW_TOKENS), "temperature": (0.0, MAX_TEMPERATURE), "top_p": (0.0, 1.0),

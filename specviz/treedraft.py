@@ -6,6 +6,9 @@ the product of q from the root) are expanded together in one batched draft pass 
 attention mask, each into its `branching` most likely children. The tree the target verifies is
 the top of all drafted nodes by cumulative probability (parents always rank above children), at
 most `nodes` of them; by default the size is chosen each round from the measured verify cost.
+By default the width is chosen too: it starts at BRANCHING and grows by one child a round (up
+to MAX_BRANCHING) while the verified tree keeps a last child the width offered, so where
+verification is nearly free the tree reaches its node cap instead of 3 + 9 (k - 1) nodes.
 
 Candidates are the draft's top tokens, deterministic given the context, so the rule in tree.py
 (one-hot tries with renormalisation) keeps the output exact at any temperature.
@@ -26,7 +29,7 @@ from .verifycost import VerifyCost
 
 MAX_NODES = 64
 MAX_BRANCHING = 8
-BRANCHING = 3
+BRANCHING = 3  # children of each expanded node; with branching unset, the width a run starts at
 
 
 def float32_product(a: float, b: float) -> float:
@@ -35,12 +38,13 @@ def float32_product(a: float, b: float) -> float:
     return float(np.float32(a) * np.float32(b))
 
 
-def check_tree_settings(nodes: int | None, branching: int) -> None:
+def check_tree_settings(nodes: int | None, branching: int | None) -> None:
     if nodes is not None and not (isinstance(nodes, int) and 1 <= nodes <= MAX_NODES):
         raise ValueError(f"tree nodes must be an integer in 1..{MAX_NODES}, or unset to size the tree "
                          f"from the measured verify cost; got {nodes!r}")
-    if not (isinstance(branching, int) and 1 <= branching <= MAX_BRANCHING):
-        raise ValueError(f"tree branching must be an integer in 1..{MAX_BRANCHING}, got {branching!r}")
+    if branching is not None and not (isinstance(branching, int) and 1 <= branching <= MAX_BRANCHING):
+        raise ValueError(f"tree branching must be an integer in 1..{MAX_BRANCHING}, or unset to widen "
+                         f"the tree from {BRANCHING} while it fills; got {branching!r}")
 
 
 class TreeProposer:
@@ -52,14 +56,15 @@ class TreeProposer:
     rounds have measured that cost (VerifyCost.pieced: a line through the target alone's rounds
     and a chain's cannot tell one more node from the step to any drafted pass) the tree
     alternates between k and k + VerifyCost.MIN_SPREAD nodes at the prior's bar: sizes far enough
-    apart to fit the line, small enough not to stall a CPU, where a node can cost half a pass."""
+    apart to fit the line, small enough not to stall a CPU, where a node can cost half a pass.
+    `branching` fixes the width; unset, it adapts (widen)."""
 
     name = "tree"
 
-    def __init__(self, model, vocab_size: int, nodes: int | None = None, branching: int = BRANCHING,
+    def __init__(self, model, vocab_size: int, nodes: int | None = None, branching: int | None = None,
                  cost: VerifyCost | None = None, **cache):
         check_tree_settings(nodes, branching)
-        self.budget, self.branching = nodes, branching
+        self.budget, self.branching, self.auto_width = nodes, branching or BRANCHING, branching is None
         self.vocab_size = vocab_size
         self.lm = draft_lm(model, vocab_size, **cache)
         self.readable = input_rows(model)
@@ -159,6 +164,24 @@ class TreeProposer:
         return [i for i in best if (len(scores) <= cap or drafted[i].score >= scores[cap - 1])
                 and (self.budget is not None or self.calibrated(drafted[i].score) > bar)]
 
+    def widen(self, drafted: list[TreeNode], chosen: list[int]) -> None:
+        """Auto width, for the next round: one child more (up to MAX_BRANCHING) when the verified
+        tree kept a last child this width offered (its next sibling might have made the tree
+        too), one fewer (down to BRANCHING) when it kept none of the last two. The width is set
+        before a round is verified, from what the draft offered before, so the candidates stay
+        the draft's own top tokens and the rule stays exact. A set width stays as it is."""
+        if not self.auto_width:
+            return
+        rank, children = [], {}  # each drafted node's place among its siblings (0: most likely)
+        for n in drafted:
+            rank.append(children.get(n.parent, 0))
+            children[n.parent] = rank[-1] + 1
+        widest = max((rank[i] for i in chosen), default=-1)
+        if widest >= self.branching - 1 and self.branching < MAX_BRANCHING:
+            self.branching += 1
+        elif widest < self.branching - 2 and self.branching > BRANCHING:
+            self.branching -= 1
+
     @torch.inference_mode()
     def propose(self, ids, k, params, generator) -> Draft:
         started, passes = time.perf_counter(), self.lm.passes
@@ -179,6 +202,7 @@ class TreeProposer:
                                           [slot_of.get(drafted[i].parent, -1) for i in frontier])
             self._expand(drafted, frontier, logits, params)  # logits [len(frontier), vocab]
         chosen = self._choose(drafted, bar, cap)
+        self.widen(drafted, chosen)
         index = {i: j for j, i in enumerate(chosen)}
         tree = tuple(TreeNode(drafted[i].parent if drafted[i].parent < 0 else index[drafted[i].parent],
                               drafted[i].token, drafted[i].depth, drafted[i].q, drafted[i].score)

@@ -189,12 +189,14 @@ def test_a_tree_link_carries_nodes_and_branching_and_a_chain_link_stays_short():
     params = link_params(tree)
     assert (params["proposer"], params["nodes"], params["branching"]) == ("tree", "12", "4")
     assert from_query(params, RunSettings(), Limits(), presets.BY_KEY) == (tree, [], False)
-    sized = RunSettings(proposer="tree")  # nodes 0: sized each round; both knobs still named
-    assert (link_params(sized)["nodes"], link_params(sized)["branching"]) == ("0", "3")
+    sized = RunSettings(proposer="tree")  # 0: sized each round, widened; both knobs still named
+    assert (link_params(sized)["nodes"], link_params(sized)["branching"]) == ("0", "0")
+    assert from_query(link_params(sized), RunSettings(), Limits(), presets.BY_KEY) == (sized, [], False)
     assert "nodes" not in link_params(RunSettings()) and "branching" not in link_params(RunSettings())
     odd = RunSettings(nodes=5)  # a chain run keeps a changed knob for the next tree run
     assert from_query(link_params(odd), RunSettings(), Limits(), presets.BY_KEY)[0] == odd
     assert RunSettings().tree_nodes is None and RunSettings(nodes=5).tree_nodes == 5
+    assert RunSettings().tree_branching is None and RunSettings(branching=5).tree_branching == 5
 
 
 @pytest.mark.parametrize(("params", "notice"), [
@@ -202,8 +204,10 @@ def test_a_tree_link_carries_nodes_and_branching_and_a_chain_link_stays_short():
                       "cost), got 65"),
     ({"nodes": "-1"}, "tree nodes must be in 0..64"), ({"nodes": "1e3"}, "nodes='1e3': not a valid int"),
     ({"nodes": "<img src=x>"}, "nodes='<img src=x>': not a valid int"),
-    ({"branching": "9"}, "tree branching must be in 1..8, got 9"), ({"branching": "0"}, "got 0"),
-    ({"branching": "9" * 60}, "tree branching must be in 1..8, got " + "9" * 39 + "…"),
+    ({"branching": "9"}, "tree branching must be in 0..8 (0 widens the tree from 3 children while it "
+                         "fills), got 9"), ({"branching": "-1"}, "got -1"),
+    ({"branching": "9" * 60}, "tree branching must be in 0..8 (0 widens the tree from 3 children while it "
+                              "fills), got " + "9" * 39 + "…"),
     ({"branching": "nan"}, "branching='nan': not a valid int"),
 ])
 def test_bad_tree_link_values_are_ignored_with_a_notice_naming_the_fix(params, notice):
@@ -222,8 +226,8 @@ def test_tree_settings_from_a_page_or_an_api_call():
     base = {"pair": "embedded", "proposer": "tree", "k": 4, "max_new_tokens": 8, "prompt": "x"}
     s = settings_from(base | {"nodes": "24", "branching": 5.0}, Limits())
     assert (s.nodes, s.branching, s.tree_nodes) == (24, 5, 24)
-    s = settings_from(base, Limits())  # absent: sized each round, three children a node
-    assert (s.nodes, s.branching, s.tree_nodes) == (0, 3, None)
+    s = settings_from(base, Limits())  # absent: sized each round, widened from three children a node
+    assert (s.nodes, s.branching, s.tree_nodes, s.tree_branching) == (0, 0, None, None)
     assert s.problems(Limits(), presets.BY_KEY) == {}
     bad = RunSettings(nodes=65, branching=9).problems(Limits(), presets.BY_KEY)
     assert set(bad) == {"nodes", "branching"}

@@ -273,8 +273,9 @@ def test_transformers_greedy_is_compared_without_the_models_logits_processors(pa
 # ---- token trees --------------------------------------------------------------------------------
 
 def test_tree_method_names_parse_select_and_bring_their_chain():
-    assert bench.tree_method("specviz:tree-4") == (4, None, 3)
-    assert bench.tree_method("specviz:tree-4-n16") == (4, 16, 3)
+    assert bench.tree_method("specviz:tree-4") == (4, None, None)  # no -b: the width adapts
+    assert bench.tree_method("specviz:tree-4-n16") == (4, 16, None)
+    assert bench.tree_method("specviz:tree-4-n16-b3") == (4, 16, 3)
     assert bench.tree_method("specviz:tree-4-n16-b4") == (4, 16, 4)
     assert bench.tree_method("specviz:tree-2-b1") == (2, None, 1)
     assert bench.tree_method("specviz:draft-4") is None and bench.tree_method("specviz:tree-4x") is None
@@ -282,7 +283,7 @@ def test_tree_method_names_parse_select_and_bring_their_chain():
                 "specviz:tree-4-b9"):
         with pytest.raises(ValueError, match="specviz:tree-"):
             bench.tree_method(bad)
-    for shape in [(4, None, 3), (4, 16, 3), (3, 8, 2)]:
+    for shape in [(4, None, None), (4, 16, None), (4, 16, 3), (3, 8, 2)]:
         assert bench.tree_method(bench.tree_name(*shape)) == shape
     every = bench.methods((4,), None, True, tree_nodes=(16,))
     assert {"specviz:tree-4", "specviz:tree-4-n16"} <= set(every) and every["specviz:tree-4"][1] == 4
@@ -328,7 +329,7 @@ def test_tree_against_the_chain_ratios_and_verdicts_are_exact():
     assert every["tokens_per_pass"] == pytest.approx(50 / 43)
     assert every["tokens_per_second"] == pytest.approx(22 / 22.5)
     assert (t["chain"], t["depth"], t["nodes"], t["branching"], t["goal_depth"]) \
-        == ("specviz:draft-4", 4, None, 3, True)
+        == ("specviz:draft-4", 4, None, None, True)
     assert not t["tokens_per_pass_ok"] and t["tokens_per_second_ok"]  # chat fails goal (a)
     row = s["specviz:tree-4"]["edit"]
     assert row["nodes_per_round"] == 10.0 and row["accepted_per_node"] == pytest.approx(45 / 150)

@@ -100,7 +100,8 @@ HOSTILE_RUN = [
     ("nodes", 65, r"tree nodes must be in 0\.\.64 \(0 sizes each round's tree from the measured verify"),
     ("nodes", -1, r"tree nodes must be in 0\.\.64"), ("nodes", math.nan, "tree nodes must be a whole number"),
     ("nodes", "many", "tree nodes must be a whole number"), ("nodes", [8], "whole number, got list"),
-    ("branching", 0, r"tree branching must be in 1\.\.8, got 0"), ("branching", 10**30, "tree branching"),
+    ("branching", -1, r"tree branching must be in 0\.\.8 \(0 widens the tree from 3 children while it "
+                      r"fills\), got -1"), ("branching", 10**30, "tree branching"),
     ("branching", 2.5, "tree branching must be a whole number"),
 ]
 

@@ -218,7 +218,7 @@ MUTATIONS = [  # (path, bad value, field named in the message)
     (("settings", "nodes"), 65, "settings.nodes must be an integer in 0..64"),
     (("settings", "nodes"), -1, "settings.nodes"),
     (("settings", "nodes"), "8", "settings.nodes"),
-    (("settings", "branching"), 0, "settings.branching must be an integer in 1..8"),
+    (("settings", "branching"), -1, "settings.branching must be an integer in 0..8"),
     (("settings", "branching"), 9, "settings.branching"),
     (("settings", "branching"), True, "settings.branching"),
     (("models",), "x", "models must be an object"),

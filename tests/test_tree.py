@@ -338,6 +338,49 @@ def test_node_budget_keeps_the_best_scores_with_their_parents(pair):
     assert sized._choose(drafted, bar=0.9) == [0]  # at least the best node
 
 
+def test_an_unset_width_widens_while_the_tree_keeps_a_last_child_and_narrows_back(pair):
+    from specviz.treedraft import BRANCHING, MAX_BRANCHING
+
+    drafter = TreeProposer(pair.draft, pair.vocab_size)
+    assert (drafter.branching, drafter.auto_width) == (BRANCHING, True) == (3, True)
+    # root -> 0, 1, 2 (ranks 0, 1, 2); 0 -> 3, 4, 5 (ranks 0, 1, 2)
+    drafted = [node(-1, 10 + i, 1, score=0.3 - 0.1 * i) for i in range(3)] + \
+              [node(0, 20 + i, 2, score=0.1 - 0.01 * i) for i in range(3)]
+    drafter.widen(drafted, [0, 1, 3])  # widest kept rank 1 < 2: width 3 stays (never below 3)
+    assert drafter.branching == 3
+    drafter.widen(drafted, [0, 3, 4, 5])  # node 5 is the last of the 3 children offered
+    assert drafter.branching == 4
+    drafter.widen(drafted, [0, 1, 2])  # at width 4 a kept rank 2 is not a last child: stays
+    assert drafter.branching == 4
+    drafter.widen(drafted, [0, 1, 3])  # none of the last two (ranks 2, 3) kept: one fewer
+    assert drafter.branching == 3
+    drafter.branching = MAX_BRANCHING
+    wide = [node(-1, 30 + i, 1, score=0.1) for i in range(MAX_BRANCHING)]
+    drafter.widen(wide, list(range(MAX_BRANCHING)))  # a last child at the widest: stays at 8
+    assert drafter.branching == MAX_BRANCHING
+    fixed = TreeProposer(pair.draft, pair.vocab_size, branching=3)
+    fixed.widen(drafted, [0, 3, 4, 5])
+    assert (fixed.branching, fixed.auto_width) == (3, False)
+
+
+def test_an_unset_width_lets_a_tree_fill_a_budget_three_children_cannot(pair):
+    """At width 3 a depth-4 tree holds at most 3 + 9 + 9 + 9 = 30 nodes; a budget of 64 with the
+    width unset widens until the tree fills it (where verification is nearly free the sized tree
+    asks for that many), and a fixed width of 3 never passes 30."""
+    def shapes(branching):
+        events = list(specviz.generate(pair, PROMPTS[0], proposer="tree", k=4, nodes=64,
+                                       branching=branching, max_new_tokens=40))
+        children = [max(Counter(n.parent for n in e.tree).values()) for e in events if e.tree]
+        return [len(e.tree) for e in events if e.tree], children
+
+    from collections import Counter
+
+    sizes, children = shapes(None)
+    assert sizes[0] == 30 and max(sizes) == 64 and max(children) > 3, (sizes, children)
+    sizes, children = shapes(3)
+    assert max(sizes) == 30 and max(children) == 3
+
+
 @pytest.mark.parametrize("which", ["pair", "gpt2_pair", "static_pair", "compiled_pair"])
 def test_greedy_tree_output_is_the_targets_own(which, request):
     pair = request.getfixturevalue(which)
@@ -347,8 +390,8 @@ def test_greedy_tree_output_is_the_targets_own(which, request):
             ids = pair.encode(prompt)
             expected = pair.target.generate(torch.tensor([ids]), max_new_tokens=30, do_sample=False,
                                             min_new_tokens=30)[0, len(ids):].tolist()
-            for k, nodes, branching in [(1, None, 3), (2, 4, 2), (4, None, 3), (4, 64, 4),
-                                        (6, 12, 1), (3, 1, 8)]:
+            for k, nodes, branching in [(1, None, None), (2, 4, 2), (4, None, 3), (4, 64, 4),
+                                        (4, 64, None), (6, 12, 1), (3, 1, 8)]:
                 events = list(specviz.generate(pair, prompt, proposer="tree", k=k, nodes=nodes,
                                                branching=branching, max_new_tokens=30))
                 assert tokens(events) == expected, (prompt, k, nodes, branching)
