@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from conftest import hf_greedy
 from scipy.stats import chisquare
 
 import specviz
@@ -379,6 +380,32 @@ def test_an_unset_width_lets_a_tree_fill_a_budget_three_children_cannot(pair):
     assert sizes[0] == 30 and max(sizes) == 64 and max(children) > 3, (sizes, children)
     sizes, children = shapes(3)
     assert max(sizes) == 30 and max(children) == 3
+
+
+def test_where_verification_is_free_the_default_tree_grows_to_its_cap_and_stays_exact(pair):
+    """The default tree (no nodes, no branching) on a target whose verify line is flat: every node
+    pays (bar 0), so the tree widens past 3 children and fills the 64-node cap, as on a GPU where
+    a pass over dozens of tokens costs one pass; its greedy output is still the target's own."""
+    from collections import Counter
+
+    from specviz.treedraft import MAX_NODES
+
+    cost = VerifyCost()
+    for n in (4, 8) * 3:  # drafted rounds at two sizes, each as costly as the other: slope 0
+        cost.observe(n, 0.3)
+    cost.observe = lambda nodes, seconds: None  # held flat: this CPU's own times are not
+    drafter = TreeProposer(pair.draft, pair.vocab_size, cost=cost)
+    assert cost.pieced and drafter.bar() == 0.0
+    pair.target.generation_config.eos_token_id = None
+    try:
+        expected = hf_greedy(pair, PROMPTS[0], 40)
+        events = list(specviz.generate(pair, PROMPTS[0], proposer=drafter, k=4, max_new_tokens=40))
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+    assert tokens(events) == expected
+    sizes = [len(e.tree) for e in events if e.tree]
+    widths = [max(Counter(n.parent for n in e.tree).values()) for e in events if e.tree]
+    assert sizes[0] == 30 and max(sizes) == MAX_NODES and max(widths) > 3, (sizes, widths)
 
 
 @pytest.mark.parametrize("which", ["pair", "gpt2_pair", "static_pair", "compiled_pair"])
