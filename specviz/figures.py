@@ -7,7 +7,7 @@ from collections import Counter
 
 import plotly.graph_objects as go
 
-from .metrics import RunStats, target_line
+from .metrics import RunStats, reach, target_line
 from .theory import break_even_tokens, expected_tokens_per_pass
 
 SPEC, BASE, THEORY = "#2563eb", "#6b7280", "#d97706"
@@ -92,10 +92,10 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
     if spec.fixed_k:  # a chain (the budget may cut its last rounds)
         fig.add_scatter(x=[spec.k], y=[spec.tokens_per_pass], mode="markers", name="this run",
                         marker=dict(size=12, color=SPEC, symbol="diamond"))
-        if any(e.k != spec.k for e in spec.events):  # the curve's k+1 a pass is out of their reach
+        if any(reach(e) != spec.k for e in spec.events):  # the curve's k+1 a pass is out of reach
             fig.add_scatter(x=[spec.k], y=[spec.predicted_tokens_per_pass], mode="markers",
-                            name="i.i.d. prediction for its rounds' k (the budget cut the last)",
-                            marker=dict(size=10, color=THEORY))
+                            name="i.i.d. prediction for its rounds' reach (the budget or an EOS cut "
+                                 "the last)", marker=dict(size=10, color=THEORY))
     elif spec.k:  # n-gram, adaptive, hybrid: each round drafts its own length
         mean_k = spec.drafted / len(spec.events)
         fig.add_scatter(x=[mean_k], y=[spec.tokens_per_pass], mode="markers",

@@ -14,6 +14,12 @@ from .tree import REJECTED
 from .verifycost import fit_spread, split_step
 
 
+def reach(event) -> int:
+    """The drafts a chain round could have turned into output: its k, or, where the rule accepted
+    a drafted EOS (the output ends at it, so fewer tokens than it accepted), the drafts before it."""
+    return len(event.new_tokens) - 1 if event.accepted >= len(event.new_tokens) else event.k
+
+
 @dataclass(frozen=True)
 class RunStats:
     events: tuple[RoundEvent, ...]
@@ -68,8 +74,9 @@ class RunStats:
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / drafted tokens verified (vLLM's "acceptance rate"; a tree's: its nodes).
-        Drafts the rule never tested count as failures here, so this is not the per-token chance."""
+        """accepted / drafted tokens verified (like vLLM's "acceptance rate"; a tree's: its nodes).
+        Drafts the rule never tested count as failures here, and so do drafts it accepted past an
+        EOS (the output left them out), so this is not the per-token chance."""
         return self.accepted / self.nodes_verified if self.nodes_verified else 0.0
 
     @property
@@ -157,14 +164,16 @@ class RunStats:
     @property
     def predicted_tokens_per_pass(self) -> float | None:
         """The i.i.d. prediction at the measured α: the mean over rounds of
-        (1 - α^(k_i+1)) / (1 - α) for each round's draft length k_i (a fixed-k run: its k).
+        (1 - α^(k_i+1)) / (1 - α) for each round's reach k_i: its draft length (a fixed-k run:
+        its k), or, where the rule accepted a drafted EOS, the drafts up to it less one (the
+        output ends there and α leaves the drafts past it out, so the round could hold no more).
         None for a tree run: the chain formula says nothing of trees."""
         if self.is_tree:
             return None
         if not self.events:
             return 0.0
         alpha = self.alpha  # a property that sums over every round: once, not per round
-        return sum(expected_tokens_per_pass(alpha, e.k) for e in self.events) / len(self.events)
+        return sum(expected_tokens_per_pass(alpha, reach(e)) for e in self.events) / len(self.events)
 
     @property
     def wall_seconds(self) -> float:

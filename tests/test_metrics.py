@@ -238,6 +238,32 @@ def test_drafts_accepted_past_an_eos_count_nowhere():
     assert RunStats.of([target_eos]).rejections == 1 and RunStats.of([target_eos]).accepted == 2
 
 
+def test_a_round_an_accepted_eos_ended_is_predicted_at_its_reach():
+    """k=4, α = 1: round 1 keeps its 4 drafts (5 tokens); round 2's rule accepts all 4, but draft 1
+    is the EOS, so the output ends there (1 token) and α leaves drafts 2-4 out. By hand the
+    prediction is (5 + 1) / 2 = 3.0 a pass, the run's own, not 5 (each round at k = 4); the
+    figure plots it beside the run, as for a budget cut. An EOS the target gave (its correction)
+    ends no drafts early: that round is predicted at its k."""
+    from dataclasses import replace
+
+    from specviz import figures
+    from specviz.metrics import reach
+
+    first_is_eos = replace(round_(2, 5, 4, 4), new_tokens=[2], stop="eos")
+    stats = RunStats.of([round_(1, 0, 4, 4), first_is_eos])
+    assert (stats.alpha, stats.tokens_per_pass, reach(first_is_eos)) == (1.0, 3.0, 0)
+    assert stats.predicted_tokens_per_pass == pytest.approx(3.0)
+    points = {t.name: (t.x[0], t.y[0]) for t in figures.k_prediction(stats).data if t.mode == "markers"}
+    assert points == {"this run": (4, 3.0),
+                      "i.i.d. prediction for its rounds' reach (the budget or an EOS cut the last)": (4, 3.0)}
+    second = replace(round_(2, 5, 4, 4), new_tokens=[7, 2], stop="eos")  # EOS = draft 2 of 4
+    assert RunStats.of([round_(1, 0, 4, 4), second]).predicted_tokens_per_pass == pytest.approx((5 + 2) / 2)
+    target_eos = replace(round_(2, 5, 4, 2), new_tokens=[7, 8, 2], stop="eos")
+    a = 2 / 3  # 2 kept, 1 refused
+    assert reach(target_eos) == 4
+    assert RunStats.of([target_eos]).predicted_tokens_per_pass == pytest.approx((1 - a ** 5) / (1 - a))
+
+
 def test_a_budget_cut_chain_plots_the_prediction_for_the_rounds_it_ran():
     """k=8 and a 16-token budget: 9 tokens, then 7 (the budget let round 2 draft 6). α = 1, so
     the curve says 9 a pass at k=8 where this run could make (9 + 7) / 2 = 8: that is plotted too."""
@@ -247,6 +273,6 @@ def test_a_budget_cut_chain_plots_the_prediction_for_the_rounds_it_ran():
     assert stats.fixed_k == 8 and stats.tokens_per_pass == 8.0
     points = {t.name: (t.x[0], t.y[0]) for t in figures.k_prediction(stats).data if t.mode == "markers"}
     assert points["this run"] == (8, 8.0)
-    assert points["i.i.d. prediction for its rounds' k (the budget cut the last)"] == (8, 8.0)
+    assert points["i.i.d. prediction for its rounds' reach (the budget or an EOS cut the last)"] == (8, 8.0)
     full = {t.name for t in figures.k_prediction(run([(4, 4), (4, 4)])).data}
     assert not any("budget cut" in name for name in full)  # nothing cut: the curve is the prediction
