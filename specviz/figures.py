@@ -70,7 +70,7 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
     without a spread of n to fit it, Leviathan's 1 + k C_D/C_T, which assumes
     verifying k tokens costs one pass (on a CPU without bf16 matrix hardware it costs ~1 + k/2)."""
     if spec.is_tree:
-        return _tree_points(spec, chain, k or spec.k)
+        return _tree_points(spec, chain, k)  # k unknown (a trace without it): no cap is named
     ks = list(range(1, MAX_K_PLOT + 1))
     fig = go.Figure()
     if spec.drafted:  # α is measured only where drafts were tested (the table says "—" too)
@@ -107,10 +107,11 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
                    "tokens per target pass")
 
 
-def _tree_points(spec: RunStats, chain: RunStats | None, k: int) -> go.Figure:
+def _tree_points(spec: RunStats, chain: RunStats | None, k: int | None) -> go.Figure:
     """The tree run at the depth it drafted (k caps it), the chain at its k."""
     fig = go.Figure()
-    for stats, name, color in ((spec, f"this tree run (k={k} caps its depth)", SPEC),
+    capped = f" (k={k} caps its depth)" if k else ""
+    for stats, name, color in ((spec, f"this tree run{capped}", SPEC),
                                (chain, "the chain at the same k", BASE)):
         if stats and stats.events:
             fig.add_scatter(x=[stats.draft_depth], y=[stats.tokens_per_pass], mode="markers",
@@ -118,7 +119,8 @@ def _tree_points(spec: RunStats, chain: RunStats | None, k: int) -> go.Figure:
                             marker=dict(size=12, color=color, symbol="diamond"))
     fig.add_annotation(text="the i.i.d. chain prediction is not for trees", showarrow=False,
                        xref="paper", yref="paper", x=0.5, y=0.95)
-    return _layout(fig, f"Tokens per pass at k={k}: measured", "depth drafted a round (mean)",
+    return _layout(fig, f"Tokens per pass at k={k}: measured" if k else "Tokens per pass: measured",
+                   "depth drafted a round (mean)",
                    "tokens per target pass")
 
 

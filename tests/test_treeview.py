@@ -183,6 +183,11 @@ def test_tree_figures_and_stats_match_hand_computations():
     k_fig = figures.k_prediction(spec, chain, 3)  # no i.i.d. curve for a tree run: two measured points
     assert [(d.x[0], d.y[0]) for d in k_fig.data] == [(pytest.approx(8 / 3), 2.0), (3, 3.0)]
     assert "2.7 deep a round" in k_fig.data[0].name and "3.0 deep" in k_fig.data[1].name
+    assert k_fig.data[0].name.startswith("this tree run (k=3 caps its depth)")
+    assert k_fig.layout.title.text == "Tokens per pass at k=3: measured"
+    unknown = figures.k_prediction(spec, chain)  # a trace without settings.k: no cap is named
+    assert unknown.layout.title.text == "Tokens per pass: measured"  # not the deepest walk's 3
+    assert unknown.data[0].name == "this tree run: 2.7 deep a round on average"
     table = stats_html(spec, None, chain)
     assert "<th>chain (draft model, same k)</th>" in table and "— (not for trees)" in table
     assert "<td>2.00</td><td></td><td>3.00</td>" in table  # tokens per pass: tree, -, chain
