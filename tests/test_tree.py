@@ -497,6 +497,23 @@ def test_sampled_tree_runs_follow_the_targets_distribution(which, temperature, t
     assert stat.pvalue > 0.001, stat
 
 
+def test_sampled_tree_runs_with_an_adapting_width_follow_the_targets_distribution(pair, monkeypatch):
+    """The width unset: a round's width comes from the rounds before it. top_k=4 (64 outcomes),
+    so a widened round offers a fourth child; depth 2, 6 nodes; 2400 runs of 3 tokens (the least
+    likely outcome expects 11.6): chi-square p > 0.001. Second rounds must have drafted at width 4."""
+    widths = []  # the width each round drafted at
+    widen = TreeProposer.widen
+
+    def recorded(self, drafted, chosen):
+        widths.append(self.branching)
+        widen(self, drafted, chosen)
+
+    monkeypatch.setattr(TreeProposer, "widen", recorded)
+    stat = three_token_chi_square(pair, SamplingParams(1.0, 4, 1.0), 2400, proposer="tree", k=2, nodes=6)
+    assert stat.pvalue > 0.001, stat
+    assert set(widths) == {3, 4}, sorted(set(widths))  # round 1 at 3; a round 2 at 4
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"nodes": 0}, "tree nodes"), ({"nodes": 65}, "tree nodes"), ({"branching": 0}, "branching"),
     ({"branching": 9}, "branching"), ({"nodes": 2.5}, "tree nodes"),
