@@ -120,8 +120,7 @@ def _tree_points(spec: RunStats, chain: RunStats | None, k: int | None) -> go.Fi
     fig.add_annotation(text="the i.i.d. chain prediction is not for trees", showarrow=False,
                        xref="paper", yref="paper", x=0.5, y=0.95)
     return _layout(fig, f"Tokens per pass at k={k}: measured" if k else "Tokens per pass: measured",
-                   "depth drafted a round (mean)",
-                   "tokens per target pass")
+                   "depth drafted a round (mean)", "tokens per target pass")
 
 
 def tree_nodes(spec: RunStats) -> go.Figure:

@@ -1,5 +1,7 @@
 """Token trees: the mask, the gather, the rule, the sizing, and the engine's two promises."""
 
+from collections import Counter
+
 import pytest
 import torch
 from conftest import hf_greedy
@@ -364,17 +366,19 @@ def test_an_unset_width_widens_while_the_tree_keeps_a_last_child_and_narrows_bac
     assert (fixed.branching, fixed.auto_width) == (3, False)
 
 
+def tree_shapes(events) -> tuple[list[int], list[int]]:
+    """Each tree round's node count and its widest family (the most children of one parent)."""
+    trees = [e.tree for e in events if e.tree]
+    return [len(t) for t in trees], [max(Counter(n.parent for n in t).values()) for t in trees]
+
+
 def test_an_unset_width_lets_a_tree_fill_a_budget_three_children_cannot(pair):
     """At width 3 a depth-4 tree holds at most 3 + 9 + 9 + 9 = 30 nodes; a budget of 64 with the
     width unset widens until the tree fills it (where verification is nearly free the sized tree
     asks for that many), and a fixed width of 3 never passes 30."""
     def shapes(branching):
-        events = list(specviz.generate(pair, PROMPTS[0], proposer="tree", k=4, nodes=64,
-                                       branching=branching, max_new_tokens=40))
-        children = [max(Counter(n.parent for n in e.tree).values()) for e in events if e.tree]
-        return [len(e.tree) for e in events if e.tree], children
-
-    from collections import Counter
+        return tree_shapes(specviz.generate(pair, PROMPTS[0], proposer="tree", k=4, nodes=64,
+                                            branching=branching, max_new_tokens=40))
 
     sizes, children = shapes(None)
     assert sizes[0] == 30 and max(sizes) == 64 and max(children) > 3, (sizes, children)
@@ -386,8 +390,6 @@ def test_where_verification_is_free_the_default_tree_grows_to_its_cap_and_stays_
     """The default tree (no nodes, no branching) on a target whose verify line is flat: every node
     pays (bar 0), so the tree widens past 3 children and fills the 64-node cap, as on a GPU where
     a pass over dozens of tokens costs one pass; its greedy output is still the target's own."""
-    from collections import Counter
-
     from specviz.treedraft import MAX_NODES
 
     cost = VerifyCost()
@@ -403,8 +405,7 @@ def test_where_verification_is_free_the_default_tree_grows_to_its_cap_and_stays_
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
     assert tokens(events) == expected
-    sizes = [len(e.tree) for e in events if e.tree]
-    widths = [max(Counter(n.parent for n in e.tree).values()) for e in events if e.tree]
+    sizes, widths = tree_shapes(events)
     assert sizes[0] == 30 and max(sizes) == MAX_NODES and max(widths) > 3, (sizes, widths)
 
 
