@@ -328,7 +328,11 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         assert "Its settings are in the Run tab's controls" in page.inner_text("body")
         assert page.locator("#prompt textarea").input_value() == "def f"  # the tree link's before
         page.get_by_role("tab", name="Run", exact=True).click()
-        page.wait_for_timeout(1000)
+        try:  # the tab's resize redraws the plot: wait for it rather than a fixed second
+            page.wait_for_function(f"(({WIDTHS_JS})()).reduce((a, b) => Math.abs(a - b) <= 0.1 * b)",
+                                   timeout=15_000)
+        except Exception:  # noqa: BLE001 - the assertion below names the widths
+            pass
         widths = page.evaluate(WIDTHS_JS)
         assert abs(widths[0] - widths[1]) <= 0.1 * widths[1], widths  # drawn 700 px wide in 390 before
         browser.close()

@@ -104,10 +104,10 @@ def tree_synthetic(rounds=6, extra=0, **kw):
 def refused(d_or_text, field: str, seconds: float = 1.0) -> str:
     """loads refuses it at once with a TraceError whose message names field."""
     text = d_or_text if isinstance(d_or_text, (str, bytes)) else json.dumps(d_or_text)
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(trace.TraceError) as info:
         trace.loads(text)
-    assert time.perf_counter() - start < seconds
+    assert time.process_time() - start < seconds
     assert field in str(info.value), str(info.value)
     return str(info.value)
 
@@ -548,17 +548,18 @@ def test_token_html_escapes_text_and_attributes():
 
 def test_the_largest_trace_opens_in_bounded_time():
     """4096 rounds (the most) filling the size cap, views and k explorer included. A hang guard,
-    not a benchmark: about 2 s here (docs/trace-format.md)."""
+    not a benchmark: about 2 s here (docs/trace-format.md). CPU time, so the other worker's load
+    does not count."""
     text = json.dumps(synthetic(rounds=tracecheck.MAX_ROUNDS, k=3, kept=lambda i: 0, prompt=500,
                                 baseline=False), separators=(",", ":"))
     assert 0.8 * trace.MAX_TRACE_BYTES < len(text) <= trace.MAX_TRACE_BYTES
-    start = time.perf_counter()
+    start = time.process_time()
     t = trace.loads(text)
-    loaded = time.perf_counter()
+    loaded = time.process_time()
     view = replay_view(t)
-    shown = time.perf_counter()
+    shown = time.process_time()
     labview.explorer_views(t.recording, 3, False, 3, [len(e.new_tokens) for e in t.events])
-    done = time.perf_counter()
+    done = time.process_time()
     assert len(t.events) == tracecheck.MAX_ROUNDS and view.text_html
     assert loaded - start < 10 and shown - loaded < 10 and done - shown < 10
 
@@ -586,15 +587,15 @@ def test_an_opened_trace_shows_a_bounded_amount_of_html(rounds, kept, note):
 
 def test_the_largest_tree_trace_opens_in_bounded_time():
     """64-node rounds (the most) filling the size cap, views included: the cap, not the round
-    count, bounds a tree trace. A hang guard, not a benchmark (docs/trace-format.md)."""
+    count, bounds a tree trace. A hang guard, not a benchmark (docs/trace-format.md); CPU time."""
     d = tree_synthetic(rounds=670, extra=58, kept=lambda i: 0)
     text = json.dumps(d, separators=(",", ":"))
     assert 0.8 * trace.MAX_TRACE_BYTES < len(text) <= trace.MAX_TRACE_BYTES
-    start = time.perf_counter()
+    start = time.process_time()
     t = trace.loads(text)
-    loaded = time.perf_counter()
+    loaded = time.process_time()
     view = replay_view(t)
-    shown = time.perf_counter()
+    shown = time.process_time()
     assert t.stats.nodes_verified == 670 * 64 and view.text_html
     assert loaded - start < 10 and shown - loaded < 10
 
