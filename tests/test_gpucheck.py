@@ -200,12 +200,20 @@ def test_bad_arguments_are_refused():
 
 
 def test_preflight_refuses_a_transformers_that_drops_the_cache(monkeypatch):
-    """transformers 5.17 silently ignores the forward argument `cache=`: simulated here."""
+    """transformers 5.17 silently ignores the forward argument `cache=`: simulated here, on
+    whichever argument specviz passes the cache through with the installed transformers."""
     from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 
+    from specviz import lm
+
     gpumeasure.preflight("cpu")  # this transformers: fine
-    forward = Qwen2Model.forward
-    monkeypatch.setattr(Qwen2Model, "forward", lambda self, *a, cache=None, **kw: forward(self, *a, **kw))
+    forward, kv = Qwen2Model.forward, lm._cache_argument(Qwen2Model)
+
+    def dropping_the_cache(self, *a, **kw):
+        kw.pop(kv, None)
+        return forward(self, *a, **kw)
+
+    monkeypatch.setattr(Qwen2Model, "forward", dropping_the_cache)
     with pytest.raises(ValueError, match="dynamic cache fails with transformers"):
         gpumeasure.preflight("cpu")
 
