@@ -152,13 +152,17 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     check_settings(k, max_new_tokens)
     check_tree_settings(nodes, branching)
     ids = pair.encode(prompt, chat=chat)
-    tree = proposer == "tree"
-    # a round's drafted positions, at most (an unset width can grow to MAX_BRANCHING)
-    room = max(MAX_NODES, bucket(branching or MAX_BRANCHING) * k) if tree else k
+    room = round_room(proposer, k, branching)
     pair.check_length(len(ids), max_new_tokens, room, drafted=proposer in NEEDS_DRAFT)
     length = run_length(ids, max_new_tokens, room)
     drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)
     return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length, progress)
+
+
+def round_room(proposer, k: int, branching: int | None = None) -> int:
+    """The most positions one round drafts beyond the output: a chain's k; a token tree's nodes,
+    at most (an unset width can grow to MAX_BRANCHING)."""
+    return max(MAX_NODES, bucket(branching or MAX_BRANCHING) * k) if proposer == "tree" else k
 
 
 def run_length(ids: list[int], max_new_tokens: int, k: int) -> int:

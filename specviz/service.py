@@ -19,7 +19,7 @@ import torch
 from . import presets, treeview
 from .compare import Comparison, compare
 from .detok import token_pieces
-from .engine import NEEDS_DRAFT, Reading, RoundEvent, generate, make_proposer
+from .engine import NEEDS_DRAFT, Reading, RoundEvent, generate, make_proposer, round_room
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .lab import two_sample_tv
@@ -543,7 +543,7 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
     if s.proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
     prompt_ids = _prompt_ids(pair, s, limits)
-    pair.check_length(len(prompt_ids), tokens, None if s.proposer == "tree" else s.k,  # a tree: MAX_K
+    pair.check_length(len(prompt_ids), tokens, round_room(s.proposer, s.k, s.tree_branching),
                       drafted=s.proposer in NEEDS_DRAFT)
     deadline = time.monotonic() + limits.max_job_seconds
     kwargs = dict(k=s.k, max_new_tokens=tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,

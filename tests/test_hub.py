@@ -95,6 +95,7 @@ def test_the_probe_asks_the_configured_endpoint_and_keeps_its_answer_a_while(mon
     monkeypatch.setattr(presets, "_answers", lambda url, timeout: asked.append(url) or answers.pop(0))
     monkeypatch.setattr(presets.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(presets, "_probe", None)
+    monkeypatch.setattr(presets, "_quiet_since", None)  # mark_unreachable below sets it
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     assert presets.hub_reachable() and presets.hub_reachable()
     assert asked == ["http://mirror.example:8080"]

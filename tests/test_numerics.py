@@ -103,6 +103,23 @@ def test_sliding_window_models_run_below_their_window_and_refuse_beyond(pair):
         specviz.generate(slide_pair, ids, proposer="tree", k=4, max_new_tokens=64 - 33 - len(ids) - 1)
 
 
+def test_the_sampling_check_prices_a_tree_round_as_the_engine_does(pair, monkeypatch):
+    """The exactness lab's continuations check refuses, before its first sample, a tree run the
+    engine would refuse: it once reserved a chain's MAX_K (32) positions for a tree's 64 nodes."""
+    from specviz import service
+    from specviz.settings import RunSettings
+
+    sliding = tiny("Qwen2Config", vocab_size=pair.vocab_size, use_sliding_window=True,
+                   sliding_window=64, max_window_layers=0, max_position_embeddings=256)
+    slide_pair = Pair(sliding, pair.tokenizer, copy.deepcopy(sliding))
+    s = RunSettings(pair="tiny", chat=False, prompt="for i in range(10):", temperature=1.0, k=4,
+                    proposer="tree", dtype="float32")
+    tokens = 64 - 33 - len(pair.encode(s.prompt)) - 1  # fits 32 drafted positions, not 64
+    monkeypatch.setattr(service, "generate", lambda *a, **kw: pytest.fail("sampled before the check"))
+    with pytest.raises(ValueError, match="a token tree needs more room"):
+        next(service.continuations(slide_pair, s, 10, tokens=tokens))
+
+
 def test_refined_head_equals_the_float32_head_on_the_candidates():
     torch.manual_seed(0)
     hidden = torch.randn(5, 32).bfloat16()  # [n, d]
