@@ -163,9 +163,8 @@ def is_cached(model_id: str) -> bool:
     return False
 
 
-@lru_cache(maxsize=1)
-def large_models_fit() -> tuple[bool, str]:
-    """(fits, why): a machine with >= 48 GiB of RAM or a CUDA GPU with >= 24 GiB has room for 7-8B."""
+def _memory_gib() -> tuple[float, float]:
+    """(RAM, the largest CUDA GPU's memory) in GiB; 0 where unknown."""
     try:
         import psutil
 
@@ -181,39 +180,59 @@ def large_models_fit() -> tuple[bool, str]:
                       for i in range(torch.cuda.device_count())) / 2**30
     except Exception:  # noqa: BLE001 - a broken CUDA setup counts as none
         gpu = 0.0
-    fits = ram >= LARGE_RAM_GIB or gpu >= LARGE_GPU_GIB
+    return ram, gpu
+
+
+def _wide(dtype: str | None) -> bool:
+    """Whether weights load in 4 bytes (float32) rather than 2 (auto, bfloat16, float16)."""
+    return dtype in ("float32", "fp32")
+
+
+@lru_cache(maxsize=2)
+def large_models_fit(dtype: str | None = None) -> tuple[bool, str]:
+    """(fits, why): room for a 7-8B pair in dtype (None, auto: 2 bytes a weight) on a machine with
+    >= 48 GiB of RAM or a CUDA GPU with >= 24 GiB; float32 (about 36 GB of weights) needs twice
+    both."""
+    ram, gpu = _memory_gib()
+    scale = 2 if _wide(dtype) else 1
+    fits = ram >= scale * LARGE_RAM_GIB or gpu >= scale * LARGE_GPU_GIB
     return fits, (f"{ram:.0f} GiB RAM" + (f", a {gpu:.0f} GiB GPU" if gpu else ", no CUDA GPU")
-                  + f"; a 7-8B pair needs {LARGE_RAM_GIB} GiB RAM or a {LARGE_GPU_GIB} GiB GPU")
+                  + f"; a 7-8B pair needs {scale * LARGE_RAM_GIB} GiB RAM or a "
+                  f"{scale * LARGE_GPU_GIB} GiB GPU" + (" in float32" if scale > 1 else ""))
 
 
-def large_allowed() -> bool:
-    """SPECVIZ_ALLOW_LARGE_MODELS (1 or 0); unset: whether the machine has room (large_models_fit)."""
-    allowed = flag(os.environ.get("SPECVIZ_ALLOW_LARGE_MODELS", "").strip())
-    return large_models_fit()[0] if allowed is None else allowed
+def large_flag() -> bool | None:
+    """SPECVIZ_ALLOW_LARGE_MODELS: True (1, on, ...), False (0, off, ...), or None when unset (the
+    machine's memory decides, per dtype: large_models_fit)."""
+    return flag(os.environ.get("SPECVIZ_ALLOW_LARGE_MODELS", "").strip())
 
 
-def too_large(key: str, allow_large: bool | None = None) -> str | None:
-    """Why a large preset is refused on this deployment (None when it is allowed or not large)."""
+def too_large(key: str, allow_large: bool | None = None, dtype: str | None = None) -> str | None:
+    """Why a large preset is refused on this deployment in dtype (None when it is allowed or not
+    large). allow_large: the operator's switch; None reads SPECVIZ_ALLOW_LARGE_MODELS, and where
+    that is unset too the machine's memory decides."""
     preset = BY_KEY.get(key)
     if preset is None or not preset.large:
         return None
     if allow_large is None:
-        allow_large = large_allowed()
+        allow_large = large_flag()
+    if allow_large is None:
+        allow_large = large_models_fit(dtype)[0]
     if allow_large:
         return None
-    return (f"{preset.label} is too large for this machine ({large_models_fit()[1]}): pick a "
-            "smaller pair (operators: set SPECVIZ_ALLOW_LARGE_MODELS=1)")
+    return f"too large for this machine ({large_models_fit(dtype)[1]}"
 
 
-def availability(preset: Preset, allow_large: bool | None = None) -> str | None:
-    """None when the preset can load now, else the reason it cannot.
+def availability(preset: Preset, allow_large: bool | None = None, dtype: str | None = None) -> str | None:
+    """None when the preset can load now in dtype (None, auto: the device's default), else the
+    reason it cannot.
 
     allow_large: the operator's switch for 7-8B presets; None reads SPECVIZ_ALLOW_LARGE_MODELS
-    (unset: allowed when the machine has room).
+    (unset: allowed when the machine has room for that dtype).
     """
-    if too_large(preset.key, allow_large) is not None:
-        return (f"too large for this machine ({large_models_fit()[1]}; "
-                "operators: SPECVIZ_ALLOW_LARGE_MODELS=1)")
+    if (why := too_large(preset.key, allow_large, dtype)) is not None:
+        return why + ("; pick bfloat16" if _wide(dtype) and too_large(preset.key, allow_large) is None
+                      else "") + "; operators: SPECVIZ_ALLOW_LARGE_MODELS=1)"
     if preset.key == EMBEDDED:
         missing = [f"{m.package}{i}" for m in (embedded.TARGET, embedded.DRAFT)
                    for i in range(1, m.parts + 1)

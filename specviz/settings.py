@@ -65,7 +65,7 @@ class Limits:
     max_prompt_tokens: int = 2048  # SPECVIZ_MAX_PROMPT_TOKENS: after encoding (unusual text is dense)
     max_samples: int = 200  # SPECVIZ_MAX_SAMPLES: the end-to-end histogram check, per method
     max_job_seconds: float = 300.0  # SPECVIZ_MAX_JOB_SECONDS: model time one job may hold
-    allow_large: bool = False  # SPECVIZ_ALLOW_LARGE_MODELS (from_env: auto by the machine's memory)
+    allow_large: bool | None = False  # SPECVIZ_ALLOW_LARGE_MODELS (None, unset: by the machine's memory)
     queue_size: int = 16  # SPECVIZ_QUEUE_SIZE: model jobs waiting or running, all visitors
     max_sessions: int = 1000  # SPECVIZ_MAX_SESSIONS: visitors whose page state the server keeps
     held_trace_mb: int = 256  # SPECVIZ_HELD_TRACE_MB: memory of all traces held for visitors
@@ -93,7 +93,7 @@ class Limits:
                    _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000), _env_int("SPECVIZ_MAX_NEW_TOKENS", 512),
                    _env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048), _env_int("SPECVIZ_MAX_SAMPLES", 200, 10),
                    _env_float("SPECVIZ_MAX_JOB_SECONDS", 300.0),
-                   presets.large_allowed(),
+                   presets.large_flag(),
                    _env_int("SPECVIZ_QUEUE_SIZE", 16), _env_int("SPECVIZ_MAX_SESSIONS", 1000, 10),
                    _env_int("SPECVIZ_HELD_TRACE_MB", 256, 32), _env_int("SPECVIZ_JOBS_PER_ADDRESS", 2),
                    _env_int("SPECVIZ_UPLOAD_MB", 512, 8),
@@ -166,8 +166,8 @@ class RunSettings:
                 out["target"] = "custom pair: type a target model (hub id or local path)"
         elif self.pair not in known_pairs:
             out["pair"] = f"unknown pair {clip(self.pair)!r}: pick one from the list"
-        elif self.pair in presets.BY_KEY and \
-                (why := presets.availability(presets.BY_KEY[self.pair], limits.allow_large)) is not None:
+        elif self.pair in presets.BY_KEY and (why := presets.availability(
+                presets.BY_KEY[self.pair], limits.allow_large, self.dtype)) is not None:
             out["pair"] = f"{self.pair} cannot load on this deployment ({why}): pick another pair"
         if self.proposer not in PROPOSERS:
             out["proposer"] = f"unknown drafter {clip(self.proposer)!r}: use {', '.join(PROPOSERS)}"

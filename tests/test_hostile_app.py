@@ -398,12 +398,12 @@ def test_a_page_load_lists_the_pairs_as_they_stand_now(demo, monkeypatch):
     later, or a hub gone quiet, read as at start-up until the server restarted."""
     load = next(fn for fn in demo.fns.values() if fn.name == "on_load")
     request = SimpleNamespace(query_params={})
-    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: "gone for the test")
+    monkeypatch.setattr(presets, "availability", lambda preset, *_: "gone for the test")
     menu = load.fn(request)[0]
     labels = [label for label, _ in menu["choices"]]
     assert menu["value"] == "tiny" and all(label.endswith("unavailable: gone for the test")
                                            for label in labels if "(command line)" not in label)
-    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: None)
+    monkeypatch.setattr(presets, "availability", lambda preset, *_: None)
     assert not any("unavailable" in label for label, _ in load.fn(request)[0]["choices"])
 
 
@@ -433,6 +433,34 @@ def test_large_presets_are_refused_on_a_small_machine_in_settings_links_and_the_
     listed = dict((p.key, why) for p, why in presets.listing(allow_large=False))
     assert all("too large" in listed[k] for k in ("qwen2.5-7b", "llama-3.1-8b", "pythia-6.9b"))
     assert not any("too large" in (listed[k] or "") for k in ("gpt2", "smollm2-1.7b"))
+
+
+def test_a_large_preset_in_float32_needs_twice_the_memory(monkeypatch):
+    """A 7-8B pair holds about 16 GB of weights in bfloat16 and 36 GB in float32: a 64 GiB machine
+    has room for the first (48 GiB needed) and not the second (96)."""
+    monkeypatch.delenv("SPECVIZ_ALLOW_LARGE_MODELS", raising=False)
+    monkeypatch.setattr(presets, "_memory_gib", lambda: (64.0, 0.0))
+    presets.large_models_fit.cache_clear()
+    try:
+        limits = Limits(allow_large=None)  # unset by the operator: the machine decides
+        for dtype in ("auto", "bfloat16"):
+            problems = RunSettings(pair="qwen2.5-7b", dtype=dtype).problems(limits, presets.BY_KEY)
+            assert "too large" not in problems.get("pair", ""), dtype
+        why = RunSettings(pair="qwen2.5-7b", dtype="float32").problems(limits, presets.BY_KEY)["pair"]
+        assert "needs 96 GiB RAM or a 48 GiB GPU in float32" in why and "pick bfloat16" in why
+        assert "too large" not in RunSettings(pair="gpt2", dtype="float32").problems(
+            limits, presets.BY_KEY).get("pair", "")  # not large
+        allowed = Limits(allow_large=True)  # the operator's switch overrides the machine
+        assert "too large" not in RunSettings(pair="qwen2.5-7b", dtype="float32").problems(
+            allowed, presets.BY_KEY).get("pair", "")
+        monkeypatch.setattr(presets, "_memory_gib", lambda: (16.0, 24.0))  # a 24 GiB GPU: bf16 only
+        presets.large_models_fit.cache_clear()
+        why = RunSettings(pair="qwen2.5-7b", dtype="float32").problems(limits, presets.BY_KEY)["pair"]
+        assert "a 24 GiB GPU; a 7-8B pair needs 96 GiB RAM or a 48 GiB GPU in float32" in why
+        listed = dict((p.key, why) for p, why in presets.listing(allow_large=None))
+        assert "too large" not in (listed["qwen2.5-7b"] or "")  # the list offers the default dtype
+    finally:
+        presets.large_models_fit.cache_clear()
 
 
 def test_messages_show_no_server_paths_and_no_html():
