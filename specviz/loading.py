@@ -5,6 +5,7 @@ Never enables trust_remote_code. Checks that draft and target tokenize alike bef
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -196,11 +197,16 @@ def bound_hub_requests() -> None:
     huggingface_hub does not retry that, every request for a minute after it fails at once (the
     cache still serves), and the load fails in about HUB_TIMEOUT_S seconds. Requests with a wait
     of their own (downloads, 10 s) keep huggingface_hub's retries; any answer marks the hub
-    reachable, so a long download never waits on a probe."""
+    reachable, so a long download never waits on a probe.
+
+    Downloads from Xet storage (hf_xet, huggingface_hub's default where it is installed) run in
+    hf_xet's own client, outside these bounds: they go over plain HTTP through this client
+    instead, unless the operator set HF_HUB_DISABLE_XET (any value) to choose."""
     import weakref
 
     import httpx2
     import huggingface_hub
+    from huggingface_hub import constants
     from huggingface_hub.errors import OfflineModeIsEnabled
     from huggingface_hub.utils._http import default_client_factory
 
@@ -237,6 +243,8 @@ def bound_hub_requests() -> None:
         return client
 
     huggingface_hub.set_client_factory(bounded)
+    if "HF_HUB_DISABLE_XET" not in os.environ:
+        constants.HF_HUB_DISABLE_XET = True  # read at each download (is_xet_available)
 
 
 def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | None = None):

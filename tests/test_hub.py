@@ -132,6 +132,24 @@ LOAD = textwrap.dedent("""
 """)
 
 
+XET = "from huggingface_hub.utils._runtime import is_xet_available as on; from specviz import loading; " \
+      "before = on(); loading.bound_hub_requests(); print(before, on())"
+
+
+@pytest.mark.parametrize("setting, after", [(None, False), ("0", True), ("1", False)])
+def test_hub_downloads_leave_xet_for_the_bounded_client_unless_the_operator_chose(setting, after):
+    """hf_xet downloads in its own client, which HUB_TIMEOUT_S does not bound: once a load goes to
+    the hub, downloads take plain HTTP through the bounded client, unless HF_HUB_DISABLE_XET is set."""
+    pytest.importorskip("hf_xet")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_XET"}
+    if setting is not None:
+        env["HF_HUB_DISABLE_XET"] = setting
+    done = subprocess.run([sys.executable, "-c", XET], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(setting != "1"), str(after)]
+
+
 def test_a_load_from_a_hub_that_answers_the_probe_then_goes_quiet_fails_soon(hub, tmp_path):
     """huggingface_hub's client waits for ever on model_info (timeout=None): such a load held the
     model lock for ever. Now it fails, naming the hub, in about HUB_TIMEOUT_S seconds."""
