@@ -376,7 +376,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def rerun_float32(request: gr.Request, progress=gr.Progress(track_tqdm=True), key=None, *values):
             try:
-                settings_of(values).check(limits, store.known_pairs)  # the settings' own errors first
+                # the settings' own errors first, in float32 (a 7-8B pair needs twice the memory)
+                replace(settings_of(values), dtype="float32").check(limits, store.known_pairs)
                 if shelf.get(key) is None:  # a curious click before any run cost minutes
                     raise ValueError("run first: this button runs the page's settings again in float32 "
                                      "after a run, to check a near-tie (float32 runs are slower)")

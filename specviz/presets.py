@@ -50,7 +50,8 @@ PRESETS = (
            chat=False, large=True),
 )
 BY_KEY = {p.key: p for p in PRESETS}
-LARGE_RAM_GIB, LARGE_GPU_GIB = 48, 24  # a 7-8B pair in bf16 is about 16 GB of weights
+LARGE_RAM_GIB, LARGE_GPU_GIB = 48, 24  # a 7-8B pair is 16-19 GB of weights in bf16, 32-37 in float32
+GPU_SHARE = 0.9  # of the GB a card is sold with, the GiB torch reports at least (24 GB: 22-23.6)
 
 
 def get(key: str) -> Preset:
@@ -163,6 +164,7 @@ def is_cached(model_id: str) -> bool:
     return False
 
 
+@lru_cache(maxsize=1)
 def _memory_gib() -> tuple[float, float]:
     """(RAM, the largest CUDA GPU's memory) in GiB; 0 where unknown."""
     try:
@@ -188,17 +190,16 @@ def _wide(dtype: str | None) -> bool:
     return dtype in ("float32", "fp32")
 
 
-@lru_cache(maxsize=2)
 def large_models_fit(dtype: str | None = None) -> tuple[bool, str]:
     """(fits, why): room for a 7-8B pair in dtype (None, auto: 2 bytes a weight) on a machine with
-    >= 48 GiB of RAM or a CUDA GPU with >= 24 GiB; float32 (about 36 GB of weights) needs twice
-    both."""
+    >= LARGE_RAM_GIB of RAM or a CUDA GPU sold as LARGE_GPU_GIB GB (it reports GPU_SHARE of that,
+    or more, in GiB); float32 needs twice both."""
     ram, gpu = _memory_gib()
     scale = 2 if _wide(dtype) else 1
-    fits = ram >= scale * LARGE_RAM_GIB or gpu >= scale * LARGE_GPU_GIB
-    return fits, (f"{ram:.0f} GiB RAM" + (f", a {gpu:.0f} GiB GPU" if gpu else ", no CUDA GPU")
-                  + f"; a 7-8B pair needs {scale * LARGE_RAM_GIB} GiB RAM or a "
-                  f"{scale * LARGE_GPU_GIB} GiB GPU" + (" in float32" if scale > 1 else ""))
+    fits = ram >= scale * LARGE_RAM_GIB or gpu >= GPU_SHARE * scale * LARGE_GPU_GIB
+    return fits, (f"{ram:.0f} GiB RAM" + (f" and a {gpu:.0f} GiB GPU" if gpu else " and no CUDA GPU")
+                  + f", where a 7-8B pair needs {scale * LARGE_RAM_GIB} GiB RAM or a "
+                  f"{scale * LARGE_GPU_GIB} GB GPU" + (" in float32" if scale > 1 else ""))
 
 
 def large_flag() -> bool | None:
@@ -209,30 +210,29 @@ def large_flag() -> bool | None:
 
 def too_large(key: str, allow_large: bool | None = None, dtype: str | None = None) -> str | None:
     """Why a large preset is refused on this deployment in dtype (None when it is allowed or not
-    large). allow_large: the operator's switch; None reads SPECVIZ_ALLOW_LARGE_MODELS, and where
-    that is unset too the machine's memory decides."""
+    large), as a clause that names the operators' switch. allow_large: that switch; None reads
+    SPECVIZ_ALLOW_LARGE_MODELS, and where that is unset too the machine's memory decides."""
     preset = BY_KEY.get(key)
     if preset is None or not preset.large:
         return None
     if allow_large is None:
         allow_large = large_flag()
-    if allow_large is None:
-        allow_large = large_models_fit(dtype)[0]
-    if allow_large:
-        return None
-    return f"too large for this machine ({large_models_fit(dtype)[1]}"
+    switch = "operators: SPECVIZ_ALLOW_LARGE_MODELS=1 offers them"
+    if allow_large is False:
+        return f"7-8B pairs are off on this deployment; {switch}"
+    fits, why = large_models_fit(dtype)
+    return None if allow_large or fits else f"too large for this machine, {why}; {switch}"
 
 
-def availability(preset: Preset, allow_large: bool | None = None, dtype: str | None = None) -> str | None:
-    """None when the preset can load now in dtype (None, auto: the device's default), else the
-    reason it cannot.
+def availability(preset: Preset, allow_large: bool | None = None) -> str | None:
+    """None when the preset can load now in its default dtype, else the reason it cannot
+    (too_large tells, for float32, whether it needs more).
 
     allow_large: the operator's switch for 7-8B presets; None reads SPECVIZ_ALLOW_LARGE_MODELS
-    (unset: allowed when the machine has room for that dtype).
+    (unset: allowed when the machine has room).
     """
-    if (why := too_large(preset.key, allow_large, dtype)) is not None:
-        return why + ("; pick bfloat16" if _wide(dtype) and too_large(preset.key, allow_large) is None
-                      else "") + "; operators: SPECVIZ_ALLOW_LARGE_MODELS=1)"
+    if (why := too_large(preset.key, allow_large)) is not None:
+        return why
     if preset.key == EMBEDDED:
         missing = [f"{m.package}{i}" for m in (embedded.TARGET, embedded.DRAFT)
                    for i in range(1, m.parts + 1)

@@ -166,9 +166,12 @@ class RunSettings:
                 out["target"] = "custom pair: type a target model (hub id or local path)"
         elif self.pair not in known_pairs:
             out["pair"] = f"unknown pair {clip(self.pair)!r}: pick one from the list"
-        elif self.pair in presets.BY_KEY and (why := presets.availability(
-                presets.BY_KEY[self.pair], limits.allow_large, self.dtype)) is not None:
+        elif self.pair in presets.BY_KEY and \
+                (why := presets.availability(presets.BY_KEY[self.pair], limits.allow_large)) is not None:
             out["pair"] = f"{self.pair} cannot load on this deployment ({why}): pick another pair"
+        elif (why := presets.too_large(self.pair, limits.allow_large, self.dtype)) is not None:
+            out["dtype"] = (f"{self.pair} in {self.dtype} needs twice the memory ({why}): pick "
+                            "bfloat16 or auto")
         if self.proposer not in PROPOSERS:
             out["proposer"] = f"unknown drafter {clip(self.proposer)!r}: use {', '.join(PROPOSERS)}"
         if not 1 <= self.k <= UI_MAX_K:

@@ -94,12 +94,12 @@ def test_share_link_round_trip(monkeypatch):
     from urllib.parse import unquote_plus
 
     query = {k: unquote_plus(v) for k, v in params.items()}
-    monkeypatch.setattr(presets, "availability", lambda preset, *_: None)  # a connected host
+    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: None)  # a connected host
     back, notices, run = from_query(query, RunSettings(), Limits(), presets.BY_KEY)
     assert back == s and notices == [] and run is False
     # where the preset cannot load (here: not cached, no hub), the link keeps the page's pair and
     # says why, before anything is unloaded to try
-    monkeypatch.setattr(presets, "availability", lambda preset, *_: "not cached and no hub")
+    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: "not cached and no hub")
     back, notices, _ = from_query(query, RunSettings(), Limits(), presets.BY_KEY)
     assert back.pair == RunSettings().pair and back.k == 7
     assert notices == ["ignored link parameter pair: gpt2 cannot load on this deployment (not cached "
@@ -146,7 +146,7 @@ def test_an_operators_lower_bounds_fit_the_defaults():
 def test_an_opened_traces_settings_come_back_as_they_were_run(monkeypatch):
     """Opening a trace fills the controls with its settings (Run then runs it again): every
     field as saved, and a value this deployment refuses left at the default, with a notice."""
-    monkeypatch.setattr(presets, "availability", lambda preset, *_: None)
+    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: None)
     s = RunSettings(pair="gpt2", proposer="tree", k=5, nodes=12, branching=2, temperature=0.7,
                     top_p=0.9, top_k=40, seed=3, max_new_tokens=32, prompt="a & b?", chat=False,
                     dtype="bfloat16")

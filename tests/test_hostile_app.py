@@ -96,7 +96,7 @@ HOSTILE_RUN = [
     ("chat", "maybe", "chat must be true or false"), ("pair", None, "pair is missing"),
     ("pair", 7, "pair must be text"), ("pair", "<img src=x>", "unknown pair '(&lt;|<)img src=x(&gt;|>)'"),
     ("proposer", "evil", "unknown drafter 'evil'"), ("dtype", "float64", "dtype must be one of"),
-    ("pair", "qwen2.5-7b", "too large for this machine|unknown pair"),
+    ("pair", "qwen2.5-7b", "too large for this machine|off on this deployment|unknown pair"),
     ("nodes", 65, r"tree nodes must be in 0\.\.64 \(0 sizes each round's tree from the measured verify"),
     ("nodes", -1, r"tree nodes must be in 0\.\.64"), ("nodes", math.nan, "tree nodes must be a whole number"),
     ("nodes", "many", "tree nodes must be a whole number"), ("nodes", [8], "whole number, got list"),
@@ -398,13 +398,31 @@ def test_a_page_load_lists_the_pairs_as_they_stand_now(demo, monkeypatch):
     later, or a hub gone quiet, read as at start-up until the server restarted."""
     load = next(fn for fn in demo.fns.values() if fn.name == "on_load")
     request = SimpleNamespace(query_params={})
-    monkeypatch.setattr(presets, "availability", lambda preset, *_: "gone for the test")
+    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: "gone for the test")
     menu = load.fn(request)[0]
     labels = [label for label, _ in menu["choices"]]
     assert menu["value"] == "tiny" and all(label.endswith("unavailable: gone for the test")
                                            for label in labels if "(command line)" not in label)
-    monkeypatch.setattr(presets, "availability", lambda preset, *_: None)
+    monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: None)
     assert not any("unavailable" in label for label, _ in load.fn(request)[0]["choices"])
+
+
+def test_the_float32_rerun_checks_float32_before_it_queues(model_dirs, monkeypatch):
+    """The float32 button on a 7-8B pair that fits only in bfloat16 is refused at once, by the
+    dtype's message, not after the line and a load."""
+    import gradio as gr
+
+    import app
+    from specviz.service import ModelStore
+
+    monkeypatch.delenv("SPECVIZ_ALLOW_LARGE_MODELS", raising=False)
+    monkeypatch.setattr(presets, "_memory_gib", lambda: (64.0, 0.0))  # room in bfloat16 only
+    monkeypatch.setattr(presets, "is_cached", lambda model: True)
+    built = app.build(ModelStore(device="cpu"), Limits(allow_large=None), RunSettings(pair="gpt2"))
+    rerun = next(fn for fn in built.fns.values() if fn.name == "rerun_float32").fn
+    values = args(pair="qwen2.5-7b", dtype="bfloat16")
+    with pytest.raises(gr.Error, match="qwen2.5-7b in float32 needs twice the memory"):
+        next(rerun(SimpleNamespace(query_params={}), None, None, *values))
 
 
 # --- links, messages and traces ---------------------------------------------------------------
@@ -423,44 +441,54 @@ def test_a_link_with_html_or_markdown_gives_an_escaped_clipped_notice():
     assert markdown_text("a_b*c") == "a\\_b\\*c"
 
 
-def test_large_presets_are_refused_on_a_small_machine_in_settings_links_and_the_list():
+def test_large_presets_are_refused_on_a_small_machine_in_settings_links_and_the_list(monkeypatch):
+    monkeypatch.delenv("SPECVIZ_ALLOW_LARGE_MODELS", raising=False)
+    monkeypatch.setattr(presets, "_memory_gib", lambda: (23.5, 0.0))  # this machine's
+    small = Limits(allow_large=None)  # the operator left it to the machine
     s = RunSettings(pair="llama-3.1-8b")
-    assert "SPECVIZ_ALLOW_LARGE_MODELS=1" in s.problems(Limits(), presets.BY_KEY)["pair"]
+    assert "SPECVIZ_ALLOW_LARGE_MODELS=1" in s.problems(small, presets.BY_KEY)["pair"]
     # allowed, it is refused here only because it is not cached and the hub is unreachable
     assert "too large" not in s.problems(Limits(allow_large=True), presets.BY_KEY).get("pair", "")
-    back, notices, _ = from_query({"pair": "qwen2.5-7b"}, RunSettings(), Limits(), presets.BY_KEY)
+    back, notices, _ = from_query({"pair": "qwen2.5-7b"}, RunSettings(), small, presets.BY_KEY)
     assert back.pair == RunSettings().pair and "too large" in notices[0]
-    listed = dict((p.key, why) for p, why in presets.listing(allow_large=False))
+    listed = dict((p.key, why) for p, why in presets.listing(allow_large=None))
     assert all("too large" in listed[k] for k in ("qwen2.5-7b", "llama-3.1-8b", "pythia-6.9b"))
     assert not any("too large" in (listed[k] or "") for k in ("gpt2", "smollm2-1.7b"))
 
 
 def test_a_large_preset_in_float32_needs_twice_the_memory(monkeypatch):
-    """A 7-8B pair holds about 16 GB of weights in bfloat16 and 36 GB in float32: a 64 GiB machine
-    has room for the first (48 GiB needed) and not the second (96)."""
+    """A 7-8B pair holds 16-19 GB of weights in bfloat16 and 32-37 GB in float32: a 64 GiB machine
+    has room for the first (48 GiB needed) and not the second (96). A refusal for float32 alone
+    is the dtype's, so a link that asks for it keeps its pair and drops the dtype."""
     monkeypatch.delenv("SPECVIZ_ALLOW_LARGE_MODELS", raising=False)
     monkeypatch.setattr(presets, "_memory_gib", lambda: (64.0, 0.0))
-    presets.large_models_fit.cache_clear()
-    try:
-        limits = Limits(allow_large=None)  # unset by the operator: the machine decides
-        for dtype in ("auto", "bfloat16"):
-            problems = RunSettings(pair="qwen2.5-7b", dtype=dtype).problems(limits, presets.BY_KEY)
-            assert "too large" not in problems.get("pair", ""), dtype
-        why = RunSettings(pair="qwen2.5-7b", dtype="float32").problems(limits, presets.BY_KEY)["pair"]
-        assert "needs 96 GiB RAM or a 48 GiB GPU in float32" in why and "pick bfloat16" in why
-        assert "too large" not in RunSettings(pair="gpt2", dtype="float32").problems(
-            limits, presets.BY_KEY).get("pair", "")  # not large
-        allowed = Limits(allow_large=True)  # the operator's switch overrides the machine
-        assert "too large" not in RunSettings(pair="qwen2.5-7b", dtype="float32").problems(
-            allowed, presets.BY_KEY).get("pair", "")
-        monkeypatch.setattr(presets, "_memory_gib", lambda: (16.0, 24.0))  # a 24 GiB GPU: bf16 only
-        presets.large_models_fit.cache_clear()
-        why = RunSettings(pair="qwen2.5-7b", dtype="float32").problems(limits, presets.BY_KEY)["pair"]
-        assert "a 24 GiB GPU; a 7-8B pair needs 96 GiB RAM or a 48 GiB GPU in float32" in why
-        listed = dict((p.key, why) for p, why in presets.listing(allow_large=None))
-        assert "too large" not in (listed["qwen2.5-7b"] or "")  # the list offers the default dtype
-    finally:
-        presets.large_models_fit.cache_clear()
+    monkeypatch.setattr(presets, "is_cached", lambda model: True)  # else: not cached, no hub
+    limits = Limits(allow_large=None)  # unset by the operator: the machine decides
+    for dtype in ("auto", "bfloat16"):
+        assert RunSettings(pair="qwen2.5-7b", dtype=dtype).problems(limits, presets.BY_KEY) == {}, dtype
+    problems = RunSettings(pair="qwen2.5-7b", dtype="float32").problems(limits, presets.BY_KEY)
+    assert set(problems) == {"dtype"}
+    assert problems["dtype"] == (
+        "qwen2.5-7b in float32 needs twice the memory (too large for this machine, 64 GiB RAM and no "
+        "CUDA GPU, where a 7-8B pair needs 96 GiB RAM or a 48 GB GPU in float32; operators: "
+        "SPECVIZ_ALLOW_LARGE_MODELS=1 offers them): pick bfloat16 or auto")
+    base = RunSettings(pair="qwen2.5-7b", dtype="bfloat16")
+    back, notices, _ = from_query({"dtype": "float32"}, base, limits, presets.BY_KEY)
+    assert back == base and notices[0].startswith("ignored link parameter dtype: qwen2.5-7b in float32")
+    assert RunSettings(pair="gpt2", dtype="float32").problems(limits, presets.BY_KEY) == {}  # not large
+    on = Limits(allow_large=True)  # the operator's switch overrides the machine
+    assert RunSettings(pair="qwen2.5-7b", dtype="float32").problems(on, presets.BY_KEY) == {}
+    # a card sold as 24 GB reports less than 24 GiB (an A10G 22.5): room in bfloat16 only
+    monkeypatch.setattr(presets, "_memory_gib", lambda: (16.0, 22.5))
+    assert RunSettings(pair="qwen2.5-7b").problems(limits, presets.BY_KEY) == {}
+    why = RunSettings(pair="qwen2.5-7b", dtype="float32").problems(limits, presets.BY_KEY)["dtype"]
+    assert "16 GiB RAM and a 22 GiB GPU, where a 7-8B pair needs 96 GiB RAM or a 48 GB GPU in float32" in why
+    monkeypatch.setattr(presets, "_memory_gib", lambda: (16.0, 21.0))  # under 90% of 24: too small
+    assert "too large for this machine, 16 GiB RAM and a 21 GiB GPU, where a 7-8B pair needs 48 GiB " \
+        "RAM or a 24 GB GPU;" in RunSettings(pair="qwen2.5-7b").problems(limits, presets.BY_KEY)["pair"]
+    monkeypatch.setattr(presets, "_memory_gib", lambda: (512.0, 141.0))
+    assert "7-8B pairs are off on this deployment" in RunSettings(pair="qwen2.5-7b").problems(
+        Limits(allow_large=False), presets.BY_KEY)["pair"]  # the operator's 0: not a size
 
 
 def test_messages_show_no_server_paths_and_no_html():
