@@ -185,17 +185,12 @@ def _memory_gib() -> tuple[float, float]:
     return ram, gpu
 
 
-def _wide(dtype: str | None) -> bool:
-    """Whether weights load in 4 bytes (float32) rather than 2 (auto, bfloat16, float16)."""
-    return dtype in ("float32", "fp32")
-
-
 def large_models_fit(dtype: str | None = None) -> tuple[bool, str]:
     """(fits, why): room for a 7-8B pair in dtype (None, auto: 2 bytes a weight) on a machine with
     >= LARGE_RAM_GIB of RAM or a CUDA GPU sold as LARGE_GPU_GIB GB (it reports GPU_SHARE of that,
     or more, in GiB); float32 needs twice both."""
     ram, gpu = _memory_gib()
-    scale = 2 if _wide(dtype) else 1
+    scale = 2 if dtype == "float32" else 1  # 4 bytes a weight, not 2 (auto, bfloat16, float16)
     fits = ram >= scale * LARGE_RAM_GIB or gpu >= GPU_SHARE * scale * LARGE_GPU_GIB
     return fits, (f"{ram:.0f} GiB RAM" + (f" and a {gpu:.0f} GiB GPU" if gpu else " and no CUDA GPU")
                   + f", where a 7-8B pair needs {scale * LARGE_RAM_GIB} GiB RAM or a "

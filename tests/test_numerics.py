@@ -86,10 +86,15 @@ def test_caches_that_cannot_roll_back_are_refused_at_load():
         Pair(tiny("Qwen2Config"), None, model).window  # noqa: B018
 
 
-def test_sliding_window_models_run_below_their_window_and_refuse_beyond(pair):
+def sliding_pair(pair) -> Pair:
+    """A tiny pair whose every layer slides a 64-token window, on pair's tokenizer."""
     sliding = tiny("Qwen2Config", vocab_size=pair.vocab_size, use_sliding_window=True,
                    sliding_window=64, max_window_layers=0, max_position_embeddings=256)
-    slide_pair = Pair(sliding, pair.tokenizer, copy.deepcopy(sliding))
+    return Pair(sliding, pair.tokenizer, copy.deepcopy(sliding))
+
+
+def test_sliding_window_models_run_below_their_window_and_refuse_beyond(pair):
+    slide_pair = sliding_pair(pair)
     assert slide_pair.window == 64
     ids = pair.encode("for i in range(10):")
     most = 64 - len(ids) - 4 - 1  # prompt + output + a round's 4 drafts: 63 positions, below 64
@@ -109,9 +114,7 @@ def test_the_sampling_check_prices_a_tree_round_as_the_engine_does(pair, monkeyp
     from specviz import service
     from specviz.settings import RunSettings
 
-    sliding = tiny("Qwen2Config", vocab_size=pair.vocab_size, use_sliding_window=True,
-                   sliding_window=64, max_window_layers=0, max_position_embeddings=256)
-    slide_pair = Pair(sliding, pair.tokenizer, copy.deepcopy(sliding))
+    slide_pair = sliding_pair(pair)
     s = RunSettings(pair="tiny", chat=False, prompt="for i in range(10):", temperature=1.0, k=4,
                     proposer="tree", dtype="float32")
     tokens = 64 - 33 - len(pair.encode(s.prompt)) - 1  # fits 32 drafted positions, not 64
