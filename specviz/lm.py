@@ -98,8 +98,11 @@ def rollback_window(model, name: str = "the model") -> int | None:
 
 
 def refinable(model) -> bool:
+    # a head routed through oneDNN (dense.route, on CPUs without bf16 instructions) keeps its
+    # weight and bias: the refined head reads them, not the module
     head = model.get_output_embeddings()
-    return (model.dtype in (torch.bfloat16, torch.float16) and type(head) is nn.Linear
+    return (model.dtype in (torch.bfloat16, torch.float16)
+            and type(head) in (nn.Linear, dense.OneDNNLinear)
             and head.bias is None and model.config.model_type in PLAIN_HEADS
             and model.base_model is not model)
 

@@ -11,7 +11,7 @@ from conftest import hf_greedy
 from torch import nn
 
 import specviz
-from specviz import dense, quant
+from specviz import dense, lm, quant
 
 pytestmark = pytest.mark.skipif(not dense.available(), reason="this torch has no oneDNN on the CPU")
 
@@ -162,13 +162,19 @@ def test_a_routed_bfloat16_pair_reads_the_prompt_apart_and_keeps_the_targets_gre
     pair = specviz.load_pair(str(model_dirs["target"]), str(model_dirs["draft"]), device="cpu",
                              dtype="bfloat16", draft_quant="none")
     assert all(type(m) is dense.OneDNNLinear for m in pair.target.modules() if isinstance(m, nn.Linear))
+    # the routed head is still refined in float32 (it once silently was not: a 1-token and a
+    # 5-token pass then broke the head's bf16 ties differently)
+    assert lm.CachedLM(pair.target, pair.vocab_size, refine=pair.refine).refine
+    refined = []
+    monkeypatch.setattr(lm, "refine_top",
+                        lambda h, w, x, top=lm.refine_top: refined.append(1) or top(h, w, x))
     prompt = PROMPT * 3
     n = len(pair.encode(prompt))
     assert n > 24
     pair.target.generation_config.eos_token_id = None
     base = [t for e in specviz.generate(pair, prompt, proposer="none", max_new_tokens=32)
             for t in e.new_tokens]
-    assert len(base) == 32 and wide and set(wide) == {n - 1}
+    assert len(base) == 32 and wide and set(wide) == {n - 1} and len(refined) >= 32
     for proposer, k in (("draft", 2), ("draft", 4), ("tree", 3)):
         wide.clear()
         events = list(specviz.generate(pair, prompt, proposer=proposer, k=k, max_new_tokens=32))
