@@ -81,10 +81,13 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
         t0, step, b = line
         ratio, slope, step = spec.draft_pass_seconds / t0, b / t0, step / t0
         stepped = f", any drafted pass +{step:.2f}·T₀" if step else ""
+        # no draft pass after the one that fed it the prompt: C_D is that round's, prefill and all
+        prefilled = (" from its first round, the prompt's prefill included"
+                     if "C_D" in spec.prefilled_costs else "")
         fig.add_scatter(x=ks, y=[break_even_tokens(k, ratio, slope, step) for k in ks],
                         name=f"break-even {'1 + Δ/T₀' if step else '1'} + k·(C_D + b)/T₀ (measured: "
-                             f"C_D = {ratio:.2f}·T₀, each verified token +{slope:.2f}·T₀{stepped})",
-                        line=dict(dash="dash", color=BASE))
+                             f"C_D = {ratio:.2f}·T₀{prefilled}, each verified token +{slope:.2f}·T₀"
+                             f"{stepped})", line=dict(dash="dash", color=BASE))
     elif spec.cost_ratio:
         fig.add_scatter(x=ks, y=[break_even_tokens(k, spec.cost_ratio) for k in ks],
                         name=f"break-even 1 + k·C_D/C_T (C_D/C_T={spec.cost_ratio:.2f}; assumes verifying "

@@ -81,7 +81,8 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
             lambda r: f"{r.alpha:.1%}" if r.drafted else "—"),
         *([] if tree else [row("acceptance rate = accepted / drafted",
                                lambda r: f"{r.acceptance_rate:.1%}" if r.drafted else "—")]),
-        row("i.i.d. prediction (1 − α^(k+1))/(1 − α)", _predicted),
+        row("i.i.d. prediction: mean over rounds of (1 − α^(kᵢ+1))/(1 − α), kᵢ the drafts round i "
+            "could keep (k, less where the budget or an EOS cut it)", _predicted),
         row("elapsed", lambda r: f"{r.wall_seconds:.2f} s", f"{b.wall_seconds:.2f} s" if b else ""),
         row("tokens / s", _speed, _speed(b) if b else ""),
         row("time split", lambda r: f"draft {r.draft_seconds:.2f} s · target {r.target_seconds:.2f} s · "

@@ -105,6 +105,43 @@ def test_a_replay_says_which_costs_include_the_prefill():
     assert RunStats.of(alone(3, 0.1)).prefilled_costs == ()  # no draft: C_D is not shown
 
 
+def test_a_break_even_priced_at_round_1s_draft_cost_says_so():
+    """A hybrid run whose draft model ran only in round 1 (every later round the n-gram's) has no
+    C_D but round 1's, the draft's prefill of the prompt in it; the break-even curve called it
+    measured, as if a pass cost that, where the cost ratio and the k explorer said it was not."""
+    def event(n, k, acc, source, passes, draft_seconds, target_seconds, position):
+        return replace(ev(n, position, k, acc, target_seconds, source), draft_passes=passes,
+                       draft_seconds=draft_seconds, target_seconds=target_seconds)
+
+    rounds = [event(1, 4, 1, "draft", 4, 0.5, 0.2, 0)]
+    rounds += [event(n, 6, 2, "ngram", 4, 0.0, 0.16, 2 + 3 * (n - 2)) for n in range(2, 12)]
+    spec, base = RunStats.of(rounds), RunStats.of(alone(32, 0.1))
+    assert spec.prefilled_costs == ("C_D",) and spec.cost_ratio == 0
+    # hand: T0 = 0.1 s (the baseline), each of the 6 drafts +0.01 s, C_D = 0.5 s / 4 = 1.25 T0;
+    # break-even at k = 1: 1 + (1.25 + 0.1) = 2.35
+    curve = next(t for t in k_prediction(spec, None, 6, base).data if t.name.startswith("break-even"))
+    assert "C_D = 1.25·T₀ from its first round, the prompt's prefill included" in curve.name
+    assert abs(curve.y[0] - 2.35) < 1e-9
+    later = [replace(e, draft_passes=6) for e in rounds[2:]]  # passes are cumulative
+    measured = RunStats.of([rounds[0], replace(rounds[1], draft_passes=6, draft_seconds=0.02,
+                                               source="draft"), *later])  # round 2 drafts again
+    assert "prefill" not in next(t.name for t in k_prediction(measured, None, 6, base).data
+                                 if t.name.startswith("break-even"))
+
+
+def test_the_iid_row_names_the_mean_over_rounds_it_shows():
+    """Rounds the budget cut draft less than k: the row showed their mean prediction under the
+    formula at k (2.08 under a label that computes to 2.35 at α = 61.1%, k = 4)."""
+    rounds = [ev(1, 0, 4, 4, 0.1), ev(2, 5, 4, 2, 0.1), ev(3, 8, 2, 2, 0.1, stop="length")]
+    spec = RunStats.of(rounds)
+    # hand: α = 8 kept / (8 + 1 refused); rounds at reach 4, 4, 2
+    a = 8 / 9
+    mean = (2 * (1 - a ** 5) / (1 - a) + (1 - a ** 3) / (1 - a)) / 3
+    assert abs(spec.predicted_tokens_per_pass - mean) < 1e-12
+    shown = stats_html(spec)
+    assert "mean over rounds of (1 − α^(kᵢ+1))/(1 − α)" in shown and f"{mean:.2f} /pass" in shown
+
+
 def test_a_figure_beside_its_verdict_is_never_rounded_onto_the_bar():
     """1.0996x against a goal of >= 1.10 printed "1.10x FAIL", 3.996x against >= 4 "4.00 NOT MET",
     and a p-value of 0.0009996 "0.001 biased" beside "below 0.001 flags a bias"."""
