@@ -52,7 +52,7 @@ NO_SUCH_EVENT = "no such event in this app: call one the page offers (see 'Use v
 NOT_UTF8 = "a request's body must be UTF-8 JSON (as the page and gradio_client send it)"
 UNREAD_SECONDS = 900.0  # an unread result no longer counts against its address after this long
 MAX_URL = 4096  # bytes of a request's path, and of its query string
-_CALL = re.compile(r"/gradio_api/call/[^/]+/?$")
+_CALL = re.compile(r"/gradio_api/(call|run|api)/[^/]+/?$")  # each makes the body's session's page
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # a scheme: http:, https:, data:, file: ...
 _WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
 
@@ -266,9 +266,10 @@ class RequestGuard:
       `dev/reload` streams poll every 50 ms for ever (4,000 of them slowed a page load 40-fold);
       the run history acts with the host's hub token for requests that look local.
     - A heartbeat names a session, so it counts as one of its address's `pages` (on leaving, it
-      runs the page's unload outside the queue); so does a `/call/<api>` body's session hash,
-      whose page state Gradio makes before the queue sees the call (1,001 made-up ones from one
-      address expired another visitor's run in 13 s). A session hash may have MAX_SESSION
+      runs the page's unload outside the queue); so does the session hash of a body posted to
+      `/call/<api>`, `/run/<api>` or `/api/<api>`, whose page state Gradio makes before the queue
+      sees the call, or before it refuses one that must join the queue (1,001 made-up ones from
+      one address expired another visitor's run in 13 s). A session hash may have MAX_SESSION
       characters (900 KB ones pinned 0.75 GiB).
     - A path or query string may have MAX_URL bytes (414; the page's own query, a share link
       with its prompt, max_page_query), and an upload's `upload_id` is dropped: Gradio kept a
@@ -329,8 +330,9 @@ class RequestGuard:
         entry[1] = charge
 
     def check_body(self, body: bytes, call: bool, address: str | None) -> Refused | None:
-        """A whole body's values counted; a /call/ body's session hash bounded and admitted as one
-        of its address's pages: Gradio makes that page's state before the queue sees the call."""
+        """A whole body's values counted; a /call/, /run/ or /api/ body's session hash bounded and
+        admitted as one of its address's pages: Gradio makes that page's state before the queue
+        sees the call (or refuses it)."""
         if not is_utf8_json(body):  # JSON's other encodings would hide their values from containers()
             return Refused(400, NOT_UTF8)
         if self.max_values is not None and containers(body) > self.max_values:
