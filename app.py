@@ -162,6 +162,7 @@ def session_of(request: gr.Request | None) -> str | None:
 
 def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     default = limits.fit(default)  # an operator's lower bounds apply to the defaults too
+    store.home = store.key(default)  # the page's own pair: a switch back to it is never refused
     gate = Gate(limits.queue_size, stale_after=max(900.0, 3 * limits.max_job_seconds),
                 per_address=limits.jobs_per_address)
     shelf = Shelf(limits.held_trace_mb * 2**20, per_address=limits.jobs_per_address)

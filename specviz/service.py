@@ -65,7 +65,10 @@ class ModelStore:
     pair only while its load attempts of the last SWITCH_WINDOW seconds, failed ones included,
     took at most that share of them: two sessions alternating dtypes made every job pay a reload.
     Until then, asking for another pair is a ValueError that names the loaded one and the wait.
-    With nothing loaded (a load failed) the next one loads at once, and counts."""
+    With nothing loaded (a load failed) the next one loads at once, and counts. So does a switch
+    back to `home` (the key of the deployment's own pair, where the app sets it): one visitor
+    spending the budget on a pair of theirs left everyone else refused the page's pair for up to
+    the whole window."""
 
     def __init__(self, extra_pairs: dict[str, tuple[str, str | None]] | None = None,
                  device: str | None = None, fast: str | None = None, warm: bool = True,
@@ -79,6 +82,7 @@ class ModelStore:
         self._pair: Pair | None = None
         self._loads: deque[tuple[float, float]] = deque()  # load attempts: (ended, seconds)
         self.switch_share = switch_share
+        self.home: tuple | None = None  # key() of the deployment's own pair: never refused
         self.baselines = Baselines()
         self.chains = Baselines()  # a tree run's comparison: the chain drafter at the same k
 
@@ -108,7 +112,8 @@ class ModelStore:
 
     def switch_wait(self, s: RunSettings) -> float:
         """Seconds until a pair other than the loaded one may load (0: now, or s is loaded)."""
-        if self._key is None or self._key == self.key(s) or not self.switch_share:
+        if self._key is None or self._key == self.key(s) or not self.switch_share \
+                or self.key(s) == self.home:
             return 0.0
         used, allowed, wait = self.loading_seconds(), self.switch_share * SWITCH_WINDOW, 0.0
         for ended, seconds in self._loads:  # oldest first: they leave the window in turn

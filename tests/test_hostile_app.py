@@ -800,6 +800,14 @@ def test_the_upload_progress_stream_is_closed(demo):
     assert r.status_code == 414  # no address that long reaches Gradio
 
 
+def test_the_page_s_own_pair_is_the_store_s_home(demo):
+    """The pair a switch back to is never refused (test_service) is the page's default, fitted."""
+    store, default = demo.specviz.store, demo.specviz.default
+    assert store.home == store.key(default) == ("tiny", "tiny", "float32")
+    other = replace(default, dtype="bfloat16")
+    assert store.key(other) != store.home
+
+
 def test_no_event_runs_outside_the_queue(demo):
     """Off a Space, Gradio opens /run/<name> by default: any handler, by name or index, without
     the queue's lines and bounds (48 parallel k-explorer calls there stalled the page for 14 s).

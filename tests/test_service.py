@@ -363,6 +363,37 @@ def test_a_public_server_spends_at_most_its_share_of_ten_minutes_switching_pairs
     assert store.key(auto) == store.key(bf16) != ModelStore(device="mps").key(auto)
 
 
+def test_one_visitor_cannot_leave_the_server_on_a_pair_of_theirs(monkeypatch):
+    """The switch budget is everyone's: a visitor who spent it on switches of their own left the
+    server on their pair, and the page's own pair refused to everyone for up to ten minutes. A
+    switch back to the deployment's pair is never refused; it counts, so it leaves the next
+    switch away less room."""
+    import specviz.service as service
+
+    clock = [1000.0]
+
+    def load(self, s):
+        clock[0] += 50.0
+        self._pair, self._key = object(), self.key(s)
+
+    monkeypatch.setattr(service.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(ModelStore, "_load", load)
+    store = ModelStore(switch_share=0.2)
+    home, fp32, fp16 = (RunSettings(pair="tiny", dtype=d) for d in ("bfloat16", "float32", "float16"))
+    store.home = store.key(home)
+    store.get(home)
+    store.get(fp32)
+    store.get(fp16)  # 150 s of loading by 1150: past the 120 s a window allows
+    assert store.switch_wait(fp32) == pytest.approx(1050 + 600 - 1150)
+    assert store.switch_wait(home) == 0.0
+    store.get(home)  # served at once, and counted: 200 s
+    assert store.is_loaded(home) and store.loading_seconds() == 200.0
+    # hand: 200 - 120 s: the first two loads must leave the window, at 1100 + 600
+    assert store.switch_wait(fp16) == pytest.approx(1100 + 600 - 1200)
+    with pytest.raises(ValueError, match="spends at most 20%"):
+        store.get(fp32)
+
+
 def test_end_to_end_text_states_the_measured_noise_and_verdict():
     step = {"samples": 200, "outcomes": 37, "tv": 0.1234, "noise": 0.1456, "pvalue": 0.47,
             "permutations": 2000, "seconds": {"spec": 3.21, "base": 2.5}}
