@@ -38,8 +38,13 @@ def public_address(address: str | None) -> str | None:
     """The client a public address stands for, else None: a private or loopback address is a
     proxy's or the operator's own, shared by many visitors, and a malformed one counts for
     nothing. An IPv4 address seen through IPv6 is the IPv4 one, and an IPv6 address counts as
-    its /56 (a common home delegation: one subscriber has 256 /64s of 2^64 addresses each)."""
+    its /56 (a common home delegation: one subscriber has 256 /64s of 2^64 addresses each). A
+    Teredo or 6to4 address is the IPv4 one it tunnels from: a 6to4 host holds a /48 (256 /56s),
+    and Teredo's 2001::/32 is not global, so its clients went uncounted."""
     ip = _parse(address) if isinstance(address, str) else None
+    if isinstance(ip, ipaddress.IPv6Address):
+        tunnelled = (ip.teredo and ip.teredo[1]) or ip.sixtofour
+        ip = tunnelled if tunnelled is not None and tunnelled.is_global else ip
     if ip is None or not ip.is_global:
         return None
     return str(ip) if ip.version == 4 else str(ipaddress.ip_network(f"{ip}/56", strict=False))

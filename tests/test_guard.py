@@ -567,6 +567,8 @@ def test_a_body_in_another_json_encoding_is_refused_before_gradio_parses_it(serv
     ("10.16.3.80", ["1.2.3.4, 9.9.9.9, 10.0.0.7"], "9.9.9.9"),  # past the proxies between proxies
     ("127.0.0.1", ["1.2.3.4", "9.9.9.9:443"], "9.9.9.9"),  # two header lines are one list; a port
     ("10.16.3.80", ["[2001:4860::8888]:80"], "2001:4860::/56"),  # IPv6: its /56
+    ("10.16.3.80", ["2001:0:4136:e378:8000:63bf:aefd:ba5f"], "81.2.69.160"),  # Teredo: its client's IPv4
+    ("10.16.3.80", ["2002:5102:45a0:1234::1"], "81.2.69.160"),  # 6to4: the IPv4 whose /48 it is
     ("10.16.3.80", ["81.2.69.160, 192.168.1.50"], None),  # a LAN visitor is itself, not what it wrote
     ("127.0.0.1", ["81.2.69.160, 100.101.1.2"], None),  # so is a CGNAT or Tailscale one
     ("127.0.0.1", ["81.2.69.160, fd00::5"], None),  # and an IPv6 ULA one
