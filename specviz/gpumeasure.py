@@ -211,6 +211,7 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
         out["draft_seconds"] = round(time.perf_counter() - start, 2)  # its capture included
         alive.append(getattr(lm, "_step", None) is not None)
     lm = cached_lm(models["target"], vocab, path, s, max_len, widths)
+    out["max_len"] = getattr(lm, "max_len", max_len)  # a compiled slot holds at least 1,024 positions
     lm.forward(ctx)
     for w in widths:
         if out["target_ms"] and clock.left() < margin * max(out["seconds"].values()):

@@ -13,12 +13,12 @@ that is close; on a CPU it underestimates).
 
 Format (version 1; see docs/benchmarks.md, "GPU check and cost profiles"):
 
-    {"format": "specviz-costs", "version": 1, "name": "nvidia-h200-bf16", "created": "2026-11-30",
+    {"format": "specviz-costs", "version": 1, "name": "nvidia-h200-bfloat16", "created": "2026-11-30",
      "quick": false, "note": "...",
      "hardware": {"device": "cuda", "name": "NVIDIA H200", "memory_gib": 139.8, "cpus": 16,
                   "copy_gbs": 4300.0},
      "packages": {"torch": "2.11.0", "transformers": "5.17.0", "python": "3.12.3", "cuda": "13.0"},
-     "models": {"target": {"name": "...", "params": 1543714304, "weight_bytes": 3087428608,
+     "models": {"target": {"name": "...", "params": 1777088000, "weight_bytes": 3554176000,
                            "dtype": "bfloat16"}, "draft": {...}},
      "paths": {"eager": {"cache": "dynamic", "compiled": false, "draft_ms": 8.1,
                          "target_ms": {"1": 9.0, "2": 9.1, "5": 9.3}},
@@ -302,7 +302,9 @@ def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS
     """Per drafter: time per token (k * C_D + C_T(k+1)) / T(k) and the speedup over C_T(1).
 
     n-gram rounds cost no draft pass and verify up to k+1 tokens (fewer when the lookup finds a
-    shorter match): C_T(k+1) is the upper bound, so its speedup is a lower bound. A path without
+    shorter match): on an eager path C_T(k+1) is the upper bound, so its speedup is a lower bound;
+    on a compiled path the engine runs those shorter widths eagerly (it captures 1 and k+1), which
+    this row does not price. A path without
     a draft cost has no draft-model rows (priced at no draft time they would overstate it)."""
     costs = profile.path(path)
     alone = costs.target_seconds(1)

@@ -239,3 +239,22 @@ def test_a_path_without_a_draft_cost_projects_no_draft_speedup():
                                 "speedup"]
     draft4 = next(line for line in lines if line.split()[0] == "draft-4").split()
     assert draft4[3:] == ["-", "-"] and len(lines) == 1 + len(profiles.CPU_TOKENS_PER_PASS)
+
+
+def test_identity_through_a_failed_capture_is_not_called_met():
+    """A capture that fails falls back to eager steps: "fast equals eager" is then eager against
+    eager, and the float32 identity goal read met."""
+    same = {"eager_equals_cache_free": True, "fast_greedy_equals_eager": True,
+            "fast_verify_equals_eager": True}
+    for captured, met in ((True, True), (None, True), (False, None)):
+        s = gpucheck.summary(hand_profile(), 1, 1.0, same | {"compiled_ok": captured}, 4)
+        assert s["goals"][4]["met"] is met, captured
+
+
+def test_figures_beside_a_bar_print_the_digits_that_keep_their_side():
+    """3.04x the bandwidth limit printed "3.0x" beside "NOT MET", a 1.996x speedup "2.00x"."""
+    # hand: (4 * 0.1 + 1.2) / T(4) ms a token against C_T(1) = 1.0: 1.996x at T(4) = 1.6 * 1.996
+    rows = profiles.projection(hand_profile(), "fast", {"draft-4": 1.6 * 1.996})
+    assert math.isclose(rows[0]["speedup"], 1.996)
+    line = gpucheck.projection_lines({"fast": rows})[1].split()
+    assert line[2] == "1.996x", line
