@@ -200,7 +200,7 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
     max_len = s.context + max(all_widths) + 2
     warmup = 3 if path == "fast" and s.compile else 1  # capture, then graph warm-up, then replay
     out = into or {"cache": "dynamic" if path == "eager" else "static",
-                   "compiled": path == "fast" and s.compile, "dtype": s.dtype, "max_len": max_len,
+                   "compiled": path == "fast" and s.compile, "dtype": s.dtype,
                    "target_ms": {}, "seconds": {}}
     alive = []
     if "draft" in models and "draft_ms" not in out:

@@ -112,8 +112,7 @@ class ModelStore:
 
     def switch_wait(self, s: RunSettings) -> float:
         """Seconds until a pair other than the loaded one may load (0: now, or s is loaded)."""
-        if self._key is None or self._key == self.key(s) or not self.switch_share \
-                or self.key(s) == self.home:
+        if self._key is None or not self.switch_share or self.key(s) in (self._key, self.home):
             return 0.0
         used, allowed, wait = self.loading_seconds(), self.switch_share * SWITCH_WINDOW, 0.0
         for ended, seconds in self._loads:  # oldest first: they leave the window in turn
