@@ -69,7 +69,8 @@ class Record:
     @property
     def passes(self) -> profiles.Passes | None:
         return None if self.widths is None else profiles.Passes(self.draft_passes or 0, self.widths,
-                                                                bool(TREE_NAME.fullmatch(self.method)))
+                                                                bool(TREE_NAME.fullmatch(self.method)),
+                                                                self.k or 0)
 
     @property
     def tokens_per_second(self) -> float:

@@ -212,7 +212,8 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             progress: bool = False) -> Iterator[RoundEvent | Reading]:
     target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
                       **cache_kwargs(pair.target, pair.fast, length or run_length(ids, max_new_tokens, k)))
-    target.compiled_widths = {1, k + 1}  # the baseline's step and a full verify
+    # the baseline's step and a full verify; narrower verifies are padded to k + 1 (CachedLM.forward)
+    target.compiled_widths = {1, k + 1}
     # The chain and the target alone measure the target's shared verify line (the sizing drafters,
     # adaptive, hybrid and tree, feed their own; the n-gram rule keeps the price it started with).
     line = VerifyCost.of(pair.target) if isinstance(drafter, (ModelProposer, NoProposer)) else None

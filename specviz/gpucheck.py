@@ -158,8 +158,8 @@ def run(s: Settings, log=print) -> dict:
             first_line = (str(e).splitlines() or [""])[0][:200]
             skipped.append(f"engine rounds, {kind}: {type(e).__name__}: {first_line}")
 
-    if "fast" in paths_ok:  # the chain feeds the widths just captured (1 and k + 1): seconds
-        engine(models, "chain", 0)
+    if "fast" in paths_ok:  # the target's widths just captured (1 and k + 1), the draft's 2 anew
+        engine(models, "chain", 1)
     if "fast" in paths_ok and rest:
         time_path(models, "fast", s, clock, rest, skipped, "random", into=paths["fast"], margin=2.0)
         logged("fast")

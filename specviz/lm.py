@@ -130,7 +130,7 @@ FAST_PATHS = ("auto", "eager", "static", "compiled")
 # torch.compile settings of the compiled steps; the CPU tests swap in the "aot_eager" backend
 # (same graph capture, no C++ code generation: about 100 s a shape on 2 cores otherwise).
 COMPILE = {"mode": "reduce-overhead", "dynamic": False}
-PAD_TOKEN = 0  # what fills a padded tree pass: a node no other node sees, never kept
+PAD_TOKEN = 0  # what fills a padded pass (a tree's, a chain's): a token no real one sees, never kept
 PENDING = -1  # in CachedLM.tokens: a token fed from the device, not read back yet (equals no id)
 # CachedLM.prefill reads a longer prompt in passes of this many tokens, so that a run can be
 # stopped, and its time limit checked, between them (the engine's progress=True yields after
@@ -399,9 +399,11 @@ class CachedLM:
                 truncate(self.cache, len(self.tokens) + len(self.slots))
         return step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
 
-    def _logits(self, input_ids: torch.Tensor, last: int, fixed: bool, **tree) -> torch.Tensor:
-        """Logits [last, vocab_size] (float32) for input_ids [1, n] after the cache."""
-        out = self._forward(input_ids, last, fixed, **tree)
+    def _logits(self, input_ids: torch.Tensor, last: int, fixed: bool, pad: int = 0,
+                **tree) -> torch.Tensor:
+        """Logits [last, vocab_size] (float32) for input_ids [1, n] after the cache; the last `pad`
+        of input_ids are pad tokens, whose rows are dropped."""
+        out = self._forward(input_ids, last + pad, fixed, **tree)[:last]
         if not self.refine:
             return out[:, : self.vocab_size].float()
         weight = self.model.get_output_embeddings().weight[: self.vocab_size]  # [vocab, d]
@@ -426,16 +428,35 @@ class CachedLM:
         named = iter(tokens)
         self.tokens = [next(named) if t == PENDING else t for t in self.tokens]
 
+    def _chain_pad(self, n: int, end: int) -> int:
+        """PAD_TOKENs that bring a pass of n tokens, ending at position `end`, to the narrowest
+        compiled width above n (0: none is, the step is not compiled, or the cache lacks room)."""
+        wider = [w for w in self.compiled_widths if w > n]
+        if self._step is None or n in self.compiled_widths or not wider:
+            return 0
+        if end + min(wider) - n > self.max_len:
+            return 0
+        return min(wider) - n
+
     @torch.inference_mode()
     def forward(self, ids: list[int], last: int = 1) -> torch.Tensor:
-        """Feed what the cache lacks of ids; return logits [last, vocab_size] (float32)."""
+        """Feed what the cache lacks of ids; return logits [last, vocab_size] (float32).
+
+        With a compiled step, a pass narrower than a compiled width (a short n-gram match, an
+        adaptive or budget-cut round, a draft's catch-up) is padded to the narrowest one above it
+        with PAD_TOKENs after its tokens, and runs through the compiled step: under the causal
+        mask no real token sees a pad, so every real row is what the unpadded pass gives. The
+        pads' positions are cropped off again."""
         self.rollback(ids[: len(ids) - last + 1])
         self._check_room(len(ids))
         self._read_prompt(ids, last)
         new = ids[len(self.tokens):]
+        pad = self._chain_pad(len(new), len(ids))
         start = time.perf_counter()
-        input_ids = torch.tensor([new], device=self.device)
-        logits = self._logits(input_ids, last, len(new) in self.compiled_widths)  # [last, vocab]
+        input_ids = torch.tensor([new + [PAD_TOKEN] * pad], device=self.device)  # [1, n + pad]
+        logits = self._logits(input_ids, last, bool(pad) or len(new) in self.compiled_widths, pad)
+        if pad:  # logits: [last, vocab]
+            crop(self.cache, -pad)  # static: moves the length back over the pads
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.seconds += time.perf_counter() - start
@@ -448,5 +469,9 @@ class CachedLM:
 
 def draft_lm(model, vocab_size: int, **cache) -> CachedLM:
     """A drafter's CachedLM: over the rows its head has, without the float32 head refinement
-    (which only the target's p needs)."""
-    return CachedLM(model, min(vocab_size, output_rows(model)), refine=False, **cache)
+    (which only the target's p needs). After round 1 a draft reads 1 token a round before drafting
+    (the target's correction) or 2 (its last draft, never fed, and the bonus after a fully
+    accepted round): both widths run through a compiled step."""
+    lm = CachedLM(model, min(vocab_size, output_rows(model)), refine=False, **cache)
+    lm.compiled_widths = {1, 2}
+    return lm

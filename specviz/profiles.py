@@ -253,6 +253,8 @@ class Passes:
     draft: int
     widths: dict[int, int]  # verify width (k+1) -> target passes of that width
     tree: bool = False  # widths are 1 + nodes of token trees (padded on a compiled path)
+    k: int = 0  # the run's k: a compiled path feeds a chain verify of 2..k tokens padded to k+1
+    # (lm.CachedLM.forward); 0: unknown, each pass priced at its own width
 
     @property
     def target(self) -> int:
@@ -264,28 +266,40 @@ def passes_of(run) -> Passes:
     if isinstance(run, Passes):
         return run
     if hasattr(run, "widths") and hasattr(run, "draft_passes"):  # explorer.Point
-        return Passes(run.draft_passes, dict(run.widths))
+        return Passes(run.draft_passes, dict(run.widths), k=run.k)
     if hasattr(run, "rounds") and hasattr(run, "recording"):  # explorer.Replay
-        return Passes(run.draft_passes, dict(Counter(r.k + 1 for r in run.rounds)))
+        k = run.k if isinstance(run.k, int) else max((r.k for r in run.rounds), default=0)  # adaptive
+        return Passes(run.draft_passes, dict(Counter(r.k + 1 for r in run.rounds)), k=k)
     events = list(run)
     if events and not all(hasattr(e, "k") and hasattr(e, "draft_passes") for e in events):
         raise ValueError("project() takes a k-explorer replay, a run's round events or a Passes")
     draft = events[-1].draft_passes if events else 0  # cumulative in RoundEvent
-    # a round verifies its last token and its drafts: k of a chain, every node of a tree
+    # a round verifies its last token and its drafts: k of a chain, every node of a tree. The
+    # events do not hold the run's k: their widest chain stands for it (at most the setting)
     return Passes(draft, dict(Counter(getattr(e, "nodes", e.k) + 1 for e in events)),
-                  any(getattr(e, "tree", ()) for e in events))
+                  any(getattr(e, "tree", ()) for e in events), max((e.k for e in events), default=0))
+
+
+def fed(width: int, passes: Passes, compiled: bool) -> int:
+    """Tokens a target pass of `width` verified tokens feeds: on a compiled path a tree's nodes
+    are padded to lm.bucket, a chain of 2..k tokens to k + 1; elsewhere as many as it verified.
+    (A tree round that drafted nothing, the run's last say, is a plain 1-token pass.)"""
+    if not compiled or width == 1:
+        return width
+    if passes.tree:
+        return 1 + bucket(width - 1)
+    return passes.k + 1 if width <= passes.k else width
 
 
 def project(run, profile: Profile, path: str = "fast") -> float:
     """Seconds the run would take on `profile`'s `path`: draft passes * C_D + sum of C_T(width).
-    On a compiled path a tree pass feeds its nodes padded to lm.bucket(nodes): C_T(1 + bucket)."""
+    On a compiled path a tree pass feeds its nodes padded to lm.bucket(nodes): C_T(1 + bucket);
+    a chain verify of 2..k tokens is padded to the run's k + 1: C_T(k + 1)."""
     costs = profile.path(path)
     passes = passes_of(run)
     if passes.draft and costs.draft_seconds is None:
         raise ValueError(f"profile {profile.name!r} has no draft cost on its {path!r} path")
-    # a tree round that drafted nothing (the run's last, say) is a plain 1-token pass
-    fed = (lambda w: 1 + bucket(w - 1) if w > 1 else 1) if passes.tree and costs.compiled else (lambda w: w)
-    target = sum(n * costs.target_seconds(fed(w)) for w, n in passes.widths.items())
+    target = sum(n * costs.target_seconds(fed(w, passes, costs.compiled)) for w, n in passes.widths.items())
     return target + passes.draft * (costs.draft_seconds or 0.0)
 
 
@@ -303,9 +317,9 @@ def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS
 
     n-gram rounds cost no draft pass and verify up to k+1 tokens (fewer when the lookup finds a
     shorter match): on an eager path C_T(k+1) is the upper bound, so its speedup is a lower bound;
-    on a compiled path the engine runs those shorter widths eagerly (it captures 1 and k+1), which
-    this row does not price. A path without
-    a draft cost has no draft-model rows (priced at no draft time they would overstate it)."""
+    on a compiled path the engine pads those shorter verifies to k+1, so C_T(k+1) is every round's
+    price. A path without a draft cost has no draft-model rows (priced at no draft time they
+    would overstate it)."""
     costs = profile.path(path)
     alone = costs.target_seconds(1)
     rows = []

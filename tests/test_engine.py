@@ -313,21 +313,38 @@ def test_adaptive_stop_rule_keeps_the_targets_distribution(pair):
     assert stat.pvalue > 0.001, stat
 
 
-def test_compiled_steps_keep_the_greedy_output_and_the_caches(compiled_pair):
-    from specviz.lm import _SLOTS
+@pytest.mark.parametrize(("proposer", "k"), [("draft", 2), ("ngram", 3)])
+def test_compiled_steps_keep_the_greedy_output_and_the_caches(compiled_pair, proposer, k, monkeypatch):
+    from specviz.lm import _SLOTS, CachedLM
 
     pair = compiled_pair
+    made = []  # each model's CachedLM, to count its compiled passes
+    monkeypatch.setattr(specviz.engine, "CachedLM",
+                        lambda *a, **kw: made.append(CachedLM(*a, **kw)) or made[-1])
+    drafter = specviz.engine.make_proposer(pair, proposer, max_len=128)
     pair.target.generation_config.eos_token_id = None
     try:
         prompt_len, done = len(pair.encode(PROMPT)), 0
-        events = run(pair, k=3, max_new_tokens=16)
+        events = run(pair, proposer=drafter, k=k, max_new_tokens=16)
         for e in events:
             done += len(e.new_tokens)
             assert e.target_cache_length == prompt_len + done - 1
         assert tokens(events) == hf_greedy(pair, PROMPT, 16)
+        # every pass after round 1's over the prompt runs through a compiled step: the verifies of
+        # fewer than k + 1 tokens padded to k + 1, the draft's 2-token catch-ups captured too
+        widths = {e.k + 1 for e in events[1:]}
+        assert {2, k + 1} <= widths if proposer == "ngram" else k + 1 in widths, widths
+        target = made[0]
+        assert target.compiled_passes == target.passes - 1 == len(events) - 1
+        if proposer == "draft":
+            assert any(e.accepted == e.k > 0 for e in events[:-1])  # a catch-up of 2 tokens followed
+            assert drafter.lm.compiled_passes == drafter.lm.passes - 1
         # the second run reuses each model's cache and compiled step: no new slot
+        made.clear()
+        drafter = target = None  # the first run's CachedLMs go, and hand their slots back
         slots = dict(_SLOTS)
-        assert tokens(run(pair, k=3, max_new_tokens=16)) == tokens(events)
+        assert tokens(run(pair, proposer=proposer, k=k, max_new_tokens=16)) == tokens(events)
+        made.clear()
         assert dict(_SLOTS) == slots and not any(s.in_use for s in slots.values())
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id

@@ -3,6 +3,8 @@
 import copy
 import json
 import math
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -45,7 +47,7 @@ def test_projection_of_a_replay_matches_a_hand_computation():
     # round 1 drafts [1, 9]: keeps 1, width 3; round 2 drafts [3, 4]: keeps both, width 3;
     # round 3 has a budget of 0 drafts (6 - 5 - 1): width 1
     assert [(r.k, r.accepted, r.committed) for r in rep.rounds] == [(2, 1, 2), (2, 2, 3), (0, 0, 1)]
-    assert profiles.passes_of(rep) == profiles.Passes(4, {3: 2, 1: 1})
+    assert profiles.passes_of(rep) == profiles.Passes(4, {3: 2, 1: 1}, k=2)
     assert math.isclose(profiles.project(rep, profile(), "eager"), (4 * 2 + 2 * 14 + 10) / 1e3)
     with pytest.raises(ValueError, match="no draft cost"):
         profiles.project(rep, profile(), "fast")
@@ -88,6 +90,23 @@ def test_a_tree_run_on_a_compiled_path_is_charged_its_padded_width():
     chain = profiles.Passes(6, {4: 1, 6: 2, 10: 1})
     assert math.isclose(profiles.project(chain, costs, "fast"), (1.375 + 2 * 1.625 + 2.25 + 6.0) / 1e3)
     assert math.isclose(profiles.project(tree, costs, "eager"), (16 + 2 * 20 + 28 + 6 * 2.0) / 1e3)
+
+
+def test_a_chain_verify_narrower_than_k_is_charged_the_padded_k_plus_1_on_a_compiled_path():
+    raw = copy.deepcopy(PROFILE)
+    raw["paths"]["fast"].update(draft_ms=1.0, target_ms={"1": 1.0, "9": 2.0, "17": 4.0})
+    costs = profiles.load(raw)
+    # k=4: two verifies of 2 drafts (width 3) pad to 5, a full one is 5, the last round's 1 stays
+    # 1; C_T(5) = 1 + (5 - 1) / (9 - 1) * (2 - 1) = 1.5 ms
+    chain = profiles.Passes(6, {3: 2, 5: 1, 1: 1}, k=4)
+    assert [profiles.fed(w, chain, True) for w in (1, 2, 3, 5, 6)] == [1, 5, 5, 5, 6]
+    assert math.isclose(profiles.project(chain, costs, "fast"), (2 * 1.5 + 1.5 + 1.0 + 6 * 1.0) / 1e3)
+    # eager feeds each verify as it is: the run's k changes nothing there
+    assert profiles.project(chain, costs, "eager") == profiles.project(replace(chain, k=0), costs, "eager")
+    # an n-gram run's events: no draft passes, the widest chain stands for the run's k
+    events = [SimpleNamespace(k=k, draft_passes=0, nodes=k, tree=()) for k in (2, 4, 1, 0)]
+    assert profiles.passes_of(events) == profiles.Passes(0, {3: 1, 5: 1, 2: 1, 1: 1}, k=4)
+    assert math.isclose(profiles.project(events, costs, "fast"), (3 * 1.5 + 1.0) / 1e3)
 
 
 def test_projection_table_per_drafter_matches_a_hand_computation():

@@ -89,6 +89,31 @@ def test_a_compiled_tree_pass_pads_to_a_fixed_shape_and_gives_the_unpadded_rows(
     assert fresh.compiled_passes == 0 and len(fresh.slots) == len(TREE)
 
 
+def test_a_narrower_compiled_chain_pass_is_padded_to_a_captured_width_and_gives_plain_rows(compiled_pair):
+    """A verify of fewer than k + 1 tokens (a short n-gram match, a budget-cut round) runs through
+    the compiled (k + 1)-token step, pads after its tokens, and leaves the cache as a plain pass."""
+    pair = compiled_pair
+    ids = pair.encode(PROMPTS[0])
+    lm = CachedLM(pair.target, pair.vocab_size, cache="static", compiled=True, max_len=len(ids) + 8)
+    lm.compiled_widths = {1, 5}
+    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=len(ids) + 8)
+    for m in (lm, eager):
+        m.forward(ids[:-1])
+    for drafts, passes in (([7, 3], 1), ([7, 3, 5, 11], 2), ([9], 3)):  # 3 -> 5, 5, 2 -> 5
+        rows = lm.forward(ids + drafts, last=len(drafts) + 1)
+        assert lm.compiled_passes == passes and rows.shape[0] == len(drafts) + 1
+        assert lm.tokens == ids + drafts and lm.cache_length == len(ids) + len(drafts)
+        assert torch.allclose(rows, eager.forward(ids + drafts, last=len(drafts) + 1), atol=1e-5)
+        lm.rollback(ids)
+    # wider than every captured width, or no room for the pads at the cache's end: unpadded, eager
+    assert lm._chain_pad(6, 50) == 0 and lm._chain_pad(1, 50) == 0
+    assert lm._chain_pad(2, lm.max_len - 3) == 3 and lm._chain_pad(2, lm.max_len - 2) == 0
+    rows = lm.forward(ids + [7, 3, 5, 11, 13, 2], last=6)
+    assert lm.compiled_passes == 3 and lm.cache_length == len(ids) + 6
+    assert torch.allclose(rows, eager.forward(ids + [7, 3, 5, 11, 13, 2], last=6), atol=1e-5)
+    assert not eager._chain_pad(2, 50)  # no compiled step, no pads
+
+
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_keeping_a_path_leaves_the_cache_a_plain_forward_would(pair, cache):
     ids = pair.encode(PROMPTS[1])
