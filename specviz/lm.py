@@ -39,13 +39,19 @@ def crop(cache, remove: int) -> None:
     """Remove the last -remove positions (remove <= 0) from every layer of a cache.
 
     transformers before 5.24 (e.g. 5.17) give static layers no crop; theirs, as 5.24's, is just
-    moving the length the next write starts at, which is done here by hand."""
+    moving the length the next write starts at, which is done here by hand.
+
+    Under inference mode whoever calls it: on CUDA a static layer moves its length tensor to the
+    device inside the first forward (an inference-mode pass), which makes it an inference tensor,
+    and an in-place update of one outside inference mode raises (seen on an H200: the engine's
+    rollback after each round, and gpucheck's after each timed pass, both outside it)."""
     assert remove <= 0, remove
-    if all(hasattr(layer, "crop") for layer in cache.layers):
-        cache.crop(remove)
-        return
-    for layer in cache.layers:
-        crop_layer(layer, remove)
+    with torch.inference_mode():
+        if all(hasattr(layer, "crop") for layer in cache.layers):
+            cache.crop(remove)
+            return
+        for layer in cache.layers:
+            crop_layer(layer, remove)
 
 
 def crop_layer(layer, remove: int) -> None:
@@ -62,11 +68,12 @@ def crop_layer(layer, remove: int) -> None:
 
 def truncate(cache, length: int) -> None:
     """Every layer of a cache cut back to `length` positions, each by what it holds beyond it: a
-    step that failed part-way has written some layers and not others."""
-    for layer in cache.layers:
-        extra = int(layer.get_seq_length()) - length
-        if extra > 0:
-            crop_layer(layer, -extra)
+    step that failed part-way has written some layers and not others. (Inference mode: crop.)"""
+    with torch.inference_mode():
+        for layer in cache.layers:
+            extra = int(layer.get_seq_length()) - length
+            if extra > 0:
+                crop_layer(layer, -extra)
 
 
 def output_rows(model) -> int:

@@ -365,6 +365,34 @@ def test_static_caches_roll_back_by_moving_a_length(static_pair):
         lm.forward(list(range(65)))
 
 
+def test_a_static_cache_whose_length_is_an_inference_tensor_still_rolls_back(static_pair, monkeypatch):
+    """On CUDA a static layer moves its length to the device inside its first forward, an
+    inference-mode pass, so the length becomes an inference tensor; on an H200 the first rollback
+    outside inference mode then raised. Here the same: the length is cloned in that pass."""
+    from transformers.cache_utils import StaticLayer
+
+    from specviz.lm import CachedLM
+
+    init = StaticLayer.lazy_initialization
+
+    def on_the_device(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.cumulative_length = self.cumulative_length.clone()  # as .to("cuda") makes it
+        assert self.cumulative_length.is_inference()
+
+    monkeypatch.setattr(StaticLayer, "lazy_initialization", on_the_device)
+    ids = static_pair.encode(PROMPT)
+    lm = CachedLM(static_pair.target, static_pair.vocab_size, cache="static", max_len=64)
+    lm.forward(ids + [5, 6], last=3)
+    lm.rollback(ids + [0])  # outside inference mode, as gpucheck's timed passes roll back
+    assert lm.cache_length == len(ids)
+    static_pair.target.generation_config.eos_token_id = None
+    try:  # the engine rolls its target back after each round, outside inference mode too
+        assert tokens(run(static_pair, k=3, max_new_tokens=12)) == hf_greedy(static_pair, PROMPT, 12)
+    finally:
+        static_pair.target.generation_config.eos_token_id = static_pair.tokenizer.eos_token_id
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_round_reads_the_device_back_three_times_whatever_k(pair, temperature):
     from conftest import read_backs_per_round
