@@ -90,8 +90,9 @@ def loadavg() -> float | None:
 def load_note(load: list) -> str:
     if None in load:
         return ""
-    return (f"; load average {load[0]:.1f} at the start, {load[1]:.1f} at the end, on "
-            f"{os.cpu_count()} CPUs (above the CPU count, other work shared them)")
+    cpus = os.cpu_count() or 1
+    shared = " (above the CPU count, other work shared them)" if max(load) > cpus else ""
+    return f"; load average {load[0]:.1f} at the start, {load[1]:.1f} at the end, on {cpus} CPUs{shared}"
 
 
 def slug(text: str) -> str:

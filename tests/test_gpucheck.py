@@ -272,3 +272,61 @@ def test_figures_beside_a_bar_print_the_digits_that_keep_their_side():
     assert math.isclose(rows[0]["speedup"], 1.996)
     line = gpucheck.projection_lines({"fast": rows})[1].split()
     assert line[2] == "1.996x", line
+
+
+@pytest.mark.parametrize(("load", "shared"), [([1.5, 1.1], False), ([1.5, 99.0], True)])
+def test_the_load_note_says_other_work_shared_the_cpus_only_when_the_load_passed_their_count(load, shared):
+    note = gpucheck.load_note(load)
+    assert note.startswith(f"; load average {load[0]:.1f} at the start, {load[1]:.1f} at the end")
+    assert ("above the CPU count" in note) is shared
+    assert gpucheck.load_note([None, 1.0]) == ""
+
+
+class Replay:
+    """A CPU stand-in for graphprobe.Captured: replays the step eagerly; `stale` also rewinds the
+    cache to where it stood at capture before each replay, as a graph that baked its position in."""
+
+    stale = False
+
+    def __init__(self, model, cache, width):
+        from specviz.lm import cache_argument
+
+        self.model, self.cache, self.width = model, cache, width
+        self.kv, self.at = cache_argument(model), int(cache.get_seq_length())
+
+    def __call__(self, ids):
+        from specviz.lm import crop, step
+
+        if self.stale:
+            crop(self.cache, self.at - int(self.cache.get_seq_length()))
+        return step(self.model, self.cache, ids, self.width, False, self.kv)
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_the_graph_probe_catches_a_replay_that_baked_its_position_in(monkeypatch, stale):
+    from specviz import graphprobe
+
+    replay = type("Stale" if stale else "Faithful", (Replay,), {"stale": stale})
+    monkeypatch.setattr(graphprobe, "Captured", replay)
+    monkeypatch.setattr(graphprobe, "sync", lambda device: None)
+    model = gpumeasure.random_model(gpumeasure.config("target", True), "cpu", torch.float32, seed=0)
+    ident = graphprobe.greedy_identity(model, 8, 16)
+    # a tiny random model's argmax barely reads its context, so the rows are the evidence
+    assert (ident["max_logit_difference"] > 1e-3) is stale, ident
+    if not stale:
+        assert ident["graph_greedy_equals_eager"] and ident["first_difference"] is None
+    timed = graphprobe.time_width(model, 3, 16, 2)  # one replay from the capture point: equal rows
+    assert timed["max_logit_difference"] == 0.0 and timed["argmax_equal"]
+
+
+def test_the_graph_probe_restores_the_models_attention_and_names_its_variants():
+    from specviz import graphprobe
+
+    model = gpumeasure.random_model(gpumeasure.config("draft", True), "cpu", torch.float32, seed=1)
+    before = model.config._attn_implementation
+    for variant in ("eager", "sdpa-math"):
+        with graphprobe.attention(model, variant):
+            assert model.config._attn_implementation == ("eager" if variant == "eager" else "sdpa")
+        assert model.config._attn_implementation == before
+    with pytest.raises(SystemExit, match="unknown attention variants"):
+        graphprobe.main(["--attention", "sdpa,flash9"])
