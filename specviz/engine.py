@@ -13,7 +13,7 @@ from numbers import Integral
 import torch
 
 from .acceptance import Verdict, verify, verify_greedy
-from .lm import CachedLM, bucket, resolve_fast
+from .lm import CachedLM, bucket, draft_lm, resolve_fast
 from .proposers import (
     AdaptiveProposer,
     HybridProposer,
@@ -175,6 +175,15 @@ def cache_kwargs(model, fast: str, max_len: int | None) -> dict:
     """CachedLM arguments for a fast-path mode (lm.resolve_fast) and a run's length."""
     cache, compiled = resolve_fast(fast, model)
     return {"cache": cache, "compiled": compiled, "max_len": max_len}
+
+
+def warm_catch_up(draft, fast: str, prompt: list[int]) -> None:
+    """Run the draft's 2-token catch-up step once (a fully accepted round's: its last draft and the
+    bonus), so that its first use, which captures a graph on CUDA, falls in no timed round or
+    visitor's run: a warm-up run need not accept a whole draft (random weights rarely do)."""
+    lm = draft_lm(draft, draft.config.vocab_size, **cache_kwargs(draft, fast, len(prompt) + 2))
+    lm.forward(prompt[:-2])
+    lm.forward(prompt)
 
 
 def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],

@@ -18,8 +18,7 @@ from collections import Counter
 from statistics import fmean
 
 from . import profiles
-from .engine import cache_kwargs, generate
-from .lm import draft_lm
+from .engine import generate, warm_catch_up
 from .loading import Pair
 
 TREE_NODES = 16  # a fixed budget: the tree's verify width is known (17, a power of two plus 1)
@@ -75,15 +74,6 @@ def projected_ms(r: dict, profile: profiles.Profile, path: str) -> float | None:
 
 
 RUNS = {"chain": {"proposer": "draft"}, "tree": {"proposer": "tree", "nodes": TREE_NODES}}
-
-
-def warm_catch_up(draft, fast: str, prompt: list[int]) -> None:
-    """Run the draft's 2-token catch-up step once (a fully accepted round's: its last draft and the
-    bonus), so that its first use, which captures a graph on CUDA, falls in no timed round: random
-    weights rarely accept a whole draft, so the warm-up run need not reach it."""
-    lm = draft_lm(draft, draft.config.vocab_size, **cache_kwargs(draft, fast, len(prompt) + 2))
-    lm.forward(prompt[:-2])
-    lm.forward(prompt)
 
 
 def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens: int) -> dict:

@@ -141,13 +141,13 @@ def test_engine_section_splits_each_round_and_prices_its_passes():
 def test_the_engine_section_captures_the_drafts_catch_up_before_its_timed_rounds(compiled_pair, monkeypatch):
     """Random weights rarely accept a whole draft: the draft's 2-token step would otherwise be
     captured (seconds on CUDA) inside a timed round."""
-    from specviz import enginecheck
+    from specviz import engine
 
     made = []
-    real = enginecheck.draft_lm
-    monkeypatch.setattr(enginecheck, "draft_lm", lambda *a, **kw: made.append(real(*a, **kw)) or made[-1])
+    real = engine.draft_lm
+    monkeypatch.setattr(engine, "draft_lm", lambda *a, **kw: made.append(real(*a, **kw)) or made[-1])
     ids = compiled_pair.encode("def fibonacci(n):\n    if n < 2:")
-    enginecheck.warm_catch_up(compiled_pair.draft, "compiled", ids)
+    engine.warm_catch_up(compiled_pair.draft, "compiled", ids)
     (lm,) = made
     assert lm.passes == 2 and lm.compiled_passes == 1 and lm.tokens == ids  # the prompt eager, 2 compiled
 

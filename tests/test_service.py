@@ -506,3 +506,32 @@ def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_exp
             "target pass can explain: the two runs were timed under different loads") in again.status
     assert ("can explain" in first.status) == (first.spec.speedup_over(first.base) >
                                                NOISE_MARGIN * first.spec.tokens_per_pass)
+
+
+def test_a_compiled_pair_is_warmed_up_on_every_shape_a_default_run_feeds(compiled_pair, pair, monkeypatch):
+    """On a dedicated GPU each shape's first use compiles and captures it (about 25 s a shape on
+    the H200 run): the warm-up reaches the target's 1 and k + 1 and the draft's 1 and 2 at the
+    page's default k, so a first visitor's run meets only captured steps. An eager pair (this
+    CPU's default) keeps its one short run."""
+    from specviz import lm
+
+    fed = {"target": set(), "draft": set()}
+    forward = lm.CachedLM._forward
+
+    def spy(self, input_ids, last, fixed, **tree):
+        if fixed and self._step is not None:
+            fed["target" if self.model is compiled_pair.target else "draft"].add(input_ids.shape[1])
+        return forward(self, input_ids, last, fixed, **tree)
+
+    monkeypatch.setattr(lm.CachedLM, "_forward", spy)
+    compiled_pair.target.generation_config.eos_token_id = None  # whole rounds whatever the weights
+    try:
+        service.warm_up(compiled_pair)
+    finally:
+        compiled_pair.target.generation_config.eos_token_id = compiled_pair.tokenizer.eos_token_id
+    k = RunSettings.k
+    assert fed == {"target": {1, k + 1}, "draft": {1, 2}}, fed
+    calls = []
+    monkeypatch.setattr(service, "generate", lambda *a, **kw: calls.append(kw) or iter(()))
+    service.warm_up(pair)  # eager: nothing to capture
+    assert [c["k"] for c in calls] == [2]
