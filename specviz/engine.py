@@ -177,13 +177,34 @@ def cache_kwargs(model, fast: str, max_len: int | None) -> dict:
     return {"cache": cache, "compiled": compiled, "max_len": max_len}
 
 
+def warm_widths(lm: CachedLM, prompt: list[int], widths) -> None:
+    """Feed the prompt, then one pass of each width after it: on a compiled path each width's
+    first use compiles and captures its step (21-26 s a shape on the H200 run), which then falls
+    in no timed round and no visitor's run."""
+    lm.compiled_widths = lm.compiled_widths | set(widths)
+    lm.forward(prompt)
+    for w in sorted(widths):  # each pass rolls the cache back to the prompt first
+        lm.forward(prompt + [1 + i % 7 for i in range(w)], last=w)
+
+
 def warm_catch_up(draft, fast: str, prompt: list[int]) -> None:
     """Run the draft's 2-token catch-up step once (a fully accepted round's: its last draft and the
-    bonus), so that its first use, which captures a graph on CUDA, falls in no timed round or
-    visitor's run: a warm-up run need not accept a whole draft (random weights rarely do)."""
+    bonus): a warm-up run need not accept a whole draft (random weights rarely do)."""
     lm = draft_lm(draft, draft.config.vocab_size, **cache_kwargs(draft, fast, len(prompt) + 2))
-    lm.forward(prompt[:-2])
-    lm.forward(prompt)
+    warm_widths(lm, prompt[:-2], (2,))
+
+
+def warm_steps(pair, k: int) -> None:
+    """Every step a chain run at k feeds after its first round, whatever its drafter and text:
+    the target's 1 (the target alone) and k + 1 (each verify, narrower ones padded to it), the
+    draft's 1 and 2 (its catch-up), on the same cached steps a run then leases (lm._Slot)."""
+    prompt = list(range(1, 9))
+    target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
+                      **cache_kwargs(pair.target, pair.fast, len(prompt) + k + 1))
+    warm_widths(target, prompt, (1, k + 1))
+    if pair.draft is not None:
+        draft = draft_lm(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, len(prompt) + 2))
+        warm_widths(draft, prompt, (1, 2))
 
 
 def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],

@@ -409,8 +409,11 @@ class CachedLM:
     def _logits(self, input_ids: torch.Tensor, last: int, fixed: bool, pad: int = 0,
                 **tree) -> torch.Tensor:
         """Logits [last, vocab_size] (float32) for input_ids [1, n] after the cache; the last `pad`
-        of input_ids are pad tokens, whose rows are dropped."""
-        out = self._forward(input_ids, last + pad, fixed, **tree)[:last]
+        of input_ids are pad tokens, whose rows are dropped. A padded pass asks the step for every
+        row, so that its graph is the one of its width whatever `last` is (round 1 over a short
+        prompt wants fewer rows than it feeds: with `last + pad` each prompt length compiled anew)."""
+        ask = input_ids.shape[1] if pad else last
+        out = self._forward(input_ids, ask, fixed, **tree)[ask - pad - last: ask - pad]
         if not self.refine:
             return out[:, : self.vocab_size].float()
         weight = self.model.get_output_embeddings().weight[: self.vocab_size]  # [vocab, d]

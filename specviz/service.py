@@ -19,7 +19,7 @@ import torch
 from . import presets, treeview
 from .compare import Comparison, compare
 from .detok import token_pieces
-from .engine import NEEDS_DRAFT, Reading, RoundEvent, generate, make_proposer, round_room, warm_catch_up
+from .engine import NEEDS_DRAFT, Reading, RoundEvent, generate, make_proposer, round_room, warm_steps
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .lab import two_sample_tv
@@ -228,20 +228,17 @@ def _reading(what: str, r: Reading) -> str:
 
 def warm_up(pair: Pair) -> None:
     """One short run so the first timed round does not pay for lazy initialisation. On a compiled
-    path (a dedicated GPU) it also reaches every shape a run at the page's defaults feeds after
-    its first round: the target's 1 (the race's target alone) and k + 1 (every chain verify, padded),
-    the draft's 1 and 2 (its catch-up after a fully accepted round). Each shape's first use
-    compiles and captures it, about 25 s on the H200 run (docs/benchmarks.md), which the first
-    visitor would otherwise wait through."""
+    path (a dedicated GPU) it first captures every step a chain run at the default k feeds after
+    its first round (engine.warm_steps: the target's 1 and k + 1, the draft's 1 and 2), whatever
+    the drafter and the text. Each shape's first use compiles and captures it, 21-26 s a shape on
+    the H200 run (docs/benchmarks.md), which the first visitor would otherwise wait through."""
     proposer = "draft" if pair.draft is not None else "ngram"
     if not any(resolve_fast(pair.fast, m)[1] for m in (pair.target, pair.draft) if m is not None):
         list(generate(pair, [0, 1, 2], proposer=proposer, k=2, max_new_tokens=3))
         return
-    prompt, k = list(range(1, 9)), RunSettings.k
-    list(generate(pair, prompt, proposer=proposer, k=k, max_new_tokens=2 * (k + 1)))
-    list(generate(pair, prompt, proposer="none", max_new_tokens=2))
-    if pair.draft is not None:
-        warm_catch_up(pair.draft, pair.fast, prompt)
+    k = RunSettings.k
+    warm_steps(pair, k)
+    list(generate(pair, [0, 1, 2], proposer=proposer, k=k, max_new_tokens=3))  # the rest's first use
 
 
 PLOT_SECONDS = 1.0  # while a run streams, rebuild the plots at most this often (each costs ~0.1 s)

@@ -524,13 +524,13 @@ def test_a_compiled_pair_is_warmed_up_on_every_shape_a_default_run_feeds(compile
         return forward(self, input_ids, last, fixed, **tree)
 
     monkeypatch.setattr(lm.CachedLM, "_forward", spy)
-    compiled_pair.target.generation_config.eos_token_id = None  # whole rounds whatever the weights
-    try:
-        service.warm_up(compiled_pair)
-    finally:
-        compiled_pair.target.generation_config.eos_token_id = compiled_pair.tokenizer.eos_token_id
+    service.warm_up(compiled_pair)  # an EOS anywhere does not matter: the steps are warmed directly
     k = RunSettings.k
     assert fed == {"target": {1, k + 1}, "draft": {1, 2}}, fed
+    # a pair with no draft model (the n-gram drafter) still gets its target's steps, whatever text
+    fed["target"].clear()
+    service.warm_up(replace(compiled_pair, draft=None))
+    assert fed["target"] == {1, k + 1}, fed
     calls = []
     monkeypatch.setattr(service, "generate", lambda *a, **kw: calls.append(kw) or iter(()))
     service.warm_up(pair)  # eager: nothing to capture

@@ -114,6 +114,28 @@ def test_a_narrower_compiled_chain_pass_is_padded_to_a_captured_width_and_gives_
     assert not eager._chain_pad(2, 50)  # no compiled step, no pads
 
 
+def test_a_padded_pass_that_wants_fewer_rows_than_it_feeds_reuses_its_widths_step(compiled_pair):
+    """Round 1 over a short prompt feeds prompt + drafts and wants only the drafts' rows: padded
+    to a captured width, it asks the step for every row, so it replays that width's graph (with
+    `last` fixed per graph, asking for fewer rows compiled a graph per prompt length)."""
+    pair = compiled_pair
+    ids = pair.encode(PROMPTS[0])
+    lm = CachedLM(pair.target, pair.vocab_size, cache="static", compiled=True, max_len=len(ids) + 8)
+    lm.compiled_widths = {1, 5}
+    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=len(ids) + 8)
+    asked, step = [], lm._step
+    lm._step = lambda model, cache, input_ids, last, *a, **kw: asked.append((input_ids.shape[1], last)) \
+        or step(model, cache, input_ids, last, *a, **kw)
+    head = ids[:-3]
+    for m in (lm, eager):
+        m.forward(head)
+    tail = ids[-3:]  # 3 tokens fed (pads to 5), 2 rows wanted
+    rows = lm.forward(head + tail, last=2)
+    assert asked == [(5, 5)] and lm.compiled_passes == 1 and rows.shape[0] == 2
+    assert lm.tokens == ids and lm.cache_length == len(ids)
+    assert torch.allclose(rows, eager.forward(head + tail, last=2), atol=1e-5)
+
+
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_keeping_a_path_leaves_the_cache_a_plain_forward_would(pair, cache):
     ids = pair.encode(PROMPTS[1])
