@@ -43,13 +43,14 @@ class Settings:
     k: int = 4
     copy_mib: int = 2048
     budget: float = 270.0  # seconds for the whole check
+    settle: float = 0.25  # seconds of untimed passes before each measurement (pass_ms; 0 on CPU)
     real: bool = True  # also the real pair, when its cache is present
 
     @classmethod
     def for_device(cls, device: str, quick: bool = False, **overrides) -> Settings:
         s = cls(device, quick, compile=device == "cuda")
         if device != "cuda":
-            s = replace(s, repeats=3, context=64, eager_widths=(1, 2, 3, 5, 9, 17),
+            s = replace(s, repeats=3, context=64, eager_widths=(1, 2, 3, 5, 9, 17), settle=0.0,
                         fast_widths=(1, 5, 9, 3, 2, 17), identity_tokens=16, engine_tokens=24,
                         copy_mib=256, budget=900.0)
         if quick:
@@ -173,18 +174,25 @@ def cached_lm(model, vocab: int, path: str, s: Settings, max_len: int, widths=(1
     return lm
 
 
-def pass_ms(lm, ctx: list[int], width: int, repeats: int, warmup: int, device: str, vocab: int) -> float:
-    """Median ms of one pass feeding `width` new tokens after the cached ctx (rolled back each time)."""
-    times = []
-    for r in range(warmup + repeats):
+def pass_ms(lm, ctx: list[int], width: int, repeats: int, warmup: int, device: str, vocab: int,
+            settle: float = 0.0) -> float:
+    """Median ms of one pass feeding `width` new tokens after the cached ctx (rolled back each time),
+    after `warmup` untimed passes, and more until `settle` seconds have gone by: on the H200 run the
+    eager widths timed first (1-3, each after one warm-up pass) came out at 24-28 ms where the rest
+    gave about 18, the GPU or its host still settling in, which a median does not remove."""
+    times, r, settled_from = [], 0, None  # settling counts from the end of the first pass (a capture)
+    while len(times) < repeats:
         new = [(7 * r + 3 * t + 1) % vocab for t in range(width)]
         sync(device)
         start = time.perf_counter()
         lm.forward(ctx + new, last=width)
         sync(device)
-        if r >= warmup:
+        if settled_from is None:
+            settled_from = time.perf_counter()
+        elif r >= warmup and start - settled_from >= settle:
             times.append(time.perf_counter() - start)
         lm.rollback(ctx + [0])
+        r += 1
     return 1e3 * statistics.median(times)
 
 
@@ -207,7 +215,7 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
         lm = cached_lm(models["draft"], vocab, path, s, max_len, refine=False)
         lm.forward(ctx)
         start = time.perf_counter()
-        out["draft_ms"] = pass_ms(lm, ctx, 1, s.repeats, warmup, s.device, vocab)
+        out["draft_ms"] = pass_ms(lm, ctx, 1, s.repeats, warmup, s.device, vocab, s.settle)
         out["draft_seconds"] = round(time.perf_counter() - start, 2)  # its capture included
         alive.append(getattr(lm, "_step", None) is not None)
     lm = cached_lm(models["target"], vocab, path, s, max_len, widths)
@@ -218,7 +226,7 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
             skipped.append(f"{label} {path}: target width {w} (time budget)")
             continue
         start = time.perf_counter()
-        out["target_ms"][w] = pass_ms(lm, ctx, w, s.repeats, warmup, s.device, vocab)
+        out["target_ms"][w] = pass_ms(lm, ctx, w, s.repeats, warmup, s.device, vocab, s.settle)
         out["seconds"][w] = round(time.perf_counter() - start, 2)
     alive.append(getattr(lm, "_step", None) is not None)
     if out["compiled"]:  # False: a capture failed and the path fell back to eager steps
