@@ -187,17 +187,12 @@ def warm_widths(lm: CachedLM, prompt: list[int], widths) -> None:
         lm.forward(prompt + [1 + i % 7 for i in range(w)], last=w)
 
 
-def warm_catch_up(draft, fast: str, prompt: list[int]) -> None:
-    """Run the draft's 2-token catch-up step once (a fully accepted round's: its last draft and the
-    bonus): a warm-up run need not accept a whole draft (random weights rarely do)."""
-    lm = draft_lm(draft, draft.config.vocab_size, **cache_kwargs(draft, fast, len(prompt) + 2))
-    warm_widths(lm, prompt[:-2], (2,))
-
-
 def warm_steps(pair, k: int) -> None:
     """Every step a chain run at k feeds after its first round, whatever its drafter and text:
     the target's 1 (the target alone) and k + 1 (each verify, narrower ones padded to it), the
-    draft's 1 and 2 (its catch-up), on the same cached steps a run then leases (lm._Slot)."""
+    draft's 1 and 2 (its catch-up after a fully accepted round, which a warm-up run need not
+    reach: random weights rarely accept a whole draft), on the same cached steps a run then
+    leases (lm._Slot)."""
     prompt = list(range(1, 9))
     target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
                       **cache_kwargs(pair.target, pair.fast, len(prompt) + k + 1))

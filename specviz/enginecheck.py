@@ -18,7 +18,7 @@ from collections import Counter
 from statistics import fmean
 
 from . import profiles
-from .engine import generate, warm_catch_up
+from .engine import generate, warm_steps
 from .loading import Pair
 
 TREE_NODES = 16  # a fixed budget: the tree's verify width is known (17, a power of two plus 1)
@@ -80,7 +80,7 @@ def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens:
     """split() of a greedy `kind` run (RUNS) on the random pair through the engine, after a short
     warm-up run that reaches every width the run feeds (on CUDA the first use of a shape captures
     its graph: a chain at k reuses the target's widths the pass timings captured and captures the
-    draft's 2-token catch-up (warm_catch_up); a tree captures three masked passes anew)."""
+    draft's 2-token catch-up (engine.warm_steps); a tree captures three masked passes anew)."""
     target, draft = models["target"], models["draft"]
     vocab = target.config.vocab_size
     pair = Pair(target, Vocabulary(vocab), draft, "random target", "random draft", fast=fast)
@@ -89,7 +89,7 @@ def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens:
     try:
         start = time.perf_counter()
         if kind == "chain":
-            warm_catch_up(draft, fast, prompt)
+            warm_steps(pair, k)
         list(generate(pair, prompt, k=k, max_new_tokens=k + 2, **RUNS[kind]))
         events = list(generate(pair, prompt, k=k, max_new_tokens=tokens, **RUNS[kind]))
         # seconds: the whole section for this kind, its warm-up (and any graph captures) included

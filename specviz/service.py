@@ -232,13 +232,11 @@ def warm_up(pair: Pair) -> None:
     its first round (engine.warm_steps: the target's 1 and k + 1, the draft's 1 and 2), whatever
     the drafter and the text. Each shape's first use compiles and captures it, 21-26 s a shape on
     the H200 run (docs/benchmarks.md), which the first visitor would otherwise wait through."""
-    proposer = "draft" if pair.draft is not None else "ngram"
-    if not any(resolve_fast(pair.fast, m)[1] for m in (pair.target, pair.draft) if m is not None):
-        list(generate(pair, [0, 1, 2], proposer=proposer, k=2, max_new_tokens=3))
-        return
-    k = RunSettings.k
-    warm_steps(pair, k)
-    list(generate(pair, [0, 1, 2], proposer=proposer, k=k, max_new_tokens=3))  # the rest's first use
+    compiled = any(resolve_fast(pair.fast, m)[1] for m in (pair.target, pair.draft) if m is not None)
+    if compiled:
+        warm_steps(pair, RunSettings.k)
+    list(generate(pair, [0, 1, 2], proposer="draft" if pair.draft is not None else "ngram",
+                  k=RunSettings.k if compiled else 2, max_new_tokens=3))
 
 
 PLOT_SECONDS = 1.0  # while a run streams, rebuild the plots at most this often (each costs ~0.1 s)

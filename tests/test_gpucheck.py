@@ -140,17 +140,21 @@ def test_engine_section_splits_each_round_and_prices_its_passes():
 
 def test_the_engine_section_captures_the_drafts_catch_up_before_its_timed_rounds(compiled_pair, monkeypatch):
     """Random weights rarely accept a whole draft: the draft's 2-token step would otherwise be
-    captured (seconds on CUDA) inside a timed round."""
-    from specviz import engine
+    captured (seconds on CUDA) inside a timed round. The chain section warms every step of a
+    chain at its k (engine.warm_steps: the draft's 1 and 2 among them) before its first run."""
+    from specviz import enginecheck
 
-    made = []
-    real = engine.draft_lm
-    monkeypatch.setattr(engine, "draft_lm", lambda *a, **kw: made.append(real(*a, **kw)) or made[-1])
-    ids = compiled_pair.encode("def fibonacci(n):\n    if n < 2:")
-    engine.warm_catch_up(compiled_pair.draft, "compiled", ids)
-    (lm,) = made
-    assert lm.passes == 2 and lm.compiled_passes == 1  # the prompt eager, then 2 tokens compiled
-    assert lm.tokens[:-2] == ids[:-2] and len(lm.tokens) == len(ids)
+    calls = []
+    warm, generate = enginecheck.warm_steps, enginecheck.generate
+    monkeypatch.setattr(enginecheck, "warm_steps", lambda pair, k: calls.append(("warm", k)) or warm(pair, k))
+    monkeypatch.setattr(enginecheck, "generate",
+                        lambda *a, **kw: calls.append(("run", kw["k"])) or generate(*a, **kw))
+    models = {"target": compiled_pair.target, "draft": compiled_pair.draft}
+    r = enginecheck.engine_run(models, "compiled", "chain", k=2, context=8, tokens=6)
+    assert calls == [("warm", 2), ("run", 2), ("run", 2)] and r["rounds"] >= 1
+    calls.clear()
+    enginecheck.engine_run(models, "compiled", "tree", k=2, context=8, tokens=6)
+    assert calls == [("run", 2), ("run", 2)]  # a tree's masked passes are captured by its warm-up run
 
 
 def test_quick_check_times_the_engines_own_rounds(quick):
