@@ -173,8 +173,8 @@ def run_length(ids: list[int], max_new_tokens: int, k: int) -> int:
 
 def cache_kwargs(model, fast: str, max_len: int | None) -> dict:
     """CachedLM arguments for a fast-path mode (lm.resolve_fast) and a run's length."""
-    cache, compiled = resolve_fast(fast, model)
-    return {"cache": cache, "compiled": compiled, "max_len": max_len}
+    cache, steps = resolve_fast(fast, model)
+    return {"cache": cache, "steps": steps, "max_len": max_len}
 
 
 def warm_widths(lm: CachedLM, prompt: list[int], widths) -> None:

@@ -8,7 +8,7 @@ present, also times the real pair. It reports:
 - the copy bandwidth (a large device tensor copy, bytes read plus written, median);
 - C_D (draft, 1 token) and C_T(w) (target, w tokens verified) on the eager path (DynamicCache,
   eager forwards) and the fast path (StaticCache; on CUDA its fixed-shape steps compiled with
-  torch.compile(mode="reduce-overhead"), i.e. CUDA graphs);
+  torch.compile and captured as CUDA graphs, as lm.CAPTURE says);
 - the target alone's tokens per second against the bandwidth limit (weight bytes a pass reads over
   the measured copy bandwidth);
 - fast-path greedy output against eager on the same weights in float32 (a width-1 greedy decode,

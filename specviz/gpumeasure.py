@@ -168,7 +168,8 @@ def fast_available() -> bool:
 def cached_lm(model, vocab: int, path: str, s: Settings, max_len: int, widths=(1,), refine: bool = True):
     if path == "eager":
         return CachedLM(model, vocab, refine=refine)
-    lm = CachedLM(model, vocab, refine=refine, cache="static", compiled=s.compile, max_len=max_len)
+    lm = CachedLM(model, vocab, refine=refine, cache="static", steps="compiled" if s.compile else None,
+                  max_len=max_len)
     if hasattr(lm, "compiled_widths"):
         lm.compiled_widths = set(widths)
     return lm

@@ -1,20 +1,21 @@
-"""python -m specviz.graphprobe: the static-cache step captured with torch.cuda.CUDAGraph directly.
+"""python -m specviz.graphprobe: how the static-cache step is best made into CUDA graphs.
 
 Issue 12 asks for torch.compile(mode="reduce-overhead") or a direct CUDA graph, whichever measures
-better; the engine's compiled path is the former (lm.COMPILE), and gpucheck times it. This probe
-times the latter on the same random-weight pair (gpumeasure.random_model, assets/configs/) and the
-same step function (lm.step over a StaticCache), so the two can be read side by side:
+better (on the H200 a compiled step captured directly: lm.CAPTURE, docs/benchmarks.md). This probe
+times, on the random-weight pair (gpumeasure.random_model, assets/configs/):
 
-- per model and width: the eager static step, and the captured graph's replay, each the median
+- the step itself (lm.step over a StaticCache) captured with torch.cuda.CUDAGraph directly
+  (lm.GraphedStep, no compiler), against the eager static step: per model and width, the median
   of `repeats` passes after a context of `context` tokens, rolled back after each pass (the
-  length the next write starts at lives on the device: crop is one kernel, no sync);
-- whether the replay's logits equal the eager step's at the same position (max difference and
-  argmax agreement), and a greedy decode through replays against the eager static decode, in
-  float32 (the identity claim), so a graph that baked a position in would be caught;
-- the capture's wall time.
-
-ZeroGPU allows no torch.compile; a direct capture inside the @spaces.GPU call is what a Space could
-run instead. A probe, not the engine's path: nothing here changes how specviz runs.
+  length the next write starts at lives on the device: crop is one kernel, no sync); whether the
+  replay's logits equal the eager step's, and a greedy decode through replays against the eager
+  static decode in float32, logits compared, so that a graph that baked a position in is caught;
+- with --modes, the engine's own compiled path (CachedLM through gpumeasure.time_path, as
+  gpucheck times it) under each way lm.CAPTURE names: "direct" (torch.compile without graphs,
+  captured by GraphedStep), "trees" (torch.compile mode="reduce-overhead"), "graphs" (GraphedStep
+  over the uncompiled step); per mode the kernels' time a target pass against its wall time
+  (torch.profiler: host work around a replay shows as the gap), and, with --identity, float32
+  greedy and verify identity against eager (gpumeasure.identity).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ import time
 
 import torch
 
+from . import lm
 from .gpumeasure import ROLES, config, random_model, sync
-from .lm import cache_argument, crop, step
+from .lm import GraphedStep, cache_argument, crop, step
 
 
 def static_cache(model, max_len: int):
@@ -37,29 +39,11 @@ def static_cache(model, max_len: int):
     return StaticCache(config=model.config, max_cache_len=max_len)
 
 
-class Captured:
-    """One model's StaticCache and a CUDA graph of lm.step over `width` tokens after it."""
-
-    def __init__(self, model, cache, width: int):
-        self.model, self.cache, self.width = model, cache, width
-        self.kv = cache_argument(model)
-        self.ids = torch.zeros(1, width, dtype=torch.long, device=model.device)  # [1, width]
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph asks
-            for _ in range(3):
-                step(model, cache, self.ids, width, False, self.kv)
-                crop(cache, -width)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = step(model, cache, self.ids, width, False, self.kv)  # [width, vocab]
-
-    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits [width, vocab] of ids [1, width] after the cache, which then holds them."""
-        self.ids.copy_(ids)
-        self.graph.replay()
-        return self.out
+def captured(model, cache, width: int):
+    """ids [1, width] -> logits [width, vocab] after the cache, which then holds them: lm.step
+    through a GraphedStep of its own (captured on the first call, replayed from then on)."""
+    graphed, kv = GraphedStep(), cache_argument(model)
+    return lambda ids: graphed(model, cache, ids, width, False, kv)
 
 
 @torch.inference_mode()
@@ -86,9 +70,10 @@ def time_width(model, width: int, context: int, repeats: int, max_len: int = 0) 
     crop(cache, -width)
     eager_ms = median(lambda: step(model, cache, ids, width, False, kv))
     start = time.perf_counter()
-    graph = Captured(model, cache, width)
+    graph = captured(model, cache, width)
+    replayed = graph(ids).float()  # the capture (two warm-up passes), then a replay
+    sync("cuda")
     capture_s = time.perf_counter() - start
-    replayed = graph(ids).float()
     crop(cache, -width)
     graph_ms = median(lambda: graph(ids))
     return {"eager_static_ms": round(eager_ms, 4), "graph_ms": round(graph_ms, 4),
@@ -104,10 +89,10 @@ def greedy_identity(model, tokens: int, context: int) -> dict:
     ctx = torch.tensor([[(13 * i + 1) % vocab for i in range(context)]], device=model.device)
     kv = cache_argument(model)
     outs, rows = [], []
-    for captured in (False, True):
+    for graphed in (False, True):
         cache = static_cache(model, context + tokens + 8)
         first = step(model, cache, ctx, 1, False, kv)[-1]  # [vocab]
-        graph = Captured(model, cache, 1) if captured else None
+        graph = captured(model, cache, 1) if graphed else None
         out, nxt, seen = [], int(first.argmax()), []
         for _ in range(tokens):
             out.append(nxt)
@@ -153,8 +138,10 @@ def kernels(model, width: int, context: int, max_len: int, rows: int = 15) -> st
         cache = static_cache(model, max(max_len, context + width + 8))
         step(model, cache, torch.tensor([[(11 * i + 5) % vocab for i in range(context)]], device="cuda"),
              1, False, cache_argument(model))
-        graph = Captured(model, cache, width)
+        graph = captured(model, cache, width)
         ids = torch.ones(1, width, dtype=torch.long, device="cuda")
+        graph(ids)  # the capture
+        crop(cache, -width)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(5):
                 graph(ids)
@@ -163,33 +150,84 @@ def kernels(model, width: int, context: int, max_len: int, rows: int = 15) -> st
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=70)
 
 
-def compiled(report: dict, variants: list[str]) -> dict:
-    """gpumeasure.time_path's fast path (the engine's compiled CachedLM steps) under the variant
-    whose width-1 target replay measured fastest."""
+def kernel_share(model, s, passes: int = 10) -> tuple[dict, str]:
+    """torch.profiler over `passes` width-1 passes of model on the fast path (CachedLM, as timed):
+    the CUDA kernels a pass launches and their time (the rest of a pass's wall time is the host's
+    work around them), and the kernel table."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    from .gpumeasure import cached_lm
+
+    vocab = model.config.vocab_size
+    ctx = [(11 * i + 5) % vocab for i in range(s.context)]
+    fast = cached_lm(model, vocab, "fast", s, s.context + s.k + 3)  # the slot time_path used
+    fast.forward(ctx)
+    for r in range(3):
+        fast.forward(ctx + [r + 1])
+        fast.rollback(ctx + [0])
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        for r in range(passes):
+            fast.forward(ctx + [(7 * r + 1) % vocab])  # waits for the device (CachedLM.forward)
+            fast.rollback(ctx + [0])
+        wall = time.perf_counter() - start
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    share = {"kernels_a_pass": round(len(kernels) / passes, 1),
+             "kernel_ms_a_pass": round(sum(e.time_range.elapsed_us() for e in kernels) / passes / 1e3, 4),
+             "profiled_wall_ms_a_pass": round(wall / passes * 1e3, 4),
+             "compiled_passes": fast.compiled_passes}
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=70)
+    return share, table
+
+
+def modes(names: list[str], identity: list[str], out: dict, tables: list[str], save, repeats: int = 20,
+          device: str = "cuda", quick: bool = False) -> dict:
+    """The engine's compiled path (gpumeasure.time_path: draft 1 token, target 1 and k + 1) under
+    each lm.CAPTURE mode, each on fresh slots, into out[mode]; its kernels' share of a target
+    pass; float32 identity against eager for the modes in `identity`. save() after each mode.
+    (device and quick: the CPU tests' small form, with a stand-in for the graphs.)"""
     from .gpumeasure import Clock, Settings, time_path
+    from .gpumeasure import identity as check_identity
 
-    def replay_ms(v):
-        r = report["models"]["target"].get(f"{v} 1" if len(variants) > 1 else 1, {})
-        return r.get("graph_ms", float("inf"))
-
-    best = min(variants, key=replay_ms)
-    models = {role: random_model(config(role, False), "cuda", torch.bfloat16, seed=i)
-              for i, role in enumerate(ROLES)}
-    s, skipped = Settings.for_device("cuda"), []
+    s = Settings.for_device(device, quick, repeats=repeats, compile=True)
+    before = lm.CAPTURE
     try:
-        with contextlib.ExitStack() as stack:
-            for m in models.values():
-                stack.enter_context(attention(m, best))
-            out = time_path(models, "fast", s, Clock(240), (1, s.k + 1), skipped, "random")
-    except Exception as e:  # noqa: BLE001
-        return {"variant": best, "error": f"{type(e).__name__}: {str(e)[:300]}"}
-    return {"variant": best, "draft_ms": out["draft_ms"], "target_ms": out["target_ms"],
-            "seconds": out["seconds"], "compiled_ok": out.get("compiled_ok"), "skipped": skipped}
+        for mode in names:
+            lm.CAPTURE, r = mode, out.setdefault(mode, {})
+            lm._SLOTS.clear()  # a slot's step is made as lm.CAPTURE says when the slot is
+            models = {role: random_model(config(role, quick), device, torch.bfloat16, seed=i)
+                      for i, role in enumerate(ROLES)}
+            try:
+                skipped: list = []
+                t = time_path(models, "fast", s, Clock(600), (1, s.k + 1), skipped, "random")
+                r.update({key: t.get(key) for key in ("draft_ms", "target_ms", "draft_seconds", "seconds",
+                                                      "compiled_ok")})
+                if device == "cuda":  # the pair's weights, caches and every captured graph's buffers
+                    r["allocated_gb"] = round(torch.cuda.memory_allocated() / 1e9, 3)
+                r["kernels"], table = kernel_share(models["target"], s)
+                tables.append(f"{mode}: the target's width-1 pass through CachedLM\n{table}")
+            except Exception as e:  # noqa: BLE001 - a probe: say what failed, keep the rest
+                r["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            del models
+            if mode in identity:
+                try:
+                    model32 = random_model(config("target", quick), device, torch.float32, seed=0)
+                    r["identity_float32"] = check_identity(model32, s)
+                except Exception as e:  # noqa: BLE001
+                    r["identity_float32"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            print(mode, json.dumps(r), flush=True)
+            save()
+    finally:
+        lm.CAPTURE = before
+        lm._SLOTS.clear()
+    return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m specviz.graphprobe", description=__doc__.splitlines()[0])
-    p.add_argument("--widths", default="1,2,5,9,17", help="target widths (the draft: 1 and 2)")
+    p.add_argument("--widths", default="1,2,5,9,17",
+                   help="target widths of the direct-capture section (the draft: 1 and 2); '' skips it")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--attention", default="sdpa",
@@ -197,60 +235,72 @@ def main(argv=None) -> int:
     p.add_argument("--max-len", type=int, default=0,
                    help="static cache positions (0: just the context and the pass; the engine's "
                         "compiled slots hold at least 1024)")
-    p.add_argument("--profile", help="write torch.profiler's kernel table of each model's width-1 "
-                                     "replay (first attention variant) to this file")
-    p.add_argument("--compile", action="store_true",
-                   help="also time specviz's own compiled steps (torch.compile, reduce-overhead: "
-                        "draft 1, target 1 and 5) under the variant whose target replay was fastest")
-    p.add_argument("--out", help="write the report here as JSON")
+    p.add_argument("--profile", help="write torch.profiler's kernel tables here: each model's width-1 "
+                                     "replay (first attention variant), and each --modes target pass")
+    p.add_argument("--modes", default="",
+                   help=f"comma list of lm.CAPTURE modes ({', '.join(lm.CAPTURES)}) to time the "
+                        "engine's compiled path under (draft 1, target 1 and 5)")
+    p.add_argument("--identity", default="",
+                   help="comma list of those modes to check float32 identity against eager under")
+    p.add_argument("--out", help="write the report here as JSON (after each section)")
     args = p.parse_args(argv)
     variants = args.attention.split(",")
     if unknown := set(variants) - set(ATTENTION):
         raise SystemExit(f"unknown attention variants {sorted(unknown)}: pick from {', '.join(ATTENTION)}")
+    names = [m for m in args.modes.split(",") if m]
+    if unknown := set(names) - set(lm.CAPTURES):
+        raise SystemExit(f"unknown capture modes {sorted(unknown)}: pick from {', '.join(lm.CAPTURES)}")
     if not torch.cuda.is_available():
         raise SystemExit("graphprobe needs a CUDA device (it captures CUDA graphs)")
-    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "models": {}}
     import transformers
 
-    report["transformers"] = transformers.__version__
-    widths = {"draft": (1, 2), "target": tuple(int(w) for w in args.widths.split(","))}
-    tables = []
-    for seed, role in enumerate(ROLES):
-        model = random_model(config(role, False), "cuda", torch.bfloat16, seed=seed)
-        report["models"][role] = {}
-        for variant in variants:
-            for w in widths[role]:
-                key = f"{variant} {w}" if len(variants) > 1 else w
-                try:
-                    with attention(model, variant):
-                        report["models"][role][key] = time_width(model, w, args.context, args.repeats,
-                                                                 args.max_len)
-                except Exception as e:  # noqa: BLE001 - a probe: say what failed, keep the rest
-                    report["models"][role][key] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-                print(role, key, json.dumps(report["models"][role][key]), flush=True)
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "transformers": transformers.__version__, "models": {}}
+    tables: list[str] = []
+
+    def save() -> None:
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(report, f, indent=1)
         if args.profile:
-            try:
-                with attention(model, variants[0]):
-                    tables.append(f"{role}, width 1, {variants[0]}, max_len {args.max_len}\n"
-                                  + kernels(model, 1, args.context, args.max_len))
-            except Exception as e:  # noqa: BLE001
-                tables.append(f"{role}: profile failed: {type(e).__name__}: {str(e)[:300]}")
-        del model
-    if args.profile:
-        with open(args.profile, "w") as f:
-            f.write("\n\n".join(tables) + "\n")
-    if args.compile:
-        report["compiled"] = compiled(report, variants)
-        print("compiled", json.dumps(report["compiled"]), flush=True)
-    model32 = random_model(config("target", False), "cuda", torch.float32, seed=0)
-    try:
-        report["identity_float32"] = greedy_identity(model32, 24, args.context)
-    except Exception as e:  # noqa: BLE001
-        report["identity_float32"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-    print("identity", json.dumps(report["identity_float32"]), flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+            with open(args.profile, "w") as f:
+                f.write("\n\n".join(tables) + "\n")
+
+    if args.widths:
+        widths = {"draft": (1, 2), "target": tuple(int(w) for w in args.widths.split(","))}
+        for seed, role in enumerate(ROLES):
+            model = random_model(config(role, False), "cuda", torch.bfloat16, seed=seed)
+            report["models"][role] = {}
+            for variant in variants:
+                for w in widths[role]:
+                    key = f"{variant} {w}" if len(variants) > 1 else w
+                    try:
+                        with attention(model, variant):
+                            report["models"][role][key] = time_width(model, w, args.context, args.repeats,
+                                                                     args.max_len)
+                    except Exception as e:  # noqa: BLE001 - a probe: say what failed, keep the rest
+                        report["models"][role][key] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+                    print(role, key, json.dumps(report["models"][role][key]), flush=True)
+            if args.profile:
+                try:
+                    with attention(model, variants[0]):
+                        tables.append(f"{role}, width 1, {variants[0]}, max_len {args.max_len}\n"
+                                      + kernels(model, 1, args.context, args.max_len))
+                except Exception as e:  # noqa: BLE001
+                    tables.append(f"{role}: profile failed: {type(e).__name__}: {str(e)[:300]}")
+            del model
+        model32 = random_model(config("target", False), "cuda", torch.float32, seed=0)
+        try:
+            report["identity_float32"] = greedy_identity(model32, 24, args.context)
+        except Exception as e:  # noqa: BLE001
+            report["identity_float32"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        print("identity", json.dumps(report["identity_float32"]), flush=True)
+        del model32
+        save()
+    if names:
+        modes(names, [m for m in args.identity.split(",") if m], report.setdefault("modes", {}), tables,
+              save, args.repeats)
+    save()
     return 0
 
 

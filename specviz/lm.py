@@ -133,10 +133,21 @@ def refine_top(hidden: torch.Tensor, weight: torch.Tensor, logits: torch.Tensor)
     return out.scatter_(-1, idx, torch.where(own.gather(-1, idx), exact, out.gather(-1, idx)))
 
 
-FAST_PATHS = ("auto", "eager", "static", "compiled")
+FAST_PATHS = ("auto", "eager", "static", "compiled", "graphed")
 # torch.compile settings of the compiled steps; the CPU tests swap in the "aot_eager" backend
 # (same graph capture, no C++ code generation: about 100 s a shape on 2 cores otherwise).
-COMPILE = {"mode": "reduce-overhead", "dynamic": False}
+COMPILE = {"dynamic": False}
+# How the "compiled" path's steps become CUDA graphs on CUDA (docs/benchmarks.md, "Direct capture
+# of the compiled step"). "direct": torch.compile without graphs (inductor's fused kernels), each
+# shape then captured once with torch.cuda.CUDAGraph by GraphedStep and replayed with no host
+# work beyond copying the inputs in. "trees": torch.compile(mode="reduce-overhead"), whose graph
+# trees check dynamo's guards and the inputs' addresses on the host around every replay (on the
+# H200: the same kernels, 0.9 ms more a target pass). "graphs": GraphedStep over the uncompiled
+# step, what the "graphed" path runs (no compiler: 0.1-0.5 s a shape instead of 20-30 s; eager's
+# unfused kernels). Elsewhere (CPU) a compiled step runs as torch.compile makes it.
+CAPTURE = "direct"
+CAPTURES = ("direct", "trees", "graphs")
+GRAPH_DEVICES = {"cuda"}  # devices GraphedStep captures on (the CPU tests add a stand-in)
 PAD_TOKEN = 0  # what fills a padded pass (a tree's, a chain's): a token no real one sees, never kept
 PENDING = -1  # in CachedLM.tokens: a token fed from the device, not read back yet (equals no id)
 # CachedLM.prefill reads a longer prompt in passes of this many tokens, so that a run can be
@@ -181,53 +192,143 @@ def cache_argument(model) -> str:
     return _cache_argument(type(model))
 
 
-class _Slot:
-    """A model's reusable StaticCache and compiled step: compiled graphs (and CUDA graphs) stay
-    valid only while the cache keeps its addresses, so runs share one cache, one at a time."""
+class GraphedStep:
+    """`fn` (step, or a compiled step) captured as one CUDA graph per shape of its arguments, on
+    first use, and replayed after copying the call's tensors into the graph's own input buffers.
 
-    def __init__(self, model, max_len: int):
+    The cache is the slot's: its tensors, and the length each layer's next write starts at, stay
+    on the device at fixed addresses, so a replay reads where the cache stands now (no position
+    is baked into a graph). The output is the graph's buffer, overwritten by the next replay of
+    any graph (they share one memory pool): callers copy it. Before a capture, two warm-up calls
+    (which compile a compiled fn) each write one pass and are rolled back."""
+
+    def __init__(self, fn=step):
+        self.fn = fn
+        self.graphs: dict[tuple, tuple] = {}  # shape key -> (replay, input buffers, output)
+        self.pool = None  # graph memory pool shared by this step's graphs
+
+    def __call__(self, model, cache, input_ids: torch.Tensor, last: int, refine: bool,
+                 kv: str = "cache", **tree) -> torch.Tensor:
+        key = (id(model), id(cache), tuple(input_ids.shape), last, refine, kv,
+               tuple((name, tuple(t.shape), t.dtype) for name, t in sorted(tree.items())))
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(model, cache, input_ids, last, refine, kv, tree)
+        replay, inputs, out = self.graphs[key]
+        inputs["input_ids"].copy_(input_ids)
+        for name, t in tree.items():
+            inputs[name].copy_(t)
+        replay()
+        return out
+
+    def _capture(self, model, cache, input_ids, last, refine, kv, tree) -> tuple:
+        inputs = {"input_ids": input_ids.clone(), **{name: t.clone() for name, t in tree.items()}}
+        others = {name: inputs[name] for name in tree}
+
+        def run() -> torch.Tensor:
+            return self.fn(model, cache, inputs["input_ids"], last, refine, kv, **others)
+
+        width = input_ids.shape[1]
+        with self.warm_stream():
+            for _ in range(2):
+                like = run()
+                crop(cache, -width)
+        replay, out = self.record(run, like)
+        return replay, inputs, out
+
+    @contextlib.contextmanager
+    def warm_stream(self):
+        """Warm-up calls run off the default stream, as torch.cuda.graph asks."""
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            yield
+        torch.cuda.current_stream().wait_stream(side)
+
+    def record(self, run, like: torch.Tensor) -> tuple:
+        """(replay, output buffer) of one capture of run(); nothing runs until a replay. like: a
+        warm-up call's output (a stand-in recorder, which reruns run, allocates its buffer so)."""
+        graph = torch.cuda.CUDAGraph()
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = run()
+        return graph.replay, out
+
+
+class _Slot:
+    """A model's reusable StaticCache and compiled or graphed step: compiled graphs (and CUDA
+    graphs) stay valid only while the cache keeps its addresses, so runs share one cache, one at
+    a time."""
+
+    def __init__(self, model, max_len: int, steps: str):
         # one graph per (model, width): the app's k from 1 to 16 needs more than dynamo's default 8
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
-        self.step = torch.compile(step, **COMPILE)
-        self.capacity, self.in_use = max_len, False
+        self.step = fixed_step(model.device.type, steps)
+        self.capacity, self.steps, self.in_use = max_len, steps, False
 
     @classmethod
-    def lease(cls, owner, model, max_len: int):
-        """(cache emptied, compiled step, positions it holds) for owner until it is collected; a
-        busy or too small slot is replaced (the new one compiles anew)."""
+    def lease(cls, owner, model, max_len: int, steps: str):
+        """(cache emptied, step, positions it holds) for owner until it is collected; a busy or too
+        small slot, or one with other steps, is replaced (the new one compiles or captures anew)."""
         slot = _SLOTS.get(model)
-        if slot is None or slot.in_use or slot.capacity < max_len:
-            slot = _SLOTS[model] = cls(model, max(max_len, 1024))
+        if slot is None or slot.in_use or slot.capacity < max_len or slot.steps != steps:
+            slot = _SLOTS[model] = cls(model, max(max_len, 1024), steps)
         slot.in_use = True
         crop(slot.cache, -int(slot.cache.get_seq_length()))  # empty: moves the length to 0
         weakref.finalize(owner, setattr, slot, "in_use", False)
         return slot.cache, slot.step, slot.capacity
 
 
+def fixed_step(device: str, steps: str):
+    """The step a slot runs its fixed shapes through. steps "graphs": lm.step captured directly
+    (GraphedStep, graph devices only). "compiled": on CUDA captured as CAPTURE says, elsewhere
+    as torch.compile makes it."""
+    how = "graphs" if steps == "graphs" else CAPTURE if device in GRAPH_DEVICES else "compile"
+    if how == "graphs":
+        return GraphedStep(step)
+    if how == "direct":
+        return GraphedStep(torch.compile(step, **COMPILE))
+    if how == "trees":
+        return torch.compile(step, **{"mode": "reduce-overhead", **COMPILE})
+    return torch.compile(step, **COMPILE)
+
+
+def forget_graphs() -> None:
+    """Drop every slot, its cache and its captured graphs: the next run leases and captures anew
+    (on ZeroGPU at the start of each GPU call: a graph captured in an earlier call may point at
+    device memory that call gave back)."""
+    _SLOTS.clear()
+
+
 _SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its _Slot
 
 
-def resolve_fast(mode: str, model) -> tuple[str, bool]:
-    """(cache kind, compiled) for a fast-path mode on this model.
+def resolve_fast(mode: str, model) -> tuple[str, str | None]:
+    """(cache kind, steps) for a fast-path mode on this model.
 
     eager: DynamicCache, eager forwards (any model). static: preallocated StaticCache, rollback
-    moves a length. compiled: static, and the fixed-shape steps through torch.compile
-    (mode="reduce-overhead": CUDA graphs on CUDA). auto: compiled on CUDA, eager elsewhere
-    (on this CPU neither static nor compiled steps pay, see docs/benchmarks.md). Models whose
-    cache cannot be static (sliding-window layers) stay eager."""
+    moves a length, eager forwards. compiled: static, and the fixed-shape steps through
+    torch.compile (on CUDA captured as CUDA graphs, CAPTURE). graphed: static, and the fixed-shape
+    steps captured as CUDA graphs without a compiler (for ZeroGPU, which has no torch.compile;
+    on a device without graphs the same as static). auto: compiled on CUDA, eager elsewhere (on
+    this CPU neither static nor compiled steps pay, see docs/benchmarks.md). Models whose cache
+    cannot be static (sliding-window layers) stay eager. steps: None (eager forwards),
+    "compiled" or "graphs" (CachedLM's steps)."""
     if mode not in FAST_PATHS:
         raise ValueError(f"fast path must be one of {', '.join(FAST_PATHS)}, got {mode!r}")
     if mode == "auto":
         mode = "compiled" if model.device.type == "cuda" else "eager"
     if mode == "eager" or rollback_window(model) is not None:
-        return "dynamic", False
-    return "static", mode == "compiled"
+        return "dynamic", None
+    if mode == "graphed":
+        return "static", "graphs" if model.device.type in GRAPH_DEVICES else None
+    return "static", "compiled" if mode == "compiled" else None
 
 
 class CachedLM:
     def __init__(self, model, vocab_size: int, refine: bool = True, cache: str = "dynamic",
-                 compiled: bool = False, max_len: int | None = None):
+                 steps: str | None = None, max_len: int | None = None):
         if cache not in ("dynamic", "static"):
             raise ValueError(f"cache must be 'dynamic' or 'static', got {cache!r}")
         self.model = model
@@ -241,8 +342,8 @@ class CachedLM:
         self._step = None
         if self.static:
             self.max_len = max_len or min(model.config.max_position_embeddings, 4096)
-            if compiled:  # one cache and one compiled step per model, reused run after run
-                self.cache, self._step, self.max_len = _Slot.lease(self, model, self.max_len)
+            if steps:  # one cache and one compiled or graphed step per model, reused run after run
+                self.cache, self._step, self.max_len = _Slot.lease(self, model, self.max_len, steps)
             else:
                 self.cache = StaticCache(config=model.config, max_cache_len=self.max_len)
         else:

@@ -2,18 +2,25 @@
 
 On ZeroGPU (the `SPACES_ZERO_GPU` variable is set) a GPU is attached only while a decorated
 function runs, for at most its `duration` seconds, and torch.compile is not available (only
-ahead-of-time compilation). So there the engine runs the static-cache path with eager forwards
-(FAST), models are loaded and moved to "cuda" at start-up in the main process (the way ZeroGPU
-requires), and each job asks for a duration derived from the tokens it will generate. Off
-ZeroGPU, and on CPU, `gpu(...)` returns the function unchanged.
+ahead-of-time compilation). So there the engine runs the "graphed" path (FAST): static caches,
+and each fixed-shape step (the target's 1 and k + 1 tokens, the draft's 1 and 2) captured as a
+CUDA graph directly, without a compiler, on its first use in the call (0.1-0.5 s a shape on the
+H200 run; a target pass 5.2 ms against eager's 16-24 ms, docs/benchmarks.md). Graphs and caches
+are dropped at the start of every call (lm.forget_graphs): a worker process serves call after
+call, and a graph captured in an earlier one may point at memory that call gave back. Models are
+loaded and moved to "cuda" at start-up in the main process (the way ZeroGPU requires), and each
+job asks for a duration derived from the tokens it will generate. Off ZeroGPU, and on CPU,
+`gpu(...)` returns the function unchanged.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 
-FAST = "static"  # no torch.compile on ZeroGPU: static caches, eager forwards
-SETUP_SECONDS = 20  # first-call CUDA set-up and the speculative run's prefill
+FAST = "graphed"  # no torch.compile on ZeroGPU: static caches, steps captured as CUDA graphs directly
+SETUP_SECONDS = 20  # first-call CUDA set-up, the speculative run's prefill and its captures
 SECONDS_PER_TOKEN = 0.1  # eager 1.5B target on a ZeroGPU slice: ~40 tok/s alone, with margin
 MAX_SECONDS = 300  # = the default job time limit (SPECVIZ_MAX_JOB_SECONDS)
 
@@ -33,4 +40,23 @@ def gpu(seconds: int):
         return lambda fn: fn
     import spaces  # only on Spaces: the package is a no-op elsewhere, but not needed there
 
-    return spaces.GPU(duration=seconds)
+    return lambda fn: spaces.GPU(duration=seconds)(fresh_graphs(fn))
+
+
+def fresh_graphs(fn):
+    """fn, dropping every captured graph and static cache first (lm.forget_graphs); a generator
+    function stays one (spaces.GPU streams those)."""
+    from .lm import forget_graphs
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            forget_graphs()
+            yield from fn(*args, **kwargs)
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        forget_graphs()
+        return fn(*args, **kwargs)
+    return call

@@ -153,6 +153,58 @@ def compiled_pair(pair):
                    fast="compiled")
 
 
+class RerunGraphs:
+    """CPU stand-ins for lm.GraphedStep's CUDA pieces: no side stream, and a "graph" whose replay
+    reruns the recorded call into one output buffer made at capture (as a graph's is). `stale`
+    also rewinds the cache to where it stood at capture before each replay, as a graph that
+    baked its position in would."""
+
+    stale = False
+
+    @staticmethod
+    def warm_stream(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    @classmethod
+    def record(cls, self, run, like):
+        out = torch.empty_like(like)
+        free = dict(zip(run.__code__.co_freevars, run.__closure__, strict=True))
+        cache = free["cache"].cell_contents  # the cache GraphedStep._capture's run() writes
+        at = int(cache.get_seq_length())
+
+        def replay():
+            if cls.stale:
+                from specviz.lm import crop
+
+                crop(cache, at - int(cache.get_seq_length()))
+            out.copy_(run())
+
+        return replay, out
+
+
+@pytest.fixture
+def cpu_graphs(monkeypatch):
+    """lm.GraphedStep on CPU, with RerunGraphs standing in for the CUDA graphs."""
+    from specviz import lm
+
+    monkeypatch.setattr(lm, "GRAPH_DEVICES", {"cuda", "cpu"})
+    monkeypatch.setattr(lm.GraphedStep, "warm_stream", lambda self: RerunGraphs.warm_stream(self))
+    monkeypatch.setattr(lm.GraphedStep, "record", lambda self, run, like: RerunGraphs.record(self, run, like))
+    monkeypatch.setattr(lm, "_SLOTS", type(lm._SLOTS)())  # slots made here hold GraphedSteps
+    return RerunGraphs
+
+
+@pytest.fixture
+def graphed_pair(pair, cpu_graphs):
+    """The tiny pair on the graphed path (ZeroGPU's): static caches, the fixed-shape steps through
+    lm.GraphedStep, with RerunGraphs standing in for CUDA graphs on this CPU."""
+    from dataclasses import replace
+
+    return replace(pair, fast="graphed")
+
+
 READ_BACKS = {"item", "tolist", "__int__", "__float__", "__bool__", "__index__", "nonzero", "cpu", "numpy"}
 
 

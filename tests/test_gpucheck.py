@@ -289,32 +289,11 @@ def test_the_load_note_says_other_work_shared_the_cpus_only_when_the_load_passed
     assert gpucheck.load_note([None, 1.0]) == ""
 
 
-class Replay:
-    """A CPU stand-in for graphprobe.Captured: replays the step eagerly; `stale` also rewinds the
-    cache to where it stood at capture before each replay, as a graph that baked its position in."""
-
-    stale = False
-
-    def __init__(self, model, cache, width):
-        from specviz.lm import cache_argument
-
-        self.model, self.cache, self.width = model, cache, width
-        self.kv, self.at = cache_argument(model), int(cache.get_seq_length())
-
-    def __call__(self, ids):
-        from specviz.lm import crop, step
-
-        if self.stale:
-            crop(self.cache, self.at - int(self.cache.get_seq_length()))
-        return step(self.model, self.cache, ids, self.width, False, self.kv)
-
-
 @pytest.mark.parametrize("stale", [False, True])
-def test_the_graph_probe_catches_a_replay_that_baked_its_position_in(monkeypatch, stale):
+def test_the_graph_probe_catches_a_replay_that_baked_its_position_in(cpu_graphs, monkeypatch, stale):
     from specviz import graphprobe
 
-    replay = type("Stale" if stale else "Faithful", (Replay,), {"stale": stale})
-    monkeypatch.setattr(graphprobe, "Captured", replay)
+    monkeypatch.setattr(cpu_graphs, "stale", stale)
     monkeypatch.setattr(graphprobe, "sync", lambda device: None)
     model = gpumeasure.random_model(gpumeasure.config("target", True), "cpu", torch.float32, seed=0)
     ident = graphprobe.greedy_identity(model, 8, 16)
@@ -366,3 +345,20 @@ def test_pass_timings_start_after_the_warm_up_passes_and_the_settling_time(settl
     assert len(lm.times) >= at_least * 0.9 and len(lm.times) >= 3 + 5  # sleeps overshoot: fewer fit
     assert 9 <= ms < 100
     assert lm.times[-5] - lm.times[1] >= settle  # the first timed pass began after settling
+
+
+def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restores_it(cpu_graphs):
+    """graphprobe --modes on CPU, with the stand-in graphs: the engine's own graphed steps timed
+    (CachedLM through time_path), their kernel share, float32 identity; lm.CAPTURE as it was."""
+    from specviz import graphprobe, lm
+
+    out, tables, saved = {}, [], []
+    graphprobe.modes(["graphs"], ["graphs"], out, tables, lambda: saved.append(dict(out)), repeats=2,
+                     device="cpu", quick=True)
+    r = out["graphs"]
+    assert "error" not in r and r["compiled_ok"] and set(r["target_ms"]) == {1, 5}
+    assert r["kernels"]["compiled_passes"] == 13  # 3 warm-up and 10 profiled passes, every one replayed
+    ident = r["identity_float32"]
+    assert ident["fast_greedy_equals_eager"] and ident["fast_verify_equals_eager"] and ident["compiled_ok"]
+    assert saved and tables[0].startswith("graphs: the target's width-1 pass")
+    assert lm.CAPTURE == "direct" and not lm._SLOTS

@@ -65,7 +65,7 @@ def test_a_compiled_tree_pass_pads_to_a_fixed_shape_and_gives_the_unpadded_rows(
     pair = compiled_pair
     assert [bucket(n) for n in (1, 2, 3, 4, 5, 9, 33, 64)] == [1, 2, 4, 4, 8, 16, 64, 64]
     ids = pair.encode(PROMPTS[0])
-    lm = CachedLM(pair.target, pair.vocab_size, cache="static", compiled=True, max_len=128)
+    lm = CachedLM(pair.target, pair.vocab_size, cache="static", steps="compiled", max_len=128)
     eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=128)
     tokens, parents = [n.token for n in TREE], [n.parent for n in TREE]
     for m in (lm, eager):
@@ -84,7 +84,7 @@ def test_a_compiled_tree_pass_pads_to_a_fixed_shape_and_gives_the_unpadded_rows(
     assert torch.allclose(after, CachedLM(pair.target, pair.vocab_size).forward(ids + [7, 3, 5, 11, 13])[0],
                           atol=1e-4)
     # a long uncached tail (a round's first pass over the prompt) stays eager and unpadded
-    fresh = CachedLM(pair.target, pair.vocab_size, cache="static", compiled=True, max_len=128)
+    fresh = CachedLM(pair.target, pair.vocab_size, cache="static", steps="compiled", max_len=128)
     fresh.forward_tree(ids, tokens, parents)
     assert fresh.compiled_passes == 0 and len(fresh.slots) == len(TREE)
 
@@ -94,7 +94,7 @@ def test_a_narrower_compiled_chain_pass_is_padded_to_a_captured_width_and_gives_
     the compiled (k + 1)-token step, pads after its tokens, and leaves the cache as a plain pass."""
     pair = compiled_pair
     ids = pair.encode(PROMPTS[0])
-    lm = CachedLM(pair.target, pair.vocab_size, cache="static", compiled=True, max_len=len(ids) + 8)
+    lm = CachedLM(pair.target, pair.vocab_size, cache="static", steps="compiled", max_len=len(ids) + 8)
     lm.compiled_widths = {1, 5}
     eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=len(ids) + 8)
     for m in (lm, eager):
@@ -120,7 +120,7 @@ def test_a_padded_pass_that_wants_fewer_rows_than_it_feeds_reuses_its_widths_ste
     `last` fixed per graph, asking for fewer rows compiled a graph per prompt length)."""
     pair = compiled_pair
     ids = pair.encode(PROMPTS[0])
-    lm = CachedLM(pair.target, pair.vocab_size, cache="static", compiled=True, max_len=len(ids) + 8)
+    lm = CachedLM(pair.target, pair.vocab_size, cache="static", steps="compiled", max_len=len(ids) + 8)
     lm.compiled_widths = {1, 5}
     eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=len(ids) + 8)
     asked, step = [], lm._step

@@ -51,7 +51,7 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
                                             "chat", "dtype", "nodes", "branching")]
     outputs = list(run(None, None, *values))
     assert outputs[-1][0].startswith("Done") and asked == [zerogpu.duration(12)]
-    assert store.current().fast == "static"
+    assert store.current().fast == "graphed"
 
 
 def test_a_visitors_error_inside_a_zerogpu_job_keeps_its_message(monkeypatch, model_dirs):

@@ -1,0 +1,168 @@
+"""lm.GraphedStep and the graphed path: fixed-shape steps captured once and replayed.
+
+On this CPU conftest.RerunGraphs stands in for the CUDA graphs (a replay reruns the recorded call
+into the output buffer made at capture), so these tests check everything around a graph: one
+capture per shape, the inputs copied into the graph's own buffers, the warm-up before a capture
+rolled back, outputs copied out before the next replay, the fallback when a capture fails, and
+the engine's exactness through it all. That a real graph reads the cache where it stands now
+(no position baked in) is checked on a GPU (graphprobe, gpucheck's identity: docs/benchmarks.md).
+"""
+
+import logging
+
+import pytest
+import torch
+from conftest import hf_greedy
+
+import specviz
+from specviz import lm as lm_module
+from specviz import zerogpu
+from specviz.lm import CachedLM, GraphedStep, resolve_fast
+
+PROMPT = "def fibonacci(n):\n    if n < 2:"
+
+
+def tokens(events):
+    return [t for e in events for t in e.new_tokens]
+
+
+def test_a_graphed_step_captures_each_shape_once_and_gives_the_eager_rows(graphed_pair):
+    pair = graphed_pair
+    ids = pair.encode(PROMPT)
+    graphed = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+    graphed.compiled_widths = {1, 3}
+    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    assert isinstance(graphed._step, GraphedStep)
+    for m in (graphed, eager):
+        m.forward(ids)
+    rows = []
+    for tail in ([5], [5, 9, 2], [7], [4, 4, 8], [3, 1, 6]):  # widths 1 and 3, at moving positions
+        got, want = graphed.forward(ids + tail, last=len(tail)), eager.forward(ids + tail, last=len(tail))
+        assert torch.allclose(got, want, atol=1e-5)
+        assert graphed.cache_length == eager.cache_length == len(ids) + len(tail)
+        rows.append(got)
+        graphed.rollback(ids + [0])
+        eager.rollback(ids + [0])
+    assert len(graphed._step.graphs) == 2  # one capture a width, replayed at every position after
+    assert graphed.compiled_passes == 5
+    # each pass's rows are its own: the graph's output buffer was copied out before the next replay
+    assert not torch.equal(rows[0], rows[2]) and rows[0].data_ptr() != rows[2].data_ptr()
+
+
+def test_the_warm_up_before_a_capture_leaves_the_cache_as_a_plain_pass_would(graphed_pair):
+    """The two warm-up calls before a capture write a pass each and roll it back: the cache then
+    holds exactly what a plain pass leaves (its length, and its keys where both wrote)."""
+    pair = graphed_pair
+    ids = pair.encode(PROMPT)
+    graphed = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    for m in (graphed, eager):
+        m.forward(ids)
+        m.forward(ids + [5])
+    assert graphed.compiled_passes == 1 and graphed.cache_length == eager.cache_length == len(ids) + 1
+    for a, b in zip(graphed.cache.layers, eager.cache.layers, strict=True):
+        assert torch.allclose(a.keys[:, :, : len(ids) + 1], b.keys[:, :, : len(ids) + 1], atol=1e-6)
+        assert int(a.get_seq_length()) == len(ids) + 1
+
+
+@pytest.mark.parametrize(("proposer", "k"), [("draft", 3), ("ngram", 3), ("tree", 3)])
+def test_the_graphed_path_keeps_the_targets_greedy_output(graphed_pair, proposer, k):
+    pair = graphed_pair
+    pair.target.generation_config.eos_token_id = None
+    try:
+        events = list(specviz.generate(pair, PROMPT, proposer=proposer, k=k, max_new_tokens=14))
+        assert tokens(events) == hf_greedy(pair, PROMPT, 14)
+        slots = list(lm_module._SLOTS.values())
+        assert slots and all(isinstance(s.step, GraphedStep) and s.step.graphs for s in slots)
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+
+
+def test_the_graphed_path_samples_what_the_static_path_samples_seed_for_seed(graphed_pair, static_pair):
+    """At temperature > 0 the graphed steps give the static path's logits, so the same seeds draw
+    the same tokens: the distribution tests of the static path hold for it."""
+    for seed in range(3):
+        kwargs = dict(proposer="draft", k=3, max_new_tokens=12, temperature=1.0, top_k=20, seed=seed)
+        graphed = tokens(specviz.generate(graphed_pair, PROMPT, **kwargs))
+        assert graphed == tokens(specviz.generate(static_pair, PROMPT, **kwargs)), seed
+
+
+def test_a_capture_that_fails_falls_back_to_eager_with_one_log_line(graphed_pair, monkeypatch, caplog):
+    pair = graphed_pair
+    ids = pair.encode(PROMPT)
+
+    def refuse(self, run, like):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(GraphedStep, "record", refuse)
+    lm = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    for m in (lm, eager):
+        m.forward(ids)
+    with caplog.at_level(logging.WARNING, logger="specviz.lm"):
+        rows = lm.forward(ids + [5])
+        again = lm.forward(ids + [5, 6])
+    assert torch.allclose(rows, eager.forward(ids + [5]), atol=1e-5)
+    assert torch.allclose(again, eager.forward(ids + [5, 6]), atol=1e-5)
+    assert lm._step is None and lm.compiled_passes == 0 and lm.cache_length == len(ids) + 2
+    failures = [r for r in caplog.records if "running eager from now on" in r.getMessage()]
+    assert len(failures) == 1 and "stream is capturing" in failures[0].getMessage()
+
+
+def test_the_fast_paths_resolve_to_their_caches_and_steps(pair, cpu_graphs, monkeypatch):
+    model = pair.target
+    assert resolve_fast("graphed", model) == ("static", "graphs")  # cpu_graphs: CPU captures here
+    assert resolve_fast("compiled", model) == ("static", "compiled")
+    assert resolve_fast("static", model) == ("static", None)
+    assert resolve_fast("eager", model) == resolve_fast("auto", model) == ("dynamic", None)
+    monkeypatch.setattr(lm_module, "GRAPH_DEVICES", {"cuda"})
+    assert resolve_fast("graphed", model) == ("static", None)  # no graphs on this device: static
+    with pytest.raises(ValueError, match="fast path must be one of .*graphed"):
+        resolve_fast("fastest", model)
+
+
+@pytest.mark.parametrize("capture", ["direct", "trees", "graphs"])
+def test_the_compiled_paths_capture_follows_lm_capture_on_graph_devices(capture, cpu_graphs, monkeypatch):
+    monkeypatch.setattr(lm_module, "CAPTURE", capture)
+    step = lm_module.fixed_step("cpu", "compiled")  # cpu_graphs: this CPU stands for a GPU
+    if capture == "trees":
+        assert not isinstance(step, GraphedStep)  # torch.compile's reduce-overhead graph trees
+    else:  # the compiled step, or with "graphs" the plain one, captured by GraphedStep
+        assert isinstance(step, GraphedStep) and (step.fn is lm_module.step) is (capture == "graphs")
+    assert lm_module.fixed_step("cpu", "graphs").fn is lm_module.step  # the graphed path: no compiler
+    monkeypatch.setattr(lm_module, "GRAPH_DEVICES", {"cuda"})
+    assert not isinstance(lm_module.fixed_step("cpu", "compiled"), GraphedStep)  # no graphs: compiled
+
+
+def test_on_zerogpu_each_gpu_call_starts_without_graphs_and_generators_stay_generators(monkeypatch):
+    import spaces
+
+    seen = []
+
+    def fake_gpu(duration=None):
+        def wrap(fn):
+            seen.append(("generator" if __import__("inspect").isgeneratorfunction(fn) else "function",
+                         duration))
+            return fn
+        return wrap
+
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setattr(spaces, "GPU", fake_gpu)
+    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+
+    class Model:
+        pass
+
+    held = Model()
+
+    def job(n):
+        assert not lm_module._SLOTS  # the earlier call's graphs are gone
+        lm_module._SLOTS[held] = "a slot with graphs"
+        yield from range(n)
+
+    stream = zerogpu.gpu(30)(job)
+    assert list(stream(2)) == [0, 1] and list(stream(3)) == [0, 1, 2]
+    plain = zerogpu.gpu(12)(lambda: len(lm_module._SLOTS))
+    assert plain() == 0
+    assert seen == [("generator", 30), ("function", 12)]
+    assert zerogpu.FAST == "graphed"
