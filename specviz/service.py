@@ -155,8 +155,8 @@ class ModelStore:
             pair = presets.load(s.pair, device=self.device, dtype=dtype)
         if self.fast:
             pair = replace(pair, fast=self.fast)
-        if self.warm:
-            warm_up(pair)
+        if self.warm:  # at the k of the run that asked for the pair (the preload: the page's default)
+            warm_up(pair, s.k)
         self._pair, self._key = pair, self.key(s)
 
     def baseline_key(self, pair: Pair, s: RunSettings, prompt_ids: list[int]) -> tuple:
@@ -226,17 +226,18 @@ def _reading(what: str, r: Reading) -> str:
     return f"{what}: reading the prompt into the {r.model}, {r.read} of {r.total} tokens"
 
 
-def warm_up(pair: Pair) -> None:
+def warm_up(pair: Pair, k: int = RunSettings.k) -> None:
     """One short run so the first timed round does not pay for lazy initialisation. On a compiled
-    path (a dedicated GPU) it first captures every step a chain run at the default k feeds after
+    path (a dedicated GPU) it first captures every step a chain run at k feeds after
     its first round (engine.warm_steps: the target's 1 and k + 1, the draft's 1 and 2), whatever
-    the drafter and the text. Each shape's first use compiles and captures it, 21-26 s a shape on
-    the H200 run (docs/benchmarks.md), which the first visitor would otherwise wait through."""
+    the drafter and the text. Each shape's first use compiles and captures it, 18-28 s a shape on
+    the H200 run (docs/benchmarks.md), which the first visitor would otherwise wait through.
+    The time counts as the load's (ModelStore's switch budget): every visitor waits through it."""
     compiled = any(resolve_fast(pair.fast, m)[1] for m in (pair.target, pair.draft) if m is not None)
     if compiled:
-        warm_steps(pair, RunSettings.k)
+        warm_steps(pair, k)
     list(generate(pair, [0, 1, 2], proposer="draft" if pair.draft is not None else "ngram",
-                  k=RunSettings.k if compiled else 2, max_new_tokens=3))
+                  k=k if compiled else 2, max_new_tokens=3))
 
 
 PLOT_SECONDS = 1.0  # while a run streams, rebuild the plots at most this often (each costs ~0.1 s)

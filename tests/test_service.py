@@ -3,6 +3,7 @@
 import json
 import re
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -535,3 +536,10 @@ def test_a_compiled_pair_is_warmed_up_on_every_shape_a_default_run_feeds(compile
     monkeypatch.setattr(service, "generate", lambda *a, **kw: calls.append(kw) or iter(()))
     service.warm_up(pair)  # eager: nothing to capture
     assert [c["k"] for c in calls] == [2]
+    # a store warms a pair up at the k of the settings that load it (the page's default at preload)
+    warmed = []
+    monkeypatch.setattr(service, "warm_up", lambda p, k: warmed.append(k))
+    monkeypatch.setattr(service, "presets", SimpleNamespace(BY_KEY={}, load=lambda *a, **kw: pair))
+    store = service.ModelStore(device="cpu")
+    store.get(RunSettings(k=6, dtype="float32"))
+    assert warmed == [6]
