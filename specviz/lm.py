@@ -143,7 +143,7 @@ COMPILE = {"dynamic": False}
 # work beyond copying the inputs in. "trees": torch.compile(mode="reduce-overhead"), whose graph
 # trees check dynamo's guards and the inputs' addresses on the host around every replay (on the
 # H200: the same kernels, 0.9 ms more a target pass). "graphs": GraphedStep over the uncompiled
-# step, what the "graphed" path runs (no compiler: 0.1-0.5 s a shape instead of 20-30 s; eager's
+# step, what the "graphed" path runs (no compiler: 0.1-0.5 s a shape instead of 18-28 s; eager's
 # unfused kernels). Elsewhere (CPU) a compiled step runs as torch.compile makes it.
 CAPTURE = "direct"
 CAPTURES = ("direct", "trees", "graphs")
@@ -268,16 +268,17 @@ class _Slot:
         self.capacity, self.steps, self.in_use = max_len, steps, False
 
     @classmethod
-    def lease(cls, owner, model, max_len: int, steps: str):
-        """(cache emptied, step, positions it holds) for owner until it is collected; a busy or too
-        small slot, or one with other steps, is replaced (the new one compiles or captures anew)."""
+    def lease(cls, owner, model, max_len: int, steps: str) -> _Slot:
+        """The model's slot, its cache emptied, for owner until it is collected; a busy or too
+        small slot, or one with other steps, is replaced (the new one compiles or captures anew).
+        A slot whose step failed keeps step None: its later runs go eager without trying again."""
         slot = _SLOTS.get(model)
         if slot is None or slot.in_use or slot.capacity < max_len or slot.steps != steps:
             slot = _SLOTS[model] = cls(model, max(max_len, 1024), steps)
         slot.in_use = True
         crop(slot.cache, -int(slot.cache.get_seq_length()))  # empty: moves the length to 0
         weakref.finalize(owner, setattr, slot, "in_use", False)
-        return slot.cache, slot.step, slot.capacity
+        return slot
 
 
 def fixed_step(device: str, steps: str):
@@ -339,11 +340,16 @@ class CachedLM:
         self.kv = cache_argument(model.base_model if self.refine else model)
         self.compiled_widths: set[int] = {1}  # token counts a step may feed through the compiled step
         self.wide_prompts = dense.reads_prompts_apart(model)
-        self._step = None
+        if steps not in (None, "compiled", "graphs"):
+            raise ValueError(f"steps must be None, 'compiled' or 'graphs', got {steps!r}")
+        if steps == "graphs" and model.device.type not in GRAPH_DEVICES:
+            steps = None  # nothing captures graphs here: eager static steps
+        self._step, self._slot = None, None
         if self.static:
             self.max_len = max_len or min(model.config.max_position_embeddings, 4096)
             if steps:  # one cache and one compiled or graphed step per model, reused run after run
-                self.cache, self._step, self.max_len = _Slot.lease(self, model, self.max_len, steps)
+                self._slot = _Slot.lease(self, model, self.max_len, steps)
+                self.cache, self._step, self.max_len = self._slot.cache, self._slot.step, self._slot.capacity
             else:
                 self.cache = StaticCache(config=model.config, max_cache_len=self.max_len)
         else:
@@ -503,6 +509,8 @@ class CachedLM:
                 log.warning("specviz: compiled step failed (%s: %s); running eager from now on",
                             type(e).__name__, str(e).splitlines()[0] if str(e) else "")
                 self._step = None
+                if self._slot is not None:  # the slot's later runs go eager too, without retrying
+                    self._slot.step = None
                 # undo a partial write: the cache held the committed tokens and any tree slots
                 truncate(self.cache, len(self.tokens) + len(self.slots))
         return step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)

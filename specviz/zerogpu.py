@@ -6,8 +6,10 @@ ahead-of-time compilation). So there the engine runs the "graphed" path (FAST): 
 and each fixed-shape step (the target's 1 and k + 1 tokens, the draft's 1 and 2) captured as a
 CUDA graph directly, without a compiler, on its first use in the call (0.1-0.5 s a shape on the
 H200 run; a target pass 5.2 ms against eager's 16-24 ms, docs/benchmarks.md). Graphs and caches
-are dropped at the start of every call (lm.forget_graphs): a worker process serves call after
-call, and a graph captured in an earlier one may point at memory that call gave back. Models are
+are dropped at the start of every call (lm.forget_graphs): spaces keeps a worker process per
+decorated function and GPU, so a worker can serve call after call, and a graph captured in an
+earlier one may point at memory that call gave back. (The app decorates each job anew, so its
+jobs start in fresh workers anyway: the drop keeps any other use safe.) Models are
 loaded and moved to "cuda" at start-up in the main process (the way ZeroGPU requires), and each
 job asks for a duration derived from the tokens it will generate. Off ZeroGPU, and on CPU,
 `gpu(...)` returns the function unchanged.

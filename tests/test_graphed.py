@@ -85,6 +85,25 @@ def test_the_graphed_path_samples_what_the_static_path_samples_seed_for_seed(gra
         kwargs = dict(proposer="draft", k=3, max_new_tokens=12, temperature=1.0, top_k=20, seed=seed)
         graphed = tokens(specviz.generate(graphed_pair, PROMPT, **kwargs))
         assert graphed == tokens(specviz.generate(static_pair, PROMPT, **kwargs)), seed
+    slots = list(lm_module._SLOTS.values())  # it ran through graphs: the target's, the draft's
+    assert len(slots) == 2 and all(s.step.graphs for s in slots)
+
+
+@pytest.mark.parametrize("proposer", ["draft", "tree"])
+def test_the_graphed_path_in_bfloat16_with_the_refined_head_gives_the_static_paths_tokens(
+        model_dirs, cpu_graphs, proposer):
+    """In bfloat16 the target's step returns hidden states and its head is refined in float32
+    outside the graph (lm.refine_top): the graphed steps keep the static path's tokens."""
+    from dataclasses import replace
+
+    bf16 = specviz.load_pair(str(model_dirs["target"]), str(model_dirs["draft"]), device="cpu",
+                             dtype="bfloat16")
+    graphed, static = replace(bf16, fast="graphed"), replace(bf16, fast="static")
+    kwargs = dict(proposer=proposer, k=3, max_new_tokens=12)
+    want = tokens(specviz.generate(static, PROMPT, **kwargs))
+    assert tokens(specviz.generate(graphed, PROMPT, **kwargs)) == want
+    target = lm_module._SLOTS[bf16.target]
+    assert target.step.graphs and lm_module.CachedLM(bf16.target, bf16.vocab_size).refine
 
 
 def test_a_capture_that_fails_falls_back_to_eager_with_one_log_line(graphed_pair, monkeypatch, caplog):
@@ -107,6 +126,22 @@ def test_a_capture_that_fails_falls_back_to_eager_with_one_log_line(graphed_pair
     assert lm._step is None and lm.compiled_passes == 0 and lm.cache_length == len(ids) + 2
     failures = [r for r in caplog.records if "running eager from now on" in r.getMessage()]
     assert len(failures) == 1 and "stream is capturing" in failures[0].getMessage()
+    # the model's next run leases the same slot, and goes eager without trying (and logging) again
+    del lm
+    with caplog.at_level(logging.WARNING, logger="specviz.lm"):
+        later = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+        later.forward(ids)
+        assert torch.allclose(later.forward(ids + [5]), rows, atol=1e-5)
+    assert later._step is None and later.compiled_passes == 0
+    assert len([r for r in caplog.records if "running eager from now on" in r.getMessage()]) == 1
+
+
+def test_steps_are_checked_and_graphs_need_a_device_that_captures_them(pair, monkeypatch):
+    with pytest.raises(ValueError, match="steps must be None, 'compiled' or 'graphs', got 'graph'"):
+        CachedLM(pair.target, pair.vocab_size, cache="static", steps="graph", max_len=64)
+    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+    plain = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+    assert plain._step is None and not lm_module._SLOTS  # this CPU captures nothing: eager static
 
 
 def test_the_fast_paths_resolve_to_their_caches_and_steps(pair, cpu_graphs, monkeypatch):
