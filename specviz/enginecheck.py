@@ -80,7 +80,8 @@ def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens:
     """split() of a greedy `kind` run (RUNS) on the random pair through the engine, after a short
     warm-up run that reaches every width the run feeds (on CUDA the first use of a shape captures
     its graph: a chain at k reuses the target's widths the pass timings captured and captures the
-    draft's 2-token catch-up (engine.warm_steps); a tree captures three masked passes anew)."""
+    draft's 2-token catch-up (engine.warm_steps); a tree captures three masked passes anew), and
+    whether its output is the target alone's on the same path (equals_target_alone)."""
     target, draft = models["target"], models["draft"]
     vocab = target.config.vocab_size
     pair = Pair(target, Vocabulary(vocab), draft, "random target", "random draft", fast=fast)
@@ -93,7 +94,12 @@ def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens:
         list(generate(pair, prompt, k=k, max_new_tokens=k + 2, **RUNS[kind]))
         events = list(generate(pair, prompt, k=k, max_new_tokens=tokens, **RUNS[kind]))
         # seconds: the whole section for this kind, its warm-up (and any graph captures) included
-        return split(events, k, tokens) | {"seconds": round(time.perf_counter() - start, 2)}
+        seconds = round(time.perf_counter() - start, 2)
+        # the promise, on this path and dtype (bfloat16 on a GPU: the refined head, captured
+        # steps): greedy output token for token the target alone's, run after the timing
+        alone = generate(pair, prompt, k=k, max_new_tokens=tokens, proposer="none")
+        same = [t for e in events for t in e.new_tokens] == [t for e in alone for t in e.new_tokens]
+        return split(events, k, tokens) | {"seconds": seconds, "equals_target_alone": same}
     finally:
         target.generation_config.eos_token_id = eos
 
@@ -107,5 +113,7 @@ def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") ->
         out.append(f"  {name} k={r['k']}, {r['nodes']:.1f} nodes a round: round {r['round_ms']:.3f} ms = "
                    f"draft {r['draft_ms']:.3f} + target {r['target_ms']:.3f} + engine "
                    f"{r['engine_ms']:.3f} ms ({r['engine_share']:.1%} of the time)"
-                   + ("" if projected is None else f"; the profile projects {projected:.3f} ms"))
+                   + ("" if projected is None else f"; the profile projects {projected:.3f} ms")
+                   + {True: "; output = the target alone's", False: "; output NOT the target alone's",
+                      None: ""}[r.get("equals_target_alone")])
     return out

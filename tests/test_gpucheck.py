@@ -151,10 +151,12 @@ def test_the_engine_section_captures_the_drafts_catch_up_before_its_timed_rounds
                         lambda *a, **kw: calls.append(("run", kw["k"])) or generate(*a, **kw))
     models = {"target": compiled_pair.target, "draft": compiled_pair.draft}
     r = enginecheck.engine_run(models, "compiled", "chain", k=2, context=8, tokens=6)
-    assert calls == [("warm", 2), ("run", 2), ("run", 2)] and r["rounds"] >= 1
+    # then the target alone, after the timed run, for the identity
+    assert calls == [("warm", 2), ("run", 2), ("run", 2), ("run", 2)] and r["rounds"] >= 1
+    assert r["equals_target_alone"] is True
     calls.clear()
     enginecheck.engine_run(models, "compiled", "tree", k=2, context=8, tokens=6)
-    assert calls == [("run", 2), ("run", 2)]  # a tree's masked passes are captured by its warm-up run
+    assert calls == [("run", 2), ("run", 2), ("run", 2)]  # a tree's masked passes: captured by its warm-up
 
 
 def test_quick_check_times_the_engines_own_rounds(quick):
@@ -166,8 +168,10 @@ def test_quick_check_times_the_engines_own_rounds(quick):
         assert math.isclose(r["round_ms"], r["draft_ms"] + r["target_ms"] + r["engine_ms"], rel_tol=1e-9)
         assert 0 <= r["engine_share"] < 1 and sum(r["widths"].values()) == r["rounds"]
     assert max(map(int, report["engine"]["tree"]["widths"])) == 1 + 16  # the fixed 16-node budget
+    assert all(r["equals_target_alone"] is True for r in report["engine"].values())
     text = gpucheck.text(report)
     assert "engine rounds (fast path" in text and "the profile projects" in text
+    assert text.count("output = the target alone's") == 2
 
 
 def tiny(layers=3):
