@@ -165,11 +165,17 @@ def fast_available() -> bool:
     return "cache" in inspect.signature(CachedLM.__init__).parameters
 
 
+def path_steps(path: str, s: Settings) -> str | None:
+    """CachedLM's steps on a timed path: "fast" is the static cache with compiled steps (on CPU,
+    by default, without), "graphed" the static cache with the uncompiled steps captured as CUDA
+    graphs (ZeroGPU's path; lm.GRAPH_DEVICES only)."""
+    return "graphs" if path == "graphed" else "compiled" if path == "fast" and s.compile else None
+
+
 def cached_lm(model, vocab: int, path: str, s: Settings, max_len: int, widths=(1,), refine: bool = True):
     if path == "eager":
         return CachedLM(model, vocab, refine=refine)
-    lm = CachedLM(model, vocab, refine=refine, cache="static", steps="compiled" if s.compile else None,
-                  max_len=max_len)
+    lm = CachedLM(model, vocab, refine=refine, cache="static", steps=path_steps(path, s), max_len=max_len)
     if hasattr(lm, "compiled_widths"):
         lm.compiled_widths = set(widths)
     return lm
@@ -207,10 +213,11 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
     ctx = [(11 * i + 5) % vocab for i in range(s.context)]
     all_widths = s.eager_widths if path == "eager" else s.fast_widths
     max_len = s.context + max(all_widths) + 2
-    warmup = 3 if path == "fast" and s.compile else 1  # capture, then graph warm-up, then replay
-    out = into or {"cache": "dynamic" if path == "eager" else "static",
-                   "compiled": path == "fast" and s.compile, "dtype": s.dtype,
-                   "target_ms": {}, "seconds": {}}
+    steps = path_steps(path, s)
+    warmup = 3 if steps else 1  # capture, then graph warm-up, then replay
+    # "compiled" in a profile: fixed-shape steps, so the engine pads short passes (profiles.fed)
+    out = into or {"cache": "dynamic" if path == "eager" else "static", "compiled": bool(steps),
+                   "dtype": s.dtype, "target_ms": {}, "seconds": {}}
     alive = []
     if "draft" in models and "draft_ms" not in out:
         lm = cached_lm(models["draft"], vocab, path, s, max_len, refine=False)

@@ -114,9 +114,11 @@ class Profile:
 
     def path_label(self, name: str) -> str:
         """A path's name with what it ran: "fast (static cache, compiled)". On a CPU the "fast"
-        path is the static cache uncompiled, and can be slower than eager: the label says so."""
+        path is the static cache uncompiled, and can be slower than eager: the label says so.
+        "graphed" (ZeroGPU's): steps captured as CUDA graphs without a compiler."""
         c = self.path(name)
-        return f"{name} ({c.cache} cache{', compiled' if c.compiled else ''})"
+        steps = ", captured steps" if name == "graphed" else ", compiled" if c.compiled else ""
+        return f"{name} ({c.cache} cache{steps})"
 
     def path(self, name: str) -> PathCosts:
         if name not in self.paths:

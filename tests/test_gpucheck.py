@@ -366,3 +366,21 @@ def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restor
     assert ident["fast_greedy_equals_eager"] and ident["fast_verify_equals_eager"] and ident["compiled_ok"]
     assert saved and tables[0].startswith("graphs: the target's width-1 pass")
     assert lm.CAPTURE == "direct" and not lm._SLOTS
+
+
+def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs):
+    """ZeroGPU's path in gpucheck (on devices that capture graphs): the static cache, the plain
+    step captured by lm.GraphedStep, and "compiled" in its profile entry, as its short passes are
+    padded to a captured width like the compiled path's (profiles.fed)."""
+    from specviz import lm
+
+    s = gpumeasure.Settings.for_device("cpu", quick=True, repeats=2)
+    models = {role: gpumeasure.random_model(gpumeasure.config(role, True), "cpu", torch.float32, seed=i)
+              for i, role in enumerate(gpumeasure.ROLES)}
+    out = gpumeasure.time_path(models, "graphed", s, gpumeasure.Clock(60), (1, 5), [], "random")
+    assert out["cache"] == "static" and out["compiled"] and out["compiled_ok"]
+    assert set(out["target_ms"]) == {1, 5} and out["draft_ms"] > 0
+    slots = list(lm._SLOTS.values())
+    assert len(slots) == 2 and all(s.steps == "graphs" and s.step.fn is lm.step and s.step.graphs
+                                   for s in slots)
+    assert gpumeasure.path_steps("fast", s) is None and gpumeasure.path_steps("eager", s) is None

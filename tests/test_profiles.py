@@ -235,6 +235,10 @@ def test_a_paths_label_says_what_it_ran():
     assert [p.path_label(n) for n in p.paths] == ["eager (dynamic cache)", "fast (static cache, compiled)"]
     cpu = profiles.load_shipped("cpu-x86-64-bfloat16")
     assert cpu.path_label("fast") == "fast (static cache)"
+    raw = copy.deepcopy(PROFILE)  # ZeroGPU's path: fixed-shape steps (padded), no compiler
+    raw["paths"]["graphed"] = {"cache": "static", "compiled": True, "draft_ms": 1.5,
+                               "target_ms": {"1": 2.0, "5": 3.0}}
+    assert profiles.load(raw).path_label("graphed") == "graphed (static cache, captured steps)"
 
 
 def test_explorer_views_take_shipped_names_only():
