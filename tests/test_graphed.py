@@ -201,3 +201,29 @@ def test_on_zerogpu_each_gpu_call_starts_without_graphs_and_generators_stay_gene
     assert plain() == 0
     assert seen == [("generator", 30), ("function", 12)]
     assert zerogpu.FAST == "graphed"
+
+
+def test_a_warm_up_that_fails_part_way_leaves_the_cache_holding_its_committed_tokens(graphed_pair):
+    """A warm-up call before a capture that fails after writing some layers (layer 0, not 1) is
+    undone like any failed step: every layer cut back to the committed tokens, the pass eager."""
+    pair = graphed_pair
+    ids = pair.encode(PROMPT)
+    lm = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+    lm.forward(ids)
+    failed = []
+
+    def fail_once(module, args, output):
+        if not failed:
+            failed.append(True)
+            raise RuntimeError("warm-up failed")
+
+    hook = pair.target.model.layers[1].register_forward_hook(fail_once)
+    try:
+        rows = lm.forward(ids + [5])
+    finally:
+        hook.remove()
+    assert failed and lm._step is None and lm.compiled_passes == 0
+    assert {int(layer.get_seq_length()) for layer in lm.cache.layers} == {len(ids) + 1}
+    fresh = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    fresh.forward(ids)
+    assert torch.allclose(rows, fresh.forward(ids + [5]), atol=1e-5)
