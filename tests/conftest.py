@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -203,6 +204,24 @@ def graphed_pair(pair, cpu_graphs):
     from dataclasses import replace
 
     return replace(pair, fast="graphed")
+
+
+@contextlib.contextmanager
+def fails_once(module, message: str = "replay failed"):
+    """module raises once, after its forward ran (a step failing part-way: the layers before it
+    written, the rest not), then works again; yields the list that records the failure."""
+    failed = []
+
+    def hook(mod, args, output):
+        if not failed:
+            failed.append(True)
+            raise RuntimeError(message)
+
+    handle = module.register_forward_hook(hook)
+    try:
+        yield failed
+    finally:
+        handle.remove()
 
 
 READ_BACKS = {"item", "tolist", "__int__", "__float__", "__bool__", "__index__", "nonzero", "cpu", "numpy"}

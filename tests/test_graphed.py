@@ -12,7 +12,7 @@ import logging
 
 import pytest
 import torch
-from conftest import hf_greedy
+from conftest import fails_once, hf_greedy
 
 import specviz
 from specviz import lm as lm_module
@@ -210,18 +210,8 @@ def test_a_warm_up_that_fails_part_way_leaves_the_cache_holding_its_committed_to
     ids = pair.encode(PROMPT)
     lm = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
     lm.forward(ids)
-    failed = []
-
-    def fail_once(module, args, output):
-        if not failed:
-            failed.append(True)
-            raise RuntimeError("warm-up failed")
-
-    hook = pair.target.model.layers[1].register_forward_hook(fail_once)
-    try:
+    with fails_once(pair.target.model.layers[1], "warm-up failed") as failed:
         rows = lm.forward(ids + [5])
-    finally:
-        hook.remove()
     assert failed and lm._step is None and lm.compiled_passes == 0
     assert {int(layer.get_seq_length()) for layer in lm.cache.layers} == {len(ids) + 1}
     fresh = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)

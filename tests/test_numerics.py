@@ -4,7 +4,7 @@ import copy
 
 import pytest
 import torch
-from conftest import make_model
+from conftest import fails_once, make_model
 from scipy.stats import chisquare
 
 import specviz
@@ -230,18 +230,8 @@ def test_a_step_that_fails_part_way_leaves_every_layer_at_the_committed_length(p
     lm = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
     lm.forward(ids)
     lm._step, lm.compiled_widths = lm_module.step, {3}  # stands in for the compiled step
-    failed = []
-
-    def fail_once(module, args, output):
-        if not failed:
-            failed.append(True)
-            raise RuntimeError("replay failed")
-
-    hook = pair.target.model.layers[0].register_forward_hook(fail_once)  # layer 0 written, not 1
-    try:
+    with fails_once(pair.target.model.layers[0]) as failed:  # layer 0 written, not 1
         logits = lm.forward(ids + [5, 6, 7], last=3)
-    finally:
-        hook.remove()
     assert failed and lm._step is None  # eager from now on
     fresh = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
     fresh.forward(ids)

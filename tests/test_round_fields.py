@@ -4,7 +4,7 @@ failed under a mutation of the code that the rest of the suite let through (a re
 17 of 39 survived before these)."""
 import pytest
 import torch
-from conftest import hf_greedy
+from conftest import fails_once, hf_greedy
 
 import specviz
 from specviz.lm import CachedLM
@@ -108,18 +108,8 @@ def test_a_tree_pass_that_fails_part_way_keeps_the_earlier_nodes_and_counts_one_
         m.forward(ids)
         m.forward_tree(ids, [7, 9], [-1, -1])
     lm._step = lm_module.step  # stands in for the compiled step
-    failed = []
-
-    def fail_once(module, args, output):
-        if not failed:
-            failed.append(True)
-            raise RuntimeError("replay failed")
-
-    hook = pair.target.model.layers[0].register_forward_hook(fail_once)
-    try:
+    with fails_once(pair.target.model.layers[0]) as failed:
         rows = lm.forward_tree(ids, [3, 4], [0, 1])
-    finally:
-        hook.remove()
     assert failed and lm._step is None
     assert torch.allclose(rows, eager.forward_tree(ids, [3, 4], [0, 1]), atol=1e-5)
     assert lm.passes == eager.passes == 3
