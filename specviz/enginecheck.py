@@ -20,6 +20,7 @@ from statistics import fmean
 from . import profiles
 from .engine import generate, warm_steps
 from .loading import Pair
+from .metrics import RunStats
 
 TREE_NODES = 16  # a fixed budget: the tree's verify width is known (17, a power of two plus 1)
 
@@ -98,7 +99,7 @@ def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens:
         # the promise, on this path and dtype (bfloat16 on a GPU: the refined head, captured
         # steps): greedy output token for token the target alone's, run after the timing
         alone = generate(pair, prompt, k=k, max_new_tokens=tokens, proposer="none")
-        same = [t for e in events for t in e.new_tokens] == [t for e in alone for t in e.new_tokens]
+        same = RunStats.of(events).tokens == RunStats.of(alone).tokens
         return split(events, k, tokens) | {"seconds": seconds, "equals_target_alone": same}
     finally:
         target.generation_config.eos_token_id = eos

@@ -195,7 +195,7 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
     try:
         for mode in names:
             lm.CAPTURE, r = mode, out.setdefault(mode, {})
-            lm._SLOTS.clear()  # a slot's step is made as lm.CAPTURE says when the slot is
+            lm.forget_graphs()  # a slot's step is made as lm.CAPTURE says when the slot is
             models = {role: random_model(config(role, quick), device, torch.bfloat16, seed=i)
                       for i, role in enumerate(ROLES)}
             try:
@@ -220,7 +220,7 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
             save()
     finally:
         lm.CAPTURE = before
-        lm._SLOTS.clear()
+        lm.forget_graphs()
     return out
 
 
