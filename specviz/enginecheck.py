@@ -42,7 +42,8 @@ def split(events, k: int, max_new_tokens: int) -> dict:
     """Means per round over the full rounds after the first (round 1 also fed the prompt; near
     the end the budget cuts a round's drafts):
     wall ms, the draft's and the target's ms, the engine's own ms (the rest), and the rest's share
-    of those rounds' time; with the rounds, the tokens they committed, the nodes they verified a
+    of those rounds' time; with the rounds, the tokens they committed (the drafts accepted among
+    them), the nodes they verified a
     round, and the passes they asked for (draft passes, target passes by verify width)."""
     events = list(events)
     kept = [(before, e) for before, e in zip(events, events[1:], strict=False)
@@ -53,6 +54,7 @@ def split(events, k: int, max_new_tokens: int) -> dict:
     total = sum(e.round_seconds for e in later)
     widths = Counter(e.nodes + 1 for e in later)
     return {"rounds": len(later), "tokens": sum(len(e.new_tokens) for e in later),
+            "accepted": sum(e.accepted for e in later),
             "nodes": fmean(e.nodes for e in later),
             "round_ms": 1e3 * fmean(e.round_seconds for e in later),
             "draft_ms": 1e3 * fmean(e.draft_seconds for e in later),
@@ -74,7 +76,12 @@ def projected_ms(r: dict, profile: profiles.Profile, path: str) -> float | None:
         return None
 
 
-RUNS = {"chain": {"proposer": "draft"}, "tree": {"proposer": "tree", "nodes": TREE_NODES}}
+# "self": the target drafts for itself (its draft CachedLM, unrefined, beside its verifying one),
+# so nearly every draft is accepted and every row of each (k+1)-token verify pass is used, where
+# the random draft's refused drafts use only the first: the promise checked on the rows that differ
+# most from the target alone's 1-token passes (in bfloat16 a wider pass rounds otherwise).
+RUNS = {"chain": {"proposer": "draft"}, "tree": {"proposer": "tree", "nodes": TREE_NODES},
+        "self": {"proposer": "draft"}}
 
 
 def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens: int) -> dict:
@@ -83,14 +90,15 @@ def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens:
     its graph: a chain at k reuses the target's widths the pass timings captured and captures the
     draft's 2-token catch-up (engine.warm_steps); a tree captures three masked passes anew), and
     whether its output is the target alone's on the same path (equals_target_alone)."""
-    target, draft = models["target"], models["draft"]
+    target = models["target"]
+    draft = target if kind == "self" else models["draft"]
     vocab = target.config.vocab_size
     pair = Pair(target, Vocabulary(vocab), draft, "random target", "random draft", fast=fast)
     prompt = [(11 * i + 5) % vocab for i in range(context)]
     eos, target.generation_config.eos_token_id = target.generation_config.eos_token_id, None
     try:
         start = time.perf_counter()
-        if kind == "chain":
+        if kind in ("chain", "self"):
             warm_steps(pair, k)
         list(generate(pair, prompt, k=k, max_new_tokens=k + 2, **RUNS[kind]))
         events = list(generate(pair, prompt, k=k, max_new_tokens=tokens, **RUNS[kind]))

@@ -17,7 +17,9 @@ present, also times the real pair. It reports:
   cache is rolled back past rejected tokens), and eager against a cache-free forward;
 - the projected speedup per k and drafter (profiles.projection, acceptance measured on CPU);
 - the engine's own rounds end to end (enginecheck): how much of a round is neither the draft's
-  passes nor the verify pass, against what the profile projects for the same passes;
+  passes nor the verify pass, against what the profile projects for the same passes, and whether
+  each run's output is the target alone's (with the target drafting for itself first: nearly
+  every draft accepted, so every row of a verify pass is checked);
 - each goal of the GPU issue as met / not met.
 
 It writes the pass costs as a cost profile (specviz.profiles) that the k explorer and the bench
@@ -160,6 +162,8 @@ def run(s: Settings, log=print) -> dict:
             first_line = (str(e).splitlines() or [""])[0][:200]
             skipped.append(f"engine rounds, {kind}: {type(e).__name__}: {first_line}")
 
+    if "fast" in paths_ok:  # the promise on every row of a verify pass: the target drafting for
+        engine(models, "self", 2)  # itself (its draft steps, 1 and 2 tokens, captured anew)
     if "fast" in paths_ok:  # the target's widths just captured (1 and k + 1), the draft's 2 anew
         engine(models, "chain", 1)
     if "fast" in paths_ok and rest:

@@ -13,7 +13,8 @@ times, on the random-weight pair (gpumeasure.random_model, assets/configs/):
 - with --modes, the engine's own compiled path (CachedLM through gpumeasure.time_path, as
   gpucheck times it) under each way lm.CAPTURE names: "direct" (torch.compile without graphs,
   captured by GraphedStep), "trees" (torch.compile mode="reduce-overhead"), "graphs" (GraphedStep
-  over the uncompiled step); per mode the kernels' time a target pass against its wall time
+  over the uncompiled step), each unpacked or, as "<mode>+packed", with packing.pack (lm.PACK,
+  which the compiled path sets by default); per mode the kernels' time a target pass against its wall time
   (torch.profiler: host work around a replay shows as the gap), and, with --identity, float32
   greedy and verify identity against eager (gpumeasure.identity).
 """
@@ -191,10 +192,11 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
     from .gpumeasure import identity as check_identity
 
     s = Settings.for_device(device, quick, repeats=repeats, compile=True)
-    before = lm.CAPTURE
+    before = lm.CAPTURE, lm.PACK
     try:
         for mode in names:
-            lm.CAPTURE, r = mode, out.setdefault(mode, {})
+            capture, _, packed = mode.partition("+")
+            lm.CAPTURE, lm.PACK, r = capture, packed == "packed", out.setdefault(mode, {})
             lm.forget_graphs()  # a slot's step is made as lm.CAPTURE says when the slot is
             models = {role: random_model(config(role, quick), device, torch.bfloat16, seed=i)
                       for i, role in enumerate(ROLES)}
@@ -219,7 +221,7 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
             print(mode, json.dumps(r), flush=True)
             save()
     finally:
-        lm.CAPTURE = before
+        lm.CAPTURE, lm.PACK = before
         lm.forget_graphs()
     return out
 
@@ -238,8 +240,9 @@ def main(argv=None) -> int:
     p.add_argument("--profile", help="write torch.profiler's kernel tables here: each model's width-1 "
                                      "replay (first attention variant), and each --modes target pass")
     p.add_argument("--modes", default="",
-                   help=f"comma list of lm.CAPTURE modes ({', '.join(lm.CAPTURES)}) to time the "
-                        "engine's compiled path under (draft 1, target 1 and 5)")
+                   help=f"comma list of lm.CAPTURE modes ({', '.join(lm.CAPTURES)}), each alone (the "
+                        "models unpacked) or with '+packed' (packing.pack), to time the engine's "
+                        "compiled path under (draft 1, target 1 and 5)")
     p.add_argument("--identity", default="",
                    help="comma list of those modes to check float32 identity against eager under")
     p.add_argument("--out", help="write the report here as JSON (after each section)")
@@ -248,8 +251,9 @@ def main(argv=None) -> int:
     if unknown := set(variants) - set(ATTENTION):
         raise SystemExit(f"unknown attention variants {sorted(unknown)}: pick from {', '.join(ATTENTION)}")
     names = [m for m in args.modes.split(",") if m]
-    if unknown := set(names) - set(lm.CAPTURES):
-        raise SystemExit(f"unknown capture modes {sorted(unknown)}: pick from {', '.join(lm.CAPTURES)}")
+    if unknown := {m for m in names if m.removesuffix("+packed") not in lm.CAPTURES}:
+        raise SystemExit(f"unknown capture modes {sorted(unknown)}: pick from {', '.join(lm.CAPTURES)}, "
+                         "each optionally +packed")
     if not torch.cuda.is_available():
         raise SystemExit("graphprobe needs a CUDA device (it captures CUDA graphs)")
     import transformers

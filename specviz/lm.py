@@ -26,7 +26,7 @@ from torch import nn
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from . import dense
+from . import dense, packing
 from .tree import mask as tree_mask
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,11 @@ COMPILE = {"dynamic": False}
 # unfused kernels). Elsewhere (CPU) a compiled step runs as torch.compile makes it.
 CAPTURE = "direct"
 CAPTURES = ("direct", "trees", "graphs")
+# Whether the compiled path on a graph device packs each layer's q/k/v and gate/up into one matrix
+# product each (packing.pack, in place, when the model's first compiled slot is made). Not the
+# graphed path: ZeroGPU's weights must be the ones placed at start-up, not new tensors made
+# inside a GPU call.
+PACK = True
 GRAPH_DEVICES = {"cuda"}  # devices GraphedStep captures on (the CPU tests add a stand-in)
 PAD_TOKEN = 0  # what fills a padded pass (a tree's, a chain's): a token no real one sees, never kept
 PENDING = -1  # in CachedLM.tokens: a token fed from the device, not read back yet (equals no id)
@@ -263,6 +268,8 @@ class _Slot:
     def __init__(self, model, max_len: int, steps: str):
         # one graph per (model, width): the app's k from 1 to 16 needs more than dynamo's default 8
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        if PACK and steps == "compiled" and model.device.type in GRAPH_DEVICES:
+            packing.pack(model)  # before the cache and any capture: from now on every pass is packed
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         self.step = fixed_step(model.device.type, steps)
         self.capacity, self.steps, self.in_use = max_len, steps, False

@@ -161,9 +161,10 @@ def test_the_engine_section_captures_the_drafts_catch_up_before_its_timed_rounds
 
 def test_quick_check_times_the_engines_own_rounds(quick):
     report = quick[0]
-    assert set(report["engine"]) == {"chain", "tree"}
+    assert set(report["engine"]) == {"self", "chain", "tree"}
     for name, r in report["engine"].items():
         assert r["rounds"] >= 1 and r["tokens"] >= r["rounds"] and r["k"] == 4
+        assert r["tokens"] == r["accepted"] + r["rounds"]  # each round: its accepted drafts and one more
         assert r["tree"] == (name == "tree")
         assert math.isclose(r["round_ms"], r["draft_ms"] + r["target_ms"] + r["engine_ms"], rel_tol=1e-9)
         assert 0 <= r["engine_share"] < 1 and sum(r["widths"].values()) == r["rounds"]
@@ -171,7 +172,9 @@ def test_quick_check_times_the_engines_own_rounds(quick):
     assert all(r["equals_target_alone"] is True for r in report["engine"].values())
     text = gpucheck.text(report)
     assert "engine rounds (fast path" in text and "the profile projects" in text
-    assert text.count("output = the target alone's") == 2
+    assert text.count("output = the target alone's") == 3
+    # drafting for itself the target accepts every draft (float32 here: no rounding between widths)
+    assert report["engine"]["self"]["accepted"] == 4 * report["engine"]["self"]["rounds"]
 
 
 def tiny(layers=3):
@@ -351,21 +354,27 @@ def test_pass_timings_start_after_the_warm_up_passes_and_the_settling_time(settl
     assert lm.times[-5] - lm.times[1] >= settle  # the first timed pass began after settling
 
 
-def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restores_it(cpu_graphs):
+def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restores_it(cpu_graphs,
+                                                                                     monkeypatch):
     """graphprobe --modes on CPU, with the stand-in graphs: the engine's own graphed steps timed
-    (CachedLM through time_path), their kernel share, float32 identity; lm.CAPTURE as it was."""
-    from specviz import graphprobe, lm
+    (CachedLM through time_path), unpacked and packed, their kernel share, float32 identity;
+    lm.CAPTURE and lm.PACK as they were."""
+    from specviz import graphprobe, lm, packing
 
-    out, tables, saved = {}, [], []
-    graphprobe.modes(["graphs"], ["graphs"], out, tables, lambda: saved.append(dict(out)), repeats=2,
-                     device="cpu", quick=True)
-    r = out["graphs"]
-    assert "error" not in r and r["compiled_ok"] and set(r["target_ms"]) == {1, 5}
-    assert r["kernels"]["compiled_passes"] == 13  # 3 warm-up and 10 profiled passes, every one replayed
-    ident = r["identity_float32"]
+    out, tables, saved, packed = {}, [], [], []
+    pack = packing.pack
+    monkeypatch.setattr(packing, "pack", lambda model: packed.append(pack(model)))
+    graphprobe.modes(["graphs", "graphs+packed"], ["graphs+packed"], out, tables,
+                     lambda: saved.append(dict(out)), repeats=2, device="cpu", quick=True)
+    for mode in ("graphs", "graphs+packed"):
+        r = out[mode]
+        assert "error" not in r and r["compiled_ok"] and set(r["target_ms"]) == {1, 5}
+        assert r["kernels"]["compiled_passes"] == 13  # 3 warm-up and 10 profiled passes, all replayed
+    ident = out["graphs+packed"]["identity_float32"]  # the packed steps against eager unpacked
     assert ident["fast_greedy_equals_eager"] and ident["fast_verify_equals_eager"] and ident["compiled_ok"]
+    assert packed == [True, True, True]  # the timed pair, then the float32 target; unpacked mode: none
     assert saved and tables[0].startswith("graphs: the target's width-1 pass")
-    assert lm.CAPTURE == "direct" and not lm._SLOTS
+    assert lm.CAPTURE == "direct" and lm.PACK and not lm._SLOTS
 
 
 def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs):

@@ -1,0 +1,102 @@
+"""packing.pack: q/k/v and gate/up as one matrix product each, in place, on the compiled path."""
+
+import copy
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import hf_greedy, make_model
+
+import specviz
+from specviz import lm as lm_module
+from specviz import packing
+from specviz.lm import CachedLM
+
+PROMPT = "def fibonacci(n):\n    if n < 2:"
+
+
+def tiny_llama(vocab: int = 97):
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(7)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         attention_bias=True)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_a_packed_model_gives_the_unpacked_logits_with_the_same_weight_bytes(kind):
+    model = make_model("qwen2", 97, 0, 1) if kind == "qwen2" else tiny_llama()
+    packed = copy.deepcopy(model)
+    assert packing.pack(packed)
+    layer = packed.base_model.layers[0]
+    assert isinstance(layer.self_attn, packing.PackedAttention) and isinstance(layer.mlp, packing.PackedMLP)
+    hidden, kv = model.config.hidden_size, model.config.num_key_value_heads * 8
+    assert layer.self_attn.qkv.weight.shape == (hidden + 2 * kv, hidden)  # q, k, v side by side
+    assert layer.mlp.gate_up.weight.shape == (2 * model.config.intermediate_size, hidden)
+    assert weight_bytes(packed) == weight_bytes(model)  # moved, not copied
+    ids = torch.randint(0, 97, (1, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(packed(ids).logits, model(ids).logits, atol=1e-5)
+    assert not packing.pack(packed)  # once only: a packed model is left as it is
+
+
+def test_a_packed_model_keeps_every_pass_the_engine_makes(pair):
+    """Chain passes over a dynamic and a static cache, rolled back, and a tree pass: the packed
+    target's rows are the unpacked one's."""
+    packed = copy.deepcopy(pair.target)
+    packing.pack(packed)
+    ids = pair.encode(PROMPT)
+    for cache in ("dynamic", "static"):
+        a = CachedLM(pair.target, pair.vocab_size, cache=cache, max_len=64)
+        b = CachedLM(packed, pair.vocab_size, cache=cache, max_len=64)
+        for tail in ([5], [5, 9, 2], [7, 3]):
+            got, want = b.forward(ids + tail, last=len(tail)), a.forward(ids + tail, last=len(tail))
+            assert torch.allclose(got, want, atol=1e-5)
+            a.rollback(ids + [0])
+            b.rollback(ids + [0])
+        tree = ([4, 8, 6], [-1, 0, -1])
+        assert torch.allclose(b.forward_tree(ids, *tree), a.forward_tree(ids, *tree), atol=1e-5)
+
+
+def test_models_packing_cannot_take_are_left_alone(gpt2_pair):
+    gpt2 = copy.deepcopy(gpt2_pair.target)
+    assert not packing.packable(gpt2) and not packing.pack(gpt2)
+    odd = make_model("qwen2", 97, 0, 1)
+    odd.base_model.layers[1].mlp.up_proj = torch.nn.Identity()  # e.g. a quantized or routed layer
+    before = {n: p.clone() for n, p in odd.named_parameters()}
+    assert not packing.pack(odd)
+    assert {n: p for n, p in odd.named_parameters()}.keys() == before.keys()
+
+
+def test_the_compiled_path_packs_on_graph_devices_only(pair, cpu_graphs, monkeypatch):
+    def packed(steps, graph_devices=("cuda", "cpu"), pack=True) -> bool:
+        model = copy.deepcopy(pair.target)
+        monkeypatch.setattr(lm_module, "GRAPH_DEVICES", set(graph_devices))
+        monkeypatch.setattr(lm_module, "PACK", pack)
+        CachedLM(model, pair.vocab_size, cache="static", steps=steps, max_len=64)
+        return isinstance(model.base_model.layers[0].mlp, packing.PackedMLP)
+
+    assert packed("compiled")  # cpu_graphs: this CPU stands for a GPU
+    assert not packed("graphs")  # the graphed path (ZeroGPU's) keeps the weights placed at start-up
+    assert not packed(None) and not packed("compiled", pack=False)
+    assert not packed("compiled", graph_devices=("cuda",))  # compiled on a CPU: as it was
+
+
+@pytest.mark.parametrize("proposer", ["draft", "tree"])
+def test_the_packed_compiled_path_keeps_the_unpacked_targets_greedy_output(pair, compiled_pair, cpu_graphs,
+                                                                         proposer):
+    fast = replace(compiled_pair, target=copy.deepcopy(pair.target), draft=copy.deepcopy(pair.draft))
+    pair.target.generation_config.eos_token_id = None
+    fast.target.generation_config.eos_token_id = None
+    try:
+        events = list(specviz.generate(fast, PROMPT, proposer=proposer, k=3, max_new_tokens=14))
+        assert isinstance(fast.target.base_model.layers[0].mlp, packing.PackedMLP)  # it ran packed
+        assert [t for e in events for t in e.new_tokens] == hf_greedy(pair, PROMPT, 14)  # unpacked
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
