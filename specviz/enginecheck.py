@@ -126,3 +126,49 @@ def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") ->
                    + {True: "; output = the target alone's", False: "; output NOT the target alone's",
                       None: ""}[r.get("equals_target_alone")])
     return out
+
+
+def main(argv=None) -> int:
+    """python -m specviz.enginecheck: the engine's rounds on the random-weight pair, each run's
+    output against the target alone's on the same path; exit status 1 if any differs."""
+    import argparse
+    import json
+
+    import torch
+
+    from .gpumeasure import ROLES, config, random_model
+
+    p = argparse.ArgumentParser(prog="python -m specviz.enginecheck",
+                                description=main.__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    p.add_argument("--fast", default="compiled", help="fast path (lm.FAST_PATHS)")
+    p.add_argument("--kinds", default="self,tree,chain", help=f"comma list of {', '.join(RUNS)}")
+    p.add_argument("--k", type=int, default=4)
+    p.add_argument("--context", type=int, default=128)
+    p.add_argument("--tokens", type=int, default=48)
+    p.add_argument("--quick", action="store_true", help="the architectures' depths at tiny widths")
+    p.add_argument("--out", help="write the results here as JSON (after each run)")
+    args = p.parse_args(argv)
+    kinds = [kind for kind in args.kinds.split(",") if kind]
+    if unknown := set(kinds) - set(RUNS):
+        raise SystemExit(f"unknown kinds {sorted(unknown)}: pick from {', '.join(RUNS)}")
+    dtype = getattr(torch, args.dtype)
+    models = {role: random_model(config(role, args.quick), args.device, dtype, seed=i)
+              for i, role in enumerate(ROLES)}
+    results: dict = {}
+    for kind in kinds:
+        try:
+            results[kind] = engine_run(models, args.fast, kind, args.k, args.context, args.tokens)
+        except Exception as e:  # noqa: BLE001 - a check: say what failed, run the rest
+            results[kind] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+        print(kind, json.dumps(results[kind]), flush=True)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(results, f, indent=1)
+    print("\n".join(lines({k: r for k, r in results.items() if "error" not in r}, None, args.fast)))
+    return 0 if all(r.get("equals_target_alone") for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

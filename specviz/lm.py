@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 from transformers import DynamicCache, StaticCache
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, StaticLayer
 
 from . import dense, packing
 from .tree import mask as tree_mask
@@ -44,9 +44,17 @@ def crop(cache, remove: int) -> None:
     Under inference mode whoever calls it: on CUDA a static layer moves its length tensor to the
     device inside the first forward (an inference-mode pass), which makes it an inference tensor,
     and an in-place update of one outside inference mode raises (seen on an H200: the engine's
-    rollback after each round, and gpucheck's after each timed pass, both outside it)."""
+    rollback after each round, and gpucheck's after each timed pass, both outside it).
+
+    A static cache's layers keep their lengths in device tensors: one multi-tensor subtraction
+    moves them all (on a GPU one kernel, where a loop launched one a layer)."""
     assert remove <= 0, remove
     with torch.inference_mode():
+        lengths = [getattr(layer, "cumulative_length", None) for layer in cache.layers]
+        if remove and all(type(layer) is StaticLayer and isinstance(n, torch.Tensor)
+                          for layer, n in zip(cache.layers, lengths, strict=True)):
+            torch._foreach_sub_(lengths, -remove)  # every layer's length in one launch, not one each
+            return
         if all(hasattr(layer, "crop") for layer in cache.layers):
             cache.crop(remove)
             return
@@ -114,7 +122,13 @@ def refinable(model) -> bool:
             and model.base_model is not model)
 
 
-def refine_top(hidden: torch.Tensor, weight: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+# Top logits refine_top recomputes a row before it reads anything back: the read that tells whether
+# a row had more candidates then waits for kernels already queued, not for the host to queue more.
+CANDIDATES = 16
+
+
+def refine_top(hidden: torch.Tensor, weight: torch.Tensor, logits: torch.Tensor,
+               m: int = CANDIDATES) -> torch.Tensor:
     """Recompute in float32 every logit that low-precision rounding could have put first.
 
     hidden [n, d] and weight [vocab, d] in the model's dtype; logits [n, vocab] = hidden @ weight.T
@@ -122,15 +136,22 @@ def refine_top(hidden: torch.Tensor, weight: torch.Tensor, logits: torch.Tensor)
     the last place of the row's maximum) exact to float32, the rest as given. Each row's own
     candidates only: a row's p must not depend on the rows verified beside it (the target alone
     reads one row a pass; refining a row's next-ranked logits because a wider row shared the pass
-    moved its sampled distribution by up to 1.4% in total variation)."""
+    moved its sampled distribution by up to 1.4% in total variation).
+
+    Every row's top m logits are recomputed, and only then is the widest row's candidate count
+    read back (on a GPU the pass's one wait, after every kernel is queued); a row with more
+    candidates than m (a flat one) has all of them recomputed in a second go."""
     out = logits.float()  # [n, vocab]
     top = out.amax(-1, keepdim=True)  # [n, 1]
     ulp = torch.finfo(logits.dtype).eps * torch.exp2(torch.floor(torch.log2(top.abs().clamp_min(1e-30))))
     own = out >= top - 4 * ulp  # [n, vocab]: each row's candidates
-    m = int(own.sum(-1).max())  # candidates in the widest row
-    idx = out.topk(m, dim=-1).indices  # [n, m]: every row's candidates, and in narrower rows more
+    idx = out.topk(min(m, out.shape[-1]), dim=-1).indices  # [n, m]: each row's candidates, and more
     exact = torch.einsum("nd,nmd->nm", hidden.float(), weight[idx].float())  # [n, m]
-    return out.scatter_(-1, idx, torch.where(own.gather(-1, idx), exact, out.gather(-1, idx)))
+    out.scatter_(-1, idx, torch.where(own.gather(-1, idx), exact, out.gather(-1, idx)))
+    widest = int(own.sum(-1).max())  # candidates in the widest row
+    if widest > idx.shape[-1]:
+        return refine_top(hidden, weight, logits, widest)
+    return out
 
 
 FAST_PATHS = ("auto", "eager", "static", "compiled", "graphed")

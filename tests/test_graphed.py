@@ -217,3 +217,18 @@ def test_a_warm_up_that_fails_part_way_leaves_the_cache_holding_its_committed_to
     fresh = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
     fresh.forward(ids)
     assert torch.allclose(rows, fresh.forward(ids + [5]), atol=1e-5)
+
+
+def test_a_static_crop_moves_every_layers_length_in_one_call(pair, monkeypatch):
+    """On a GPU a loop over the layers launched a kernel a layer for each rollback."""
+    ids = pair.encode(PROMPT)
+    static = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    static.forward(ids + [5, 6, 7])
+    calls = []
+    foreach = torch._foreach_sub_
+    monkeypatch.setattr(torch, "_foreach_sub_", lambda tensors, n: calls.append(n) or foreach(tensors, n))
+    static.rollback(ids + [0])
+    assert calls == [3] and static.cache_length == len(ids)
+    assert [int(layer.get_seq_length()) for layer in static.cache.layers] == [len(ids)] * 2
+    again = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    assert torch.allclose(static.forward(ids + [9]), again.forward(ids + [9]), atol=1e-6)

@@ -237,3 +237,28 @@ def test_a_step_that_fails_part_way_leaves_every_layer_at_the_committed_length(p
     fresh.forward(ids)
     assert torch.allclose(logits, fresh.forward(ids + [5, 6, 7], last=3), atol=1e-5)
     assert {int(layer.get_seq_length()) for layer in lm.cache.layers} == {len(ids) + 3}
+
+
+def test_a_row_with_more_candidates_than_the_fixed_count_has_all_of_them_refined(monkeypatch):
+    """refine_top recomputes each row's top CANDIDATES logits before it reads anything back; a
+    flatter row (more logits within 4 ulp of its maximum) gets all of its candidates recomputed."""
+    from specviz import lm
+
+    torch.manual_seed(1)
+    weight = torch.randn(300, 32)  # [vocab, d]
+    weight[:40] = 3 * weight[0] + 0.01 * torch.randn(40, 32)  # 40 tokens alike
+    weight = weight.bfloat16()
+    hidden = torch.randn(3, 32).bfloat16()  # [n, d]
+    hidden[1] = weight[0]  # a flat row: its top 40 logits within a few ulp of each other
+    low = hidden @ weight.T  # [n, vocab] in bf16
+    exact = hidden.float() @ weight.float().T
+    out = low.float()
+    top = out.amax(-1, keepdim=True)
+    near = out >= top - 4 * torch.finfo(torch.bfloat16).eps * torch.exp2(torch.floor(torch.log2(top.abs())))
+    assert near.sum(-1)[1] > lm.CANDIDATES >= near.sum(-1)[[0, 2]].max()
+    refined = refine_top(hidden, weight, low)
+    assert torch.allclose(refined[near], exact[near], rtol=1e-6, atol=1e-5)  # every candidate, every row
+    assert torch.equal(refined[~near], out[~near])  # the rest as given
+    assert torch.equal(refined.argmax(-1), exact.argmax(-1))
+    monkeypatch.setattr(lm, "CANDIDATES", 300)  # the same logits whatever the fixed count
+    assert torch.allclose(lm.refine_top(hidden, weight, low, 300), refined, rtol=0, atol=1e-6)
