@@ -129,10 +129,15 @@ def run(s: Settings, log=print) -> dict:
             f"{w}: {ms:.3f}" for w, ms in sorted(c["target_ms"].items())) + " ms")
         return c
 
-    # priority: every eager width, the fast widths the goals read (1 and k+1), the identity check,
-    # then the other fast widths while the budget lasts
+    # priority: every eager width, the graphed path, the fast widths the goals read (1 and k+1),
+    # the identity check, then the rest while the budget lasts
     paths = {"eager": time_path(models, "eager", s, clock, s.eager_widths, skipped, "random")}
     logged("eager")
+    # ZeroGPU's path next: its captures take a fraction of a second, and its models must be as
+    # loaded, before the compiled path packs them in place (lm.PACK)
+    if "fast" in paths_ok and s.device in lm.GRAPH_DEVICES:
+        paths["graphed"] = time_path(models, "graphed", s, clock, s.fast_widths, skipped, "random")
+        logged("graphed")
     first = tuple(w for w in s.fast_widths if w in (1, s.k + 1))
     if "fast" in paths_ok:
         paths["fast"] = time_path(models, "fast", s, clock, first, skipped, "random")
@@ -149,9 +154,9 @@ def run(s: Settings, log=print) -> dict:
 
     def engine(models: dict, kind: str, captures: int) -> None:
         """The engine's own rounds (enginecheck) while the budget lasts: `captures` new shapes,
-        each priced at the costliest fast width so far (its capture included)."""
+        each priced at the costliest fast width so far (its capture included), and a margin."""
         capture = max(paths["fast"]["seconds"].values(), default=0.0)
-        if clock.left() < 0.4 * s.budget + captures * capture and not s.quick:
+        if clock.left() < 0.05 * s.budget + (captures + 0.5) * capture and not s.quick:
             skipped.append(f"engine rounds, {kind} (time budget)")
             return
         try:
@@ -162,22 +167,19 @@ def run(s: Settings, log=print) -> dict:
             first_line = (str(e).splitlines() or [""])[0][:200]
             skipped.append(f"engine rounds, {kind}: {type(e).__name__}: {first_line}")
 
-    if "fast" in paths_ok:  # the promise on every row of a verify pass: the target drafting for
-        engine(models, "self", 2)  # itself (its draft steps, 1 and 2 tokens, captured anew)
-    if "fast" in paths_ok:  # the target's widths just captured (1 and k + 1), the draft's 2 anew
-        engine(models, "chain", 1)
+    # after the goals: the promise in bfloat16 on every row of a verify pass (the target drafting
+    # for itself: its draft steps, 1 and 2 tokens, captured anew); the profile's other widths; a
+    # tree's masked passes through graphs (three captures); the random draft's chain (its draft
+    # steps anew). On an H200 a compiled shape's first use took 18-32 s: a 270 s budget reaches
+    # about the first two.
+    if "fast" in paths_ok:
+        engine(models, "self", 2)
     if "fast" in paths_ok and rest:
         time_path(models, "fast", s, clock, rest, skipped, "random", into=paths["fast"], margin=2.0)
         logged("fast")
-    if "fast" in paths_ok:  # a tree captures three masked passes anew (draft 4 wide, target 17 and 5)
+    if "fast" in paths_ok:
         engine(models, "tree", 3)
-    if "fast" in paths_ok and s.device in lm.GRAPH_DEVICES:  # ZeroGPU's path: no compiler, captures
-        # take a fraction of a second (the models' compiled slots give way to graphed ones)
-        if clock.left() > 0.3 * s.budget:
-            paths["graphed"] = time_path(models, "graphed", s, clock, s.fast_widths, skipped, "random")
-            logged("graphed")
-        else:
-            skipped.append("random graphed path (time budget)")
+        engine(models, "chain", 2)
     del models
     if s.real and clock.left() > 0.4 * s.budget:
         real = real_models(s.device, dtype)
@@ -215,6 +217,7 @@ def run(s: Settings, log=print) -> dict:
     profile = profiles.Profile(name, hw, packages(), costs, described, datetime.date.today().isoformat(),
                                s.quick, f"measured by `{command}`" + load_note(load))
     report = {"format": "specviz-gpucheck", "version": 1, "settings": dict(vars(s)),
+              "steps": {"capture": lm.CAPTURE, "pack": lm.PACK, "candidates": lm.CANDIDATES},
               "seconds": round(clock.elapsed, 1), "skipped": skipped, "bandwidth_gbs": bandwidth,
               "weights": {r: {"params": n, "bytes": t, "read_per_pass": p} for r, (n, t, p) in sizes.items()},
               "paths": paths, **result, "profile": profile.to_dict(), "load_average": load}
@@ -268,6 +271,10 @@ def text(report: dict) -> str:
     lines.append(f"specviz gpucheck on {hw['name']} ({hw['device']}): torch {pk['torch']}, transformers "
                  f"{pk['transformers']}, python {pk['python']}, CUDA {pk['cuda']}; {report['seconds']} s"
                  + (" (quick: tiny widths, the real depths)" if prof["quick"] else ""))
+    if steps := report.get("steps"):
+        lines.append(f"compiled steps: capture {steps['capture']}, "
+                     f"{'packed' if steps['pack'] else 'unpacked'} projections, "
+                     f"head refined over the top {steps['candidates']} logits first")
     lines.append(f"copy bandwidth {report['bandwidth_gbs']:.1f} GB/s; target reads "
                  f"{report['weights']['target']['read_per_pass'] / 1e9:.3f} GB a pass: limit "
                  f"{report['bandwidth_limit_ms']:.3f} ms, "

@@ -169,10 +169,12 @@ COMPILE = {"dynamic": False}
 CAPTURE = "direct"
 CAPTURES = ("direct", "trees", "graphs")
 # Whether the compiled path on a graph device packs each layer's q/k/v and gate/up into one matrix
-# product each (packing.pack, in place, when the model's first compiled slot is made). Not the
-# graphed path: ZeroGPU's weights must be the ones placed at start-up, not new tensors made
-# inside a GPU call.
-PACK = True
+# product each, with grouped attention (packing.pack, in place, when the model's first compiled
+# slot is made). Off until a GPU has measured it against the unpacked step side by side
+# (`graphprobe --modes direct,direct+packed`, docs/benchmarks.md): built and checked on this CPU,
+# not yet timed. Never the graphed path: ZeroGPU's weights must be the ones placed at start-up,
+# not new tensors made inside a GPU call.
+PACK = False
 GRAPH_DEVICES = {"cuda"}  # devices GraphedStep captures on (the CPU tests add a stand-in)
 PAD_TOKEN = 0  # what fills a padded pass (a tree's, a chain's): a token no real one sees, never kept
 PENDING = -1  # in CachedLM.tokens: a token fed from the device, not read back yet (equals no id)
