@@ -217,7 +217,8 @@ def run(s: Settings, log=print) -> dict:
     profile = profiles.Profile(name, hw, packages(), costs, described, datetime.date.today().isoformat(),
                                s.quick, f"measured by `{command}`" + load_note(load))
     report = {"format": "specviz-gpucheck", "version": 1, "settings": dict(vars(s)),
-              "steps": {"capture": lm.CAPTURE, "pack": lm.PACK, "candidates": lm.CANDIDATES},
+              "steps": {"capture": lm.CAPTURE, "pack": lm.PACK, "nested": lm.NESTED,
+                        "candidates": lm.CANDIDATES},
               "seconds": round(clock.elapsed, 1), "skipped": skipped, "bandwidth_gbs": bandwidth,
               "weights": {r: {"params": n, "bytes": t, "read_per_pass": p} for r, (n, t, p) in sizes.items()},
               "paths": paths, **result, "profile": profile.to_dict(), "load_average": load}
@@ -274,6 +275,7 @@ def text(report: dict) -> str:
     if steps := report.get("steps"):
         lines.append(f"compiled steps: capture {steps['capture']}, "
                      f"{'packed' if steps['pack'] else 'unpacked'} projections, "
+                     f"{'one layer compiled for all' if steps.get('nested') else 'every layer traced'}, "
                      f"head refined over the top {steps['candidates']} logits first")
     lines.append(f"copy bandwidth {report['bandwidth_gbs']:.1f} GB/s; target reads "
                  f"{report['weights']['target']['read_per_pass'] / 1e9:.3f} GB a pass: limit "

@@ -13,8 +13,9 @@ times, on the random-weight pair (gpumeasure.random_model, assets/configs/):
 - with --modes, the engine's own compiled path (CachedLM through gpumeasure.time_path, as
   gpucheck times it) under each way lm.CAPTURE names: "direct" (torch.compile without graphs,
   captured by GraphedStep), "trees" (torch.compile mode="reduce-overhead"), "graphs" (GraphedStep
-  over the uncompiled step), each unpacked or, as "<mode>+packed", with packing.pack (lm.PACK,
-  which the compiled path sets by default); per mode the kernels' time a target pass against its wall time
+  over the uncompiled step), each as it is or with "+packed" (packing.pack: lm.PACK) and/or
+  "+nested" (packing.nest: lm.NESTED), e.g. "direct+packed+nested"; per mode the time of each
+  shape's first use, the kernels' time a target pass against its wall time
   (torch.profiler: host work around a replay shows as the gap), and, with --identity, float32
   greedy and verify identity against eager (gpumeasure.identity).
 """
@@ -192,11 +193,12 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
     from .gpumeasure import identity as check_identity
 
     s = Settings.for_device(device, quick, repeats=repeats, compile=True)
-    before = lm.CAPTURE, lm.PACK
+    before = lm.CAPTURE, lm.PACK, lm.NESTED
     try:
         for mode in names:
-            capture, _, packed = mode.partition("+")
-            lm.CAPTURE, lm.PACK, r = capture, packed == "packed", out.setdefault(mode, {})
+            capture, *extras = mode.split("+")
+            lm.CAPTURE, r = capture, out.setdefault(mode, {})
+            lm.PACK, lm.NESTED = "packed" in extras, "nested" in extras
             lm.forget_graphs()  # a slot's step is made as lm.CAPTURE says when the slot is
             models = {role: random_model(config(role, quick), device, torch.bfloat16, seed=i)
                       for i, role in enumerate(ROLES)}
@@ -221,7 +223,7 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
             print(mode, json.dumps(r), flush=True)
             save()
     finally:
-        lm.CAPTURE, lm.PACK = before
+        lm.CAPTURE, lm.PACK, lm.NESTED = before
         lm.forget_graphs()
     return out
 
@@ -240,9 +242,9 @@ def main(argv=None) -> int:
     p.add_argument("--profile", help="write torch.profiler's kernel tables here: each model's width-1 "
                                      "replay (first attention variant), and each --modes target pass")
     p.add_argument("--modes", default="",
-                   help=f"comma list of lm.CAPTURE modes ({', '.join(lm.CAPTURES)}), each alone (the "
-                        "models unpacked) or with '+packed' (packing.pack), to time the engine's "
-                        "compiled path under (draft 1, target 1 and 5)")
+                   help=f"comma list of lm.CAPTURE modes ({', '.join(lm.CAPTURES)}), each alone or "
+                        "with '+packed' (packing.pack) and/or '+nested' (packing.nest), to time the "
+                        "engine's compiled path under (draft 1, target 1 and 5)")
     p.add_argument("--identity", default="",
                    help="comma list of those modes to check float32 identity against eager under")
     p.add_argument("--out", help="write the report here as JSON (after each section)")
@@ -251,9 +253,10 @@ def main(argv=None) -> int:
     if unknown := set(variants) - set(ATTENTION):
         raise SystemExit(f"unknown attention variants {sorted(unknown)}: pick from {', '.join(ATTENTION)}")
     names = [m for m in args.modes.split(",") if m]
-    if unknown := {m for m in names if m.removesuffix("+packed") not in lm.CAPTURES}:
+    if unknown := {m for m in names if m.split("+")[0] not in lm.CAPTURES
+                   or not set(m.split("+")[1:]) <= {"packed", "nested"}}:
         raise SystemExit(f"unknown capture modes {sorted(unknown)}: pick from {', '.join(lm.CAPTURES)}, "
-                         "each optionally +packed")
+                         "each optionally +packed, +nested")
     if not torch.cuda.is_available():
         raise SystemExit("graphprobe needs a CUDA device (it captures CUDA graphs)")
     import transformers

@@ -175,6 +175,10 @@ CAPTURES = ("direct", "trees", "graphs")
 # not yet timed. Never the graphed path: ZeroGPU's weights must be the ones placed at start-up,
 # not new tensors made inside a GPU call.
 PACK = False
+# Whether the compiled path compiles one decoder layer and reuses its code for the others
+# (packing.nest), which cuts a shape's first-use compile; off until a GPU has timed its passes
+# and its captures side by side (`graphprobe --modes direct,direct+nested`).
+NESTED = False
 GRAPH_DEVICES = {"cuda"}  # devices GraphedStep captures on (the CPU tests add a stand-in)
 PAD_TOKEN = 0  # what fills a padded pass (a tree's, a chain's): a token no real one sees, never kept
 PENDING = -1  # in CachedLM.tokens: a token fed from the device, not read back yet (equals no id)
@@ -293,6 +297,8 @@ class _Slot:
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         if PACK and steps == "compiled" and model.device.type in GRAPH_DEVICES:
             packing.pack(model)  # before the cache and any capture: from now on every pass is packed
+        if NESTED and steps == "compiled":
+            packing.nest(model)  # eager passes are unchanged: only torch.compile reads the regions
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         self.step = fixed_step(model.device.type, steps)
         self.capacity, self.steps, self.in_use = max_len, steps, False

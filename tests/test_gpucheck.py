@@ -173,7 +173,7 @@ def test_quick_check_times_the_engines_own_rounds(quick):
     text = gpucheck.text(report)
     assert "engine rounds (fast path" in text and "the profile projects" in text
     assert text.count("output = the target alone's") == 3
-    assert report["steps"] == {"capture": "direct", "pack": False, "candidates": 16}
+    assert report["steps"] == {"capture": "direct", "pack": False, "nested": False, "candidates": 16}
     assert "compiled steps: capture direct, unpacked projections" in text
     # drafting for itself the target accepts every draft (float32 here: no rounding between widths)
     assert report["engine"]["self"]["accepted"] == 4 * report["engine"]["self"]["rounds"]
@@ -376,7 +376,7 @@ def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restor
     assert ident["fast_greedy_equals_eager"] and ident["fast_verify_equals_eager"] and ident["compiled_ok"]
     assert packed == [True, True, True]  # the timed pair, then the float32 target; unpacked mode: none
     assert saved and tables[0].startswith("graphs: the target's width-1 pass")
-    assert lm.CAPTURE == "direct" and not lm.PACK and not lm._SLOTS
+    assert lm.CAPTURE == "direct" and not lm.PACK and not lm.NESTED and not lm._SLOTS
 
 
 def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs):

@@ -103,3 +103,41 @@ def test_the_packed_compiled_path_keeps_the_unpacked_targets_greedy_output(pair,
         assert [t for e in events for t in e.new_tokens] == hf_greedy(pair, PROMPT, 14)  # unpacked
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+
+
+def test_nested_layers_are_one_compiled_region_called_once_a_layer_with_the_eager_logits(pair):
+    """packing.nest: torch.compile traces the first layer as a nested region and calls the same
+    subgraph for every layer; outside torch.compile nothing changes."""
+    model = copy.deepcopy(pair.target)
+    ids = pair.encode(PROMPT)
+    eager = CachedLM(model, pair.vocab_size, cache="static", max_len=64).forward(ids + [5], last=2)
+    assert packing.nest(model) and not packing.nest(model)  # once
+    again = CachedLM(model, pair.vocab_size, cache="static", max_len=64).forward(ids + [5], last=2)
+    assert torch.equal(again, eager)  # a no-op eagerly
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    from transformers import StaticCache
+
+    cache = StaticCache(config=model.config, max_cache_len=64)
+    with torch.inference_mode():
+        lm_module.step(model, cache, torch.tensor([ids]), 1, False, lm_module.cache_argument(model))
+        compiled = torch.compile(lm_module.step, backend=backend, dynamic=False)
+        rows = compiled(model, cache, torch.tensor([[5]]), 2, False, lm_module.cache_argument(model))
+    assert torch.allclose(rows[-1], eager[-1], atol=1e-5)
+    calls = [n for n in graphs[0].graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
+    assert len(calls) == model.config.num_hidden_layers  # every layer through the region
+    assert len({n.args[0].target for n in calls}) == 1  # one subgraph: traced once, reused
+
+
+def test_the_compiled_path_nests_its_layers_when_asked(pair, monkeypatch):
+    model = copy.deepcopy(pair.target)
+    CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=64)
+    assert not getattr(model.base_model.layers[0].forward, "_specviz_nested", False)  # off by default
+    monkeypatch.setattr(lm_module, "NESTED", True)
+    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+    CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=64)
+    assert model.base_model.layers[0].forward._specviz_nested
