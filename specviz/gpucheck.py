@@ -52,6 +52,7 @@ from .gpumeasure import (
     identity,
     preflight,
     random_model,
+    real_cached,
     real_models,
     time_path,
     weight_bytes,
@@ -151,12 +152,14 @@ def run(s: Settings, log=print) -> dict:
     else:
         skipped.append("float32 identity check (time budget)")
     rest = tuple(w for w in s.fast_widths if w not in first)
+    real_pending = s.real and real_cached()
 
     def engine(models: dict, kind: str, captures: int) -> None:
         """The engine's own rounds (enginecheck) while the budget lasts: `captures` new shapes,
         each priced at the costliest fast width so far (its capture included), and a margin."""
         capture = max(paths["fast"]["seconds"].values(), default=0.0)
-        if clock.left() < 0.05 * s.budget + (captures + 0.5) * capture and not s.quick:
+        keep = 0.4 if real_pending else 0.05  # what the real pair's section needs stays for it
+        if clock.left() < keep * s.budget + (captures + 0.5) * capture and not s.quick:
             skipped.append(f"engine rounds, {kind} (time budget)")
             return
         try:

@@ -124,12 +124,19 @@ def weight_bytes(model) -> tuple[int, int]:
     return total, total - embed.numel() * embed.element_size()
 
 
+def real_cached() -> bool:
+    """Whether the embedded pair's cache is built here (real_models can load it)."""
+    from . import embedded
+
+    return all(embedded.is_cached(m) for m in (embedded.TARGET, embedded.DRAFT))
+
+
 def real_models(device: str, dtype: torch.dtype, roles=("target", "draft")) -> dict | None:
     """The embedded pair from its cache ({role: model}), or None when it is not built here."""
     from . import embedded
 
     models = {"target": embedded.TARGET, "draft": embedded.DRAFT}
-    if not all(embedded.is_cached(m) for m in models.values()):
+    if not real_cached():
         return None
     return {role: AutoModelForCausalLM.from_pretrained(embedded.cache_dir(models[role]), dtype=dtype)
             .to(device).eval() for role in roles}

@@ -51,7 +51,7 @@ def crop(cache, remove: int) -> None:
     assert remove <= 0, remove
     with torch.inference_mode():
         lengths = [getattr(layer, "cumulative_length", None) for layer in cache.layers]
-        if remove and all(type(layer) is StaticLayer and isinstance(n, torch.Tensor)
+        if remove and all(type(layer) is StaticLayer and isinstance(n, torch.Tensor) and layer.is_initialized
                           for layer, n in zip(cache.layers, lengths, strict=True)):
             torch._foreach_sub_(lengths, -remove)  # every layer's length in one launch, not one each
             return
@@ -141,16 +141,18 @@ def refine_top(hidden: torch.Tensor, weight: torch.Tensor, logits: torch.Tensor,
     Every row's top m logits are recomputed, and only then is the widest row's candidate count
     read back (on a GPU the pass's one wait, after every kernel is queued); a row with more
     candidates than m (a flat one) has all of them recomputed in a second go."""
-    out = logits.float()  # [n, vocab]
+    out = logits.to(torch.float32, copy=True)  # [n, vocab]: refined in place, logits kept as given
     top = out.amax(-1, keepdim=True)  # [n, 1]
     ulp = torch.finfo(logits.dtype).eps * torch.exp2(torch.floor(torch.log2(top.abs().clamp_min(1e-30))))
     own = out >= top - 4 * ulp  # [n, vocab]: each row's candidates
     idx = out.topk(min(m, out.shape[-1]), dim=-1).indices  # [n, m]: each row's candidates, and more
     exact = torch.einsum("nd,nmd->nm", hidden.float(), weight[idx].float())  # [n, m]
     out.scatter_(-1, idx, torch.where(own.gather(-1, idx), exact, out.gather(-1, idx)))
-    widest = int(own.sum(-1).max())  # candidates in the widest row
-    if widest > idx.shape[-1]:
-        return refine_top(hidden, weight, logits, widest)
+    counts = own.sum(-1)  # [n]: each row's candidates
+    widest = int(counts.max())
+    if widest > idx.shape[-1]:  # those rows again, over all of their candidates (rare)
+        wide = (counts > idx.shape[-1]).nonzero().flatten()  # [w]
+        out[wide] = refine_top(hidden[wide], weight, logits[wide], widest)
     return out
 
 
@@ -305,12 +307,17 @@ class _Slot:
 
     @classmethod
     def lease(cls, owner, model, max_len: int, steps: str) -> _Slot:
-        """The model's slot, its cache emptied, for owner until it is collected; a busy or too
-        small slot, or one with other steps, is replaced (the new one compiles or captures anew).
-        A slot whose step failed keeps step None: its later runs go eager without trying again."""
-        slot = _SLOTS.get(model)
-        if slot is None or slot.in_use or slot.capacity < max_len or slot.steps != steps:
-            slot = _SLOTS[model] = cls(model, max(max_len, 1024), steps)
+        """A free slot of the model's with these steps and room for max_len, its cache emptied,
+        for owner until it is collected. A run holds a slot a model (two where the target drafts
+        for itself), and the next run gets them back; free slots that are too small or have other
+        steps give way to a new one (which compiles or captures anew). A slot whose step failed
+        keeps step None: its later runs go eager without trying again."""
+        slots = _SLOTS.setdefault(model, [])
+        slot = next((s for s in slots if not s.in_use and s.capacity >= max_len and s.steps == steps), None)
+        if slot is None:
+            slots[:] = [s for s in slots if s.in_use]
+            slot = cls(model, max(max_len, 1024), steps)
+            slots.append(slot)
         slot.in_use = True
         crop(slot.cache, -int(slot.cache.get_seq_length()))  # empty: moves the length to 0
         weakref.finalize(owner, setattr, slot, "in_use", False)
@@ -338,7 +345,7 @@ def forget_graphs() -> None:
     _SLOTS.clear()
 
 
-_SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its _Slot
+_SLOTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its _Slots
 
 
 def resolve_fast(mode: str, model) -> tuple[str, str | None]:

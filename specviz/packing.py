@@ -150,12 +150,14 @@ def nest(model) -> bool:
     """Mark each decoder layer's forward as one nested compile region
     (torch.compiler.nested_compile_region): torch.compile then traces and compiles one layer and
     stamps its code out for the others, instead of tracing all of them, for each shape. A no-op
-    outside torch.compile. In place, once; False where the model has no layer stack or this torch
-    no such regions. (On this CPU's inductor a 28-layer step's first compile took 38 s against
-    70 s, its second width 23-25 s against 78 s: docs/benchmarks.md.)"""
+    outside torch.compile. In place, once; False where the model has no stack of layers of one
+    class, or this torch no such regions. (On this CPU's inductor a 28-layer step's first
+    compile took 42 s against 72 s, its second width 24.5 s against 70 s: docs/benchmarks.md.)"""
     region = getattr(torch.compiler, "nested_compile_region", None)
     layers = getattr(model.base_model, "layers", None)
     if region is None or not layers or getattr(layers[0].forward, "_specviz_nested", False):
+        return False
+    if len({type(layer) for layer in layers}) > 1:  # one region runs one class's forward
         return False
     forward = region(type(layers[0]).forward)  # one function for every layer: one region, reused
     forward._specviz_nested = True

@@ -342,10 +342,11 @@ def test_compiled_steps_keep_the_greedy_output_and_the_caches(compiled_pair, pro
         # the second run reuses each model's cache and compiled step: no new slot
         made.clear()
         drafter = target = None  # the first run's CachedLMs go, and hand their slots back
-        slots = dict(_SLOTS)
+        slots = {model: list(held) for model, held in _SLOTS.items()}
         assert tokens(run(pair, proposer=proposer, k=k, max_new_tokens=16)) == tokens(events)
         made.clear()
-        assert dict(_SLOTS) == slots and not any(s.in_use for s in slots.values())
+        assert {model: list(held) for model, held in _SLOTS.items()} == slots
+        assert not any(s.in_use for held in slots.values() for s in held)
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
 

@@ -72,7 +72,7 @@ def test_the_graphed_path_keeps_the_targets_greedy_output(graphed_pair, proposer
     try:
         events = list(specviz.generate(pair, PROMPT, proposer=proposer, k=k, max_new_tokens=14))
         assert tokens(events) == hf_greedy(pair, PROMPT, 14)
-        slots = list(lm_module._SLOTS.values())
+        slots = [s for held in lm_module._SLOTS.values() for s in held]
         assert slots and all(isinstance(s.step, GraphedStep) and s.step.graphs for s in slots)
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
@@ -85,7 +85,7 @@ def test_the_graphed_path_samples_what_the_static_path_samples_seed_for_seed(gra
         kwargs = dict(proposer="draft", k=3, max_new_tokens=12, temperature=1.0, top_k=20, seed=seed)
         graphed = tokens(specviz.generate(graphed_pair, PROMPT, **kwargs))
         assert graphed == tokens(specviz.generate(static_pair, PROMPT, **kwargs)), seed
-    slots = list(lm_module._SLOTS.values())  # it ran through graphs: the target's, the draft's
+    slots = [s for held in lm_module._SLOTS.values() for s in held]  # the target's, the draft's
     assert len(slots) == 2 and all(s.step.graphs for s in slots)
 
 
@@ -102,7 +102,7 @@ def test_the_graphed_path_in_bfloat16_with_the_refined_head_gives_the_static_pat
     kwargs = dict(proposer=proposer, k=3, max_new_tokens=12)
     want = tokens(specviz.generate(static, PROMPT, **kwargs))
     assert tokens(specviz.generate(graphed, PROMPT, **kwargs)) == want
-    target = lm_module._SLOTS[bf16.target]
+    [target] = lm_module._SLOTS[bf16.target]
     assert target.step.graphs and lm_module.CachedLM(bf16.target, bf16.vocab_size).refine
 
 
@@ -232,3 +232,20 @@ def test_a_static_crop_moves_every_layers_length_in_one_call(pair, monkeypatch):
     assert [int(layer.get_seq_length()) for layer in static.cache.layers] == [len(ids)] * 2
     again = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
     assert torch.allclose(static.forward(ids + [9]), again.forward(ids + [9]), atol=1e-6)
+
+
+def test_a_model_drafting_for_itself_holds_two_slots_and_gets_both_back(pair, cpu_graphs):
+    """The target drafting for itself (enginecheck's "self") leases two slots of one model at
+    once; the next run gets the same two back, with their captured graphs, instead of new ones."""
+    import copy
+
+    model = copy.deepcopy(pair.target)
+    first = [CachedLM(model, pair.vocab_size, cache="static", steps="graphs", max_len=64) for _ in range(2)]
+    held = list(lm_module._SLOTS[model])
+    assert len(held) == 2 and first[0]._slot is not first[1]._slot
+    del first
+    again = [CachedLM(model, pair.vocab_size, cache="static", steps="graphs", max_len=64) for _ in range(2)]
+    assert {id(m._slot) for m in again} == {id(s) for s in held} and lm_module._SLOTS[model] == held
+    del again
+    wider = CachedLM(model, pair.vocab_size, cache="static", steps="graphs", max_len=2048)
+    assert lm_module._SLOTS[model] == [wider._slot]  # too small: the free slots gave way
