@@ -231,7 +231,7 @@ def test_a_static_crop_moves_every_layers_length_in_one_call(pair, monkeypatch):
     assert calls == [3] and static.cache_length == len(ids)
     assert [int(layer.get_seq_length()) for layer in static.cache.layers] == [len(ids)] * 2
     again = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
-    assert torch.allclose(static.forward(ids + [9]), again.forward(ids + [9]), atol=1e-6)
+    assert torch.allclose(static.forward(ids + [9]), again.forward(ids + [9]), atol=1e-5)
 
 
 def test_a_model_drafting_for_itself_holds_two_slots_and_gets_both_back(pair, cpu_graphs):
