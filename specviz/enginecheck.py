@@ -149,7 +149,11 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, default=48)
     p.add_argument("--quick", action="store_true", help="the architectures' depths at tiny widths")
     p.add_argument("--out", help="write the results here as JSON (after each run)")
+    from .gpucheck import add_step_args, apply_step_args
+
+    add_step_args(p)
     args = p.parse_args(argv)
+    apply_step_args(args)
     kinds = [kind for kind in args.kinds.split(",") if kind]
     if unknown := set(kinds) - set(RUNS):
         raise SystemExit(f"unknown kinds {sorted(unknown)}: pick from {', '.join(RUNS)}")

@@ -347,13 +347,29 @@ def add_gpucheck_args(p) -> None:
     p.add_argument("--budget", type=float,
                    help="seconds for the whole check (default 270 on CUDA, 900 on a CPU, 120 with --quick)")
     p.add_argument("--no-real", action="store_true", help="skip the real pair even when it is cached")
+    add_step_args(p)
     p.add_argument("--out", help="folder for gpucheck.json and the cost profile <name>.json")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--strict", action="store_true", help="exit 1 when a goal is not met")
 
 
+def add_step_args(p) -> None:
+    """--pack and --nested: how the compiled path builds its steps (lm.PACK, lm.NESTED)."""
+    for flag, name, what in (("--pack", "PACK", "pack q/k/v and gate/up, grouped attention"),
+                             ("--nested", "NESTED", "compile one decoder layer for all")):
+        p.add_argument(flag, choices=["on", "off"],
+                       help=f"compiled path: {what} (default: {'on' if getattr(lm, name) else 'off'})")
+
+
+def apply_step_args(args) -> None:
+    for flag, name in (("pack", "PACK"), ("nested", "NESTED")):
+        if getattr(args, flag, None) is not None:
+            setattr(lm, name, getattr(args, flag) == "on")
+
+
 def cmd_gpucheck(args) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    apply_step_args(args)
     if args.repeats is not None and not 1 <= args.repeats <= 1000:
         raise ValueError("--repeats must be in 1..1000")
     if args.budget is not None and not 10 <= args.budget <= 3600:

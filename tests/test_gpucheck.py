@@ -395,3 +395,38 @@ def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs)
     assert len(slots) == 2 and all(s.steps == "graphs" and s.step.fn is lm.step and s.step.graphs
                                    for s in slots)
     assert gpumeasure.path_steps("fast", s) is None and gpumeasure.path_steps("eager", s) is None
+
+
+def test_the_step_flags_set_how_the_compiled_path_builds_its_steps(monkeypatch):
+    import argparse
+
+    from specviz import lm
+
+    monkeypatch.setattr(lm, "PACK", False)
+    monkeypatch.setattr(lm, "NESTED", False)
+    p = argparse.ArgumentParser()
+    gpucheck.add_step_args(p)
+    gpucheck.apply_step_args(p.parse_args(["--pack", "on"]))
+    assert lm.PACK and not lm.NESTED
+    gpucheck.apply_step_args(p.parse_args([]))  # unset: as they were
+    assert lm.PACK and not lm.NESTED
+    gpucheck.apply_step_args(p.parse_args(["--pack", "off", "--nested", "on"]))
+    assert not lm.PACK and lm.NESTED
+
+
+def test_enginecheck_alone_compares_each_run_with_the_target_alone(capsys, monkeypatch):
+    from specviz import enginecheck
+
+    status = enginecheck.main(["--device", "cpu", "--fast", "static", "--quick", "--kinds", "self,chain",
+                               "--context", "16", "--tokens", "12"])
+    out = capsys.readouterr().out
+    assert status == 0 and out.count("output = the target alone's") == 2
+    assert out.startswith("self {") and "\nchain {" in out
+    with pytest.raises(SystemExit, match="unknown kinds"):
+        enginecheck.main(["--kinds", "selfish"])
+    run = enginecheck.engine_run  # an output that differs is the exit status 1
+    monkeypatch.setattr(enginecheck, "engine_run",
+                        lambda *a: run(*a) | {"equals_target_alone": a[2] != "chain"})
+    assert enginecheck.main(["--device", "cpu", "--fast", "static", "--quick", "--kinds", "self,chain",
+                             "--context", "16", "--tokens", "12"]) == 1
+    assert "chain k=4" in capsys.readouterr().out.split("output NOT the target alone's")[0]
