@@ -143,13 +143,17 @@ def test_the_compiled_path_nests_its_layers_when_asked(pair, monkeypatch):
     assert model.base_model.layers[0].forward._specviz_nested
 
 
-def test_the_packed_compiled_path_in_bfloat16_gives_the_target_alones_output(pair, cpu_graphs, monkeypatch):
+@pytest.mark.parametrize("nested", [False, True])
+def test_the_packed_compiled_path_in_bfloat16_gives_the_target_alones_output(pair, cpu_graphs, monkeypatch,
+                                                                           nested):
     """Everything this path changes at once, in bf16 (the refined head): packed products, grouped
     attention under the chain's and the tree's masks, the captured compiled steps (the CPU
-    stand-in graphs), the target drafting for itself (every verify row used) and a tree."""
+    stand-in graphs), with and without nested layers, the target drafting for itself (every
+    verify row used) and a tree."""
     from specviz import enginecheck
 
     monkeypatch.setattr(lm_module, "PACK", True)
+    monkeypatch.setattr(lm_module, "NESTED", nested)
     monkeypatch.setattr(lm_module, "COMPILE", {"backend": "aot_eager", "dynamic": False})
     models = {"target": copy.deepcopy(pair.target).bfloat16(), "draft": copy.deepcopy(pair.draft).bfloat16()}
     assert CachedLM(models["target"], pair.vocab_size).refine  # bf16: the float32-refined head
@@ -162,5 +166,6 @@ def test_the_packed_compiled_path_in_bfloat16_gives_the_target_alones_output(pai
     target, draft = models["target"].base_model, models["draft"].base_model
     assert isinstance(target.layers[0].self_attn, packing.PackedAttention)
     assert target.config._attn_implementation == packing.GROUPED
+    assert getattr(target.layers[0].forward, "_specviz_nested", False) is nested
     # the tiny pair's draft has int4 layers (quant.py): packing leaves it as it is
     assert type(draft.layers[0].self_attn.q_proj).__name__ == "Int4Linear" and not packing.packable(draft)
