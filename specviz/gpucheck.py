@@ -153,13 +153,14 @@ def run(s: Settings, log=print) -> dict:
         skipped.append("float32 identity check (time budget)")
     rest = tuple(w for w in s.fast_widths if w not in first)
     real_pending = s.real and real_cached()
+    reserve = 0.4 * s.budget if real_pending else 0.0  # what the real pair's section needs stays for it
 
     def engine(models: dict, kind: str, captures: int) -> None:
         """The engine's own rounds (enginecheck) while the budget lasts: `captures` new shapes,
         each priced at the costliest fast width so far (its capture included), and a margin."""
         capture = max(paths["fast"]["seconds"].values(), default=0.0)
-        keep = 0.4 if real_pending else 0.05  # what the real pair's section needs stays for it
-        if clock.left() < keep * s.budget + (captures + 0.5) * capture and not s.quick:
+        keep = reserve if real_pending else 0.05 * s.budget
+        if clock.left() < keep + (captures + 0.5) * capture and not s.quick:
             skipped.append(f"engine rounds, {kind} (time budget)")
             return
         try:
@@ -178,7 +179,8 @@ def run(s: Settings, log=print) -> dict:
     if "fast" in paths_ok:
         engine(models, "self", 2)
     if "fast" in paths_ok and rest:
-        time_path(models, "fast", s, clock, rest, skipped, "random", into=paths["fast"], margin=2.0)
+        time_path(models, "fast", s, clock.keeping(reserve), rest, skipped, "random", into=paths["fast"],
+                  margin=2.0)
         logged("fast")
     if "fast" in paths_ok:
         engine(models, "tree", 3)

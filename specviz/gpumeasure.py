@@ -67,6 +67,12 @@ class Clock:
     def left(self) -> float:
         return self.budget - (time.perf_counter() - self.start)
 
+    def keeping(self, seconds: float) -> Clock:
+        """This clock with `seconds` of its budget kept back for a later section."""
+        kept = Clock(self.budget - seconds)
+        kept.start = self.start
+        return kept
+
     @property
     def elapsed(self) -> float:
         return time.perf_counter() - self.start

@@ -50,10 +50,12 @@ def crop(cache, remove: int) -> None:
     moves them all (on a GPU one kernel, where a loop launched one a layer)."""
     assert remove <= 0, remove
     with torch.inference_mode():
-        lengths = [getattr(layer, "cumulative_length", None) for layer in cache.layers]
-        if remove and all(type(layer) is StaticLayer and isinstance(n, torch.Tensor) and layer.is_initialized
-                          for layer, n in zip(cache.layers, lengths, strict=True)):
-            torch._foreach_sub_(lengths, -remove)  # every layer's length in one launch, not one each
+        if remove and all(type(layer) is StaticLayer and isinstance(layer.cumulative_length, torch.Tensor)
+                          for layer in cache.layers):
+            written = [layer.cumulative_length for layer in cache.layers
+                       if getattr(layer, "is_initialized", True)]  # (as crop_layer: unwritten stay at 0)
+            if written:
+                torch._foreach_sub_(written, -remove)  # every layer's length in one launch, not one each
             return
         if all(hasattr(layer, "crop") for layer in cache.layers):
             cache.crop(remove)
@@ -290,9 +292,10 @@ class GraphedStep:
 
 
 class _Slot:
-    """A model's reusable StaticCache and compiled or graphed step: compiled graphs (and CUDA
-    graphs) stay valid only while the cache keeps its addresses, so runs share one cache, one at
-    a time."""
+    """A reusable StaticCache and compiled or graphed step of a model's: compiled graphs (and
+    CUDA graphs) stay valid only while the cache keeps its addresses, so runs take turns on a
+    model's slots, one run a slot at a time. A model keeps as many slots as it ever had leased at
+    once (one; two while the target drafts for itself), each a cache and its graphs' memory."""
 
     def __init__(self, model, max_len: int, steps: str):
         # one graph per (model, width): the app's k from 1 to 16 needs more than dynamo's default 8
@@ -390,7 +393,7 @@ class CachedLM:
         self._step, self._slot = None, None
         if self.static:
             self.max_len = max_len or min(model.config.max_position_embeddings, 4096)
-            if steps:  # one cache and one compiled or graphed step per model, reused run after run
+            if steps:  # a slot's cache and compiled or graphed step, reused run after run
                 self._slot = _Slot.lease(self, model, self.max_len, steps)
                 self.cache, self._step, self.max_len = self._slot.cache, self._slot.step, self._slot.capacity
             else:

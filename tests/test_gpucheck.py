@@ -430,3 +430,10 @@ def test_enginecheck_alone_compares_each_run_with_the_target_alone(capsys, monke
     assert enginecheck.main(["--device", "cpu", "--fast", "static", "--quick", "--kinds", "self,chain",
                              "--context", "16", "--tokens", "12"]) == 1
     assert "chain k=4" in capsys.readouterr().out.split("output NOT the target alone's")[0]
+
+
+def test_a_clock_can_keep_part_of_its_budget_back_for_a_later_section():
+    clock = gpumeasure.Clock(100.0)
+    kept = clock.keeping(40.0)
+    assert 59.0 < kept.left() <= 60.0 and 99.0 < clock.left() <= 100.0
+    assert kept.start == clock.start  # the same time spent on both

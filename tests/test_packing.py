@@ -154,7 +154,13 @@ def test_the_packed_compiled_path_in_bfloat16_gives_the_target_alones_output(pai
 
     monkeypatch.setattr(lm_module, "PACK", True)
     monkeypatch.setattr(lm_module, "NESTED", nested)
-    monkeypatch.setattr(lm_module, "COMPILE", {"backend": "aot_eager", "dynamic": False})
+    made = []  # graphs dynamo compiled in this test (its own backend: no earlier test's reused)
+
+    def backend(gm, inputs):
+        made.append(gm)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, inputs)
+
+    monkeypatch.setattr(lm_module, "COMPILE", {"backend": backend, "dynamic": False})
     models = {"target": copy.deepcopy(pair.target).bfloat16(), "draft": copy.deepcopy(pair.draft).bfloat16()}
     assert CachedLM(models["target"], pair.vocab_size).refine  # bf16: the float32-refined head
     for kind in ("self", "tree"):
@@ -163,6 +169,7 @@ def test_the_packed_compiled_path_in_bfloat16_gives_the_target_alones_output(pai
         assert r["accepted"] > 0 if kind == "self" else r["tree"]
     slots = lm_module._SLOTS[models["target"]]  # its passes ran through captured compiled steps
     assert slots and all(s.steps == "compiled" and s.step.graphs for s in slots)
+    assert made  # dynamo compiled them (no silent fallback to eager)
     target, draft = models["target"].base_model, models["draft"].base_model
     assert isinstance(target.layers[0].self_attn, packing.PackedAttention)
     assert target.config._attn_implementation == packing.GROUPED
