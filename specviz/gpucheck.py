@@ -159,8 +159,7 @@ def run(s: Settings, log=print) -> dict:
         """The engine's own rounds (enginecheck) while the budget lasts: `captures` new shapes,
         each priced at the costliest fast width so far (its capture included), and a margin."""
         capture = max(paths["fast"]["seconds"].values(), default=0.0)
-        keep = reserve if real_pending else 0.05 * s.budget
-        if clock.left() < keep + (captures + 0.5) * capture and not s.quick:
+        if clock.left() < max(reserve, 0.05 * s.budget) + (captures + 0.5) * capture and not s.quick:
             skipped.append(f"engine rounds, {kind} (time budget)")
             return
         try:

@@ -183,6 +183,15 @@ def kernel_share(model, s, passes: int = 10) -> tuple[dict, str]:
     return share, table
 
 
+EXTRAS = {"packed", "nested"}  # what a --modes name may add to its capture mode, after "+"
+
+
+def mode_parts(mode: str) -> tuple[str, set[str]]:
+    """"direct+packed" -> ("direct", {"packed"}): a --modes name's capture mode and extras."""
+    capture, *extras = mode.split("+")
+    return capture, set(extras)
+
+
 def modes(names: list[str], identity: list[str], out: dict, tables: list[str], save, repeats: int = 20,
           device: str = "cuda", quick: bool = False) -> dict:
     """The engine's compiled path (gpumeasure.time_path: draft 1 token, target 1 and k + 1) under
@@ -196,7 +205,7 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
     before = lm.CAPTURE, lm.PACK, lm.NESTED
     try:
         for mode in names:
-            capture, *extras = mode.split("+")
+            capture, extras = mode_parts(mode)
             lm.CAPTURE, r = capture, out.setdefault(mode, {})
             lm.PACK, lm.NESTED = "packed" in extras, "nested" in extras
             lm.forget_graphs()  # a slot's step is made as lm.CAPTURE says when the slot is
@@ -253,8 +262,7 @@ def main(argv=None) -> int:
     if unknown := set(variants) - set(ATTENTION):
         raise SystemExit(f"unknown attention variants {sorted(unknown)}: pick from {', '.join(ATTENTION)}")
     names = [m for m in args.modes.split(",") if m]
-    if unknown := {m for m in names if m.split("+")[0] not in lm.CAPTURES
-                   or not set(m.split("+")[1:]) <= {"packed", "nested"}}:
+    if unknown := {m for m in names if mode_parts(m)[0] not in lm.CAPTURES or not mode_parts(m)[1] <= EXTRAS}:
         raise SystemExit(f"unknown capture modes {sorted(unknown)}: pick from {', '.join(lm.CAPTURES)}, "
                          "each optionally +packed, +nested")
     if not torch.cuda.is_available():

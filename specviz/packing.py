@@ -24,6 +24,7 @@ kernel's order: logits agree to float rounding (tests/test_packing.py), not bit 
 
 from __future__ import annotations
 
+import itertools
 import types
 
 import torch
@@ -137,8 +138,8 @@ def pack(model) -> bool:
         attn, mlp = layer.self_attn, layer.mlp
         sizes = [attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features]
         qkv = concatenated([attn.q_proj, attn.k_proj, attn.v_proj])
-        edges = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
-        attn.q_proj, attn.k_proj, attn.v_proj = (Slice(a, b) for a, b in zip(edges, edges[1:], strict=False))
+        edges = [0, *itertools.accumulate(sizes)]
+        attn.q_proj, attn.k_proj, attn.v_proj = (Slice(a, b) for a, b in itertools.pairwise(edges))
         layer.self_attn = PackedAttention(attn, qkv)
         layer.mlp = PackedMLP(concatenated([mlp.gate_proj, mlp.up_proj]), mlp.down_proj, mlp.act_fn)
     if model.config._attn_implementation == "sdpa":
