@@ -222,7 +222,7 @@ def run(s: Settings, log=print) -> dict:
                                s.quick, f"measured by `{command}`" + load_note(load))
     report = {"format": "specviz-gpucheck", "version": 1, "settings": dict(vars(s)),
               "steps": {"capture": lm.CAPTURE, "pack": lm.PACK, "nested": lm.NESTED,
-                        "candidates": lm.CANDIDATES},
+                        "shared": lm.SHARED, "candidates": lm.CANDIDATES},
               "seconds": round(clock.elapsed, 1), "skipped": skipped, "bandwidth_gbs": bandwidth,
               "weights": {r: {"params": n, "bytes": t, "read_per_pass": p} for r, (n, t, p) in sizes.items()},
               "paths": paths, **result, "profile": profile.to_dict(), "load_average": load}
@@ -280,6 +280,7 @@ def text(report: dict) -> str:
         lines.append(f"compiled steps: capture {steps['capture']}, "
                      f"{'packed' if steps['pack'] else 'unpacked'} projections, "
                      f"{'one layer compiled for all' if steps.get('nested') else 'every layer traced'}, "
+                     f"{'one graph for all widths over 1' if steps.get('shared') else 'a graph a width'}, "
                      f"head refined over the top {steps['candidates']} logits first")
     lines.append(f"copy bandwidth {report['bandwidth_gbs']:.1f} GB/s; target reads "
                  f"{report['weights']['target']['read_per_pass'] / 1e9:.3f} GB a pass: limit "
@@ -355,15 +356,17 @@ def add_gpucheck_args(p) -> None:
 
 
 def add_step_args(p) -> None:
-    """--pack and --nested: how the compiled path builds its steps (lm.PACK, lm.NESTED)."""
+    """--pack, --nested and --shared: how the compiled path builds its steps (lm.PACK, lm.NESTED,
+    lm.SHARED)."""
     for flag, name, what in (("--pack", "PACK", "pack q/k/v and gate/up, grouped attention"),
-                             ("--nested", "NESTED", "compile one decoder layer for all")):
+                             ("--nested", "NESTED", "compile one decoder layer for all"),
+                             ("--shared", "SHARED", "one graph for every width of 2 or more tokens")):
         p.add_argument(flag, choices=["on", "off"],
                        help=f"compiled path: {what} (default: {'on' if getattr(lm, name) else 'off'})")
 
 
 def apply_step_args(args) -> None:
-    for flag, name in (("pack", "PACK"), ("nested", "NESTED")):
+    for flag, name in (("pack", "PACK"), ("nested", "NESTED"), ("shared", "SHARED")):
         if getattr(args, flag, None) is not None:
             setattr(lm, name, getattr(args, flag) == "on")
 

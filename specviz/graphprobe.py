@@ -13,8 +13,10 @@ times, on the random-weight pair (gpumeasure.random_model, assets/configs/):
 - with --modes, the engine's own compiled path (CachedLM through gpumeasure.time_path, as
   gpucheck times it) under each way lm.CAPTURE names: "direct" (torch.compile without graphs,
   captured by GraphedStep), "trees" (torch.compile mode="reduce-overhead"), "graphs" (GraphedStep
-  over the uncompiled step), each as it is or with "+packed" (packing.pack: lm.PACK) and/or
-  "+nested" (packing.nest: lm.NESTED), e.g. "direct+packed+nested"; per mode the time of each
+  over the uncompiled step), each as it is or with any of "+packed" (packing.pack: lm.PACK),
+  "+nested" (packing.nest: lm.NESTED) and "+shared" (one graph for every width of 2 or more:
+  lm.SHARED), e.g. "direct+packed+shared"; a mode names every setting it has (plain "direct":
+  unpacked, every layer traced, a graph a width); per mode the time of each
   shape's first use, the kernels' time a target pass against its wall time
   (torch.profiler: host work around a replay shows as the gap), and, with --identity, float32
   greedy and verify identity against eager (gpumeasure.identity).
@@ -183,7 +185,7 @@ def kernel_share(model, s, passes: int = 10) -> tuple[dict, str]:
     return share, table
 
 
-EXTRAS = {"packed", "nested"}  # what a --modes name may add to its capture mode, after "+"
+EXTRAS = {"packed", "nested", "shared"}  # what a --modes name may add to its capture mode, after "+"
 
 
 def mode_parts(mode: str) -> tuple[str, set[str]]:
@@ -202,12 +204,12 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
     from .gpumeasure import identity as check_identity
 
     s = Settings.for_device(device, quick, repeats=repeats, compile=True)
-    before = lm.CAPTURE, lm.PACK, lm.NESTED
+    before = lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED
     try:
         for mode in names:
             capture, extras = mode_parts(mode)
             lm.CAPTURE, r = capture, out.setdefault(mode, {})
-            lm.PACK, lm.NESTED = "packed" in extras, "nested" in extras
+            lm.PACK, lm.NESTED, lm.SHARED = "packed" in extras, "nested" in extras, "shared" in extras
             lm.forget_graphs()  # a slot's step is made as lm.CAPTURE says when the slot is
             models = {role: random_model(config(role, quick), device, torch.bfloat16, seed=i)
                       for i, role in enumerate(ROLES)}
@@ -232,7 +234,7 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
             print(mode, json.dumps(r), flush=True)
             save()
     finally:
-        lm.CAPTURE, lm.PACK, lm.NESTED = before
+        lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED = before
         lm.forget_graphs()
     return out
 
@@ -252,7 +254,8 @@ def main(argv=None) -> int:
                                      "replay (first attention variant), and each --modes target pass")
     p.add_argument("--modes", default="",
                    help=f"comma list of lm.CAPTURE modes ({', '.join(lm.CAPTURES)}), each alone or "
-                        "with '+packed' (packing.pack) and/or '+nested' (packing.nest), to time the "
+                        "with any of '+packed' (packing.pack), '+nested' (packing.nest) and '+shared' "
+                        "(one graph for every width of 2 or more), to time the "
                         "engine's compiled path under (draft 1, target 1 and 5)")
     p.add_argument("--identity", default="",
                    help="comma list of those modes to check float32 identity against eager under")
@@ -264,7 +267,7 @@ def main(argv=None) -> int:
     names = [m for m in args.modes.split(",") if m]
     if unknown := {m for m in names if mode_parts(m)[0] not in lm.CAPTURES or not mode_parts(m)[1] <= EXTRAS}:
         raise SystemExit(f"unknown capture modes {sorted(unknown)}: pick from {', '.join(lm.CAPTURES)}, "
-                         "each optionally +packed, +nested")
+                         "each optionally +packed, +nested, +shared")
     if not torch.cuda.is_available():
         raise SystemExit("graphprobe needs a CUDA device (it captures CUDA graphs)")
     import transformers

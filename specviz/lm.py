@@ -183,6 +183,12 @@ PACK = False
 # (packing.nest), which cuts a shape's first-use compile; off until a GPU has timed its passes
 # and its captures side by side (`graphprobe --modes direct,direct+nested`).
 NESTED = False
+# Whether a compiled step's passes of 2 or more tokens share one graph, compiled once for any width
+# (dynamic in the width: SharedWidths), where each width compiled a graph of its own. On the H200
+# each compile took 18-32 s (docs/benchmarks.md), so every new k a visitor picked, and every tree
+# size, stalled a run that long; shared, a new width costs a capture (0.1-0.5 s there). A
+# one-token pass, the draft's every step and the target alone's, keeps a static graph of its own.
+SHARED = True
 GRAPH_DEVICES = {"cuda"}  # devices GraphedStep captures on (the CPU tests add a stand-in)
 PAD_TOKEN = 0  # what fills a padded pass (a tree's, a chain's): a token no real one sees, never kept
 PENDING = -1  # in CachedLM.tokens: a token fed from the device, not read back yet (equals no id)
@@ -206,8 +212,8 @@ def bucket(nodes: int) -> int:
 def step(model, cache, input_ids: torch.Tensor, last: int, refine: bool, kv: str = "cache",
          **tree) -> torch.Tensor:
     """The model over input_ids [1, n] after the cache: the last hidden states [last, d] (refine)
-    or the logits [last, vocab+], in the model's dtype. tree: attention_mask and position_ids
-    of a tree pass (tree.mask)."""
+    or the logits [last, vocab+], in the model's dtype (last 0: every row). tree: attention_mask
+    and position_ids of a tree pass (tree.mask)."""
     # kv: the forward argument that takes the cache (cache_argument), decided outside any graph
     if refine:
         out = model.base_model(input_ids=input_ids, use_cache=True, **{kv: cache}, **tree)
@@ -327,6 +333,37 @@ class _Slot:
         return slot
 
 
+class SharedWidths:
+    """A torch.compile'd step whose passes of 2 or more tokens share one graph: their width is
+    marked dynamic and the step asks for every row (last 0, which the step reads as all), cut to
+    the last `last` outside the graph, so that no size the graph is specialized on moves with
+    the width. A pass of one token goes through its own static graph. Should a model's code fix
+    the width after all, dynamo compiles that width on its own (maybe_mark_dynamic: no error),
+    as without sharing."""
+
+    WIDTH_DIMS = {"attention_mask": 2, "position_ids": 1}  # a tree pass's tensors: [1, 1, w, kv], [1, w]
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, model, cache, input_ids: torch.Tensor, last: int, refine: bool,
+                 kv: str = "cache", **tree) -> torch.Tensor:
+        width = input_ids.shape[1]
+        if width < 2:
+            return self.fn(model, cache, input_ids, last, refine, kv, **tree)
+        torch._dynamo.maybe_mark_dynamic(input_ids, 1)
+        for name, t in tree.items():
+            torch._dynamo.maybe_mark_dynamic(t, self.WIDTH_DIMS[name])
+        return self.fn(model, cache, input_ids, 0, refine, kv, **tree)[width - last:]
+
+
+def compiled_step(**settings):
+    """torch.compile(step) with COMPILE's settings and these, its wide passes sharing one graph
+    (SharedWidths) when SHARED says so."""
+    fn = torch.compile(step, **{**COMPILE, **settings})
+    return SharedWidths(fn) if SHARED else fn
+
+
 def fixed_step(device: str, steps: str):
     """The step a slot runs its fixed shapes through. steps "graphs": lm.step captured directly
     (GraphedStep, graph devices only). "compiled": on CUDA captured as CAPTURE says, elsewhere
@@ -335,10 +372,10 @@ def fixed_step(device: str, steps: str):
     if how == "graphs":
         return GraphedStep(step)
     if how == "direct":
-        return GraphedStep(torch.compile(step, **COMPILE))
+        return GraphedStep(compiled_step())
     if how == "trees":
-        return torch.compile(step, **{"mode": "reduce-overhead", **COMPILE})
-    return torch.compile(step, **COMPILE)
+        return compiled_step(mode="reduce-overhead")
+    return compiled_step()
 
 
 def forget_graphs() -> None:

@@ -173,8 +173,10 @@ def test_quick_check_times_the_engines_own_rounds(quick):
     text = gpucheck.text(report)
     assert "engine rounds (fast path" in text and "the profile projects" in text
     assert text.count("output = the target alone's") == 3
-    assert report["steps"] == {"capture": "direct", "pack": False, "nested": False, "candidates": 16}
+    assert report["steps"] == {"capture": "direct", "pack": False, "nested": False, "shared": True,
+                               "candidates": 16}
     assert "compiled steps: capture direct, unpacked projections" in text
+    assert "every layer traced, one graph for all widths over 1, head refined" in text
     # drafting for itself the target accepts every draft (float32 here: no rounding between widths)
     assert report["engine"]["self"]["accepted"] == 4 * report["engine"]["self"]["rounds"]
 
@@ -360,7 +362,7 @@ def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restor
                                                                                      monkeypatch):
     """graphprobe --modes on CPU, with the stand-in graphs: the engine's own graphed steps timed
     (CachedLM through time_path), unpacked and packed, their kernel share, float32 identity;
-    lm.CAPTURE and lm.PACK as they were."""
+    lm.CAPTURE, lm.PACK, lm.NESTED and lm.SHARED as they were."""
     from specviz import graphprobe, lm, packing
 
     out, tables, saved, packed = {}, [], [], []
@@ -376,7 +378,7 @@ def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restor
     assert ident["fast_greedy_equals_eager"] and ident["fast_verify_equals_eager"] and ident["compiled_ok"]
     assert packed == [True, True, True]  # the timed pair, then the float32 target; unpacked mode: none
     assert saved and tables[0].startswith("graphs: the target's width-1 pass")
-    assert lm.CAPTURE == "direct" and not lm.PACK and not lm.NESTED and not lm._SLOTS
+    assert lm.CAPTURE == "direct" and not lm.PACK and not lm.NESTED and lm.SHARED and not lm._SLOTS
 
 
 def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs):
@@ -412,6 +414,9 @@ def test_the_step_flags_set_how_the_compiled_path_builds_its_steps(monkeypatch):
     assert lm.PACK and not lm.NESTED
     gpucheck.apply_step_args(p.parse_args(["--pack", "off", "--nested", "on"]))
     assert not lm.PACK and lm.NESTED
+    monkeypatch.setattr(lm, "SHARED", True)
+    gpucheck.apply_step_args(p.parse_args(["--shared", "off"]))
+    assert not lm.SHARED and lm.NESTED and not lm.PACK
 
 
 def test_enginecheck_alone_compares_each_run_with_the_target_alone(capsys, monkeypatch):

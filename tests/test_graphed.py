@@ -249,3 +249,46 @@ def test_a_model_drafting_for_itself_holds_two_slots_and_gets_both_back(pair, cp
     del again
     wider = CachedLM(model, pair.vocab_size, cache="static", steps="graphs", max_len=2048)
     assert lm_module._SLOTS[model] == [wider._slot]  # too small: the free slots gave way
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_compiled_steps_wide_passes_share_one_graph_and_give_the_eager_rows(pair, monkeypatch, shared):
+    """Chain passes of 2, 3, 5 and 9 tokens, some wanting fewer rows than they feed, and tree
+    passes of 2, 4 and 8 nodes: with lm.SHARED dynamo compiles one graph for every chain width
+    and one for every tree width (on the H200 a compile took 18-32 s, a new width's capture
+    0.1-0.5 s), without it one a width; each row is the eager static pass's either way."""
+    import copy
+
+    made = []  # graphs dynamo compiled in this test (its own backend: no earlier test's reused)
+
+    def backend(gm, inputs):
+        made.append(gm)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, inputs)
+
+    monkeypatch.setattr(lm_module, "COMPILE", {"backend": backend, "dynamic": False})
+    monkeypatch.setattr(lm_module, "SHARED", shared)
+    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+    model = copy.deepcopy(pair.target)
+    ids = pair.encode(PROMPT)
+    fast = CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=128)
+    fast.compiled_widths = {1, 2, 3, 5, 9}
+    eager = CachedLM(model, pair.vocab_size, cache="static", max_len=128)
+    for m in (fast, eager):
+        m.forward(ids[:-1])
+    drafts = [7, 3, 5, 11, 13, 2, 9, 4]
+    for n, last in ((1, 2), (2, 1), (4, 5), (8, 3)):  # widths 2, 3, 5, 9
+        rows = fast.forward(ids + drafts[:n], last=last)
+        assert torch.allclose(rows, eager.forward(ids + drafts[:n], last=last), atol=1e-5), n
+        assert rows.shape[0] == last
+        for m in (fast, eager):
+            m.rollback(ids)
+    assert fast.compiled_passes == 4
+    chain = len(made)
+    for n in (2, 3, 5):  # padded to 2, 4 and 8 nodes, after the one uncached token
+        tokens, parents = drafts[:n], [-1] + list(range(n - 1))
+        rows = fast.forward_tree(ids, tokens, parents)
+        assert torch.allclose(rows, eager.forward_tree(ids, tokens, parents), atol=1e-5), n
+        for m in (fast, eager):
+            m.rollback(ids)
+    assert fast.compiled_passes == 7
+    assert (chain, len(made) - chain) == ((1, 1) if shared else (4, 3))
