@@ -333,23 +333,38 @@ class _Slot:
         return slot
 
 
+def failure(e: BaseException) -> str:
+    """One line for a log: the exception's type, and its root cause's first line (dynamo's
+    BackendCompilerFailed holds the compiler's own exception, and names it on a later line)."""
+    root = e
+    for _ in range(8):  # a chain of causes, not a cycle
+        inner = getattr(root, "inner_exception", None) or root.__cause__
+        if inner is None or inner is root:
+            break
+        root = inner
+    text = next((line for line in str(root).splitlines() if line.strip()), "")
+    return type(e).__name__ + (f" from {type(root).__name__}" if root is not e else "") + f": {text}"
+
+
 class SharedWidths:
     """A torch.compile'd step whose passes of 2 or more tokens share one graph: their width is
     marked dynamic and the step asks for every row (last 0, which the step reads as all), cut to
     the last `last` outside the graph, so that no size the graph is specialized on moves with
     the width. A pass of one token goes through its own static graph. Should a model's code fix
     the width after all, dynamo compiles that width on its own (maybe_mark_dynamic: no error),
-    as without sharing."""
+    as without sharing; should the shared graph fail to compile or capture, CachedLM turns
+    sharing off and compiles a graph a width, before it would give up on compiled steps."""
 
     WIDTH_DIMS = {"attention_mask": 2, "position_ids": 1}  # a tree pass's tensors: [1, 1, w, kv], [1, w]
 
     def __init__(self, fn):
         self.fn = fn
+        self.shared = True  # False: a graph a width (CachedLM turns it off if the shared one fails)
 
     def __call__(self, model, cache, input_ids: torch.Tensor, last: int, refine: bool,
                  kv: str = "cache", **tree) -> torch.Tensor:
         width = input_ids.shape[1]
-        if width < 2:
+        if width < 2 or not self.shared:
             return self.fn(model, cache, input_ids, last, refine, kv, **tree)
         torch._dynamo.maybe_mark_dynamic(input_ids, 1)
         for name, t in tree.items():
@@ -589,13 +604,21 @@ class CachedLM:
                 self.compiled_passes += 1
                 return out.clone()  # graph outputs are buffers the next replay overwrites
             except Exception as e:  # noqa: BLE001 - any capture failure: eager from now on
-                log.warning("specviz: compiled step failed (%s: %s); running eager from now on",
-                            type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                # undo a partial write: the cache held the committed tokens and any tree slots
+                truncate(self.cache, len(self.tokens) + len(self.slots))
+                why = failure(e)
+                compiled = self._step.fn if isinstance(self._step, GraphedStep) else self._step
+                if isinstance(compiled, SharedWidths) and compiled.shared and input_ids.shape[1] >= 2:
+                    log.warning("specviz: the compiled step shared by every width failed (%s); "
+                                "compiling a graph a width from now on", why)
+                    compiled.shared = False  # the slot's step: its later runs too
+                    # this pass again, on fresh tensors (the failed call marked these dynamic)
+                    return self._forward(input_ids.clone(), last, fixed,
+                                         **{name: t.clone() for name, t in tree.items()})
+                log.warning("specviz: compiled step failed (%s); running eager from now on", why)
                 self._step = None
                 if self._slot is not None:  # the slot's later runs go eager too, without retrying
                     self._slot.step = None
-                # undo a partial write: the cache held the committed tokens and any tree slots
-                truncate(self.cache, len(self.tokens) + len(self.slots))
         return step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
 
     def _logits(self, input_ids: torch.Tensor, last: int, fixed: bool, pad: int = 0,

@@ -292,3 +292,43 @@ def test_a_compiled_steps_wide_passes_share_one_graph_and_give_the_eager_rows(pa
             m.rollback(ids)
     assert fast.compiled_passes == 7
     assert (chain, len(made) - chain) == ((1, 1) if shared else (4, 3))
+
+
+def test_a_shared_graph_that_fails_gives_way_to_a_graph_a_width_not_to_eager(pair, cpu_graphs, monkeypatch,
+                                                                             caplog):
+    """A compiler that refuses the width-dynamic graph (as some torch or transformers release
+    might): that pass goes again through a graph of its own width, with one log line, the
+    cache as a plain pass leaves it; the step stays compiled, and later wide passes compile
+    their own widths without trying to share again."""
+    import copy
+
+    made, refused = [], []
+
+    def backend(gm, inputs):
+        if any(isinstance(i, torch.SymInt) for i in inputs):  # the shared graph's width
+            refused.append(gm)
+            raise RuntimeError("no dynamic shapes here")
+        made.append(gm)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, inputs)
+
+    monkeypatch.setattr(lm_module, "COMPILE", {"backend": backend, "dynamic": False})
+    monkeypatch.setattr(lm_module, "SHARED", True)
+    model = copy.deepcopy(pair.target)
+    ids = pair.encode(PROMPT)
+    fast = CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=64)
+    fast.compiled_widths = {1, 3, 5}
+    eager = CachedLM(model, pair.vocab_size, cache="static", max_len=64)
+    for m in (fast, eager):
+        m.forward(ids[:-1])
+    with caplog.at_level(logging.WARNING, logger="specviz.lm"):
+        for drafts in ([7, 3], [7, 3, 5, 11]):  # widths 3 and 5
+            rows = fast.forward(ids + drafts, last=len(drafts) + 1)
+            assert torch.allclose(rows, eager.forward(ids + drafts, last=len(drafts) + 1), atol=1e-5)
+            assert fast.cache_length == len(ids) + len(drafts) and fast.tokens == ids + drafts
+            for m in (fast, eager):
+                m.rollback(ids)
+    assert len(refused) == 1 and len(made) == 2  # the shared graph once, then widths 3 and 5
+    assert fast._step is not None and fast.compiled_passes == 2
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "a graph a width from now on" in messages[0]
+    assert "no dynamic shapes here" in messages[0]
