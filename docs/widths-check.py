@@ -18,23 +18,24 @@ cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hi
 model = AutoModelForCausalLM.from_config(cfg).eval()
 lm.SHARED = sys.argv[1] == "shared"
 compiled = lm.compiled_step()  # torch.compile(step, dynamic=False), shared widths or not
+kv = lm.cache_argument(model)  # "cache", or "past_key_values" before transformers 5.24
 cache = StaticCache(config=model.config, max_cache_len=128)
 eager = StaticCache(config=model.config, max_cache_len=128)
 with torch.inference_mode():
     for c in (cache, eager):
-        step(model, c, torch.tensor([[1, 2, 3, 4]]), 1, False, "cache")
+        step(model, c, torch.tensor([[1, 2, 3, 4]]), 1, False, kv)
     for width in (2, 5, 9, 17):
         ids = torch.tensor([[(7 * i + 3) % 1000 for i in range(width)]])
         start = time.perf_counter()
-        out = compiled(model, cache, ids, width, False, "cache")
+        out = compiled(model, cache, ids, width, False, kv)
         first = time.perf_counter() - start
-        diff = (out - step(model, eager, ids, width, False, "cache")).abs().max().item()
+        diff = (out - step(model, eager, ids, width, False, kv)).abs().max().item()
         for c in (cache, eager):
             crop(c, -width)
         times = []
         for _ in range(30):
             start = time.perf_counter()
-            compiled(model, cache, ids, width, False, "cache")
+            compiled(model, cache, ids, width, False, kv)
             times.append(time.perf_counter() - start)
             crop(cache, -width)
         times.sort()

@@ -186,6 +186,7 @@ def kernel_share(model, s, passes: int = 10) -> tuple[dict, str]:
 
 
 EXTRAS = {"packed", "nested", "shared"}  # what a --modes name may add to its capture mode, after "+"
+COMPILER_ONLY = {"nested", "shared"}  # extras only torch.compile reads (not the graphs mode)
 
 
 def mode_parts(mode: str) -> tuple[str, set[str]]:
@@ -268,6 +269,9 @@ def main(argv=None) -> int:
     if unknown := {m for m in names if mode_parts(m)[0] not in lm.CAPTURES or not mode_parts(m)[1] <= EXTRAS}:
         raise SystemExit(f"unknown capture modes {sorted(unknown)}: pick from {', '.join(lm.CAPTURES)}, "
                          "each optionally +packed, +nested, +shared")
+    if idle := {m for m in names if mode_parts(m)[0] == "graphs" and mode_parts(m)[1] & COMPILER_ONLY}:
+        raise SystemExit(f"{', '.join(sorted(idle))}: the graphs mode compiles nothing, so "
+                         f"{' and '.join('+' + e for e in sorted(COMPILER_ONLY))} change nothing there")
     if not torch.cuda.is_available():
         raise SystemExit("graphprobe needs a CUDA device (it captures CUDA graphs)")
     import transformers

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 import torch
 from torch import nn
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, StaticLayer
 
@@ -346,26 +347,40 @@ def failure(e: BaseException) -> str:
     return type(e).__name__ + (f" from {type(root).__name__}" if root is not e else "") + f": {text}"
 
 
+
+def compile_error(e: BaseException) -> bool:
+    """Whether e is what a compiler raises when it cannot make a graph (before it runs)."""
+    from torch._dynamo.exc import TorchDynamoException  # dynamo loads only where steps compile
+
+    return isinstance(e, (TorchDynamoException, ConstraintViolationError, GuardOnDataDependentSymNode))
+
+
+UNSHARED: weakref.WeakSet = weakref.WeakSet()  # models whose shared graph failed: a graph a width
+
+
 class SharedWidths:
     """A torch.compile'd step whose passes of 2 or more tokens share one graph: their width is
     marked dynamic and the step asks for every row (last 0, which the step reads as all), cut to
     the last `last` outside the graph, so that no size the graph is specialized on moves with
     the width. A pass of one token goes through its own static graph. Should a model's code fix
     the width after all, dynamo compiles that width on its own (maybe_mark_dynamic: no error),
-    as without sharing; should the shared graph fail to compile or capture, CachedLM turns
-    sharing off and compiles a graph a width, before it would give up on compiled steps."""
+    as without sharing; should the compiler refuse the shared graph, CachedLM puts the model in
+    UNSHARED and compiles it a graph a width, before it would give up on compiled steps."""
 
     WIDTH_DIMS = {"attention_mask": 2, "position_ids": 1}  # a tree pass's tensors: [1, 1, w, kv], [1, w]
 
     def __init__(self, fn):
         self.fn = fn
-        self.shared = True  # False: a graph a width (CachedLM turns it off if the shared one fails)
+
+    def shares(self, model, width: int) -> bool:
+        return width >= 2 and model not in UNSHARED
 
     def __call__(self, model, cache, input_ids: torch.Tensor, last: int, refine: bool,
                  kv: str = "cache", **tree) -> torch.Tensor:
         width = input_ids.shape[1]
-        if width < 2 or not self.shared:
+        if not self.shares(model, width):
             return self.fn(model, cache, input_ids, last, refine, kv, **tree)
+        assert 0 < last <= width, (last, width)
         torch._dynamo.maybe_mark_dynamic(input_ids, 1)
         for name, t in tree.items():
             torch._dynamo.maybe_mark_dynamic(t, self.WIDTH_DIMS[name])
@@ -608,10 +623,11 @@ class CachedLM:
                 truncate(self.cache, len(self.tokens) + len(self.slots))
                 why = failure(e)
                 compiled = self._step.fn if isinstance(self._step, GraphedStep) else self._step
-                if isinstance(compiled, SharedWidths) and compiled.shared and input_ids.shape[1] >= 2:
-                    log.warning("specviz: the compiled step shared by every width failed (%s); "
+                if (compile_error(e) and isinstance(compiled, SharedWidths)
+                        and compiled.shares(self.model, input_ids.shape[1])):
+                    log.warning("specviz: the compiler refused the step shared by every width (%s); "
                                 "compiling a graph a width from now on", why)
-                    compiled.shared = False  # the slot's step: its later runs too
+                    UNSHARED.add(self.model)  # every slot's step of the model's, its later runs too
                     # this pass again, on fresh tensors (the failed call marked these dynamic)
                     return self._forward(input_ids.clone(), last, fixed,
                                          **{name: t.clone() for name, t in tree.items()})

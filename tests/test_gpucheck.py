@@ -327,6 +327,10 @@ def test_the_graph_probe_restores_the_models_attention_and_names_its_variants():
         assert model.config._attn_implementation == before
     with pytest.raises(SystemExit, match="unknown attention variants"):
         graphprobe.main(["--attention", "sdpa,flash9"])
+    with pytest.raises(SystemExit, match=r"unknown capture modes \['direct\+sharded'\]"):
+        graphprobe.main(["--modes", "direct+shared,direct+sharded"])
+    with pytest.raises(SystemExit, match=r"graphs\+shared: the graphs mode compiles nothing"):
+        graphprobe.main(["--modes", "direct+packed+nested+shared,graphs+packed,graphs+shared"])
 
 
 class Passes:

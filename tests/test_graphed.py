@@ -294,14 +294,19 @@ def test_a_compiled_steps_wide_passes_share_one_graph_and_give_the_eager_rows(pa
     assert (chain, len(made) - chain) == ((1, 1) if shared else (4, 3))
 
 
-def test_a_shared_graph_that_fails_gives_way_to_a_graph_a_width_not_to_eager(pair, cpu_graphs, monkeypatch,
-                                                                             caplog):
+@pytest.mark.parametrize("graphs", [True, False])
+def test_a_shared_graph_the_compiler_refuses_gives_way_to_a_graph_a_width_not_to_eager(pair, monkeypatch,
+                                                                                     caplog, request, graphs):
     """A compiler that refuses the width-dynamic graph (as some torch or transformers release
-    might): that pass goes again through a graph of its own width, with one log line, the
-    cache as a plain pass leaves it; the step stays compiled, and later wide passes compile
-    their own widths without trying to share again."""
+    might): that pass goes again through a graph of its own width, with one log line naming the
+    compiler's error, the cache as a plain pass leaves it; the step stays compiled, and the
+    model's later wide passes, on any of its slots, compile their own widths without trying to
+    share again. With and without (CPU stand-in) graphs: without, the retry's ids are fresh
+    tensors, not the ones the refused call marked dynamic."""
     import copy
 
+    if graphs:
+        request.getfixturevalue("cpu_graphs")
     made, refused = [], []
 
     def backend(gm, inputs):
@@ -313,6 +318,7 @@ def test_a_shared_graph_that_fails_gives_way_to_a_graph_a_width_not_to_eager(pai
 
     monkeypatch.setattr(lm_module, "COMPILE", {"backend": backend, "dynamic": False})
     monkeypatch.setattr(lm_module, "SHARED", True)
+    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
     model = copy.deepcopy(pair.target)
     ids = pair.encode(PROMPT)
     fast = CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=64)
@@ -327,8 +333,43 @@ def test_a_shared_graph_that_fails_gives_way_to_a_graph_a_width_not_to_eager(pai
             assert fast.cache_length == len(ids) + len(drafts) and fast.tokens == ids + drafts
             for m in (fast, eager):
                 m.rollback(ids)
-    assert len(refused) == 1 and len(made) == 2  # the shared graph once, then widths 3 and 5
-    assert fast._step is not None and fast.compiled_passes == 2
+        assert len(refused) == 1 and len(made) == 2  # the shared graph once, then widths 3 and 5
+        # a second slot of the same model's (the target drafting for itself holds two) does not
+        # try to share either
+        other = CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=64)
+        assert other._slot is not fast._slot
+        other.compiled_widths = {1, 3}
+        other.forward(ids[:-1])
+        rows = other.forward(ids + [7, 3], last=3)
+    assert torch.allclose(rows, eager.forward(ids + [7, 3], last=3), atol=1e-5)
+    assert len(refused) == 1  # not tried again
+    assert fast._step is not None and fast.compiled_passes == 2 and other.compiled_passes == 1
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and "a graph a width from now on" in messages[0]
     assert "no dynamic shapes here" in messages[0]
+
+
+def test_a_wide_pass_that_fails_other_than_in_the_compiler_goes_eager_without_a_retry(pair, cpu_graphs,
+                                                                                    monkeypatch, caplog):
+    """Only the compiler refusing the shared graph earns a graph a width: a capture that fails
+    (here the stand-in recorder) goes eager at once, one log line, as before sharing."""
+    import copy
+
+    def refuse(self, run, like):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(GraphedStep, "record", refuse)
+    monkeypatch.setattr(lm_module, "SHARED", True)
+    model = copy.deepcopy(pair.target)
+    ids = pair.encode(PROMPT)
+    fast = CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=64)
+    fast.compiled_widths = {1, 3}
+    eager = CachedLM(model, pair.vocab_size, cache="static", max_len=64)
+    for m in (fast, eager):
+        m.forward(ids[:-1])
+    with caplog.at_level(logging.WARNING, logger="specviz.lm"):
+        rows = fast.forward(ids + [7, 3], last=3)
+    assert torch.allclose(rows, eager.forward(ids + [7, 3], last=3), atol=1e-5)
+    assert fast._step is None and fast.compiled_passes == 0 and model not in lm_module.UNSHARED
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "running eager from now on" in messages[0]
