@@ -347,7 +347,6 @@ def failure(e: BaseException) -> str:
     return type(e).__name__ + (f" from {type(root).__name__}" if root is not e else "") + f": {text}"
 
 
-
 def compile_error(e: BaseException) -> bool:
     """Whether e is what a compiler raises when it cannot make a graph (before it runs)."""
     from torch._dynamo.exc import TorchDynamoException  # dynamo loads only where steps compile
