@@ -385,6 +385,29 @@ def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restor
     assert lm.CAPTURE == "direct" and not lm.PACK and not lm.NESTED and lm.SHARED and not lm._SLOTS
 
 
+def test_each_probe_mode_names_every_step_setting_it_times_under(monkeypatch):
+    """graphprobe --modes: a mode's name is all of its settings (plain "direct": unpacked, every
+    layer traced, a graph a width), whatever lm's defaults are; lm's settings are restored."""
+    from specviz import gpumeasure, graphprobe, lm
+
+    seen = []
+
+    def time_path(models, path, s, clock, widths, skipped, label):
+        seen.append((lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED))
+        return {"draft_ms": 1.0, "target_ms": {1: 2.0}, "compiled_ok": True}
+
+    monkeypatch.setattr(gpumeasure, "time_path", time_path)
+    monkeypatch.setattr(graphprobe, "kernel_share", lambda model, s: ({}, "table"))
+    monkeypatch.setattr(lm, "SHARED", True)
+    out = {}
+    graphprobe.modes(["direct", "direct+shared", "trees+packed+nested"], [], out, [], lambda: None,
+                     repeats=2, device="cpu", quick=True)
+    assert seen == [("direct", False, False, False), ("direct", False, False, True),
+                    ("trees", True, True, False)]
+    assert (lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED) == ("direct", False, False, True)
+    assert out["direct+shared"]["target_ms"] == {1: 2.0}
+
+
 def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs):
     """ZeroGPU's path in gpucheck (on devices that capture graphs): the static cache, the plain
     step captured by lm.GraphedStep, and "compiled" in its profile entry, as its short passes are
