@@ -251,30 +251,47 @@ def test_a_model_drafting_for_itself_holds_two_slots_and_gets_both_back(pair, cp
     assert lm_module._SLOTS[model] == [wider._slot]  # too small: the free slots gave way
 
 
+def compiling(made: list, refused: list | None = None):
+    """A dynamo backend (aot_eager) of a test's own, so that no earlier test's graphs are reused:
+    each graph it compiles goes into `made`; with `refused`, a graph dynamic in a size is refused
+    instead (and goes there), as a compiler without dynamic shapes would."""
+
+    def backend(gm, inputs):
+        if refused is not None and any(isinstance(i, torch.SymInt) for i in inputs):
+            refused.append(gm)
+            raise RuntimeError("no dynamic shapes here")
+        made.append(gm)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, inputs)
+
+    return backend
+
+
+def compiled_and_eager(pair, monkeypatch, backend, shared: bool, max_len: int, widths: set[int]):
+    """(model, compiled CachedLM, eager static CachedLM, prompt ids) on a fresh copy of the tiny
+    target, both holding all of the prompt but its last token."""
+    import copy
+
+    monkeypatch.setattr(lm_module, "COMPILE", {"backend": backend, "dynamic": False})
+    monkeypatch.setattr(lm_module, "SHARED", shared)
+    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+    model = copy.deepcopy(pair.target)
+    fast = CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=max_len)
+    fast.compiled_widths = set(widths)
+    eager = CachedLM(model, pair.vocab_size, cache="static", max_len=max_len)
+    ids = pair.encode(PROMPT)
+    for m in (fast, eager):
+        m.forward(ids[:-1])
+    return model, fast, eager, ids
+
+
 @pytest.mark.parametrize("shared", [True, False])
 def test_a_compiled_steps_wide_passes_share_one_graph_and_give_the_eager_rows(pair, monkeypatch, shared):
     """Chain passes of 2, 3, 5 and 9 tokens, some wanting fewer rows than they feed, and tree
     passes of 2, 4 and 8 nodes: with lm.SHARED dynamo compiles one graph for every chain width
     and one for every tree width (on the H200 a compile took 18-32 s, a new width's capture
     0.1-0.5 s), without it one a width; each row is the eager static pass's either way."""
-    import copy
-
-    made = []  # graphs dynamo compiled in this test (its own backend: no earlier test's reused)
-
-    def backend(gm, inputs):
-        made.append(gm)
-        return torch._dynamo.lookup_backend("aot_eager")(gm, inputs)
-
-    monkeypatch.setattr(lm_module, "COMPILE", {"backend": backend, "dynamic": False})
-    monkeypatch.setattr(lm_module, "SHARED", shared)
-    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
-    model = copy.deepcopy(pair.target)
-    ids = pair.encode(PROMPT)
-    fast = CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=128)
-    fast.compiled_widths = {1, 2, 3, 5, 9}
-    eager = CachedLM(model, pair.vocab_size, cache="static", max_len=128)
-    for m in (fast, eager):
-        m.forward(ids[:-1])
+    made = []  # graphs dynamo compiled in this test
+    _, fast, eager, ids = compiled_and_eager(pair, monkeypatch, compiling(made), shared, 128, {1, 2, 3, 5, 9})
     drafts = [7, 3, 5, 11, 13, 2, 9, 4]
     for n, last in ((1, 2), (2, 1), (4, 5), (8, 3)):  # widths 2, 3, 5, 9
         rows = fast.forward(ids + drafts[:n], last=last)
@@ -303,29 +320,11 @@ def test_a_shared_graph_the_compiler_refuses_gives_way_to_a_graph_a_width_not_to
     model's later wide passes, on any of its slots, compile their own widths without trying to
     share again. With and without (CPU stand-in) graphs: without, the retry's ids are fresh
     tensors, not the ones the refused call marked dynamic."""
-    import copy
-
     if graphs:
         request.getfixturevalue("cpu_graphs")
-    made, refused = [], []
-
-    def backend(gm, inputs):
-        if any(isinstance(i, torch.SymInt) for i in inputs):  # the shared graph's width
-            refused.append(gm)
-            raise RuntimeError("no dynamic shapes here")
-        made.append(gm)
-        return torch._dynamo.lookup_backend("aot_eager")(gm, inputs)
-
-    monkeypatch.setattr(lm_module, "COMPILE", {"backend": backend, "dynamic": False})
-    monkeypatch.setattr(lm_module, "SHARED", True)
-    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
-    model = copy.deepcopy(pair.target)
-    ids = pair.encode(PROMPT)
-    fast = CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=64)
-    fast.compiled_widths = {1, 3, 5}
-    eager = CachedLM(model, pair.vocab_size, cache="static", max_len=64)
-    for m in (fast, eager):
-        m.forward(ids[:-1])
+    made, refused = [], []  # the shared graph's dynamic width refused
+    backend = compiling(made, refused)
+    model, fast, eager, ids = compiled_and_eager(pair, monkeypatch, backend, True, 64, {1, 3, 5})
     with caplog.at_level(logging.WARNING, logger="specviz.lm"):
         for drafts in ([7, 3], [7, 3, 5, 11]):  # widths 3 and 5
             rows = fast.forward(ids + drafts, last=len(drafts) + 1)
@@ -353,23 +352,16 @@ def test_a_wide_pass_that_fails_other_than_in_the_compiler_goes_eager_without_a_
                                                                                     monkeypatch, caplog):
     """Only the compiler refusing the shared graph earns a graph a width: a capture that fails
     (here the stand-in recorder) goes eager at once, one log line, as before sharing."""
-    import copy
-
     def refuse(self, run, like):
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(GraphedStep, "record", refuse)
-    monkeypatch.setattr(lm_module, "SHARED", True)
-    model = copy.deepcopy(pair.target)
-    ids = pair.encode(PROMPT)
-    fast = CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=64)
-    fast.compiled_widths = {1, 3}
-    eager = CachedLM(model, pair.vocab_size, cache="static", max_len=64)
-    for m in (fast, eager):
-        m.forward(ids[:-1])
+    made = []
+    model, fast, eager, ids = compiled_and_eager(pair, monkeypatch, compiling(made), True, 64, {1, 3})
     with caplog.at_level(logging.WARNING, logger="specviz.lm"):
         rows = fast.forward(ids + [7, 3], last=3)
     assert torch.allclose(rows, eager.forward(ids + [7, 3], last=3), atol=1e-5)
     assert fast._step is None and fast.compiled_passes == 0 and model not in lm_module.UNSHARED
+    assert len(made) == 1  # the shared graph compiled (its warm-up calls ran); its capture failed
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and "running eager from now on" in messages[0]
