@@ -136,7 +136,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from .gpumeasure import ROLES, config, random_model
+    from .gpumeasure import random_pair
 
     p = argparse.ArgumentParser(prog="python -m specviz.enginecheck",
                                 description=main.__doc__.splitlines()[0])
@@ -158,8 +158,7 @@ def main(argv=None) -> int:
     if unknown := set(kinds) - set(RUNS):
         raise SystemExit(f"unknown kinds {sorted(unknown)}: pick from {', '.join(RUNS)}")
     dtype = getattr(torch, args.dtype)
-    models = {role: random_model(config(role, args.quick), args.device, dtype, seed=i)
-              for i, role in enumerate(ROLES)}
+    models = random_pair(args.device, dtype, args.quick)
     results: dict = {}
     for kind in kinds:
         try:

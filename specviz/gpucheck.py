@@ -52,6 +52,7 @@ from .gpumeasure import (
     identity,
     preflight,
     random_model,
+    random_pair,
     real_cached,
     real_models,
     time_path,
@@ -104,6 +105,9 @@ def slug(text: str) -> str:
     return "-".join(p for p in out.split("-") if p)[:50]
 
 
+REAL_SHARE = 0.4  # of the budget: the real pair's section starts only with this much left, and keeps it
+
+
 def run(s: Settings, log=print) -> dict:
     """The whole check: a report dict (with the profile under "profile")."""
     if s.device == "cuda" and not torch.cuda.is_available():
@@ -117,8 +121,7 @@ def run(s: Settings, log=print) -> dict:
     dtype = getattr(torch, s.dtype)
     bandwidth = copy_bandwidth(s.device, s.copy_mib)
     log(f"copy bandwidth: {bandwidth:.1f} GB/s (read + write, {s.copy_mib} MiB)")
-    cfgs = {role: config(role, s.quick) for role in ROLES}
-    models = {role: random_model(cfg, s.device, dtype, seed=i) for i, (role, cfg) in enumerate(cfgs.items())}
+    models = random_pair(s.device, dtype, s.quick)
     sizes = {role: (sum(p.numel() for p in m.parameters()), *weight_bytes(m)) for role, m in models.items()}
     paths_ok = ["eager"] + (["fast"] if fast_available() else [])
     if not fast_available():
@@ -145,7 +148,7 @@ def run(s: Settings, log=print) -> dict:
         logged("fast")
     result = {"identity": None, "real": None, "real_identity": None, "engine": {}}
     if clock.left() > 0.2 * s.budget or s.quick:
-        model32 = random_model(cfgs["target"], s.device, torch.float32, seed=0)
+        model32 = random_model(config("target", s.quick), s.device, torch.float32, seed=0)
         result["identity"] = identity(model32, s)
         del model32
         log(f"identity (float32): {json.dumps(result['identity'])}")
@@ -153,7 +156,7 @@ def run(s: Settings, log=print) -> dict:
         skipped.append("float32 identity check (time budget)")
     rest = tuple(w for w in s.fast_widths if w not in first)
     real_pending = s.real and real_cached()
-    reserve = 0.4 * s.budget if real_pending else 0.0  # what the real pair's section needs stays for it
+    reserve = REAL_SHARE * s.budget if real_pending else 0.0  # kept for the real pair's section
 
     def engine(models: dict, kind: str, captures: int) -> None:
         """The engine's own rounds (enginecheck) while the budget lasts: `captures` new shapes,
@@ -185,7 +188,7 @@ def run(s: Settings, log=print) -> dict:
         engine(models, "tree", 3)
         engine(models, "chain", 2)
     del models
-    if s.real and clock.left() > 0.4 * s.budget:
+    if s.real and clock.left() > REAL_SHARE * s.budget:
         real = real_models(s.device, dtype)
         if real is None:
             skipped.append("real pair: the embedded cache is not built here")
@@ -355,18 +358,22 @@ def add_gpucheck_args(p) -> None:
     p.add_argument("--strict", action="store_true", help="exit 1 when a goal is not met")
 
 
+# how the compiled path builds its steps: (flag, the lm setting it sets, what it does)
+STEP_FLAGS = (("pack", "PACK", "pack q/k/v and gate/up, grouped attention"),
+              ("nested", "NESTED", "compile one decoder layer for all"),
+              ("shared", "SHARED", "one graph for every width of 2 or more tokens"))
+
+
 def add_step_args(p) -> None:
-    """--pack, --nested and --shared: how the compiled path builds its steps (lm.PACK, lm.NESTED,
-    lm.SHARED)."""
-    for flag, name, what in (("--pack", "PACK", "pack q/k/v and gate/up, grouped attention"),
-                             ("--nested", "NESTED", "compile one decoder layer for all"),
-                             ("--shared", "SHARED", "one graph for every width of 2 or more tokens")):
-        p.add_argument(flag, choices=["on", "off"],
+    """--pack, --nested and --shared (STEP_FLAGS), each on or off."""
+    for flag, name, what in STEP_FLAGS:
+        p.add_argument(f"--{flag}", choices=["on", "off"],
                        help=f"compiled path: {what} (default: {'on' if getattr(lm, name) else 'off'})")
 
 
 def apply_step_args(args) -> None:
-    for flag, name in (("pack", "PACK"), ("nested", "NESTED"), ("shared", "SHARED")):
+    """lm's step settings as add_step_args's flags give them (unset: as they are)."""
+    for flag, name, _ in STEP_FLAGS:
         if getattr(args, flag, None) is not None:
             setattr(lm, name, getattr(args, flag) == "on")
 

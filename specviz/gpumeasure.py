@@ -95,6 +95,12 @@ def config(role: str, quick: bool):
     return cfg
 
 
+def random_pair(device: str, dtype: torch.dtype, quick: bool) -> dict:
+    """{role: random_model} for each of ROLES, the shipped configs (tiny widths with quick),
+    seeded by role (target 0, draft 1): the pair every check times."""
+    return {role: random_model(config(role, quick), device, dtype, seed=i) for i, role in enumerate(ROLES)}
+
+
 @torch.no_grad()
 def random_model(cfg, device: str, dtype: torch.dtype, seed: int):
     """The architecture of cfg with seeded random weights, built without a slow init: on the meta

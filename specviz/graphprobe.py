@@ -33,7 +33,7 @@ import time
 import torch
 
 from . import lm
-from .gpumeasure import ROLES, config, random_model, sync
+from .gpumeasure import ROLES, config, random_model, random_pair, sync
 from .lm import GraphedStep, cache_argument, crop, step
 
 
@@ -212,8 +212,7 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
             lm.CAPTURE, r = capture, out.setdefault(mode, {})
             lm.PACK, lm.NESTED, lm.SHARED = "packed" in extras, "nested" in extras, "shared" in extras
             lm.forget_graphs()  # a slot's step is made as lm.CAPTURE says when the slot is
-            models = {role: random_model(config(role, quick), device, torch.bfloat16, seed=i)
-                      for i, role in enumerate(ROLES)}
+            models = random_pair(device, torch.bfloat16, quick)
             try:
                 skipped: list = []
                 t = time_path(models, "fast", s, Clock(600), (1, s.k + 1), skipped, "random")
