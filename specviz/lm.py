@@ -204,6 +204,22 @@ PREFILL_CHUNK = 256
 WIDE_CHUNKS = 4
 
 
+def common_prefix(a: list[int], b: list[int], limit: int | None = None) -> int:
+    """How many leading items a and b share (at most limit). Compared a slice at a time, the
+    span where they first differ halved each step: a token-by-token loop in Python cost a run of
+    4,000 tokens about half its host time a round (docs/benchmarks.md, "Host time a round")."""
+    lo, hi = 0, max(0, min(len(a), len(b), len(a) if limit is None else limit))
+    if a[:hi] == b[:hi]:
+        return hi
+    while hi - lo > 1:  # a[:lo] == b[:lo], a[lo:hi] != b[lo:hi]
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def bucket(nodes: int) -> int:
     """Tree nodes a compiled pass feeds: the next power of two (1, 2, 4, ... 64), so a run whose
     trees vary in size needs a handful of captured shapes, not one per size."""
@@ -479,10 +495,7 @@ class CachedLM:
     def rollback(self, ids: list[int]) -> None:
         """Crop the cache to the longest common prefix of its tokens and ids[:-1]."""
         self.drop_slots()
-        keep = 0
-        limit = min(len(self.tokens), len(ids) - 1)
-        while keep < limit and self.tokens[keep] == ids[keep]:
-            keep += 1
+        keep = common_prefix(self.tokens, ids, len(ids) - 1)
         if keep < len(self.tokens):
             crop(self.cache, keep - len(self.tokens))  # static: moves the length, no copy
             self.tokens = self.tokens[:keep]
@@ -665,8 +678,10 @@ class CachedLM:
     def settle(self, tokens: list[int]) -> None:
         """Name the PENDING tokens in self.tokens, oldest first, from tokens (read back after the
         loop; any left over at the end were drafted but never fed)."""
-        named = iter(tokens)
-        self.tokens = [next(named) if t == PENDING else t for t in self.tokens]
+        start = len(self.tokens)  # forward_next appends: the PENDING tokens are the last ones
+        while start and self.tokens[start - 1] == PENDING:
+            start -= 1
+        self.tokens = self.tokens[:start] + list(tokens[: len(self.tokens) - start])
 
     def _chain_pad(self, n: int, end: int) -> int:
         """PAD_TOKENs that bring a pass of n tokens, ending at position `end`, to the narrowest

@@ -351,6 +351,28 @@ def test_compiled_steps_keep_the_greedy_output_and_the_caches(compiled_pair, pro
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
 
 
+def test_common_prefix_is_the_count_of_leading_items_two_lists_share():
+    import random
+
+    from specviz.lm import PENDING, common_prefix
+
+    def by_hand(a, b, limit):
+        n = 0
+        while n < min(len(a), len(b), limit) and a[n] == b[n]:
+            n += 1
+        return n
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        a = [rng.randrange(3) for _ in range(rng.randrange(40))]
+        b = a[: rng.randrange(len(a) + 1)] + [rng.choice([0, 1, 2, PENDING]) for _ in range(rng.randrange(5))]
+        limit = rng.randrange(-1, 45)
+        assert common_prefix(a, b, limit) == by_hand(a, b, limit), (a, b, limit)
+        assert common_prefix(a, b) == by_hand(a, b, len(a))
+    assert common_prefix([5, 6, 7], [5, 6, 8]) == 2 and common_prefix([], [1]) == 0
+    assert common_prefix([1, 2], [1, 2, 3], -1) == 0  # rollback([]) keeps nothing
+
+
 def test_static_caches_roll_back_by_moving_a_length(static_pair):
     from specviz.lm import CachedLM
 
