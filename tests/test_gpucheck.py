@@ -385,6 +385,27 @@ def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restor
     assert lm.CAPTURE == "direct" and not lm.PACK and not lm.NESTED and lm.SHARED and not lm._SLOTS
 
 
+def test_the_probe_lists_the_last_passs_kernels_in_order_with_the_idle_time_between_them():
+    from types import SimpleNamespace
+
+    from torch.autograd.profiler_util import Interval
+
+    from specviz import graphprobe
+
+    def kernel(name, start, end):
+        return SimpleNamespace(name=name, time_range=Interval(start, end))
+
+    # two passes of three kernels, listed out of order: the last pass runs 100-104, 105-107, 110-111
+    events = [kernel("c", 110, 111), kernel("a", 0, 4), kernel("b", 5, 7), kernel("a", 100, 104),
+              kernel("c", 10, 11), kernel("b", 105, 107)]
+    summary, text = graphprobe.last_pass(events, 2)
+    assert summary == {"last_pass_span_ms": 0.011, "last_pass_busy_ms": 0.007, "last_pass_gaps_ms": 0.004}
+    rows = text.strip().splitlines()[1:]
+    assert [row.split() for row in rows] == [["0", "0.00", "4.00", "a"], ["1", "5.00", "2.00", "b"],
+                                             ["2", "10.00", "1.00", "c"]]
+    assert graphprobe.last_pass([], 10) == ({}, "")  # no CUDA kernels: the CPU tests' stand-in graphs
+
+
 def test_each_probe_mode_names_every_step_setting_it_times_under(monkeypatch):
     """graphprobe --modes: a mode's name is all of its settings (plain "direct": unpacked, every
     layer traced, a graph a width), whatever lm's defaults are; lm's settings are restored."""
