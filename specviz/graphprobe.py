@@ -155,10 +155,10 @@ def kernels(model, width: int, context: int, max_len: int, rows: int = 15) -> st
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=70)
 
 
-def kernel_share(model, s, passes: int = 10) -> tuple[dict, str]:
-    """torch.profiler over `passes` width-1 passes of model on the fast path (CachedLM, as timed):
-    the CUDA kernels a pass launches and their time (the rest of a pass's wall time is the host's
-    work around them), and the kernel table."""
+def kernel_share(model, s, passes: int = 10, width: int = 1) -> tuple[dict, str]:
+    """torch.profiler over `passes` passes of `width` tokens of model on the fast path (CachedLM, as
+    timed): the CUDA kernels a pass launches and their time (the rest of a pass's wall time is the
+    host's work around them), and the kernel table."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -166,15 +166,19 @@ def kernel_share(model, s, passes: int = 10) -> tuple[dict, str]:
 
     vocab = model.config.vocab_size
     ctx = [(11 * i + 5) % vocab for i in range(s.context)]
-    fast = cached_lm(model, vocab, "fast", s, s.context + s.k + 3)  # the slot time_path used
+    fast = cached_lm(model, vocab, "fast", s, s.context + s.k + 3, widths=(1, width))  # time_path's slot
+
+    def new(r: int) -> list[int]:
+        return [(7 * r + 3 * t + 1) % vocab for t in range(width)]
+
     fast.forward(ctx)
     for r in range(3):
-        fast.forward(ctx + [r + 1])
+        fast.forward(ctx + new(r), last=width)
         fast.rollback(ctx + [0])
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
         for r in range(passes):
-            fast.forward(ctx + [(7 * r + 1) % vocab])  # waits for the device (CachedLM.forward)
+            fast.forward(ctx + new(r), last=width)  # waits for the device (CachedLM.forward)
             fast.rollback(ctx + [0])
         wall = time.perf_counter() - start
     kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
@@ -245,6 +249,8 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
                     r["allocated_gb"] = round(torch.cuda.memory_allocated() / 1e9, 3)
                 r["kernels"], table = kernel_share(models["target"], s)
                 tables.append(f"{mode}: the target's width-1 pass through CachedLM\n{table}")
+                r["kernels_wide"], table = kernel_share(models["target"], s, width=s.k + 1)
+                tables.append(f"{mode}: the target's width-{s.k + 1} pass through CachedLM\n{table}")
             except Exception as e:  # noqa: BLE001 - a probe: say what failed, keep the rest
                 r["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             del models

@@ -378,10 +378,12 @@ def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restor
         r = out[mode]
         assert "error" not in r and r["compiled_ok"] and set(r["target_ms"]) == {1, 5}
         assert r["kernels"]["compiled_passes"] == 13  # 3 warm-up and 10 profiled passes, all replayed
+        assert r["kernels_wide"]["compiled_passes"] == 13  # the verify width's passes, on the same slot
     ident = out["graphs+packed"]["identity_float32"]  # the packed steps against eager unpacked
     assert ident["fast_greedy_equals_eager"] and ident["fast_verify_equals_eager"] and ident["compiled_ok"]
     assert packed == [True, True, True]  # the timed pair, then the float32 target; unpacked mode: none
     assert saved and tables[0].startswith("graphs: the target's width-1 pass")
+    assert tables[1].startswith("graphs: the target's width-5 pass")
     assert lm.CAPTURE == "direct" and not lm.PACK and not lm.NESTED and lm.SHARED and not lm._SLOTS
 
 
@@ -418,7 +420,7 @@ def test_each_probe_mode_names_every_step_setting_it_times_under(monkeypatch):
         return {"draft_ms": 1.0, "target_ms": {1: 2.0}, "compiled_ok": True}
 
     monkeypatch.setattr(gpumeasure, "time_path", time_path)
-    monkeypatch.setattr(graphprobe, "kernel_share", lambda model, s: ({}, "table"))
+    monkeypatch.setattr(graphprobe, "kernel_share", lambda model, s, width=1: ({}, "table"))
     monkeypatch.setattr(lm, "SHARED", True)
     out = {}
     graphprobe.modes(["direct", "direct+shared", "trees+packed+nested"], [], out, [], lambda: None,
