@@ -208,6 +208,7 @@ def common_prefix(a: list[int], b: list[int], limit: int | None = None) -> int:
     """How many leading items a and b share (at most limit). Compared a slice at a time, the
     span where they first differ halved each step: a token-by-token loop in Python cost a run of
     4,000 tokens about half its host time a round (docs/benchmarks.md, "Host time a round")."""
+    a, b = (x if type(x) is list else list(x) for x in (a, b))  # a list never equals a tuple
     lo, hi = 0, max(0, min(len(a), len(b), len(a) if limit is None else limit))
     if a[:hi] == b[:hi]:
         return hi

@@ -371,6 +371,7 @@ def test_common_prefix_is_the_count_of_leading_items_two_lists_share():
         assert common_prefix(a, b) == by_hand(a, b, len(a))
     assert common_prefix([5, 6, 7], [5, 6, 8]) == 2 and common_prefix([], [1]) == 0
     assert common_prefix([1, 2], [1, 2, 3], -1) == 0  # rollback([]) keeps nothing
+    assert common_prefix([1, 2, 3], (1, 2, 4)) == 2  # ids as a tuple compare as a list would
 
 
 def test_static_caches_roll_back_by_moving_a_length(static_pair):
