@@ -682,6 +682,7 @@ class CachedLM:
         start = len(self.tokens)  # forward_next appends: the PENDING tokens are the last ones
         while start and self.tokens[start - 1] == PENDING:
             start -= 1
+        assert len(tokens) >= len(self.tokens) - start, (len(tokens), len(self.tokens) - start)
         self.tokens = self.tokens[:start] + list(tokens[: len(self.tokens) - start])
 
     def _chain_pad(self, n: int, end: int) -> int:
