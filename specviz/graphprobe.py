@@ -202,9 +202,9 @@ def last_pass(kernels: list, passes: int) -> tuple[dict, str]:
     if not n:
         return {}, ""
     pass_ = sorted(kernels, key=lambda e: e.time_range.start)[-n:]
-    span = max(e.time_range.end for e in pass_) - pass_[0].time_range.start
-    busy = sum(e.time_range.elapsed_us() for e in pass_)
     begin = pass_[0].time_range.start
+    span = max(e.time_range.end for e in pass_) - begin
+    busy = sum(e.time_range.elapsed_us() for e in pass_)
     lines = [f"{i:4d} {e.time_range.start - begin:9.2f} {e.time_range.elapsed_us():8.2f}  {e.name[:110]}"
              for i, e in enumerate(pass_)]
     summary = {"last_pass_span_ms": round(span / 1e3, 4), "last_pass_busy_ms": round(busy / 1e3, 4),
