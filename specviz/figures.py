@@ -81,6 +81,10 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
         t0, step, b = line
         ratio, slope, step = spec.draft_pass_seconds / t0, b / t0, step / t0
         stepped = f", any drafted pass +{step:.2f}·T₀" if step else ""
+        widths = {e.nodes for e in spec.events[1:] if e.nodes}
+        if len(widths) == 1 and not step:  # T0's rounds and one verify width: two points, a line
+            n = widths.pop()
+            stepped += f"; a line through the 1- and {n + 1}-token passes: exact at k={n}, a guess elsewhere"
         # no draft pass after the one that fed it the prompt: C_D is that round's, prefill and all
         prefilled = (" from its first round, the prompt's prefill included"
                      if "C_D" in spec.prefilled_costs else "")
@@ -106,6 +110,9 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
                         marker=dict(size=12, color=SPEC, symbol="diamond"))
         fig.add_scatter(x=[mean_k], y=[spec.predicted_tokens_per_pass], mode="markers",
                         name="i.i.d. prediction for its rounds' k", marker=dict(size=10, color=THEORY))
+    if not fig.data:  # a run that drafted nothing (an n-gram that never matched, no drafter)
+        fig.add_annotation(text="no round drafted a token: no α to predict from, no k to plot",
+                           showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     return _layout(fig, "Tokens per pass against k", "k (tokens drafted per round)",
                    "tokens per target pass")
 

@@ -11,7 +11,7 @@ from itertools import accumulate
 from .engine import RoundEvent
 from .theory import expected_tokens_per_pass
 from .tree import REJECTED
-from .verifycost import fit_spread, split_step
+from .verifycost import MIN_SPREAD, fit_spread, split_step
 
 
 def reach(event) -> int:
@@ -288,8 +288,11 @@ def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, fl
     the prefill) of spec and of base, the target alone. Where spec's drafted rounds spread
     (verifycost.fit_spread) their own line gives b and T0 + step, and the one-token rounds T0
     (step at least 0); else a straight line through every round (step 0), the one-token ones as
-    n = 0, as verifycost.VerifyCost does. None where neither spreads (a fixed-k run without its
-    baseline, whose few budget-cut last rounds are no line) or the fit has no positive intercept."""
+    n = 0, as verifycost.VerifyCost does. Any span will do for that line where one-token rounds are
+    among them (MIN_ROUNDS at each end still): a chain's k-token passes and the target alone's
+    one-token ones price the run's own k exactly, (k C_D + T(k)) / T0, whatever k is. None where
+    neither fits (a fixed-k run without its baseline, whose few budget-cut last rounds are no line)
+    or the fit has no positive intercept."""
     rounds = [(e.nodes, e.target_seconds) for e in spec.events[1:]]
     rounds += [(0, e.target_seconds) for e in (base.events[1:] if base else ())]
     drafted = [(float(n), t) for n, t in rounds if n]
@@ -298,5 +301,6 @@ def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, fl
     pieces = split_step(line, sum(alone) / len(alone)) if line is not None and alone else None
     if pieces is not None:
         return pieces
-    line = fit_spread([float(n) for n, _ in rounds], [t for _, t in rounds])
+    line = fit_spread([float(n) for n, _ in rounds], [t for _, t in rounds],
+                      spread=1 if alone else MIN_SPREAD)
     return None if line is None else (line[0], 0.0, line[1])

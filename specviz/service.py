@@ -19,6 +19,7 @@ import torch
 from . import presets, treeview
 from .compare import Comparison, compare
 from .detok import token_pieces
+from .digits import beside
 from .engine import NEEDS_DRAFT, Reading, RoundEvent, generate, make_proposer, round_room, warm_steps
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
@@ -459,7 +460,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     base = RunStats.of(base_events)
     result = compare(spec, base, pair.dtype, pair.device, pair.numerics)
     speedup = spec.speedup_over(base)
-    pace = "no time measured" if speedup is None else f"{speedup:.2f}× the target alone"
+    pace = "no time measured" if speedup is None else f"{beside(speedup, 1.0)}× the target alone"
     if speedup is not None and speedup > NOISE_MARGIN * spec.tokens_per_pass:
         pace += (f" (more than its {spec.tokens_per_pass:.2f} tokens per target pass can explain: the "
                  "two runs were timed under different loads; run again for a fair race)")

@@ -54,9 +54,9 @@ def spans_widths(ns: list[float], rounds: int = MIN_ROUNDS, spread: int = MIN_SP
     return high >= rounds and len(ns) - high >= rounds
 
 
-def fit_spread(ns: list[float], ts: list[float]) -> tuple[float, float] | None:
+def fit_spread(ns: list[float], ts: list[float], spread: int = MIN_SPREAD) -> tuple[float, float] | None:
     """fit_line(ns, ts) where the sizes ns span enough to say anything (spans_widths), else None."""
-    return fit_line(ns, ts) if spans_widths(ns) else None
+    return fit_line(ns, ts) if spans_widths(ns, spread=spread) else None
 
 
 class VerifyCost:

@@ -6,6 +6,7 @@ import html
 import math
 
 from .compare import Comparison
+from .digits import beside
 from .metrics import RunStats
 from .render import HTML_BUDGET, Span, ascii_html, more_note, shown, within
 from .untrusted import visible_bidi
@@ -104,7 +105,7 @@ def _speed(r: RunStats) -> str:
 
 def _speedup(r: RunStats, base: RunStats) -> str:
     speedup = r.speedup_over(base)
-    return "—" if speedup is None else f"<b>{speedup:.2f}×</b>"
+    return "—" if speedup is None else f"<b>{beside(speedup, 1.0)}×</b>"  # 0.996 never reads 1.00
 
 
 def _top2(top2, tokenizer) -> str:

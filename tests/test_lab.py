@@ -51,6 +51,40 @@ def test_wrong_variants_are_detected_and_match_their_prediction(variant, q_draw)
     assert lab.tv(r.empirical, r.predicted) < 0.005
 
 
+def _verdicts(p, q, n, variants) -> dict[str, str]:
+    import re
+
+    from specviz import labview
+
+    _, table = labview.monte_carlo(p, q, ["A", "B", "C"][: len(p)], n, variants)
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table)[1:]]
+    return {cells[0]: cells[4] for cells in rows} | {"note": table.rsplit("<p>", 1)[1]}
+
+
+def test_a_wrong_variant_that_a_point_mass_q_makes_exact_is_not_called_wrong_by_the_page():
+    # an n-gram round's q is one-hot on the drafted A: its argmax is A, q^1/2 is q, and A is not
+    # p's argmax, so these three variants draw exactly what the rule does: p
+    p, q = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64), torch.tensor([1.0, 0, 0], dtype=torch.float64)
+    for v in ("argmax_draft", "mismatched_q", "accept_if_target_argmax"):
+        assert lab.tv(lab.predicted(v, p, q, q_draw=q), p) < 1e-12
+    shown = _verdicts(p, q, 20_000, ["exact", "argmax_draft", "mismatched_q", "accept_if_target_argmax",
+                                      "correction_from_p"])
+    assert shown["exact"] == "matches p"
+    assert {shown[v] for v in ("argmax_draft", "mismatched_q", "accept_if_target_argmax")} == \
+        {"matches p: exact for this q"}
+    assert shown["correction_from_p"] == "<b>biased</b>" and "q is a point mass" in shown["note"]
+    assert "point mass" not in _verdicts(P, Q, 1_000, ["exact"])["note"]
+
+
+def test_a_bias_too_small_for_the_trials_is_not_called_a_match():
+    # p = (0.5, 0.5), q = (0.49, 0.51): correcting from p emits (0.495, 0.505), 0.005 from p in TV,
+    # which 1,000 trials cannot see (the test's noise there is about 0.013)
+    p, q = torch.tensor([0.5, 0.5], dtype=torch.float64), torch.tensor([0.49, 0.51], dtype=torch.float64)
+    assert lab.tv(lab.predicted("correction_from_p", p, q), p) == pytest.approx(0.005)
+    shown = _verdicts(p, q, 1_000, ["correction_from_p"])["correction_from_p"]
+    assert shown == "no bias detected at this N (its exact output is 0.005 from p in TV: more trials show it)"
+
+
 def test_chi_square_pvalue_matches_scipy():
     from scipy.stats import chisquare
 

@@ -90,6 +90,21 @@ def test_the_stats_table_shows_the_hand_computed_figures():
     assert curve.y[3] == pytest.approx((1 - a ** 5) / (1 - a)) and curve.x[3] == 4
 
 
+def test_a_speedup_just_below_parity_never_prints_as_parity():
+    import dataclasses
+
+    from specviz.views import stats_html
+
+    spec = run([(4, 4), (4, 1), (4, 0)])  # 8 tokens; the target alone's 8 in 0.996 of the time
+    spec = RunStats.of([dataclasses.replace(e, elapsed=1.0 * e.round, stop="length" if e.round == 3 else None)
+                        for e in spec.events])
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), elapsed=0.3735 * i,
+                                            stop="length" if i == 8 else None) for i in range(1, 9)])
+    assert spec.speedup_over(base) == pytest.approx(0.996)
+    html = stats_html(spec, base)
+    assert "<b>0.996×</b>" in html and "<b>1.00×</b>" not in html
+
+
 def test_decode_rate_leaves_out_the_round_that_paid_the_prompt():
     from dataclasses import replace
 
@@ -134,6 +149,34 @@ def test_break_even_prices_the_measured_verify_line():
     assert flat.y[3] == pytest.approx(1 + 4 * 0.1 / 0.9) and "assumes verifying" in flat.name
 
 
+def test_break_even_at_a_small_k_prices_the_baselines_one_token_pass():
+    import dataclasses
+
+    from specviz.figures import k_prediction
+
+    # k = 2, every round keeps one draft (2 tokens a pass): 2 draft passes of 0.3 s and a 1.5 s
+    # verify a round; the target alone 1.0 s a pass. A round costs 0.6 + 1.5 = 2.1 s where the
+    # target alone makes 2.1 tokens: 2 tokens a pass is a loss (2 / 2.1 = 0.95x), not a win over
+    # Leviathan's 1 + k C_D / C_T = 1 + 2 * 0.3 / 1.5 = 1.4.
+    spec = RunStats.of([dataclasses.replace(e, draft_seconds=0.6, target_seconds=5.0 if e.round == 1 else 1.5)
+                        for e in run([(2, 1)] * 10).events])
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), target_seconds=5.0 if i == 1 else 1.0)
+                        for i in range(1, 21)])
+    assert target_line(spec, base) == pytest.approx((1.0, 0.0, 0.25))  # through T(0) = 1, T(2) = 1.5
+    even = next(t for t in k_prediction(spec, base=base).data if t.name.startswith("break-even"))
+    assert even.y[1] == pytest.approx(2.1) and spec.tokens_per_pass == 2.0
+    assert "exact at k=2, a guess elsewhere" in even.name
+    # a k = 1 chain and its baseline fit too: T(0) = 1.0, T(1) = 1.2, C_D = 0.3: (0.3 + 1.2) / 1.0
+    one = RunStats.of([dataclasses.replace(e, draft_seconds=0.3, target_seconds=5.0 if e.round == 1 else 1.2)
+                       for e in run([(1, 1)] * 6).events])
+    even = next(t for t in k_prediction(one, base=base).data if t.name.startswith("break-even"))
+    assert even.y[0] == pytest.approx(1.5)
+    # too few rounds at either end is still no line: Leviathan's, said so
+    few = RunStats.of(spec.events[:3])
+    assert target_line(few, base) is None
+    assert "assumes verifying" in k_prediction(few, base=base).data[1].name
+
+
 def test_break_even_prices_the_step_to_a_drafted_pass_where_the_run_spreads_its_drafts():
     import dataclasses
     from itertools import accumulate
@@ -160,6 +203,35 @@ def test_break_even_prices_the_step_to_a_drafted_pass_where_the_run_spreads_its_
     # without the target alone's rounds there is no one-token pass to set the step against: the
     # drafted line alone, no step
     assert target_line(spec) == pytest.approx((0.62, 0.0, 0.02))
+
+
+def test_the_run_tabs_plots_show_the_hand_counted_tokens_passes_and_seconds():
+    import dataclasses
+
+    from specviz.figures import all_figures
+
+    # 5, 2 and 1 tokens in passes 1-3, ending at 1.5, 2.0 and 2.5 s; the target alone one token a
+    # pass for 8 passes, 0.5 s each
+    spec = RunStats.of([dataclasses.replace(e, elapsed=1.0 + 0.5 * e.round)
+                        for e in run([(4, 4), (4, 1), (4, 0)]).events])
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), elapsed=0.5 * i) for i in range(1, 9)])
+    figures = all_figures(spec, base)
+    bars = figures["tokens_per_pass"].data[0]
+    assert (list(bars.x), list(bars.y)) == ([1, 2, 3], [5, 2, 1])
+    assert figures["tokens_per_pass"].layout.shapes[0].y0 == 1.0  # the baseline's token a pass
+    (fast, alone), (fast_t, alone_t) = figures["cumulative"].data, figures["time"].data
+    assert (list(fast.x), list(fast.y)) == ([1, 2, 3], [5, 7, 8])
+    assert (list(alone.x), list(alone.y)) == (list(range(1, 9)), list(range(1, 9)))
+    assert (list(fast_t.x), list(fast_t.y)) == ([1.5, 2.0, 2.5], [5, 7, 8])
+    assert (list(alone_t.x), list(alone_t.y)) == ([0.5 * i for i in range(1, 9)], list(range(1, 9)))
+
+
+def test_a_run_that_drafted_nothing_says_why_its_k_plot_is_empty():
+    from specviz.figures import k_prediction
+
+    fig = k_prediction(run([(0, 0)] * 4))  # an n-gram that never matched: one token a pass
+    assert not fig.data and "no round drafted a token" in fig.layout.annotations[0].text
+    assert not k_prediction(run([(4, 4), (4, 1)])).layout.annotations
 
 
 def test_a_run_of_varying_k_is_plotted_at_its_mean_k():
