@@ -143,15 +143,23 @@ def test_sampled_pairs_follow_the_targets_distribution(which, proposer, request)
     # 2000 runs of 2 tokens at temperature 1, top_k=4 (16 outcomes); chi-square p > 0.001.
     # A rule that misreads rows past the first draft passes this; see the 3-token test below.
     params = SamplingParams(1.0, top_k=4)
-    prompt = "The dog. The dog"
-    ids = pair.encode(prompt)
+    # The prompt ends in a 5-token run seen before, followed there by 9: the n-gram (and the
+    # hybrid's, which needs 4) drafts 9, which the target's top 4 holds (p about 0.28). Where the
+    # drafted token had p = 0, every draft was refused and the residual was p itself: a rule that
+    # forgot to remove a refused one-hot draft passed (p = 0.64; here it fails at p < 1e-30).
+    ids = [287, 310, 14, 365, 310, 9, 287, 310, 14, 365, 310]
     joint = exact_two_token_distribution(pair, ids, params)
+    assert joint[9].sum() > 0.1  # the drafted token is one the target may emit
     cells = joint.flatten().nonzero().flatten()
-    counts = torch.zeros(joint.numel())
+    counts, accepted, sources = torch.zeros(joint.numel()), 0, set()
     for seed in range(2000):
-        out = tokens(run(pair, prompt=prompt, proposer=proposer, k=2, max_new_tokens=2,
-                         temperature=1.0, top_k=4, seed=seed))
+        events = run(pair, prompt=ids, proposer=proposer, k=2, max_new_tokens=2, temperature=1.0, top_k=4,
+                     seed=seed)
+        out = tokens(events)
         counts[out[0] * pair.vocab_size + out[1]] += 1
+        accepted += sum(e.accepted for e in events)
+        sources |= {e.source for e in events if e.k}
+    assert accepted > 200 and sources == {"draft" if proposer == "draft" else "ngram"}  # both fates tested
     assert counts.sum() == counts[cells].sum() == 2000
     expected = joint.flatten()[cells].double() * 2000
     stat = chisquare(counts[cells].double().numpy(), (expected / expected.sum() * 2000).numpy())
