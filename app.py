@@ -351,9 +351,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         def run_stream(values, request, dtype=None):
             try:
                 s = settings_of(values)
+                s = replace(s, dtype=dtype) if dtype else s
+                s.check(limits, store.known_pairs)  # before a gate place and the GPU time it asks for
             except ValueError as e:
                 raise user_error(e) from None
-            s = replace(s, dtype=dtype) if dtype else s
 
             @on_gpu(zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2))
             def views():  # a run, its baseline (a tree run: and the chain); plain values cross back

@@ -50,6 +50,14 @@ def public_address(address: str | None) -> str | None:
     return str(ip) if ip.version == 4 else str(ipaddress.ip_network(f"{ip}/56", strict=False))
 
 
+def network_of(address: str | None) -> str | None:
+    """The /48 that holds an IPv6 client's /56 (public_address), else None: one tunnel broker's
+    free /48 is 256 /56s, each a client of its own, so the gate also caps what one /48 holds."""
+    if not isinstance(address, str) or ":" not in address:
+        return None
+    return str(ipaddress.ip_network(address, strict=False).supernet(new_prefix=48))
+
+
 FORWARDED_HOPS = 8  # X-Forwarded-For entries read, from the right: proxies in front of one server
 PROXIES = "127.0.0.0/8,::1/128,10.0.0.0/8"  # a same-host proxy's, and a Space's (10.x)
 
@@ -156,17 +164,23 @@ class Gate:
     max_jobs bounds the line (waiting and running together). A waiter that stops polling for
     `stale_after` seconds (its handler was dropped without being closed) loses its place, and so
     does a holder that shows no sign of life for that long, so a lost job cannot block the model.
+    One IPv6 /48 (network_of) holds at most per_network places: a quarter of the line by default,
+    so that one free /48 cannot fill the line while many subscribers of one carrier's /48 can
+    still queue beside each other.
     """
 
-    def __init__(self, max_jobs: int = 16, stale_after: float = 900.0, per_address: int = 2):
+    def __init__(self, max_jobs: int = 16, stale_after: float = 900.0, per_address: int = 2,
+                 per_network: int | None = None):
         self.max_jobs, self.stale_after, self.per_address = max_jobs, stale_after, per_address
+        self.per_network = max(per_address, max_jobs // 4) if per_network is None else per_network
         self._cond = threading.Condition()
         self._line: list[Ticket] = []
 
     def ticket(self, session: str | None, address: str | None = None) -> Ticket:
         """A place at the end of the line; Busy if this session (or, without one, any other call
-        without one) already has one, if this public address holds per_address, or if the line is
-        full. address: the client's, as the server sees it (see public_address)."""
+        without one) already has one, if this public address holds per_address (its IPv6 /48
+        per_network), or if the line is full. address: the client's, as the server sees it (see
+        public_address)."""
         session, address = client(session, address)
         with self._cond:
             self._drop_stale()
@@ -175,6 +189,10 @@ class Gate:
             if address and sum(t.address == address for t in self._line) >= self.per_address:
                 raise Busy(f"busy: {self.per_address} jobs from your address are already waiting or "
                            "running, the most this deployment allows; wait for one to finish")
+            network = network_of(address)
+            if network and sum(network_of(t.address) == network for t in self._line) >= self.per_network:
+                raise Busy(f"busy: {self.per_network} jobs from your network ({network}) are already "
+                           "waiting or running, the most this deployment allows; wait for one to finish")
             if len(self._line) >= self.max_jobs:
                 raise Busy(f"busy: {len(self._line)} jobs are already waiting for the model, the most "
                            "this deployment queues; try again in a minute")

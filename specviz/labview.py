@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import time
+from collections import Counter
 
 import plotly.graph_objects as go
 import torch
@@ -159,7 +160,9 @@ def _top(p, q, labels, tokenizer=None) -> tuple[list[int], list[str]]:
         names = [labels[i] for i in ids]
     else:
         names = [repr(tokenizer.decode([i])) if tokenizer is not None else str(i) for i in ids]
-    return ids, names
+    seen = Counter(names)  # byte pieces of one character all decode to '\ufffd': one bar each
+    names = [f"{n} #{i}" if seen[n] > 1 else n for n, i in zip(names, ids, strict=True)]
+    return ids, [n.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") for n in names]  # plotly
 
 
 def pvalue_text(p: float) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 
 FAST = "graphed"  # no torch.compile on ZeroGPU: static caches, steps captured as CUDA graphs directly
@@ -32,7 +33,9 @@ def active() -> bool:
 
 
 def duration(tokens: int, runs: int = 2) -> int:
-    """Seconds of GPU to ask for: `runs` generations of `tokens` tokens (a run and its baseline)."""
+    """Seconds of GPU to ask for: `runs` generations of `tokens` tokens (a run and its baseline),
+    from SETUP_SECONDS to MAX_SECONDS whatever the counts (clamped before any float arithmetic)."""
+    tokens = max(0, min(tokens, math.ceil(MAX_SECONDS / SECONDS_PER_TOKEN)))
     return int(min(MAX_SECONDS, SETUP_SECONDS + SECONDS_PER_TOKEN * tokens * runs))
 
 

@@ -304,6 +304,21 @@ def test_sessions_a_client_makes_up_do_not_buy_more_places_than_its_address_allo
     assert len(gate) == 0
 
 
+def test_one_ipv6_48_cannot_fill_the_line_with_its_256_56s():
+    """A tunnel broker's free /48 is 256 /56s, each counted as a client: it holds a quarter of the
+    line, and a visitor from elsewhere still gets a place."""
+    gate = Gate(max_jobs=16, per_address=2)
+    held = [gate.ticket(f"s{i}", f"2001:470:abcd:{i // 2:02x}00::{i % 2 + 1}") for i in range(4)]
+    with pytest.raises(Busy, match=r"4 jobs from your network \(2001:470:abcd::/48\)"):
+        gate.ticket("s4", "2001:470:abcd:0700::1")
+    others = [gate.ticket("v4", "8.8.8.8"), gate.ticket("v6", "2001:470:abce::1")]  # another /48
+    held.pop().release()
+    gate.ticket("s5", "2001:470:abcd:0700::1").release()  # a place freed: the /48 may queue again
+    for t in held + others:
+        t.release()
+    assert len(gate) == 0 and gate.per_network == 4 and Gate(max_jobs=4, per_address=2).per_network == 2
+
+
 def test_a_full_line_refuses_new_jobs_and_a_silent_waiter_loses_its_place():
     gate = Gate(max_jobs=2, stale_after=0.2)
     head, silent = gate.ticket("a"), gate.ticket("b")

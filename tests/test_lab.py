@@ -294,3 +294,16 @@ def test_the_lab_plots_only_tokens_with_mass_and_never_prints_a_p_value_of_0():
     assert ids == [9, 3, 20] and names == ["t9", "t3", "t20"]  # by p + q: 0.8, 0.7, 0.5
     assert labview.pvalue_text(0.0) == "< 1e-300" and labview.pvalue_text(0.5) == "0.5"
     assert labview.pvalue_text(0.0009996) == "0.0009996"  # never rounded onto the bar
+
+
+def test_the_lab_names_every_token_on_its_own_bar_and_shows_tags_as_text():
+    from specviz import labview
+
+    class Pieces:  # ids 1 and 2: halves of one character, each decoding to U+FFFD alone
+        def decode(self, ids):
+            return {0: "<b>x</b>", 1: "\ufffd", 2: "\ufffd"}[ids[0]]
+
+    fig, _ = labview.monte_carlo(P, Q, None, 1_000, ["exact"], tokenizer=Pieces())
+    x = list(fig.data[0].x)
+    assert sorted(x) == sorted(["'\ufffd' #1", "'\ufffd' #2", "'&lt;b&gt;x&lt;/b&gt;'"])
+    assert list(fig.data[0].y) == [float(P[int(n[-1])]) if "#" in n else 0.2 for n in x]

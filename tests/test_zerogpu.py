@@ -15,6 +15,9 @@ def test_duration_grows_with_the_tokens_and_is_capped():
     assert zerogpu.duration(64) == int(20 + 0.1 * 64 * 2)  # a run and its baseline: 32 s
     assert zerogpu.duration(100, runs=1) == 30
     assert zerogpu.duration(10_000) == zerogpu.MAX_SECONDS
+    # counts no setting check has seen yet: a huge one never reaches float(), a negative one asks
+    # for the set-up alone, never for negative seconds
+    assert zerogpu.duration(10 ** 400) == zerogpu.MAX_SECONDS and zerogpu.duration(-10 ** 6) == 20
 
 
 def test_on_zerogpu_jobs_ask_spaces_for_their_duration(monkeypatch):
@@ -46,12 +49,19 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
     default = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def f", dtype="float32")
     demo = app.build(store, Limits(), default)
     run = next(f.fn for f in demo.fns.values() if f.api_name == "run")
-    values = [getattr(default, n) for n in ("pair", "target", "draft", "proposer", "k", "temperature",
-                                            "top_p", "top_k", "seed", "max_new_tokens", "prompt",
-                                            "chat", "dtype", "nodes", "branching")]
+    names = ("pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
+             "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching")
+    values = [getattr(default, n) for n in names]
     outputs = list(run(None, None, *values))
     assert outputs[-1][0].startswith("Done") and asked == [zerogpu.duration(12)]
     assert store.current().fast == "graphed"
+    # settings out of range are refused before the job asks for GPU time (or takes a gate place)
+    import gradio as gr
+
+    for bad in ({"max_new_tokens": 10 ** 400}, {"k": 999}):
+        with pytest.raises(gr.Error):
+            list(run(None, None, *[bad.get(n, v) for n, v in zip(names, values, strict=True)]))
+    assert asked == [zerogpu.duration(12)]
 
 
 def test_a_visitors_error_inside_a_zerogpu_job_keeps_its_message(monkeypatch, model_dirs):
@@ -82,9 +92,9 @@ def test_a_visitors_error_inside_a_zerogpu_job_keeps_its_message(monkeypatch, mo
     default = RunSettings(pair="tiny", chat=False, max_new_tokens=4, prompt="def f " * 40, dtype="float32")
     demo = app.build(store, Limits(max_prompt_tokens=20), default)
     run = next(f.fn for f in demo.fns.values() if f.api_name == "run")
-    values = [getattr(default, n) for n in ("pair", "target", "draft", "proposer", "k", "temperature",
-                                            "top_p", "top_k", "seed", "max_new_tokens", "prompt",
-                                            "chat", "dtype", "nodes", "branching")]
+    names = ("pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
+             "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching")
+    values = [getattr(default, n) for n in names]
     with pytest.raises(gr.Error, match=r"this deployment allows 20 .*shorten it"):
         list(run(None, None, *values))
 
