@@ -52,6 +52,7 @@ NO_SUCH_EVENT = "no such event in this app: call one the page offers (see 'Use v
 NOT_UTF8 = "a request's body must be UTF-8 JSON (as the page and gradio_client send it)"
 UNREAD_SECONDS = 900.0  # an unread result no longer counts against its address after this long
 MAX_URL = 4096  # bytes of a request's path, and of its query string
+_PAGE_QUERY = re.compile(r"/gradio_api/queue/(join|data)/?$")  # the page's query string appended
 _CALL = re.compile(r"/gradio_api/(call|run|api)/[^/]+/?$")  # each makes the body's session's page
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # a scheme: http:, https:, data:, file: ...
 _WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
@@ -272,9 +273,9 @@ class RequestGuard:
       one address expired another visitor's run in 13 s). A session hash may have MAX_SESSION
       characters (900 KB ones pinned 0.75 GiB).
     - A path or query string may have MAX_URL bytes (414; the page's own query, a share link
-      with its prompt, max_page_query), and an upload's `upload_id` is dropped: Gradio kept a
-      progress entry for each one for good (120 KB ids, 400 uploads: +43 MiB), and this app
-      reads no upload progress.
+      with its prompt, max_page_query, also where the page appends it: queue/join and
+      queue/data), and an upload's `upload_id` is dropped: Gradio kept a progress entry for each
+      one for good (120 KB ids, 400 uploads: +43 MiB), and this app reads no upload progress.
     """
 
     def __init__(self, app, *, max_body: int, max_upload: int, per_address: int,
@@ -366,7 +367,9 @@ class RequestGuard:
         received, over, answered = 0, None, False
         try:
             query = scope.get("query_string") or b""
-            most_query = self.max_page_query if path in ("", "/") else MAX_URL  # a share link: the page's
+            # a share link: the page's query, which Gradio's page also sends on joining the queue and
+            # reading its results (a long prompt's link opened, then every event failed with a 414)
+            most_query = self.max_page_query if path in ("", "/") or _PAGE_QUERY.search(path) else MAX_URL
             if len(path) > MAX_URL or len(query) > most_query:
                 raise Refused(414, f"the address is too long: at most {MAX_URL:,} characters of path and "
                                    f"{most_query:,} of query")

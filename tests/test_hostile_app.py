@@ -901,3 +901,11 @@ def test_a_share_link_with_the_longest_prompt_opens(demo):
     assert len(query) > 4 * 2**10
     assert httpx.get(f"{demo.url}?{query}", timeout=10).status_code == 200
     assert httpx.get(f"{demo.url}gradio_api/info?{query}", timeout=10).status_code == 414
+    # the page sends its query on joining the queue and reading results: the link's run went 414
+    joined = httpx.post(f"{demo.url}gradio_api/queue/join?{query}", json={}, timeout=10)
+    assert joined.status_code not in (413, 414) and "too long" not in joined.text
+    data = f"{demo.url}gradio_api/queue/data?{query}&session_hash=nobody"
+    with httpx.stream("GET", data, timeout=10) as read:
+        assert read.status_code == 200  # the event stream opens (and is closed here unread)
+    longer = f"{query}&x={'y' * (12 * limits.max_prompt_chars + 4096 - len(query))}"  # past the page's bound
+    assert httpx.post(f"{demo.url}gradio_api/queue/join?{longer}", json={}, timeout=10).status_code == 414
