@@ -138,8 +138,11 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
              max_new_tokens: int = 64, temperature: float = 0.0, top_k: int = 0,
              top_p: float = 1.0, seed: int = 0, chat: bool = False, ngram_size: int = 3,
              nodes: int | None = None, branching: int | None = None,
-             progress: bool = False) -> Iterator[RoundEvent | Reading]:
+             progress: bool = False, target: CachedLM | None = None) -> Iterator[RoundEvent | Reading]:
     """Speculative decoding on pair; yields one RoundEvent per target forward pass.
+
+    target: a target_lm(pair, ...) to run on, kept across runs (with a Proposer instance, its
+    draft's): a prompt it already holds is not read again. Unset, each run reads its own.
 
     proposer="tree" drafts a token tree of depth k: `nodes` caps the nodes verified per round
     (unset: sized each round from the measured verify cost), `branching` is each expanded
@@ -156,7 +159,7 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     pair.check_length(len(ids), max_new_tokens, room, drafted=proposer in NEEDS_DRAFT)
     length = run_length(ids, max_new_tokens, room)
     drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)
-    return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length, progress)
+    return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length, progress, target)
 
 
 def round_room(proposer, k: int, branching: int | None = None) -> int:
@@ -177,6 +180,12 @@ def cache_kwargs(model, fast: str, max_len: int | None) -> dict:
     return {"cache": cache, "steps": steps, "max_len": max_len}
 
 
+def target_lm(pair, max_len: int | None) -> CachedLM:
+    """The target's cache and steps for runs of up to max_len positions (run_length)."""
+    return CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
+                    **cache_kwargs(pair.target, pair.fast, max_len))
+
+
 def warm_widths(lm: CachedLM, prompt: list[int], widths) -> None:
     """Feed the prompt, then one pass of each width after it: on a compiled path each width's
     first use compiles and captures its step (21-26 s a shape on the H200 run), which then falls
@@ -194,9 +203,7 @@ def warm_steps(pair, k: int) -> None:
     reach: random weights rarely accept a whole draft), on the same cached steps a run then
     leases (lm._Slot)."""
     prompt = list(range(1, 9))
-    target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
-                      **cache_kwargs(pair.target, pair.fast, len(prompt) + k + 1))
-    warm_widths(target, prompt, (1, k + 1))
+    warm_widths(target_lm(pair, len(prompt) + k + 1), prompt, (1, k + 1))
     if pair.draft is not None:
         draft = draft_lm(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, len(prompt) + 2))
         warm_widths(draft, prompt, (1, 2))
@@ -234,9 +241,12 @@ def top2(top) -> list[list[tuple[int, float]]]:
 
 def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int,
             params: SamplingParams, seed: int, length: int | None = None,
-            progress: bool = False) -> Iterator[RoundEvent | Reading]:
-    target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine,
-                      **cache_kwargs(pair.target, pair.fast, length or run_length(ids, max_new_tokens, k)))
+            progress: bool = False, target: CachedLM | None = None) -> Iterator[RoundEvent | Reading]:
+    length = length or run_length(ids, max_new_tokens, k)
+    if target is None:
+        target = target_lm(pair, length)
+    elif target.model is not pair.target or (target.static and target.max_len < length):
+        raise ValueError(f"target: a target_lm of this pair's target with room for {length} positions")
     # the baseline's step and a full verify; narrower verifies are padded to k + 1 (CachedLM.forward)
     target.compiled_widths = {1, k + 1}
     # The chain and the target alone measure the target's shared verify line (the sizing drafters,

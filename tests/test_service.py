@@ -2,6 +2,7 @@
 
 import json
 import re
+from collections import Counter
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -71,6 +72,39 @@ def test_end_to_end_sampling_check(store):
     assert result["tv"] == pytest.approx(hand) and 0 < result["noise"] < 1 and 0 < result["pvalue"] <= 1
     with pytest.raises(ValueError, match="temperature above 0"):
         sample_continuations(store.current(), RunSettings(pair="tiny", temperature=0.0), 20)
+
+
+@pytest.mark.parametrize("proposer", ["draft", "tree"])
+def test_the_end_to_end_check_reads_its_prompt_once_and_samples_what_fresh_runs_sample(store, monkeypatch,
+                                                                                      proposer):
+    """Each sample read the whole prompt anew: on this CPU the embedded pair's 2 x 50 samples
+    outran the 300 s job limit. One target cache and one drafter now serve every sample, and the
+    samples are the ones that separate runs with the same seeds make."""
+    import specviz
+    from specviz import lm
+
+    s = RunSettings(pair="tiny", chat=False, prompt="The dog ran to the park and back. " * 6, temperature=1.0,
+                    top_k=3, k=2, dtype="float32", proposer=proposer, nodes=4, branching=2)
+    pair = store.get(s)
+    ids = pair.encode(s.prompt)
+    fed = {"target": 0, "draft": 0}
+    step = lm.step
+
+    def counted(model, cache, input_ids, *args, **kwargs):
+        which = "target" if model in (pair.target, pair.target.base_model) else "draft"
+        fed[which] += input_ids.shape[1]
+        return step(model, cache, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(lm, "step", counted)
+    result = sample_continuations(pair, s, 20)
+    # the prompt once each, then a few tokens a sample (each sample reading it: 40 and 20 times)
+    assert len(ids) > 60 and fed["target"] <= len(ids) + 6 * 40 and 0 < fed["draft"] <= len(ids) + 6 * 20, fed
+    monkeypatch.setattr(lm, "step", step)
+    kwargs = dict(k=2, max_new_tokens=2, temperature=1.0, top_k=3, nodes=4, branching=2)
+    fresh = {run: Counter(tuple(t for e in specviz.generate(pair, ids, proposer=name, seed=seed, **kwargs)
+                                for t in e.new_tokens) for seed in range(offset, offset + 20))
+             for run, name, offset in (("spec", proposer, 0), ("base", "none", 10**6))}
+    assert result["spec"] == fresh["spec"] and result["base"] == fresh["base"]
 
 
 def test_end_to_end_check_with_the_drafter_none_compares_two_runs(store):
