@@ -1,9 +1,10 @@
 """k explorer: from one greedy run, recompute exactly what any k would have done.
 
 A greedy run fixes the output for every k. Recording, for every output position, the target's
-token and the drafter's greedy token given the true prefix (one teacher-forced draft pass; for
-n-gram the lookup itself) is enough to replay the rounds, accepted lengths and passes for any k
-without calling a model. Time is predicted from the measured draft and target pass costs.
+token and the drafter's greedy token given the true prefix (the run's own drafts, and one
+teacher-forced draft pass where it drafted none; for n-gram the lookup itself) is enough to
+replay the rounds, accepted lengths and passes for any k without calling a model. Time is
+predicted from the measured draft and target pass costs.
 A run that ended at EOS leaves the draft model's tokens past its output unrecorded: a round
 there still drafts (and pays for) all the budget allows, as the engine does, but those drafts
 commit nothing, so only their count matters.
@@ -159,6 +160,9 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
         logits = logits[:, : pair.vocab_size].float()  # [n, vocab]
         guesses = logits.argmax(-1).tolist()
         confidences = logits.softmax(-1).amax(-1).tolist()
+        for i, token in run_drafts(stats.events).items():  # what the run's own passes drafted there
+            if i < len(guesses):
+                guesses[i] = token
     cost_d, cost_t = stats.draft_pass_seconds, stats.target_pass_seconds  # after round 1's prefills
     line = verify_line(stats.events, len(prompt_ids))
     out_pieces = token_pieces(pair.tokenizer, prompt_ids, output)
@@ -170,6 +174,16 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
     return Recording(proposer, list(prompt_ids), output, guesses, cost_d, cost_t, max_new_tokens,
                      ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences, line,
                      *((ngram_slope, ngram_step or 0.0) if proposer == "ngram" else (None, None)))
+
+
+def run_drafts(events) -> dict[int, int]:
+    """Output position -> the token the run's draft proposed there given the true prefix: each
+    round's drafts up to and including its first refused one (those after it followed a wrong
+    token). Every position but a bonus token's is one. The recording replays these, not its own
+    teacher-forced pass's: in bfloat16 a pass over the whole output can round a near-tie apart
+    from the run's one-token steps, and the replay at the run's own k then missed the run."""
+    return {e.position + j: t for e in events if getattr(e, "source", "draft") == "draft"
+            for j, t in enumerate(e.draft_tokens[: e.accepted + 1])}
 
 
 def verify_line(events, prompt_tokens: int) -> tuple[float, float] | None:

@@ -285,3 +285,31 @@ def test_the_explorer_states_gpu_and_cpu_pass_costs_to_three_significant_digits(
     # k = 2: one round drafts both tokens, keeps both: 2 * 1.4 + 9.2 + 2 * 0.04 = 12.08 ms
     assert "predicted 0.0121 s" in explorer_views(rec, 2, False, None, None)[1]
     assert [sig3(x) for x in (1234.6, 99.996, 0.5, 0)] == ["1,235", "100", "0.5", "0"]
+
+
+def test_the_recording_replays_the_runs_own_drafts_so_its_own_k_is_the_run(pair, monkeypatch):
+    """In bfloat16 the recording's one draft pass over the whole output could round a near-tie
+    apart from the run's one-token steps: on the embedded pair the replay at the run's own k made
+    12 passes where the run made 11. Where the run drafted (given the true prefix), its own drafts
+    are replayed; the teacher-forced pass fills only the positions it never drafted."""
+    pair.target.generation_config.eos_token_id = None
+    try:
+        measured = real(pair, "draft", 4)
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+    kept = next(e for e in measured.events if e.accepted)  # its first draft was kept
+    at, token = kept.position, kept.draft_tokens[0]
+    other = (token + 1) % pair.vocab_size
+    forward = pair.draft.forward
+
+    def near_tie(*args, **kwargs):  # the whole-output pass rounds position `at` to another token
+        out = forward(*args, **kwargs)
+        out.logits[0, at, other] = out.logits[0, at].max() + 1
+        return out
+
+    monkeypatch.setattr(pair.draft, "forward", near_tie)
+    rec = explorer.record(pair, pair.encode(PROMPT), measured, "draft", max_new_tokens=40)
+    assert rec.guesses[at] == token  # the run's own draft, not the pass's `other`
+    assert list(rec.committed(4)) == [len(e.new_tokens) for e in measured.events]
+    bonus = [e.position + e.k for e in measured.events if e.accepted == e.k]  # drafted by no round
+    assert set(explorer.run_drafts(measured.events)) == set(range(40)) - set(bonus) and bonus
