@@ -297,7 +297,8 @@ ADAPTIVE_DIFFERS = ("a prediction: past a refused draft the live draft's confide
 
 
 def spans(rep: Replay) -> list[Span]:
-    """Colour-coded spans of a replay: kept drafts, the first refused one, the target's token.
+    """Colour-coded spans of a replay: kept drafts, the target's token, the first refused draft
+    (render.round_spans' order, which shows the refused drafts after the token that replaced them).
     A draft-model round's drafts past the output's end (a run that ended at EOS) are not shown:
     the recording does not hold them, and they commit nothing."""
     rec, out = rep.recording, []
@@ -305,13 +306,12 @@ def spans(rep: Replay) -> list[Span]:
     for number, r in enumerate(rep.rounds, 1):
         for j in range(min(r.accepted, r.committed)):
             out.append(Span(piece(r.position + j), ACCEPTED, rec.output[r.position + j], number, j + 1))
+        i = r.position + r.accepted
+        if r.committed > r.accepted:  # the target's token, then the draft it replaced: as the Run tab
+            fate = TARGET if not r.k else BONUS if r.rejected_token is None else RECOVERED
+            out.append(Span(piece(i), fate, rec.output[i], number, 0))
         if r.rejected_token is not None:
-            i = r.position + r.accepted
             text = rec.guess_pieces[i] if rec.proposer == "draft" and rec.guess_pieces else \
                 (rec.token_text or {}).get(str(r.rejected_token), f"⟨{r.rejected_token}⟩")
             out.append(Span(text, REJECTED, r.rejected_token, number, r.accepted + 1))
-        if r.committed > r.accepted:
-            i = r.position + r.accepted
-            fate = TARGET if not r.k else BONUS if r.rejected_token is None else RECOVERED
-            out.append(Span(piece(i), fate, rec.output[i], number, 0))
     return out

@@ -313,3 +313,25 @@ def test_the_recording_replays_the_runs_own_drafts_so_its_own_k_is_the_run(pair,
     assert list(rec.committed(4)) == [len(e.new_tokens) for e in measured.events]
     bonus = [e.position + e.k for e in measured.events if e.accepted == e.k]  # drafted by no round
     assert set(explorer.run_drafts(measured.events)) == set(range(40)) - set(bonus) and bonus
+
+
+def test_the_explorer_shows_a_round_in_the_run_tabs_order(pair):
+    """Kept drafts, the target's token, then the refused draft: the explorer showed the refused
+    draft first, the Run tab after the token that replaced it."""
+    from specviz.render import REJECTED, all_spans
+
+    measured = real(pair, "draft", 4)
+    ids = pair.encode(PROMPT)
+    rec = explorer.record(pair, ids, measured, "draft", max_new_tokens=40)
+
+    def rounds(spans):  # per round: (fate, token) in order, only the first refused draft
+        out = {}
+        for s in spans:
+            shown = out.setdefault(s.round, [])
+            if s.fate != REJECTED or all(f != REJECTED for f, _ in shown):
+                shown.append((s.fate, s.token))
+        return out
+
+    assert any(e.accepted < e.k for e in measured.events)
+    run = all_spans(measured.events, pair.tokenizer, ids)
+    assert rounds(explorer.spans(explorer.replay(rec, 4))) == rounds(run)
