@@ -459,8 +459,9 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                             **views)
                 continue
             if shown():
-                yield _view(f"Baseline (target alone): {event.round} tokens", pair, spans, spec,
-                            RunStats.of(base_events), plots=plots(), **views)
+                made = f"{event.round} token{'s' * (event.round > 1)}"
+                yield _view(f"Baseline (target alone): {made}", pair, spans, spec, RunStats.of(base_events),
+                            plots=plots(), **views)
         store.baselines.put(key, tuple(base_events), time.time())
         note = ""
     else:
@@ -474,6 +475,9 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     if speedup is not None and speedup > NOISE_MARGIN * spec.tokens_per_pass:
         pace += (f" (more than its {spec.tokens_per_pass:.2f} tokens per target pass can explain: the "
                  "two runs were timed under different loads; run again for a fair race)")
+    elif speedup is not None and not spec.drafted and speedup < 1 / NOISE_MARGIN:
+        pace += (" (a run that drafted nothing does the target alone's work: the two runs were timed "
+                 "under different loads; run again for a fair race)")
     done = f"Done in {str(pair.dtype).removeprefix('torch.')}: {pace}{note}"
     status = f"{done}; greedy outputs {result.verdict}" if greedy else done
     chain = None

@@ -543,6 +543,26 @@ def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_exp
                                                NOISE_MARGIN * first.spec.tokens_per_pass)
 
 
+def test_a_run_that_drafted_nothing_well_behind_the_target_alone_says_the_loads_differed(store):
+    """A 'none' run does the baseline's work: a page said 0.69x with no word that the two runs were
+    timed under different loads (a reused baseline from a quieter moment)."""
+    from dataclasses import replace as swap
+
+    from specviz.service import Baselines
+
+    store.baselines = Baselines()
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def h", dtype="float32", seed=3,
+                    proposer="none")
+    first = list(run_views(store, s, Limits()))[-1]
+    ((key, (events, when)),) = store.baselines._runs.items()
+    # the same baseline, as if timed on a machine 1000x faster than the run about to be made
+    store.baselines.put(key, tuple(swap(e, elapsed=e.elapsed / 1000) for e in events), when)
+    again = list(run_views(store, s, Limits()))[-1]
+    assert not again.spec.drafted and again.spec.speedup_over(again.base) < 0.1
+    assert "a run that drafted nothing does the target alone's work: the two runs were timed" in again.status
+    assert ("drafted nothing" in first.status) == (first.spec.speedup_over(first.base) < 1 / 1.2)
+
+
 def test_a_compiled_pair_is_warmed_up_on_every_shape_a_default_run_feeds(compiled_pair, pair, monkeypatch):
     """On a dedicated GPU each shape's first use compiles and captures it (about 25 s a shape on
     the H200 run): the warm-up reaches the target's 1 and k + 1 and the draft's 1 and 2 at the
