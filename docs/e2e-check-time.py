@@ -1,6 +1,7 @@
 """Seconds a sample of the Exactness lab's end-to-end check takes on the embedded pair, side by
 side in one run: a fresh run per sample (each reading the prompt, as before the thirty-first stop)
-against service.continuations (one target cache and one drafter for every sample).
+against service.continuations (one target cache and one draft cache for every sample, the
+prompt read into both before either run's clock starts).
 
     PYTHONPATH=. python docs/e2e-check-time.py [samples]
 """

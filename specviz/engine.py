@@ -94,7 +94,9 @@ class Reading:
 
 def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
                   max_len: int | None = None, nodes: int | None = None,
-                  branching: int | None = None) -> Proposer:
+                  branching: int | None = None, draft: CachedLM | None = None) -> Proposer:
+    """A drafter by name (PROPOSERS); draft: the draft model's cache for it to draft on (draft_lm
+    of pair.draft, kept across runs), else a new one of max_len positions."""
     if not isinstance(proposer, str):
         return proposer
     if proposer not in PROPOSERS:
@@ -107,9 +109,9 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
     if proposer == "ngram":  # the prices stay as they are at the start of the run (replayable)
         return NgramProposer(ngram_size, *ngram_price(pair))
     if proposer == "tree":
-        return TreeProposer(pair.draft, pair.vocab_size, nodes, branching, VerifyCost.of(pair.target),
+        return TreeProposer(pair.draft, pair.vocab_size, nodes, branching, VerifyCost.of(pair.target), draft,
                             **cache_kwargs(pair.draft, pair.fast, max_len))
-    model = ModelProposer(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, max_len))
+    model = ModelProposer(pair.draft, pair.vocab_size, draft, **cache_kwargs(pair.draft, pair.fast, max_len))
     if proposer == "draft":
         return model
     adaptive = AdaptiveProposer(model, VerifyCost.of(pair.target))
@@ -141,8 +143,9 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
              progress: bool = False, target: CachedLM | None = None) -> Iterator[RoundEvent | Reading]:
     """Speculative decoding on pair; yields one RoundEvent per target forward pass.
 
-    target: a target_lm(pair, ...) to run on, kept across runs (with a Proposer instance, its
-    draft's): a prompt it already holds is not read again. Unset, each run reads its own.
+    target: a target_lm(pair, ...) to run on, kept across runs (and a proposer drafting on a kept
+    draft cache, make_proposer(draft=...)): a prompt it already holds is not read again. Unset,
+    each run reads its own.
 
     proposer="tree" drafts a token tree of depth k: `nodes` caps the nodes verified per round
     (unset: sized each round from the measured verify cost), `branching` is each expanded
@@ -155,8 +158,9 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     check_settings(k, max_new_tokens)
     check_tree_settings(nodes, branching)
     ids = pair.encode(prompt, chat=chat)
-    room = round_room(proposer, k, branching)
-    pair.check_length(len(ids), max_new_tokens, room, drafted=proposer in NEEDS_DRAFT)
+    name = getattr(proposer, "name", proposer)  # a Proposer instance's, as its name would
+    room = round_room(name, k, branching)
+    pair.check_length(len(ids), max_new_tokens, room, drafted=name in NEEDS_DRAFT)
     length = run_length(ids, max_new_tokens, room)
     drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)
     return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length, progress, target)
@@ -254,6 +258,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
     line = VerifyCost.of(pair.target) if isinstance(drafter, (ModelProposer, NoProposer)) else None
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     prompt_len, draft_passes, started = len(ids), 0, time.perf_counter()
+    passes_before = target.passes  # a target kept across runs counts on
     paused = 0.0  # seconds the caller held the generator between rounds: not the run's time
     prefill = {"draft": 0.0, "target": 0.0}  # each model's seconds reading a long prompt
     for name, lm in (("draft", getattr(drafter, "lm", None)), ("target", target)):
@@ -304,7 +309,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             round=round_, k=len(drafted), draft_tokens=list(drafted),
             accepted=verdict.accepted, token=verdict.token, kind=verdict.kind, new_tokens=new,
             target_probs=list(verdict.target_probs), draft_probs=list(verdict.draft_probs),
-            target_passes=target.passes, draft_passes=draft_passes,
+            target_passes=target.passes - passes_before, draft_passes=draft_passes,
             draft_seconds=draft.seconds + first * prefill["draft"],
             target_seconds=target.seconds - target_before + first * prefill["target"],
             round_seconds=now - round_start + first * before_round1, elapsed=now - started - paused,

@@ -81,9 +81,9 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
         t0, step, b = line
         ratio, slope, step = spec.draft_pass_seconds / t0, b / t0, step / t0
         stepped = f", any drafted pass +{step:.2f}·T₀" if step else ""
-        widths = {e.nodes for e in spec.events[1:] if e.nodes}
-        if len(widths) == 1 and not step:  # T0's rounds and one verify width: two points, a line
-            n = widths.pop()
+        n = spec.fixed_k
+        at_n = [e.target_seconds for e in spec.events[1:] if e.nodes == n]
+        if n and not step and at_n and math.isclose(t0 + b * n, sum(at_n) / len(at_n), rel_tol=1e-9):
             stepped += f"; a line through the 1- and {n + 1}-token passes: exact at k={n}, a guess elsewhere"
         # no draft pass after the one that fed it the prompt: C_D is that round's, prefill and all
         prefilled = (" from its first round, the prompt's prefill included"

@@ -258,7 +258,8 @@ def _verdict(variant: str, r: lab.CheckResult, p: torch.Tensor) -> str:
     (p, q) (a point-mass q), and a small bias can hide in too few trials."""
     if r.pvalue_vs_p < 1e-3:  # "below 0.001 flags a bias"
         return "<b>biased</b>"
-    off = lab.tv(r.predicted, torch.as_tensor(p, dtype=r.predicted.dtype) / float(sum(p)))
+    p = torch.as_tensor(p, dtype=r.predicted.dtype)
+    off = lab.tv(r.predicted, p / p.sum())
     if off < 1e-9:
         wrong = lab.VARIANTS[variant].startswith("wrong")
         return "matches p: exact for this q" if wrong else "matches p"

@@ -11,7 +11,7 @@ from itertools import accumulate
 from .engine import RoundEvent
 from .theory import expected_tokens_per_pass
 from .tree import REJECTED
-from .verifycost import MIN_SPREAD, fit_spread, split_step
+from .verifycost import MIN_ROUNDS, MIN_SPREAD, fit_spread, split_step
 
 
 def reach(event) -> int:
@@ -288,9 +288,10 @@ def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, fl
     the prefill) of spec and of base, the target alone. Where spec's drafted rounds spread
     (verifycost.fit_spread) their own line gives b and T0 + step, and the one-token rounds T0
     (step at least 0); else a straight line through every round (step 0), the one-token ones as
-    n = 0, as verifycost.VerifyCost does. Any span will do for that line where one-token rounds are
-    among them (MIN_ROUNDS at each end still): a chain's k-token passes and the target alone's
-    one-token ones price the run's own k exactly, (k C_D + T(k)) / T0, whatever k is. None where
+    n = 0, as verifycost.VerifyCost does, any span doing where one-token rounds are among them
+    (MIN_ROUNDS at each end still). A chain (fixed_k) beside one-token rounds gets the line
+    through their mean T0 and its k-wide rounds' mean T(k), its budget-cut rounds left out, so
+    break-even at its own k is exactly (k C_D + T(k)) / T0 wherever T(k) >= T0. None where
     neither fits (a fixed-k run without its baseline, whose few budget-cut last rounds are no line)
     or the fit has no positive intercept."""
     rounds = [(e.nodes, e.target_seconds) for e in spec.events[1:]]
@@ -301,6 +302,11 @@ def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, fl
     pieces = split_step(line, sum(alone) / len(alone)) if line is not None and alone else None
     if pieces is not None:
         return pieces
+    k = spec.fixed_k
+    at_k = [t for n, t in drafted if n == k]  # a chain's own width: not its budget-cut last rounds
+    if k and len(at_k) >= MIN_ROUNDS and len(alone) >= MIN_ROUNDS:
+        t0 = sum(alone) / len(alone)
+        return t0, 0.0, max(0.0, (sum(at_k) / len(at_k) - t0) / k)  # through T0 and T(k), b >= 0
     line = fit_spread([float(n) for n, _ in rounds], [t for _, t in rounds],
                       spread=1 if alone else MIN_SPREAD)
     return None if line is None else (line[0], 0.0, line[1])

@@ -21,7 +21,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from .lm import draft_lm, input_rows
+from .lm import CachedLM, draft_lm, input_rows
 from .sampling import SamplingParams, process
 from .verifycost import VERIFY_SLOPE, VerifyCost
 
@@ -199,9 +199,11 @@ class ModelProposer:
 
     name = "draft"
 
-    def __init__(self, model, vocab_size: int, **cache):
+    def __init__(self, model, vocab_size: int, lm: CachedLM | None = None, **cache):
+        """lm: the draft's cache to draft on, kept across runs (a prompt it holds is not read
+        again); unset, a new one (draft_lm with `cache`)."""
         self.vocab_size = vocab_size
-        self.lm = draft_lm(model, vocab_size, **cache)
+        self.lm = lm or draft_lm(model, vocab_size, **cache)
         self.readable = input_rows(model)
         self.stop = None  # optional: called with each token's confidence; True ends the draft
         self.report_confidences = False  # the adaptive drafter learns from them; plain drafts skip it

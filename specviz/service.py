@@ -24,6 +24,7 @@ from .engine import (
     NEEDS_DRAFT,
     Reading,
     RoundEvent,
+    cache_kwargs,
     generate,
     make_proposer,
     round_room,
@@ -34,7 +35,7 @@ from .engine import (
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .lab import two_sample_tv
-from .lm import resolve_fast
+from .lm import draft_lm, resolve_fast
 from .loading import Pair, default_device, load_pair, parse_dtype
 from .metrics import RunStats
 from .render import Span, round_spans, to_html
@@ -575,18 +576,25 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
     pair.check_length(len(prompt_ids), tokens, room, drafted=s.proposer in NEEDS_DRAFT)
     deadline = time.monotonic() + limits.max_job_seconds
     kwargs = dict(k=s.k, max_new_tokens=tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p)
-    # One target cache (and one drafter) for every sample: each reads the prompt the last one left
-    # there instead of reading it anew (on this CPU the embedded pair's samples took 3.3-3.9 s,
-    # nearly all of it the prompt, and 2 x 50 of them outran the 300 s job limit).
+    # One target cache and one draft cache for every sample: each reads only what the last one
+    # left past the prompt (on this CPU the embedded pair's samples took 3.3-3.9 s, nearly all of
+    # it the prompt, and 2 x 50 of them outran the 300 s job limit). A fresh drafter a sample, on
+    # the kept draft cache: the n-gram, adaptive and tree drafters learn from their rounds, and
+    # carried over they drafted differently from a run of their own. One untimed sample first
+    # reads the prompt into both caches, so that neither run's time holds it.
     length = run_length(prompt_ids, tokens, room)
     target = target_lm(pair, length)
+    draft = (draft_lm(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, length))
+             if s.proposer in NEEDS_DRAFT else None)
     counts, seconds, done = {}, {}, 0
     # Keyed by run, not by drafter: with the drafter "none" both runs are the target alone.
-    for run, name, offset in (("spec", s.proposer, 0), ("base", "none", 10**6)):  # independent seeds
+    for run, name, seeds in (("prompt", s.proposer, [2 * 10**6]), ("spec", s.proposer, range(n)),
+                             ("base", "none", range(10**6, 10**6 + n))):  # independent seeds
         start, c = time.perf_counter(), Counter()
-        proposer = make_proposer(pair, name, max_len=length, nodes=s.tree_nodes, branching=s.tree_branching)
-        for seed in range(offset, offset + n):
+        for seed in seeds:
             events = []
+            proposer = make_proposer(pair, name, max_len=length, nodes=s.tree_nodes,
+                                     branching=s.tree_branching, draft=draft)
             for event in generate(pair, prompt_ids, proposer=proposer, seed=seed, progress=True,
                                   target=target, **kwargs):
                 if not isinstance(event, Reading):
@@ -597,6 +605,8 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
                     return
                 else:
                     yield {"done": done, "of": 2 * n, "method": name}  # Stop acts here too
+            if run == "prompt":
+                continue
             c[tuple(RunStats.of(events).tokens)] += 1
             done += 1
             if time.monotonic() > deadline and done < 2 * n:
@@ -604,7 +614,8 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
                        "done": done, "of": 2 * n}
                 return
             yield {"done": done, "of": 2 * n, "method": name}  # Stop acts at each sample
-        counts[run], seconds[run] = c, time.perf_counter() - start
+        if run != "prompt":
+            counts[run], seconds[run] = c, time.perf_counter() - start
     spec, base = counts["spec"], counts["base"]
     outcomes = list(set(spec) | set(base))
     test = two_sample_tv(torch.tensor([spec[x] for x in outcomes]), torch.tensor([base[x] for x in outcomes]))

@@ -21,7 +21,7 @@ import time
 import numpy as np
 import torch
 
-from .lm import draft_lm, input_rows
+from .lm import CachedLM, draft_lm, input_rows
 from .proposers import Draft
 from .sampling import SamplingParams, process
 from .tree import TreeNode, check, first_branch
@@ -62,11 +62,11 @@ class TreeProposer:
     name = "tree"
 
     def __init__(self, model, vocab_size: int, nodes: int | None = None, branching: int | None = None,
-                 cost: VerifyCost | None = None, **cache):
+                 cost: VerifyCost | None = None, lm: CachedLM | None = None, **cache):
         check_tree_settings(nodes, branching)
         self.budget, self.branching, self.auto_width = nodes, branching or BRANCHING, branching is None
         self.vocab_size = vocab_size
-        self.lm = draft_lm(model, vocab_size, **cache)
+        self.lm = lm or draft_lm(model, vocab_size, **cache)  # lm: as ModelProposer's
         self.readable = input_rows(model)
         self.cost = cost or VerifyCost()
         self.kept, self.predicted = 2.0, 2.0  # c = kept / predicted

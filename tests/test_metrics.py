@@ -160,13 +160,21 @@ def test_break_even_at_a_small_k_prices_the_baselines_one_token_pass():
     # verify a round; the target alone 1.0 s a pass. A round costs 0.6 + 1.5 = 2.1 s where the
     # target alone makes 2.1 tokens: 2 tokens a pass is a loss (2 / 2.1 = 0.95x), not a win over
     # Leviathan's 1 + k C_D / C_T = 1 + 2 * 0.3 / 1.5 = 1.4.
-    spec = RunStats.of([dataclasses.replace(e, draft_seconds=0.6, target_seconds=5.0 if e.round == 1 else 1.5)
-                        for e in run([(2, 1)] * 10).events])
+    # (a last round the 22-token budget cut to one draft verifies 2 tokens in 1.3 s: not T(2))
+    spec = RunStats.of([dataclasses.replace(e, draft_seconds=0.3 * e.k, draft_passes=2 * e.round - (e.k == 1),
+                                            target_seconds=5.0 if e.round == 1 else 1.5 if e.k == 2 else 1.3)
+                        for e in run([(2, 1)] * 10 + [(1, 1)]).events])
+    assert spec.fixed_k == 2
     base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), target_seconds=5.0 if i == 1 else 1.0)
                         for i in range(1, 21)])
     assert target_line(spec, base) == pytest.approx((1.0, 0.0, 0.25))  # through T(0) = 1, T(2) = 1.5
     even = next(t for t in k_prediction(spec, base=base).data if t.name.startswith("break-even"))
     assert even.y[1] == pytest.approx(2.1) and spec.tokens_per_pass == 2.0
+    # a verify pass timed below the one-token pass (noise on a GPU): the slope stops at 0, and the
+    # label claims no exact k
+    fast = RunStats.of([dataclasses.replace(e, target_seconds=0.9) for e in spec.events])
+    assert target_line(fast, base) == pytest.approx((1.0, 0.0, 0.0))
+    assert "exact at" not in next(t for t in k_prediction(fast, base=base).data if t.name.startswith("break"))
     assert "exact at k=2, a guess elsewhere" in even.name
     # a k = 1 chain and its baseline fit too: T(0) = 1.0, T(1) = 1.2, C_D = 0.3: (0.3 + 1.2) / 1.0
     one = RunStats.of([dataclasses.replace(e, draft_seconds=0.3, target_seconds=5.0 if e.round == 1 else 1.2)
