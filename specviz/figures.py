@@ -85,6 +85,9 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
         at_n = [e.target_seconds for e in spec.events[1:] if e.nodes == n]
         if n and not step and at_n and math.isclose(t0 + b * n, sum(at_n) / len(at_n), rel_tol=1e-9):
             stepped += f"; a line through the 1- and {n + 1}-token passes: exact at k={n}, a guess elsewhere"
+        if not any(not e.nodes for e in spec.events[1:]) and not (base and base.events[1:]):
+            stepped += ("; no one-token pass measured yet: T₀ is the drafted rounds' line at 0 drafts, "
+                        "any step to a drafted pass in it")
         # no draft pass after the one that fed it the prompt: C_D is that round's, prefill and all
         prefilled = (" from its first round, the prompt's prefill included"
                      if "C_D" in spec.prefilled_costs else "")

@@ -211,8 +211,11 @@ def test_break_even_prices_the_step_to_a_drafted_pass_where_the_run_spreads_its_
     assert [round(y, 9) for y in even.y[:2]] == [round(0.69 / 0.365, 9), round(0.76 / 0.365, 9)]
     assert "any drafted pass +0.70·T₀" in even.name and "+0.05·T₀" in even.name
     # without the target alone's rounds there is no one-token pass to set the step against: the
-    # drafted line alone, no step
+    # drafted line alone, no step, and the label says what its T0 is
     assert target_line(spec) == pytest.approx((0.62, 0.0, 0.02))
+    alone = next(t for t in k_prediction(spec).data if t.name.startswith("break-even"))
+    assert "no one-token pass measured yet: T₀ is the drafted rounds' line at 0 drafts" in alone.name
+    assert "no one-token pass" not in even.name
 
 
 def test_the_run_tabs_plots_show_the_hand_counted_tokens_passes_and_seconds():
