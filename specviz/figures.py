@@ -31,11 +31,12 @@ def tokens_per_pass(spec: RunStats) -> go.Figure:
 
 
 def _both_runs(spec: RunStats, base: RunStats | None, x_of, mode: str, title: str, x: str) -> go.Figure:
-    """Tokens so far after each round, speculative and baseline, against x_of(event)."""
+    """Tokens so far after each round, speculative and baseline, against x_of(event); both from
+    the origin, so a run's wait for its first tokens (the prompt's reading) shows."""
     fig = go.Figure()
     for stats, name, color in ((spec, "speculative", SPEC), (base, "baseline", BASE)):
         if stats and stats.events:
-            fig.add_scatter(x=[x_of(e) for e in stats.events], y=stats.cumulative, name=name,
+            fig.add_scatter(x=[0] + [x_of(e) for e in stats.events], y=[0] + stats.cumulative, name=name,
                             mode=mode, line_color=color)
     return _layout(fig, title, x, "tokens")
 

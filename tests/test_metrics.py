@@ -233,10 +233,10 @@ def test_the_run_tabs_plots_show_the_hand_counted_tokens_passes_and_seconds():
     assert (list(bars.x), list(bars.y)) == ([1, 2, 3], [5, 2, 1])
     assert figures["tokens_per_pass"].layout.shapes[0].y0 == 1.0  # the baseline's token a pass
     (fast, alone), (fast_t, alone_t) = figures["cumulative"].data, figures["time"].data
-    assert (list(fast.x), list(fast.y)) == ([1, 2, 3], [5, 7, 8])
-    assert (list(alone.x), list(alone.y)) == (list(range(1, 9)), list(range(1, 9)))
-    assert (list(fast_t.x), list(fast_t.y)) == ([1.5, 2.0, 2.5], [5, 7, 8])
-    assert (list(alone_t.x), list(alone_t.y)) == ([0.5 * i for i in range(1, 9)], list(range(1, 9)))
+    assert (list(fast.x), list(fast.y)) == ([0, 1, 2, 3], [0, 5, 7, 8])  # from the origin
+    assert (list(alone.x), list(alone.y)) == (list(range(9)), list(range(9)))
+    assert (list(fast_t.x), list(fast_t.y)) == ([0, 1.5, 2.0, 2.5], [0, 5, 7, 8])
+    assert (list(alone_t.x), list(alone_t.y)) == ([0.5 * i for i in range(9)], list(range(9)))
 
 
 def test_a_run_that_drafted_nothing_says_why_its_k_plot_is_empty():
