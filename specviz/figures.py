@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from collections import Counter
 
 import plotly.graph_objects as go
@@ -191,4 +192,15 @@ def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = 
                "time": tokens_over_time(spec, base)}
     if spec.is_tree:
         figures |= {"tree_nodes": tree_nodes(spec), "tree_chain": tree_vs_chain(spec, chain, k)}
+    for fig in figures.values():
+        fig.for_each_trace(lambda t: t.update(name=wrapped(t.name)) if t.name else None)
     return figures
+
+
+LEGEND_CHARS = 80  # a legend entry's line: the page's plots are about 600 px wide
+
+
+def wrapped(name: str) -> str:
+    """A legend entry in lines of at most LEGEND_CHARS (plotly's legend never wraps: a break-even
+    line's measured costs ran off the plot's edge)."""
+    return "<br>".join(textwrap.wrap(name, LEGEND_CHARS)) if len(name) > LEGEND_CHARS else name

@@ -239,6 +239,24 @@ def test_the_run_tabs_plots_show_the_hand_counted_tokens_passes_and_seconds():
     assert (list(alone_t.x), list(alone_t.y)) == ([0.5 * i for i in range(9)], list(range(9)))
 
 
+def test_the_pages_legend_entries_wrap_instead_of_running_off_the_plot():
+    import dataclasses
+
+    from specviz.figures import LEGEND_CHARS, all_figures, k_prediction
+
+    spec = RunStats.of([dataclasses.replace(e, draft_seconds=0.6, target_seconds=1.5)
+                        for e in run([(2, 1)] * 10).events])
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), target_seconds=1.0)
+                        for i in range(1, 21)])
+
+    def even(data):
+        return next(t.name for t in data if t.name.startswith("break-even"))
+
+    long, shown = even(k_prediction(spec, base=base).data), even(all_figures(spec, base)["k_prediction"].data)
+    assert len(long) > 1.5 * LEGEND_CHARS and shown.replace("<br>", " ") == long
+    assert max(len(line) for line in shown.split("<br>")) <= LEGEND_CHARS
+
+
 def test_a_run_that_drafted_nothing_says_why_its_k_plot_is_empty():
     from specviz.figures import k_prediction
 
