@@ -95,8 +95,8 @@ class Reading:
 def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
                   max_len: int | None = None, nodes: int | None = None,
                   branching: int | None = None, draft: CachedLM | None = None) -> Proposer:
-    """A drafter by name (PROPOSERS); draft: the draft model's cache for it to draft on (draft_lm
-    of pair.draft, kept across runs), else a new one of max_len positions."""
+    """A drafter by name (PROPOSERS); draft: the draft model's cache for it to draft on
+    (pair_draft_lm, kept across runs), else a new one of max_len positions."""
     if not isinstance(proposer, str):
         return proposer
     if proposer not in PROPOSERS:
@@ -108,10 +108,10 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
         return NoProposer()
     if proposer == "ngram":  # the prices stay as they are at the start of the run (replayable)
         return NgramProposer(ngram_size, *ngram_price(pair))
+    draft = pair_draft_lm(pair, max_len) if draft is None else draft
     if proposer == "tree":
-        return TreeProposer(pair.draft, pair.vocab_size, nodes, branching, VerifyCost.of(pair.target), draft,
-                            **cache_kwargs(pair.draft, pair.fast, max_len))
-    model = ModelProposer(pair.draft, pair.vocab_size, draft, **cache_kwargs(pair.draft, pair.fast, max_len))
+        return TreeProposer(pair.draft, pair.vocab_size, nodes, branching, VerifyCost.of(pair.target), draft)
+    model = ModelProposer(pair.draft, pair.vocab_size, draft)
     if proposer == "draft":
         return model
     adaptive = AdaptiveProposer(model, VerifyCost.of(pair.target))
@@ -190,6 +190,11 @@ def target_lm(pair, max_len: int | None) -> CachedLM:
                     **cache_kwargs(pair.target, pair.fast, max_len))
 
 
+def pair_draft_lm(pair, max_len: int | None) -> CachedLM:
+    """The draft's cache and steps for runs of up to max_len positions, as target_lm the target's."""
+    return draft_lm(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, max_len))
+
+
 def warm_widths(lm: CachedLM, prompt: list[int], widths) -> None:
     """Feed the prompt, then one pass of each width after it: on a compiled path each width's
     first use compiles and captures its step (21-26 s a shape on the H200 run), which then falls
@@ -209,8 +214,7 @@ def warm_steps(pair, k: int) -> None:
     prompt = list(range(1, 9))
     warm_widths(target_lm(pair, len(prompt) + k + 1), prompt, (1, k + 1))
     if pair.draft is not None:
-        draft = draft_lm(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, len(prompt) + 2))
-        warm_widths(draft, prompt, (1, 2))
+        warm_widths(pair_draft_lm(pair, len(prompt) + 2), prompt, (1, 2))
 
 
 def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],

@@ -162,7 +162,7 @@ def _top(p, q, labels, tokenizer=None) -> tuple[list[int], list[str]]:
         names = [repr(tokenizer.decode([i])) if tokenizer is not None else str(i) for i in ids]
     seen = Counter(names)  # byte pieces of one character all decode to '\ufffd': one bar each
     names = [f"{n} #{i}" if seen[n] > 1 else n for n, i in zip(names, ids, strict=True)]
-    return ids, [n.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") for n in names]  # plotly
+    return ids, [html.escape(n, quote=False) for n in names]  # plotly reads tags in its labels
 
 
 def pvalue_text(p: float) -> str:

@@ -24,9 +24,9 @@ from .engine import (
     NEEDS_DRAFT,
     Reading,
     RoundEvent,
-    cache_kwargs,
     generate,
     make_proposer,
+    pair_draft_lm,
     round_room,
     run_length,
     target_lm,
@@ -35,7 +35,7 @@ from .engine import (
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .lab import two_sample_tv
-from .lm import draft_lm, resolve_fast
+from .lm import resolve_fast
 from .loading import Pair, default_device, load_pair, parse_dtype
 from .metrics import RunStats
 from .render import Span, round_spans, to_html
@@ -584,8 +584,7 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
     # reads the prompt into both caches, so that neither run's time holds it.
     length = run_length(prompt_ids, tokens, room)
     target = target_lm(pair, length)
-    draft = (draft_lm(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, length))
-             if s.proposer in NEEDS_DRAFT else None)
+    draft = pair_draft_lm(pair, length) if s.proposer in NEEDS_DRAFT else None
     counts, seconds, done = {}, {}, 0
     # Keyed by run, not by drafter: with the drafter "none" both runs are the target alone.
     for run, name, seeds in (("prompt", s.proposer, [2 * 10**6]), ("spec", s.proposer, range(n)),
