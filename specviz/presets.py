@@ -198,9 +198,12 @@ def large_models_fit(dtype: str | None = None) -> tuple[bool, str]:
 
 
 def large_flag() -> bool | None:
-    """SPECVIZ_ALLOW_LARGE_MODELS: True (1, on, ...), False (0, off, ...), or None when unset (the
-    machine's memory decides, per dtype: large_models_fit)."""
-    return flag(os.environ.get("SPECVIZ_ALLOW_LARGE_MODELS", "").strip())
+    """SPECVIZ_ALLOW_LARGE_MODELS: True (1, on, ...), False (0, off, ...), or when unset False on a
+    Hugging Face Space (SPACE_ID: a visitor's first pick would start a 15 GB download that holds
+    the model line and that Stop cannot interrupt) and None elsewhere (the machine's memory decides,
+    per dtype: large_models_fit)."""
+    value = flag(os.environ.get("SPECVIZ_ALLOW_LARGE_MODELS", "").strip())
+    return False if value is None and os.environ.get("SPACE_ID") else value
 
 
 def too_large(key: str, allow_large: bool | None = None, dtype: str | None = None) -> str | None:

@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.pop("SPACE_ID", None)  # a Space changes deployment defaults; tests that need one set it
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -740,9 +740,15 @@ def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(m
                            ("False", False), ("", False), ("maybe", False)):  # any case, as HF's
         monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", value)
         assert Limits.from_env().allow_custom is allowed, value
-    for value, allowed in (("ON", True), ("Off", False)):
+    for value, allowed in (("ON", True), ("Off", False), ("", None)):
         monkeypatch.setenv("SPECVIZ_ALLOW_LARGE_MODELS", value)
         assert Limits.from_env().allow_large is allowed, value
+    # on a Space, unset means off: a visitor's pick would start a 15 GB download in the model line
+    monkeypatch.setenv("SPACE_ID", "someone/specviz")
+    for value, allowed in (("ON", True), ("Off", False), ("", False)):
+        monkeypatch.setenv("SPECVIZ_ALLOW_LARGE_MODELS", value)
+        assert Limits.from_env().allow_large is allowed, value
+    assert "off on this deployment" in presets.too_large("qwen2.5-7b", Limits.from_env().allow_large)
 
 
 def test_saving_again_writes_nothing_new(demo):
