@@ -96,7 +96,7 @@ def summarize(records: list[Record]) -> dict:
                     row["alpha"] = alpha
             if rs[0].decode_seconds is not None:  # specviz's runs: the rate with the prompt paid
                 decode = sum(r.decode_seconds for r in rs)
-                row["decode_tokens_per_second"] = sum(r.decode_tokens for r in rs) / decode if decode else 0.0
+                row["decode_tokens_per_second"] = sum(r.decode_tokens for r in rs) / decode if decode else None
             if rs[0].nodes_verified is not None and rs[0].target_passes is not None:
                 nodes = sum(r.nodes_verified for r in rs)
                 row |= {"nodes_per_round": nodes / sum(r.target_passes for r in rs),
@@ -248,8 +248,9 @@ def per_prompt_table(prompts: dict, methods: list[str]) -> str:
 
 
 def _times(ratio: float | None) -> str:
-    """A speedup as shown: "1.23x", or "-" where its baseline did not run."""
-    return "-" if ratio is None else f"{ratio:.2f}x"
+    """A speedup as shown: "1.23x" ("0.996x" where two decimals would round it onto the baseline's
+    1.00x), or "-" where its baseline did not run."""
+    return "-" if ratio is None else f"{beside(ratio, 1.0)}x"
 
 
 def _speed_rows(summary: dict, classes: list[str], cell) -> list[tuple[str, list[str]]]:
@@ -263,7 +264,7 @@ def table(summary: dict) -> str:
     lines = [f"{'method':22}" + "".join(f"{c:>24}" for c in classes),
              f"{'':22}" + "".join(f"{'tok/s  speedup  vs hf':>24}" for _ in classes)]
     cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):8.2f} {_times(r.get('speedup')):>8} "  # noqa: E731
-                          f"{'  - ' if vs is None else f'{vs:.2f}':>6}")
+                          f"{'  - ' if vs is None else beside(vs, 1.0):>6}")
     for method, cells in _speed_rows(summary, classes, cell):
         lines.append(f"{method:22}" + "".join(f"{c:>24}" for c in cells))
     return "\n".join(lines)
@@ -283,7 +284,7 @@ def markdown(summary: dict, meta: dict) -> str:
     classes = [c for c in next(iter(summary.values())) if c != "all"] + ["all"]
     head = "| method | " + " | ".join(classes) + " |\n|" + " --- |" * (len(classes) + 1)
     cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):.2f} tok/s, {_times(r.get('speedup'))}"  # noqa: E731
-                          + ("" if vs is None else f", {vs:.2f} vs hf"))
+                          + ("" if vs is None else f", {beside(vs, 1.0)} vs hf"))
     rows = _speed_rows(summary, classes, cell)
     speed = [head] + [f"| {m} | " + " | ".join(cells) + " |" for m, cells in rows]
     detail = ["| method | tokens/pass | α per token | nodes/round | draft / target / other time | peak RSS "
@@ -376,7 +377,7 @@ def html_report(summary: dict, path: Path, title: str) -> None:
     classes = [c for c in next(iter(summary.values()))]
     fig = go.Figure()
     for method, rows in summary.items():
-        fig.add_bar(name=method, x=classes, y=[rows[c].get("speedup", 0) for c in classes])
+        fig.add_bar(name=method, x=classes, y=[rows[c].get("speedup") for c in classes])  # None: a gap
     fig.add_hline(y=1.0, line_dash="dash")
     fig.update_layout(title=title, yaxis_title="speedup over own baseline", barmode="group",
                       height=600)

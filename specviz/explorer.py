@@ -116,6 +116,7 @@ class Replay:
     k: int | str  # the fixed k, or "adaptive"
     rounds: tuple[Round, ...]
     recording: Recording
+    k_max: int = 0  # the adaptive rule's bound (the live run's k: its verifies pad to k_max + 1)
 
     @property
     def target_passes(self) -> int:
@@ -284,7 +285,7 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
                          r.k * rule.draft_pass + rule.round_target(r.k))
         rounds.append(r)
         pos += r.committed
-    return Replay("adaptive", tuple(rounds), rec)
+    return Replay("adaptive", tuple(rounds), rec, k_max)
 
 
 ADAPTIVE_DIFFERS = ("a prediction: past a refused draft the live draft's confidences follow its own "

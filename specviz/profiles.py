@@ -270,7 +270,7 @@ def passes_of(run) -> Passes:
     if hasattr(run, "widths") and hasattr(run, "draft_passes"):  # explorer.Point
         return Passes(run.draft_passes, dict(run.widths), k=run.k)
     if hasattr(run, "rounds") and hasattr(run, "recording"):  # explorer.Replay
-        k = run.k if isinstance(run.k, int) else max((r.k for r in run.rounds), default=0)  # adaptive
+        k = run.k if isinstance(run.k, int) else run.k_max  # adaptive: the live run pads to k_max + 1
         return Passes(run.draft_passes, dict(Counter(r.k + 1 for r in run.rounds)), k=k)
     events = list(run)
     if events and not all(hasattr(e, "k") and hasattr(e, "draft_passes") for e in events):

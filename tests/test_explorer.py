@@ -140,6 +140,22 @@ def test_adaptive_replay_prices_a_draft_by_the_runs_verify_line():
     assert [r.k for r in explorer.replay_adaptive(flat, 16).rounds[:3]] == [4, 4, 13]
 
 
+def test_an_adaptive_replay_is_priced_at_the_live_runs_padded_width_on_a_compiled_path():
+    """The live adaptive run (k = k_max) pads every verify to k_max + 1 on a compiled path; the
+    replay was priced at its widest draft + 1 (4 + 1 here, not 16 + 1)."""
+    from specviz import profiles
+
+    output = list(range(100, 110))
+    rec = explorer.Recording("draft", [1, 2, 3], output, guesses=list(output), draft_pass_seconds=0.01,
+                             target_pass_seconds=0.2, max_new_tokens=10, confidences=[0.5] * 10,
+                             verify_line=(0.2, 0.0))
+    rep = explorer.replay_adaptive(rec, 16)
+    assert [r.k for r in rep.rounds] == [4, 4] and rep.k_max == 16  # 5 + 5 tokens
+    passes = profiles.passes_of(rep)
+    assert passes == profiles.Passes(8, {5: 2}, k=16)
+    assert [profiles.fed(w, passes, compiled=True) for w in (5, 1)] == [17, 1]
+
+
 def test_adaptive_replay_of_a_run_that_ended_at_eos_drafts_only_what_was_recorded():
     """A run that stopped at EOS after 20 of its 64 tokens holds 20 confidences; confident ones
     let the rule draft on past them, where the replay has nothing to read: it stops there."""
