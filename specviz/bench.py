@@ -25,7 +25,7 @@ from transformers import GenerationConfig
 
 from . import benchreport as report
 from . import profiles, quant
-from .benchreport import TREE_NAME, tree_method, tree_name
+from .benchreport import ALONE, TREE_NAME, tree_method, tree_name
 from .compare import compare, first_difference
 from .engine import MAX_K, generate
 from .loading import Pair
@@ -275,8 +275,10 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
     encoded = [pair.encode(p["prompt"], chat=True) for p in prompts]
     # warm-up; a chain's rounds also start the target's verify line, which the baseline's rounds
     # complete before the first n-gram run reads it (engine.ngram_price)
-    list(generate(pair, encoded[0], proposer="draft" if pair.draft is not None else "ngram",
+    list(generate(spec_pair, encoded[0], proposer="draft" if spec_pair.draft is not None else "ngram",
                   max_new_tokens=24))
+    if "hf:target" in table:  # transformers' generate warms its own paths (its first call ran 15% slow)
+        table["hf:target"][2](pair, encoded[0], 8)
     if any(tree_method(name) for name in table):
         list(generate(spec_pair, encoded[0], proposer="tree", max_new_tokens=8))  # the tree paths too
     reference: dict[tuple[str, int], list[int]] = {}  # (family, prompt) -> target alone's output
@@ -291,11 +293,10 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                     tokens, details = runner(on, ids, max_new_tokens)
                     seconds = time.perf_counter() - start
                 stats = details.pop("_stats", None)
-                if name in ("hf:target", "specviz:none", "specviz:none-plainhead") \
-                        and (family, i) not in reference:
+                ref = reference.get((family, i))
+                if name in ALONE and ref is None:  # it sets its family's reference: nothing to compare
                     reference[family, i] = tokens  # each family against its own target alone
                     alone[family, i] = stats
-                ref = reference.get((family, i))
                 diff = None if ref is None else first_difference(tokens, ref)
                 why = None if diff is None else explain(stats, alone.get((family, i)), on)
                 rec = Record(name, family, k, i, p["class"], repeat, len(tokens), seconds,
@@ -388,6 +389,11 @@ def cmd_bench(args) -> int:
         tree_nodes = tuple(int(n) for n in args.tree_nodes.split(",") if n.strip())
     except (OSError, ValueError) as e:
         raise ValueError(f"bad --prompts, --ks or --tree-nodes: {e}") from e
+    if not isinstance(prompts, list) or not prompts or not all(
+            isinstance(p, dict) and isinstance(p.get("prompt"), str) and isinstance(p.get("class"), str)
+            for p in prompts):
+        raise ValueError(f"--prompts {args.prompts}: give a JSON list of one or more "
+                         '{"class": ..., "prompt": ...} objects (assets/bench_prompts.json is one)')
     if any(not 1 <= k <= MAX_K for k in ks) or args.max_new_tokens < 1 or args.repeats < 1:
         raise ValueError(f"--ks must be in 1..{MAX_K}, --max-new-tokens and --repeats >= 1")
     for nodes in tree_nodes:

@@ -96,7 +96,8 @@ def summarize(records: list[Record]) -> dict:
                     row["alpha"] = alpha
             if rs[0].decode_seconds is not None:  # specviz's runs: the rate with the prompt paid
                 decode = sum(r.decode_seconds for r in rs)
-                row["decode_tokens_per_second"] = sum(r.decode_tokens for r in rs) / decode if decode else None
+                row["decode_tokens_per_second"] = (sum(r.decode_tokens for r in rs) / decode
+                                                   if decode else None)
             if rs[0].nodes_verified is not None and rs[0].target_passes is not None:
                 nodes = sum(r.nodes_verified for r in rs)
                 row |= {"nodes_per_round": nodes / sum(r.target_passes for r in rs),
@@ -295,9 +296,11 @@ def markdown(summary: dict, meta: dict) -> str:
         split = (f"{r['draft_share']:.0%} / {r['target_share']:.0%} / {r['other_share']:.1%}"
                  if "draft_share" in r else "-")
         tpp = f"{r['tokens_per_pass']:.2f}" if "tokens_per_pass" in r else "-"
-        alpha = f"{r['alpha']:.2f}" if "alpha" in r else "-"
+        # a tree's accepted / (accepted + refused siblings) is not a chain's α: its table shows per node
+        alpha = f"{r['alpha']:.2f}" if "alpha" in r and not tree_method(method) else "-"
         nodes = f"{r['nodes_per_round']:.1f}" if "nodes_per_round" in r else "-"
         same = (f"{r['matches_target']}/{r['compared']}" if r.get("compared", r["runs"])
+                else "the reference (its first run of each prompt)" if method in ALONE
                 else "not compared (its target alone did not run)")
         detail.append(f"| {method} | {tpp} | {alpha} | {nodes} | {split} | {r['peak_rss_gib']:.1f} GiB | "
                       f"{same} |")

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from .digits import beside, percent
 from .engine import MAX_K, PROPOSERS
 from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
 
@@ -95,6 +96,9 @@ def cmd_run(args) -> int:
     branching = args.branching  # None: the width adapts
     check_tree_settings(args.nodes, branching)
     pair = load_from_args(args)
+    from .service import warm_up
+
+    warm_up(pair, args.k)  # the timed run starts warm, as its baseline (which runs second) did
     settings = dict(k=args.k, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                     top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat,
                     ngram_size=args.ngram)
@@ -134,13 +138,13 @@ def cmd_run(args) -> int:
           f"({stats.tokens_per_pass:.2f} per pass), {stats.draft_passes} draft passes; "
           + run_line(stats))
     print(f"acceptance by position{' along the walked branch' if stats.is_tree else ''}: "
-          f"{', '.join('-' if a is None else f'{a:.0%}' for a in stats.acceptance_by_position)}")
+          f"{', '.join('-' if a is None else percent(a, 0) for a in stats.acceptance_by_position)}")
     print(f"{stats.wall_seconds:.2f} s, {stats.tokens_per_second:.2f} tok/s "
           f"(draft {stats.draft_seconds:.2f} s, target {stats.target_seconds:.2f} s, "
           f"other {stats.overhead_seconds:.3f} s)")
     if args.compare_baseline and summary["identical_to_baseline"] is None:
         print(f"baseline: {summary['baseline_tokens_per_second']:.2f} tok/s, speedup "
-              f"{summary['speedup']:.2f}x; outputs not compared: a sampled run follows the target's "
+              f"{beside(summary['speedup'], 1.0)}x; outputs not compared: a sampled run follows the target's "
               "distribution, not its draws (the exactness lab tests the distribution)")
     elif args.compare_baseline:
         same = "identical" if summary["identical_to_baseline"] else (
@@ -148,7 +152,7 @@ def cmd_run(args) -> int:
             f"(top-2 logit margin {summary['margin_speculative']:.4g} speculative, "
             f"{summary['margin_baseline']:.4g} baseline)")
         print(f"baseline: {summary['baseline_tokens_per_second']:.2f} tok/s, speedup "
-              f"{summary['speedup']:.2f}x; output {same}")
+              f"{beside(summary['speedup'], 1.0)}x; output {same}")
         print(f"compared: {pair.numerics}")
     return 0
 
@@ -162,9 +166,9 @@ def run_line(stats) -> str:
     if not stats.drafted:  # as the page shows "—": nothing was tested
         return "nothing drafted: no acceptance to report"
     predicted = stats.predicted_tokens_per_pass
-    return (f"per-token acceptance α {stats.alpha:.1%}"
+    return (f"per-token acceptance α {percent(stats.alpha)}"
             + ("" if predicted is None else f" (i.i.d. prediction {predicted:.2f}/pass)")
-            + f", accepted/drafted {stats.acceptance_rate:.1%}")
+            + f", accepted/drafted {percent(stats.acceptance_rate)}")
 
 
 def cmd_presets(args) -> int:

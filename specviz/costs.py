@@ -130,10 +130,11 @@ def cmd_costs(args) -> int:
     print("target pass by tokens verified: " + ", ".join(
         f"{n}: {sig3(ms)} ms ({ms / base:.2f}x)" for n, ms in result["target_ms"].items()))
     fit = result["verify_fit"]
-    print(f"verify slope: one more verified token costs {fit['slope']:.4f} of a 1-token pass (least squares "
-          f"T(n) = {sig3(fit['pass_ms'])} ms + {sig3(fit['per_token_ms'])} ms * n over widths "
-          f"{min(result['target_ms'])}..{max(result['target_ms'])}); this sizes adaptive drafts and "
-          f"token trees (prior {VERIFY_SLOPE})")
+    print(f"verify slope: one more verified token costs {fit['slope']:.4f} of the line's 1-token pass "
+          f"(least squares T(n) = {sig3(fit['pass_ms'])} ms + {sig3(fit['per_token_ms'])} ms * n, n = "
+          f"drafted tokens = width - 1, over widths {min(result['target_ms'])}..{max(result['target_ms'])}; "
+          f"or {sig3(fit['per_token_ms'] / base)} of the measured 1-token pass); this sizes adaptive drafts "
+          f"and token trees (prior {VERIFY_SLOPE})")
     if "step" in fit:
         widest = max(result["target_ms"])
         print(f"in two pieces: a drafted pass costs {1 + fit['step']:.3f} of a 1-token pass plus "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
+from .digits import percent
 from .engine import RoundEvent
 from .metrics import RunStats
 from .render import shown, target_fate
@@ -177,7 +178,7 @@ def overview_html(events: Sequence[RoundEvent], pieces_of: Pieces, current: int 
     trees = [e for e in events if e.tree]
     summary = (f"{len(trees)} of {len(events)} rounds verified a tree: {stats.nodes_verified} nodes "
                f"({stats.nodes_per_round()}), {stats.accepted} accepted "
-               f"({stats.accepted_per_node:.1%} of the nodes), {stats.tokens_per_pass:.2f} tokens per "
+               f"({percent(stats.accepted_per_node)} of the nodes), {stats.tokens_per_pass:.2f} tokens per "
                "target pass.")
     shown = events[-OVERVIEW_ROUNDS:]
     if len(events) > len(shown):

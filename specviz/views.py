@@ -6,7 +6,7 @@ import html
 import math
 
 from .compare import Comparison
-from .digits import beside
+from .digits import beside, percent
 from .metrics import RunStats
 from .render import HTML_BUDGET, Span, ascii_html, more_note, shown, within
 from .untrusted import visible_bidi
@@ -75,13 +75,13 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
         rows += [row("drafted tokens verified (tree nodes; a chain: k a round)",
                      lambda r: f"{r.nodes_verified}"),
                  row("depth drafted a round (mean; k caps a tree's)", lambda r: f"{r.draft_depth:.1f}"),
-                 row("accepted per verified token", lambda r: f"{r.accepted_per_node:.1%}")]
+                 row("accepted per verified token", lambda r: percent(r.accepted_per_node))]
     rows += [
         row("per-token acceptance α = accepted / (accepted + rejections)"
             + (" (a tree: rejections = candidates refused)" if tree else ""),
-            lambda r: f"{r.alpha:.1%}" if r.drafted else "—"),
+            lambda r: percent(r.alpha) if r.drafted else "—"),
         *([] if tree else [row("acceptance rate = accepted / drafted",
-                               lambda r: f"{r.acceptance_rate:.1%}" if r.drafted else "—")]),
+                               lambda r: percent(r.acceptance_rate) if r.drafted else "—")]),
         row("i.i.d. prediction: mean over rounds of (1 − α^(kᵢ+1))/(1 − α), kᵢ the drafts round i "
             "could keep (k, less where the budget or an EOS cut it)", _predicted),
         row("elapsed", lambda r: f"{r.wall_seconds:.2f} s", f"{b.wall_seconds:.2f} s" if b else ""),

@@ -97,6 +97,33 @@ def test_bad_tree_arguments_fail_before_loading_with_one_line(argv, capsys):
     assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("specviz: error:"), err
 
 
+@pytest.mark.parametrize("prompts", ["[]", "{}", '[{"class": "c"}]', '["def f"]'])
+def test_a_bench_prompt_file_without_prompts_fails_before_loading_with_one_line(prompts, tmp_path, capsys,
+                                                                               monkeypatch):
+    from specviz import cli
+
+    monkeypatch.setattr(cli, "load_from_args", lambda args: pytest.fail("loaded the models"))
+    path = tmp_path / "p.json"
+    path.write_text(prompts)
+    assert main(["bench", "--prompts", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "give a JSON list of one or more" in err, err
+
+
+def test_cli_run_times_a_warm_run_as_its_baseline_is(model_dirs, monkeypatch, capsys):
+    """The speculative run went first and cold (a tiny model's round 1 took 2-3x a later one's), its
+    baseline second and warm: a run of the target alone against itself printed 0.83-0.96x."""
+    from specviz import engine, service
+
+    calls = []
+    monkeypatch.setattr(service, "warm_up", lambda pair, k: calls.append(("warm", k)))
+    real = engine.generate
+    monkeypatch.setattr(engine, "generate",
+                        lambda *a, **kw: (calls.append(("run", kw["proposer"])), real(*a, **kw))[1])
+    assert main(["run", *models(model_dirs), "--k", "3", "--max-new-tokens", "4", "--json", "def f"]) == 0
+    assert calls[0] == ("warm", 3) and calls[1] == ("run", "draft")
+
+
 def test_prepare_keeps_the_drafts_int4_codes_and_a_cpu_load_reads_them(model_dirs, tmp_path, monkeypatch,
                                                                          capsys):
     """`prepare` (the Docker build step) quantizes the embedded draft once; load_pair() then builds

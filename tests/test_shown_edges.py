@@ -163,3 +163,20 @@ def test_a_figure_beside_its_verdict_is_never_rounded_onto_the_bar():
              {"goal": "C_D/C_T <= 0.5", "value": 0.503, "met": False, "bar": 0.5}]
     lines = gpucheck.goal_lines(goals)
     assert "  NOT MET      fast >= 4x: 3.996" in lines and "  NOT MET      C_D/C_T <= 0.5: 0.503" in lines
+
+
+def test_a_share_just_short_of_all_or_none_never_prints_as_100_or_0_percent():
+    """249 of 250 drafts kept printed "100%" at a position (and α 0.9996 "100.0%"), which says
+    nothing was refused; 1 of 250 printed "0%". Exact shares keep their plain digits."""
+    from specviz.cli import run_line
+    from specviz.digits import percent
+
+    assert [percent(x, 0) for x in (249 / 250, 1 / 250, 1.0, 0.0, 0.5)] \
+        == ["99.6%", "0.4%", "100%", "0%", "50%"]
+    assert [percent(x) for x in (0.9996, 2 / 3, 1.0)] == ["99.96%", "66.7%", "100.0%"]
+    # 249 rounds of k=1 kept whole and one that refused its draft: α = 249/250, by position the same
+    rounds = [ev(n, 2 * (n - 1), 1, 1, 0.1) for n in range(1, 250)] + [ev(250, 498, 1, 0, 0.1, stop="length")]
+    spec = RunStats.of(rounds)
+    assert spec.alpha == 249 / 250 and spec.acceptance_by_position[0] == 249 / 250
+    assert "α 99.6%" in run_line(spec) and "accepted/drafted 99.6%" in run_line(spec)
+    assert "99.6%" in stats_html(spec) and "100.0%" not in stats_html(spec)
