@@ -7,11 +7,17 @@ a bounded server-side shelf, and messages are escaped and free of server paths.
 
 from __future__ import annotations
 
+import os
+
+if os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true"):  # zerogpu.active()
+    # first: spaces refuses to load once CUDA is initialised, and it patches torch (so the models
+    # can be placed on "cuda" in this process, which has no GPU) and gradio's launch
+    import spaces  # noqa: F401
+
 import argparse
 import hashlib
 import html
 import json
-import os
 import tempfile
 import threading
 import time
@@ -143,8 +149,9 @@ def user_error(e: BaseException) -> gr.Error:
     return gr.Error(html.escape(public_message(str(e)), quote=False), print_exception=False)
 
 
-def on_gpu(seconds: int):
-    """zerogpu.gpu for a generator job, a visitor's ValueError turned into gr.Error inside it:
+def on_gpu(seconds):
+    """zerogpu.gpu for a generator job (seconds: a number, or a function of the job's arguments),
+    a visitor's ValueError turned into gr.Error inside it:
     ZeroGPU's worker hands back only a gr.Error whole, and any other exception as "ZeroGPU worker
     error", so the message naming the fix (a prompt too long, a pair switch refused) was lost."""
     def wrap(job):
@@ -348,6 +355,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             return (view.status, view.text_html, view.verdict_html, view.stats_html,
                     view.timeline_html, *plots, *tree_outputs(view, final), key)
 
+        # The GPU jobs are decorated once, here: spaces.GPU keeps a worker process per decorated
+        # function (and GPU) for its next call, so a function decorated per request forked a fresh
+        # worker, with its CUDA set-up and weights, for every job and kept each one. Each job's
+        # settings reach it as arguments (pickled to the worker), and its duration is a function of them.
+        @on_gpu(lambda s: zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2))
+        def run_on_gpu(s: RunSettings):  # a run, its baseline (a tree run: and the chain); plain values
+            yield from run_views(store, s, limits)  # cross back
+
         def run_stream(values, request, dtype=None):
             try:
                 s = settings_of(values)
@@ -356,12 +371,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
 
-            @on_gpu(zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2))
-            def views():  # a run, its baseline (a tree run: and the chain); plain values cross back
-                yield from run_views(store, s, limits)
-
             def job():
-                for view in views():
+                for view in run_on_gpu(s):
                     yield show(view, request)  # the shelf lives in this process
 
             waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
@@ -429,35 +440,36 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
 
-            @on_gpu(zerogpu.duration(limits.max_prompt_tokens, runs=1))  # one pass a model
-            def job():
-                if source == "round":
-                    pair = store.current()
-                    steps = labview.from_round_steps(
-                        pair, trace, round_number, limits.max_prompt_tokens + limits.max_new_tokens,
-                        limits.max_prompt_tokens, deadline=time.monotonic() + limits.max_job_seconds)
-                    while True:  # a long context is read a pass at a time: Stop acts between them
-                        try:
-                            text = next(steps)
-                        except StopIteration as done:
-                            p, q, labels, drafted, note = done.value
-                            break
-                        yield (f"<div class='specviz-lab'>{html.escape(text)}</div>", gr.skip(), gr.skip(),
-                               gr.skip())
-                    tok = pair.tokenizer
-                    candidates = labview.tree_root(trace, round_number) or None  # a tree round's own
-                else:
-                    (p, q, labels, drafted), note, tok = labview.example(), "built-in example", None
-                    candidates = None
-                label = labels[drafted] if labels else repr(tok.decode([drafted]))
-                mc, table = labview.monte_carlo(p, q, labels, trials, variants, tokenizer=tok,
-                                                candidates=candidates)
-                yield (labview.masses_html(p, q, drafted, label, note),
-                       labview.masses_figure(p, q, labels, tok), mc, table)
-
             waiting = lambda ahead: (f"<div class='specviz-lab'>{wait_text(ahead)}</div>",  # noqa: E731
                                      gr.skip(), gr.skip(), gr.skip())
-            yield from gated(request, waiting, job)
+            yield from gated(request, waiting,
+                             lambda: lab_on_gpu(source, trace, round_number, trials, variants))
+
+        @on_gpu(zerogpu.duration(limits.max_prompt_tokens, runs=1))  # one pass a model
+        def lab_on_gpu(source, trace, round_number, trials, variants):
+            if source == "round":
+                pair = store.current()
+                steps = labview.from_round_steps(
+                    pair, trace, round_number, limits.max_prompt_tokens + limits.max_new_tokens,
+                    limits.max_prompt_tokens, deadline=time.monotonic() + limits.max_job_seconds)
+                while True:  # a long context is read a pass at a time: Stop acts between them
+                    try:
+                        text = next(steps)
+                    except StopIteration as done:
+                        p, q, labels, drafted, note = done.value
+                        break
+                    yield (f"<div class='specviz-lab'>{html.escape(text)}</div>", gr.skip(), gr.skip(),
+                           gr.skip())
+                tok = pair.tokenizer
+                candidates = labview.tree_root(trace, round_number) or None  # a tree round's own
+            else:
+                (p, q, labels, drafted), note, tok = labview.example(), "built-in example", None
+                candidates = None
+            label = labels[drafted] if labels else repr(tok.decode([drafted]))
+            mc, table = labview.monte_carlo(p, q, labels, trials, variants, tokenizer=tok,
+                                            candidates=candidates)
+            yield (labview.masses_html(p, q, drafted, label, note),
+                   labview.masses_figure(p, q, labels, tok), mc, table)
 
         def e2e_run(request: gr.Request, n=None, *values):
             try:
@@ -467,21 +479,21 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
 
-            @on_gpu(zerogpu.duration(2 * n))  # n 2-token samples, speculative and alone
-            def job():
-                if not store.is_loaded(s):
-                    yield "<div class='specviz-lab'>Loading the pair…</div>"
-                for step in continuations(store.get(s), s, n, limits):
-                    if "stopped" in step:
-                        yield f"<div class='specviz-lab'>{html.escape(step['stopped'])}</div>"
-                    elif not step.get("final"):
-                        yield (f"<div class='specviz-lab'>Sampling: {step['done']} of {step['of']} "
-                               "samples…</div>")
-                    else:
-                        yield labview.continuations_html(step)
-
             yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
-                             job)
+                             lambda: e2e_on_gpu(s, n))
+
+        @on_gpu(lambda s, n: zerogpu.duration(2 * n))  # n 2-token samples, speculative and alone
+        def e2e_on_gpu(s, n):
+            if not store.is_loaded(s):
+                yield "<div class='specviz-lab'>Loading the pair…</div>"
+            for step in continuations(store.get(s), s, n, limits):
+                if "stopped" in step:
+                    yield f"<div class='specviz-lab'>{html.escape(step['stopped'])}</div>"
+                elif not step.get("final"):
+                    yield (f"<div class='specviz-lab'>Sampling: {step['done']} of {step['of']} "
+                           "samples…</div>")
+                else:
+                    yield labview.continuations_html(step)
 
         def explore(k_value, adaptive, profile, key):
             try:

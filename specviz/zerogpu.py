@@ -8,11 +8,13 @@ CUDA graph directly, without a compiler, on its first use in the call (0.1-0.5 s
 H200 run; a target pass 5.2 ms against eager's 16-24 ms, docs/benchmarks.md). Graphs and caches
 are dropped at the start of every call (lm.forget_graphs): spaces keeps a worker process per
 decorated function and GPU, so a worker can serve call after call, and a graph captured in an
-earlier one may point at memory that call gave back. (The app decorates each job anew, so its
-jobs start in fresh workers anyway: the drop keeps any other use safe.) Models are
-loaded and moved to "cuda" at start-up in the main process (the way ZeroGPU requires), and each
-job asks for a duration derived from the tokens it will generate. Off ZeroGPU, and on CPU,
-`gpu(...)` returns the function unchanged.
+earlier one may point at memory that call gave back. The app decorates each of its GPU jobs
+once, at start-up (a function decorated per call would fork a worker per call, and spaces keeps
+every one), passes a job's settings as arguments and derives its duration from them. app.py
+imports spaces before anything else when `SPACES_ZERO_GPU` is set: spaces refuses to load after
+CUDA is initialised, and patches torch so that models can be loaded and moved to "cuda" at
+start-up in the main process (the way ZeroGPU requires). Off ZeroGPU, and on CPU, `gpu(...)`
+returns the function unchanged.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ def duration(tokens: int, runs: int = 2) -> int:
     return int(min(MAX_SECONDS, SETUP_SECONDS + SECONDS_PER_TOKEN * tokens * runs))
 
 
-def gpu(seconds: int):
-    """Decorator: run the function on a ZeroGPU GPU for up to `seconds`; a no-op elsewhere."""
+def gpu(seconds):
+    """Decorator: run the function on a ZeroGPU GPU for up to `seconds` (a number, or a function
+    of the call's arguments that gives it, as spaces.GPU takes); a no-op elsewhere. Decorate once:
+    spaces keeps a worker process per decorated function."""
     if not active():
         return lambda fn: fn
     import spaces  # only on Spaces: the package is a no-op elsewhere, but not needed there

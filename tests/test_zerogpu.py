@@ -1,5 +1,7 @@
 """ZeroGPU: model work inside @spaces.GPU with a duration from the tokens; a no-op elsewhere."""
 
+import os
+
 import pytest
 
 from specviz import zerogpu
@@ -37,13 +39,30 @@ def test_on_zerogpu_jobs_ask_spaces_for_their_duration(monkeypatch):
 
 
 def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, model_dirs):
-    """A run on a ZeroGPU deployment: the model generator is wrapped, with the run's duration."""
+    """A run on a ZeroGPU deployment: the model generator is wrapped, with the run's duration.
+    Its jobs are decorated once, when the app is built: spaces.GPU keeps a worker process per
+    decorated function, and a job decorated per request forked (and kept) one per run. The job's
+    settings reach the worker as arguments, pickled, and its duration is computed from them."""
+    import pickle
+
     import app
     from specviz.service import ModelStore
     from specviz.settings import Limits, RunSettings
 
-    asked = []
-    monkeypatch.setattr(zerogpu, "gpu", lambda seconds: asked.append(seconds) or (lambda fn: fn))
+    decorated, asked = [], []
+
+    def fake_gpu(seconds):  # what spaces.GPU does with a duration and the call's arguments
+        def wrap(fn):
+            decorated.append(fn)
+
+            def call(*args, **kwargs):
+                asked.append(seconds(*args, **kwargs) if callable(seconds) else seconds)
+                args, kwargs = pickle.loads(pickle.dumps((args, kwargs)))  # the worker's copy
+                yield from fn(*args, **kwargs)
+            return call
+        return wrap
+
+    monkeypatch.setattr(zerogpu, "gpu", fake_gpu)
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
                        fast=zerogpu.FAST, warm=False)
     default = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def f", dtype="float32")
@@ -52,16 +71,31 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
     names = ("pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
              "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching")
     values = [getattr(default, n) for n in names]
+    assert len(decorated) == 3 and asked == []  # the run, the lab and the end-to-end check
     outputs = list(run(None, None, *values))
     assert outputs[-1][0].startswith("Done") and asked == [zerogpu.duration(12)]
     assert store.current().fast == "graphed"
+    tree = [{"proposer": "tree", "max_new_tokens": 8}.get(n, v) for n, v in zip(names, values, strict=True)]
+    last = list(run(None, None, *tree))[-1]
+    assert last[0].startswith("Done")
+    assert len(decorated) == 3 and asked == [zerogpu.duration(12), zerogpu.duration(8, runs=3)]
+    # the lab's round (its trace crosses to the worker) and the end-to-end check, on the same workers
+    key = last[-1]  # the newest run's trace (a session's newer run replaces its older one)
+    lab_run = next(f.fn for f in demo.fns.values() if f.name == "lab_run")
+    assert "specviz-lab" in list(lab_run("round", 2, 1000, ["exact"], key, None))[-1][0]
+    e2e = next(f.fn for f in demo.fns.values() if f.name == "e2e_run")
+    warm = [{"temperature": 0.8}.get(n, v) for n, v in zip(names, values, strict=True)]
+    assert "specviz-lab" in list(e2e(None, 10, *warm))[-1]
+    assert len(decorated) == 3 and asked[2:] == [zerogpu.duration(Limits().max_prompt_tokens, runs=1),
+                                                 zerogpu.duration(20)]
+    del asked[2:]
     # settings out of range are refused before the job asks for GPU time (or takes a gate place)
     import gradio as gr
 
     for bad in ({"max_new_tokens": 10 ** 400}, {"k": 999}):
         with pytest.raises(gr.Error):
             list(run(None, None, *[bad.get(n, v) for n, v in zip(names, values, strict=True)]))
-    assert asked == [zerogpu.duration(12)]
+    assert asked == [zerogpu.duration(12), zerogpu.duration(8, runs=3)]
 
 
 def test_a_visitors_error_inside_a_zerogpu_job_keeps_its_message(monkeypatch, model_dirs):
@@ -97,6 +131,26 @@ def test_a_visitors_error_inside_a_zerogpu_job_keeps_its_message(monkeypatch, mo
     values = [getattr(default, n) for n in names]
     with pytest.raises(gr.Error, match=r"this deployment allows 20 .*shorten it"):
         list(run(None, None, *values))
+
+
+def test_on_zerogpu_the_app_imports_spaces_before_torch(tmp_path):
+    """spaces refuses to load once CUDA is initialised, and its torch patch is what lets the main
+    process (no GPU on ZeroGPU) load the pair onto "cuda" at start-up; it was imported only inside
+    the first job's decorator, after the preload."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fake = tmp_path / "spaces"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import sys\nFIRST = 'torch' not in sys.modules and 'gradio' not in sys.modules\n")
+    root = Path(__file__).parent.parent
+    code = "import app, spaces; print(spaces.FIRST)"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{root}", "SPACES_ZERO_GPU": "true"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("text", ["suggested_hardware: zero-a10g", "spaces=="])
