@@ -195,14 +195,16 @@ def pair_draft_lm(pair, max_len: int | None) -> CachedLM:
     return draft_lm(pair.draft, pair.vocab_size, **cache_kwargs(pair.draft, pair.fast, max_len))
 
 
-def warm_widths(lm: CachedLM, prompt: list[int], widths) -> None:
-    """Feed the prompt, then one pass of each width after it: on a compiled path each width's
-    first use compiles and captures its step (21-26 s a shape on the H200 run), which then falls
-    in no timed round and no visitor's run."""
+def warm_widths(lm: CachedLM, prompt: list[int], widths, rows: int | None = None) -> None:
+    """Feed the prompt, then one pass of each width after it, asking for `rows` rows (None: every
+    row) as a run does (a captured graph is keyed by both): on a compiled path each width's first
+    use compiles and captures its step (21-26 s a shape on the H200 run), which then falls in no
+    timed round and no visitor's run."""
     lm.compiled_widths = lm.compiled_widths | set(widths)
     lm.forward(prompt)
-    for w in sorted(widths):  # each pass rolls the cache back to the prompt first
-        lm.forward(prompt + [1 + i % 7 for i in range(w)], last=w)
+    for w in sorted(widths):
+        lm.rollback(prompt + [0])  # back to the prompt, so that the pass feeds all w tokens
+        lm.forward(prompt + [1 + i % 7 for i in range(w)], last=rows or w)
 
 
 def warm_steps(pair, k: int) -> None:
@@ -214,7 +216,8 @@ def warm_steps(pair, k: int) -> None:
     prompt = list(range(1, 9))
     warm_widths(target_lm(pair, len(prompt) + k + 1), prompt, (1, k + 1))
     if pair.draft is not None:
-        warm_widths(pair_draft_lm(pair, len(prompt) + 2), prompt, (1, 2))
+        # the draft reads one row of each pass, its 2-token catch-up too (ModelProposer.draft)
+        warm_widths(pair_draft_lm(pair, len(prompt) + 2), prompt, (1, 2), rows=1)
 
 
 def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],

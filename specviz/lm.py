@@ -271,13 +271,15 @@ class GraphedStep:
                  kv: str = "cache", **tree) -> torch.Tensor:
         key = (id(model), id(cache), tuple(input_ids.shape), last, refine, kv,
                tuple((name, tuple(t.shape), t.dtype) for name, t in sorted(tree.items())))
-        if key not in self.graphs:
-            self.graphs[key] = self._capture(model, cache, input_ids, last, refine, kv, tree)
-        replay, inputs, out = self.graphs[key]
-        inputs["input_ids"].copy_(input_ids)
-        for name, t in tree.items():
-            inputs[name].copy_(t)
-        replay()
+        # capture and replay on the model's GPU (cuda:1 too), whichever is current
+        with torch.cuda.device(input_ids.device) if input_ids.is_cuda else contextlib.nullcontext():
+            if key not in self.graphs:
+                self.graphs[key] = self._capture(model, cache, input_ids, last, refine, kv, tree)
+            replay, inputs, out = self.graphs[key]
+            inputs["input_ids"].copy_(input_ids)
+            for name, t in tree.items():
+                inputs[name].copy_(t)
+            replay()
         return out
 
     def _capture(self, model, cache, input_ids, last, refine, kv, tree) -> tuple:
@@ -297,12 +299,15 @@ class GraphedStep:
 
     @contextlib.contextmanager
     def warm_stream(self):
-        """Warm-up calls run off the default stream, as torch.cuda.graph asks."""
+        """Warm-up calls run off the default stream, as torch.cuda.graph asks. The default stream
+        waits for them even when one raises: the eager fallback then crops the cache they wrote."""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            yield
-        torch.cuda.current_stream().wait_stream(side)
+        try:
+            with torch.cuda.stream(side):
+                yield
+        finally:
+            torch.cuda.current_stream().wait_stream(side)
 
     def record(self, run, like: torch.Tensor) -> tuple:
         """(replay, output buffer) of one capture of run(); nothing runs until a replay. like: a
@@ -310,8 +315,12 @@ class GraphedStep:
         graph = torch.cuda.CUDAGraph()
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self.pool):
-            out = run()
+        stream = torch.cuda.current_stream()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                out = run()
+        finally:  # a capture whose end raises leaves its own stream current (torch/cuda/graphs.py)
+            torch.cuda.set_stream(stream)
         return graph.replay, out
 
 
@@ -356,7 +365,8 @@ def failure(e: BaseException) -> str:
     BackendCompilerFailed holds the compiler's own exception, and names it on a later line)."""
     root = e
     for _ in range(8):  # a chain of causes, not a cycle
-        inner = getattr(root, "inner_exception", None) or root.__cause__
+        inner = getattr(root, "inner_exception", None) or root.__cause__ or (
+            None if root.__suppress_context__ else root.__context__)  # raised while handling one
         if inner is None or inner is root:
             break
         root = inner
@@ -632,8 +642,13 @@ class CachedLM:
                 self.compiled_passes += 1
                 return out.clone()  # graph outputs are buffers the next replay overwrites
             except Exception as e:  # noqa: BLE001 - any capture failure: eager from now on
+                if self.device.type == "cuda":  # what the failed step queued has written
+                    with contextlib.suppress(RuntimeError):
+                        torch.cuda.synchronize(self.device)
                 # undo a partial write: the cache held the committed tokens and any tree slots
                 truncate(self.cache, len(self.tokens) + len(self.slots))
+                if isinstance(e, torch.OutOfMemoryError):  # this run's size, not the step's fault:
+                    raise  # the run fails with it (the app names the fix); later runs keep the graphs
                 why = failure(e)
                 compiled = self._step.fn if isinstance(self._step, GraphedStep) else self._step
                 if (compile_error(e) and isinstance(compiled, SharedWidths)

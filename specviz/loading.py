@@ -130,8 +130,15 @@ class Pair:
                     tokenize=True, return_dict=False)
                 if isinstance(ids, dict) or hasattr(ids, "input_ids"):
                     ids = ids["input_ids"]
-                return [int(i) for i in ids]
-            return [int(i) for i in self.tokenizer.encode(prompt, add_special_tokens=True)]
+                ids = [int(i) for i in ids]
+            else:
+                ids = [int(i) for i in self.tokenizer.encode(prompt, add_special_tokens=True)]
+            # a tokenizer longer than the target's vocabulary (a custom pair): on a GPU an id past
+            # the embedding is a device-side assert that fails every later job of the process
+            if (bad := next((i for i in ids if not 0 <= i < self.vocab_size), None)) is not None:
+                raise ValueError(f"the tokenizer gave token id {bad}, past the {self.vocab_size} ids "
+                                 f"{self.target_name} reads: pick a target that shares its tokenizer")
+            return ids
         ids = [int(i) for i in prompt]
         if not ids:
             raise ValueError("the prompt is empty: pass at least one token id")

@@ -208,15 +208,15 @@ def graphed_pair(pair, cpu_graphs):
 
 
 @contextlib.contextmanager
-def fails_once(module, message: str = "replay failed"):
-    """module raises once, after its forward ran (a step failing part-way: the layers before it
-    written, the rest not), then works again; yields the list that records the failure."""
+def fails_once(module, message: str = "replay failed", error: type = RuntimeError):
+    """module raises error(message) once, after its forward ran (a step failing part-way: the
+    layers before it written, the rest not), then works again; yields the list that records it."""
     failed = []
 
     def hook(mod, args, output):
         if not failed:
             failed.append(True)
-            raise RuntimeError(message)
+            raise error(message)
 
     handle = module.register_forward_hook(hook)
     try:

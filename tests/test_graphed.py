@@ -219,6 +219,27 @@ def test_a_warm_up_that_fails_part_way_leaves_the_cache_holding_its_committed_to
     assert torch.allclose(rows, fresh.forward(ids + [5]), atol=1e-5)
 
 
+def test_running_out_of_memory_in_a_captured_step_fails_the_run_and_keeps_the_graphs(graphed_pair):
+    """Any failed step went eager for good: on a dedicated GPU, where a slot outlives its run, one
+    run too large for the memory left every later run 3-5x slower, and its visitor saw no error."""
+    pair = graphed_pair
+    ids = pair.encode(PROMPT)
+    lm = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+    lm.forward(ids)
+    lm.forward(ids + [5])  # captured
+    with fails_once(pair.target.model.layers[1], "CUDA out of memory", torch.OutOfMemoryError) as failed, \
+            pytest.raises(torch.OutOfMemoryError):
+        lm.forward(ids + [5, 6])
+    assert failed and lm._step is not None and lm._slot.step is not None
+    assert {int(layer.get_seq_length()) for layer in lm.cache.layers} == {len(ids) + 1}
+    before = lm.compiled_passes
+    rows = lm.forward(ids + [5, 6])
+    assert lm.compiled_passes == before + 1
+    fresh = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    fresh.forward(ids + [5])
+    assert torch.allclose(rows, fresh.forward(ids + [5, 6]), atol=1e-5)
+
+
 def test_a_static_crop_moves_every_layers_length_in_one_call(pair, monkeypatch):
     """On a GPU a loop over the layers launched a kernel a layer for each rollback."""
     ids = pair.encode(PROMPT)
@@ -365,3 +386,87 @@ def test_a_wide_pass_that_fails_other_than_in_the_compiler_goes_eager_without_a_
     assert len(made) == 1  # the shared graph compiled (its warm-up calls ran); its capture failed
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and "running eager from now on" in messages[0]
+
+
+class FakeStreams:
+    """torch.cuda's stream calls, recorded: which stream is current, and each wait_stream."""
+
+    def __init__(self, monkeypatch):
+        import contextlib
+
+        self.current, self.waits = "default", []
+        fakes = self
+
+        class Stream:
+            def __init__(self):
+                self.name = "side"
+
+            def wait_stream(self, other):
+                fakes.waits.append((getattr(self, "name", self), getattr(other, "name", other)))
+
+        default = Stream()
+        default.name = "default"
+
+        @contextlib.contextmanager
+        def stream(s):  # as torch.cuda.StreamContext: restored on the way out, an exception too
+            before, self.current = self.current, s.name
+            try:
+                yield
+            finally:
+                self.current = before
+
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: default if self.current == "default"
+                            else Stream())
+        monkeypatch.setattr(torch.cuda, "stream", stream)
+        monkeypatch.setattr(torch.cuda, "set_stream", lambda s: setattr(self, "current", s.name))
+
+
+def test_the_default_stream_waits_for_a_warm_up_that_raised(monkeypatch):
+    """A warm-up that raised part-way left the default stream not waiting for the side stream its
+    layers were queued on, so the eager fallback's crop could race the writes still queued."""
+    fakes = FakeStreams(monkeypatch)
+    with pytest.raises(RuntimeError, match="part-way"), GraphedStep().warm_stream():
+        assert fakes.current == "side"
+        raise RuntimeError("failed part-way")
+    assert fakes.waits == [("side", "default"), ("default", "side")] and fakes.current == "default"
+
+
+def test_a_capture_whose_end_raises_gives_back_the_stream_it_found(monkeypatch):
+    """torch.cuda.graph ends the capture before it restores the stream: an end that raises (an
+    invalidated capture) left the capture's stream current for every later pass of the thread."""
+    import contextlib
+
+    fakes = FakeStreams(monkeypatch)
+
+    @contextlib.contextmanager
+    def graph(g, pool=None):
+        fakes.current = "capture"
+        yield
+        raise RuntimeError("operation failed due to a previous error during capture")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", lambda: None)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    with pytest.raises(RuntimeError, match="during capture"):
+        GraphedStep().record(lambda: torch.zeros(1), torch.zeros(1))
+    assert fakes.current == "default"
+
+
+def test_a_failure_names_the_error_it_was_raised_while_handling():
+    """An invalidated capture raises "operation failed due to a previous error during capture"
+    while handling the step's own error: the log line named only the first."""
+    try:
+        try:
+            raise ValueError("the step's own error\nmore lines")
+        except ValueError:
+            raise RuntimeError("operation failed due to a previous error during capture")  # noqa: B904
+    except RuntimeError as e:
+        assert lm_module.failure(e) == "RuntimeError from ValueError: the step's own error"
+    try:
+        try:
+            raise ValueError("hidden")
+        except ValueError:
+            raise RuntimeError("its own") from None  # context suppressed: not followed
+    except RuntimeError as e:
+        assert lm_module.failure(e) == "RuntimeError: its own"

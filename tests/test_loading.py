@@ -168,3 +168,17 @@ def test_a_gated_preset_without_a_token_is_listed_unavailable(monkeypatch):
     assert presets.availability(presets.BY_KEY["gpt2"], allow_large=True) is None  # not gated
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_token")
     assert presets.availability(llama, allow_large=True) is None
+
+
+def test_a_prompt_the_target_cannot_read_is_refused_when_encoded(pair):
+    """A custom pair whose tokenizer is longer than its target's vocabulary: an id past the
+    embedding was fed to the target (an IndexError here; on a GPU a device-side assert that fails
+    every later job of the process)."""
+    from dataclasses import replace
+
+    short = replace(pair)
+    short.__dict__["vocab_size"] = 10  # the target reads ids 0..9 only
+    ids = pair.encode("def fibonacci(n):")
+    assert max(ids) >= 10 and short.encode([1, 2, 9]) == [1, 2, 9]
+    with pytest.raises(ValueError, match=rf"token id {next(i for i in ids if i >= 10)}, past the 10 ids"):
+        short.encode("def fibonacci(n):")

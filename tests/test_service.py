@@ -1,5 +1,6 @@
 """The app's service layer on tiny models: streamed views, the trace, end-to-end sampling."""
 
+import copy
 import json
 import re
 from collections import Counter
@@ -583,18 +584,28 @@ def test_a_compiled_pair_is_warmed_up_on_every_shape_a_default_run_feeds(compile
     forward = lm.CachedLM._forward
 
     def spy(self, input_ids, last, fixed, **tree):
-        if fixed and self._step is not None:
-            fed["target" if self.model is compiled_pair.target else "draft"].add(input_ids.shape[1])
+        if fixed and self._step is not None:  # a captured graph is keyed by width and rows asked
+            fed["target" if self.model is compiled_pair.target else "draft"].add((input_ids.shape[1], last))
         return forward(self, input_ids, last, fixed, **tree)
 
     monkeypatch.setattr(lm.CachedLM, "_forward", spy)
     service.warm_up(compiled_pair)  # an EOS anywhere does not matter: the steps are warmed directly
     k = RunSettings.k
-    assert fed == {"target": {1, k + 1}, "draft": {1, 2}}, fed
+    # the draft's 2-token catch-up asks for one row: warmed with two, its first run captured anew
+    # (the warm-up's own short run may meet a width of k + 1 in its round 1, asking fewer rows)
+    assert {(1, 1), (k + 1, k + 1)} <= fed["target"] and fed["draft"] == {(1, 1), (2, 1)}, fed
+    warmed = {role: set(keys) for role, keys in fed.items()}
+    # a draft that is the target's twin keeps every draft, so it catches up after every round
+    twin = replace(compiled_pair, draft=copy.deepcopy(compiled_pair.target))
+    fed["draft"].clear()
+    service.warm_up(twin)
+    events = list(service.generate(twin, [5, 6, 7], proposer="draft", k=k, max_new_tokens=12))
+    assert events[0].accepted == k  # so round 2 began with the draft's catch-up
+    assert fed["draft"] == warmed["draft"], fed  # the run met only warmed steps
     # a pair with no draft model (the n-gram drafter) still gets its target's steps, whatever text
     fed["target"].clear()
     service.warm_up(replace(compiled_pair, draft=None))
-    assert fed["target"] == {1, k + 1}, fed
+    assert {(1, 1), (k + 1, k + 1)} <= fed["target"], fed
     calls = []
     monkeypatch.setattr(service, "generate", lambda *a, **kw: calls.append(kw) or iter(()))
     service.warm_up(pair)  # eager: nothing to capture
