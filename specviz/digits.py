@@ -13,14 +13,16 @@ def sig3(x: float) -> str:
     return f"{x:.{2 - math.floor(math.log10(abs(x)))}f}".rstrip("0").rstrip(".")
 
 
-def beside(value: float, bar: float, digits: int = 2, style: str = "f") -> str:
+def beside(value: float, bar: float | tuple[float, ...], digits: int = 2, style: str = "f") -> str:
     """value printed with `digits` (decimals for style "f", significant digits for "g"), or more
-    where fewer would round it onto or across a verdict's bar: against a goal of >= 1.10, 1.0996
-    prints 1.0996, not a failing "1.10"; against p < 0.001, 0.0009996 prints 0.0009996."""
+    where fewer would round it onto or across a verdict's bar (or any of several bars): against a
+    goal of >= 1.10, 1.0996 prints 1.0996, not a failing "1.10"; against p < 0.001, 0.0009996
+    prints 0.0009996."""
+    bars = bar if isinstance(bar, tuple) else (bar,)
     for d in range(digits, digits + 8):
         text = f"{value:.{d}{style}}"
         shown = float(text)
-        if shown != bar and (shown > bar) == (value > bar) or shown == value:
+        if shown == value or all(shown != b and (shown > b) == (value > b) for b in bars):
             return text
     return repr(value)
 

@@ -323,8 +323,8 @@ def projection_lines(projection: dict[str, list[dict]]) -> list[str]:
     by_path = {p: {r["drafter"]: r for r in rows} for p, rows in projection.items()}
     lines = [f"  {'drafter':10}" + "".join(f"{p + ' ms/tok':>16}{p + ' speedup':>17}" for p in by_path)]
     for drafter in dict.fromkeys(d for rows in by_path.values() for d in rows):
-        # the speedups beside the goal's 2x bar: 1.996 is not printed 2.00
-        cells = [f"{r['ms_per_token']:16.3f}{beside(r['speedup'], 2):>16}x" if (r := rows.get(drafter))
+        # the speedups beside the goal's 2x bar and parity: 1.996 is not printed 2.00, 0.996 not 1.00
+        cells = [f"{r['ms_per_token']:16.3f}{beside(r['speedup'], (1, 2)):>16}x" if (r := rows.get(drafter))
                  else f"{'-':>16}{'-':>17}" for rows in by_path.values()]
         lines.append(f"  {drafter:10}" + "".join(cells))
     return lines

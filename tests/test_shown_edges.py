@@ -151,6 +151,7 @@ def test_a_figure_beside_its_verdict_is_never_rounded_onto_the_bar():
     assert [beside(v, 1.1) for v in (1.0996, 1.1, 1.234, 1.1000001)] \
         == ["1.0996", "1.10", "1.23", "1.1000001"]
     assert beside(0.9496, 0.95) == "0.9496" and beside(0.503, 0.5) == "0.503"
+    assert [beside(v, (1, 2)) for v in (0.996, 1.996, 1.5, 2.0)] == ["0.996", "1.996", "1.50", "2.00"]
     assert beside(0.0009996, 1e-3, 3, "g") == "0.0009996" and beside(0.0123, 1e-3, 3, "g") == "0.0123"
     tree = {"tokens_per_pass": 1.0996, "tokens_per_pass_ok": False, "tokens_per_second": 0.9496,
             "tokens_per_second_ok": False}
