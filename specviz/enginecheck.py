@@ -66,14 +66,19 @@ def split(events, k: int, max_new_tokens: int) -> dict:
             "tree": any(e.tree for e in later), "k": k}
 
 
-def projected_ms(r: dict, profile: profiles.Profile, path: str) -> float | None:
-    """What the profile's path charges those rounds' passes (profiles.project), per round."""
-    passes = profiles.Passes(r["draft_passes"], {int(w): n for w, n in r["widths"].items()}, r["tree"],
-                             r["k"])
+def projected_ms(r: dict, profile: profiles.Profile, path: str,
+                 drafts_by_target: bool = False) -> float | None:
+    """What the profile's path charges those rounds' passes (profiles.project), per round.
+    drafts_by_target: the target drafted ("self"), so each draft pass is priced at its C_T(1)."""
+    passes = profiles.Passes(0 if drafts_by_target else r["draft_passes"],
+                             {int(w): n for w, n in r["widths"].items()}, r["tree"], r["k"])
     try:
-        return 1e3 * profiles.project(passes, profile, path) / r["rounds"]
+        seconds = profiles.project(passes, profile, path)
+        if drafts_by_target:
+            seconds += r["draft_passes"] * profile.path(path).target_seconds(1)
     except ValueError:  # no draft cost or no such path on this profile
         return None
+    return 1e3 * seconds / r["rounds"]
 
 
 # "self": the target drafts for itself (its draft CachedLM, unrefined, beside its verifying one),
@@ -118,7 +123,7 @@ def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") ->
     out = [f"engine rounds ({path} path, random weights, greedy; means over the full rounds after the "
            "first):"]
     for name, r in result.items():
-        projected = projected_ms(r, profile, path) if profile is not None else None
+        projected = projected_ms(r, profile, path, name == "self") if profile is not None else None
         out.append(f"  {name} k={r['k']}, {r['nodes']:.1f} nodes a round: round {r['round_ms']:.3f} ms = "
                    f"draft {r['draft_ms']:.3f} + target {r['target_ms']:.3f} + engine "
                    f"{r['engine_ms']:.3f} ms ({r['engine_share']:.1%} of the time)"

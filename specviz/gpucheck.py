@@ -108,8 +108,10 @@ def slug(text: str) -> str:
 REAL_SHARE = 0.4  # of the budget: the real pair's section starts only with this much left, and keeps it
 
 
-def run(s: Settings, log=print) -> dict:
-    """The whole check: a report dict (with the profile under "profile")."""
+def run(s: Settings, log=print, checkpoint=None) -> dict:
+    """The whole check: a report dict (with the profile under "profile"). checkpoint(report), if
+    given, receives the report so far (marked "partial") after each section, so that a run cut
+    short by a timeout still leaves what it measured."""
     if s.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("no CUDA device here: run with --device cpu")
     if s.compile:
@@ -127,6 +129,47 @@ def run(s: Settings, log=print) -> dict:
     if not fast_available():
         skipped.append("fast path: this specviz's CachedLM has no cache= option")
 
+    def assemble(partial: bool) -> dict:
+        """The report from what has been measured so far."""
+        loads = load + [loadavg()] if partial else load  # the final one appends its own
+        hw = hardware(s.device, bandwidth)
+        name = slug(("" if s.device == "cuda" else "cpu-") + hw["name"].split(",")[0]
+                    + f"-{s.dtype}" + ("-quick" if s.quick else ""))
+        costs = {p: profiles.PathCosts(
+            c["cache"], c["compiled"], c.get("draft_ms"),
+            tuple(sorted((int(w), float(ms)) for w, ms in c["target_ms"].items())), s.dtype, c["max_len"],
+            "" if c.get("compiled_ok", True) else "compiled capture failed: eager steps")
+            for p, c in paths.items()}
+        tiny = " (quick: tiny widths)" if s.quick else ""
+        described = {role: {"name": f"{ROLES[role]} architecture, random weights{tiny}",
+                            "params": sizes[role][0], "weight_bytes": sizes[role][1], "dtype": s.dtype,
+                            "config": f"assets/configs/{ROLES[role]}/config.json"} for role in ROLES}
+        command = "python -m specviz gpucheck --device " + s.device + (" --quick" if s.quick else "")
+        profile = profiles.Profile(name, hw, packages(), costs, described,
+                                   datetime.date.today().isoformat(), s.quick,
+                                   f"measured by `{command}`" + load_note(loads))
+        report = {"format": "specviz-gpucheck", "version": 1, "partial": partial, "settings": dict(vars(s)),
+                  "steps": {"capture": lm.CAPTURE, "pack": lm.PACK, "nested": lm.NESTED,
+                            "shared": lm.SHARED, "candidates": lm.CANDIDATES},
+                  "seconds": round(clock.elapsed, 1), "skipped": skipped, "bandwidth_gbs": bandwidth,
+                  "weights": {r: {"params": n, "bytes": t, "read_per_pass": p}
+                              for r, (n, t, p) in sizes.items()},
+                  "paths": paths, **result, "profile": profile.to_dict(), "load_average": loads}
+        both = [r for r in (result["identity"], result["real_identity"]) if r]
+        ident = None if not both else {k: all(r.get(k) for r in both)
+                                       for k in IDENTITY_KEYS if k in both[0]}
+        if ident is not None:  # False where a capture failed (None: the path compiles nothing)
+            ident["compiled_ok"] = all(r.get("compiled_ok") is not False for r in both)
+        return report | summary(profile, sizes["target"][2], bandwidth, ident, s.k)
+
+    def save() -> None:
+        """Hand the report so far to checkpoint (a failure to assemble it never stops the run)."""
+        if checkpoint is not None:
+            try:
+                checkpoint(assemble(partial=True))
+            except Exception as e:  # noqa: BLE001 - a snapshot: the final report still comes
+                log(f"(could not save the report so far: {type(e).__name__}: {e})")
+
     def logged(path: str) -> dict:
         c = paths[path]
         log(f"{path}: draft {c['draft_ms']:.3f} ms, target " + ", ".join(
@@ -135,23 +178,27 @@ def run(s: Settings, log=print) -> dict:
 
     # priority: every eager width, the graphed path, the fast widths the goals read (1 and k+1),
     # the identity check, then the rest while the budget lasts
+    result = {"identity": None, "real": None, "real_identity": None, "engine": {}}
     paths = {"eager": time_path(models, "eager", s, clock, s.eager_widths, skipped, "random")}
     logged("eager")
+    save()
     # ZeroGPU's path next: its captures take a fraction of a second, and its models must be as
     # loaded, before the compiled path packs them in place (lm.PACK)
     if "fast" in paths_ok and s.device in lm.GRAPH_DEVICES:
         paths["graphed"] = time_path(models, "graphed", s, clock, s.fast_widths, skipped, "random")
         logged("graphed")
+        save()
     first = tuple(w for w in s.fast_widths if w in (1, s.k + 1))
     if "fast" in paths_ok:
         paths["fast"] = time_path(models, "fast", s, clock, first, skipped, "random")
         logged("fast")
-    result = {"identity": None, "real": None, "real_identity": None, "engine": {}}
+        save()
     if clock.left() > 0.2 * s.budget or s.quick:
         model32 = random_model(config("target", s.quick), s.device, torch.float32, seed=0)
         result["identity"] = identity(model32, s)
         del model32
         log(f"identity (float32): {json.dumps(result['identity'])}")
+        save()
     else:
         skipped.append("float32 identity check (time budget)")
     rest = tuple(w for w in s.fast_widths if w not in first)
@@ -178,15 +225,15 @@ def run(s: Settings, log=print) -> dict:
     # tree's masked passes through graphs (three captures); the random draft's chain (its draft
     # steps anew). On an H200 a compiled shape's first use took 18-32 s: a 270 s budget reaches
     # about the first two.
-    if "fast" in paths_ok:
-        engine(models, "self", 2)
-    if "fast" in paths_ok and rest:
+    if "fast" in paths_ok and rest:  # with one graph for every wide pass, a capture each
         time_path(models, "fast", s, clock.keeping(reserve), rest, skipped, "random", into=paths["fast"],
                   margin=2.0)
         logged("fast")
+        save()
     if "fast" in paths_ok:
-        engine(models, "tree", 3)
-        engine(models, "chain", 2)
+        for kind, captures in (("self", 2), ("tree", 3), ("chain", 2)):
+            engine(models, kind, captures)
+            save()
     del models
     if s.real and clock.left() > REAL_SHARE * s.budget:
         real = real_models(s.device, dtype)
@@ -208,32 +255,7 @@ def run(s: Settings, log=print) -> dict:
     elif s.real:
         skipped.append("real pair (time budget)")
     load.append(loadavg())
-    hw = hardware(s.device, bandwidth)
-    name = slug(("" if s.device == "cuda" else "cpu-") + hw["name"].split(",")[0]
-                + f"-{s.dtype}" + ("-quick" if s.quick else ""))
-    costs = {p: profiles.PathCosts(
-        c["cache"], c["compiled"], c.get("draft_ms"),
-        tuple(sorted((int(w), float(ms)) for w, ms in c["target_ms"].items())), s.dtype, c["max_len"],
-        "" if c.get("compiled_ok", True) else "compiled capture failed: eager steps")
-        for p, c in paths.items()}
-    tiny = " (quick: tiny widths)" if s.quick else ""
-    described = {role: {"name": f"{ROLES[role]} architecture, random weights{tiny}", "params": sizes[role][0],
-                        "weight_bytes": sizes[role][1], "dtype": s.dtype,
-                        "config": f"assets/configs/{ROLES[role]}/config.json"} for role in ROLES}
-    command = "python -m specviz gpucheck --device " + s.device + (" --quick" if s.quick else "")
-    profile = profiles.Profile(name, hw, packages(), costs, described, datetime.date.today().isoformat(),
-                               s.quick, f"measured by `{command}`" + load_note(load))
-    report = {"format": "specviz-gpucheck", "version": 1, "settings": dict(vars(s)),
-              "steps": {"capture": lm.CAPTURE, "pack": lm.PACK, "nested": lm.NESTED,
-                        "shared": lm.SHARED, "candidates": lm.CANDIDATES},
-              "seconds": round(clock.elapsed, 1), "skipped": skipped, "bandwidth_gbs": bandwidth,
-              "weights": {r: {"params": n, "bytes": t, "read_per_pass": p} for r, (n, t, p) in sizes.items()},
-              "paths": paths, **result, "profile": profile.to_dict(), "load_average": load}
-    both = [r for r in (result["identity"], result["real_identity"]) if r]
-    ident = None if not both else {k: all(r.get(k) for r in both) for k in IDENTITY_KEYS if k in both[0]}
-    if ident is not None:  # False where a capture failed (None: the path compiles nothing)
-        ident["compiled_ok"] = all(r.get("compiled_ok") is not False for r in both)
-    return report | summary(profile, sizes["target"][2], bandwidth, ident, s.k)
+    return assemble(partial=False)
 
 
 def summary(profile: profiles.Profile, read_bytes: int, bandwidth: float, ident: dict | None, k: int) -> dict:
@@ -388,12 +410,18 @@ def cmd_gpucheck(args) -> int:
     compile_ = {"auto": None, "on": True, "off": False}[args.compile]
     s = Settings.for_device(device, args.quick, dtype=args.dtype, compile=compile_, repeats=args.repeats,
                             budget=args.budget, real=False if args.no_real else None)
-    report = run(s, log=(lambda line: None) if args.json else (lambda line: print(line, flush=True)))
-    if args.out:
+    def write(report: dict) -> None:
+        """gpucheck.json and the cost profile under --out: after each section (marked partial, so a
+        run a timeout kills leaves what it measured), then the whole report over them."""
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "gpucheck.json").write_text(json.dumps(report, indent=1) + "\n")
         profiles.save(profiles.load(report["profile"]), out / f"{report['profile']['name']}.json")
+
+    report = run(s, log=(lambda line: None) if args.json else (lambda line: print(line, flush=True)),
+                 checkpoint=write if args.out else None)
+    if args.out:
+        write(report)
     print(json.dumps(report) if args.json else text(report))
     if args.out and not args.json:
         print(f"wrote {Path(args.out) / 'gpucheck.json'} and "

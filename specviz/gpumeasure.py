@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from . import lm as lm_module
 from .lm import CachedLM
 
 CONFIGS = Path(__file__).parent.parent / "assets" / "configs"
@@ -191,6 +192,23 @@ def path_steps(path: str, s: Settings) -> str | None:
     return "graphs" if path == "graphed" else "compiled" if path == "fast" and s.compile else None
 
 
+CAPTURE_SECONDS = 5.0  # a wide width's price where one shared graph is compiled: its capture and
+# passes (0.1-0.5 s a capture on the H200), with room to spare
+
+
+def width_price(seconds: dict, w: int, shared: bool) -> float:
+    """Seconds a target width of `w` is expected to take, from what the widths so far took
+    (seconds: {width: wall s, first use included}, in the order they ran). Each compiled shape's
+    first use compiles it: the costliest width so far. But where every width of 2 or more shares
+    one compiled graph (shared: lm.SHARED, and the compiler took it) and one such width has
+    compiled it, another costs only its capture: the costliest wide width after that first one,
+    else CAPTURE_SECONDS."""
+    wide = [sec for x, sec in seconds.items() if int(x) >= 2]
+    if shared and w >= 2 and wide:
+        return max(wide[1:], default=CAPTURE_SECONDS)
+    return max(seconds.values())
+
+
 def cached_lm(model, vocab: int, path: str, s: Settings, max_len: int, widths=(1,), refine: bool = True):
     if path == "eager":
         return CachedLM(model, vocab, refine=refine)
@@ -249,7 +267,8 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
     out["max_len"] = getattr(lm, "max_len", max_len)  # a compiled slot holds at least 1,024 positions
     lm.forward(ctx)
     for w in widths:
-        if out["target_ms"] and clock.left() < margin * max(out["seconds"].values()):
+        shared = steps == "compiled" and lm_module.SHARED and models["target"] not in lm_module.UNSHARED
+        if out["target_ms"] and clock.left() < margin * width_price(out["seconds"], w, shared):
             skipped.append(f"{label} {path}: target width {w} (time budget)")
             continue
         start = time.perf_counter()

@@ -155,10 +155,10 @@ def kernels(model, width: int, context: int, max_len: int, rows: int = 15) -> st
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows, max_name_column_width=70)
 
 
-def kernel_share(model, s, passes: int = 10, width: int = 1) -> tuple[dict, str]:
+def kernel_share(model, s, passes: int = 10, width: int = 1, refine: bool = True) -> tuple[dict, str]:
     """torch.profiler over `passes` passes of `width` tokens of model on the fast path (CachedLM, as
-    timed): the CUDA kernels a pass launches and their time (the rest of a pass's wall time is the
-    host's work around them), and the kernel table."""
+    timed; refine False: as a drafter runs it): the CUDA kernels a pass launches and their time (the
+    rest of a pass's wall time is the host's work around them), and the kernel table."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -166,7 +166,8 @@ def kernel_share(model, s, passes: int = 10, width: int = 1) -> tuple[dict, str]
 
     vocab = model.config.vocab_size
     ctx = [(11 * i + 5) % vocab for i in range(s.context)]
-    fast = cached_lm(model, vocab, "fast", s, s.context + s.k + 3, widths=(1, width))  # time_path's slot
+    fast = cached_lm(model, vocab, "fast", s, s.context + s.k + 3, widths=(1, width),  # time_path's slot
+                     refine=refine)
 
     def new(r: int) -> list[int]:
         return [(7 * r + 3 * t + 1) % vocab for t in range(width)]
@@ -191,12 +192,17 @@ def kernel_share(model, s, passes: int = 10, width: int = 1) -> tuple[dict, str]
     return share | last, table + order
 
 
+HOST_GAP_US = 10.0  # a gap this long is the device waiting for the host, not a launch in a graph
+
+
 def last_pass(kernels: list, passes: int) -> tuple[dict, str]:
     """The last of `passes` equal passes' kernels (profiler events: name, time_range in us), in the
     order they ran: from its first kernel's start to its last one's end (span), the kernels' own
-    time (busy), the device idle between them (gaps: inside a CUDA graph, each kernel's launch
-    latency), and a line a kernel. An H200 target pass ran 643 kernels, 2.43 ms of them in a 2.93
-    ms pass; which kernels a layer runs, and how long the device waits between them, is what
+    time (busy), the device idle between them (gaps), and a line a kernel. Gaps of HOST_GAP_US or
+    more are counted apart: the device waiting for the host (before a replay, between it and the
+    head's refinement; the profiler slows the host too), where the short ones inside a CUDA graph
+    are each kernel's launch latency. An H200 target pass ran 643 kernels, 2.43 ms of them in a
+    2.93 ms pass; which kernels a layer runs, and how long the device waits between them, is what
     says where the rest of a pass goes."""
     n = round(len(kernels) / passes) if passes else 0
     if not n:
@@ -205,10 +211,14 @@ def last_pass(kernels: list, passes: int) -> tuple[dict, str]:
     begin = pass_[0].time_range.start
     span = max(e.time_range.end for e in pass_) - begin
     busy = sum(e.time_range.elapsed_us() for e in pass_)
+    gaps = [max(0.0, b.time_range.start - max(e.time_range.end for e in pass_[:i + 1]))
+            for i, b in enumerate(pass_[1:])]  # before each kernel after the first: the device idle
+    host = [g for g in gaps if g >= HOST_GAP_US]
     lines = [f"{i:4d} {e.time_range.start - begin:9.2f} {e.time_range.elapsed_us():8.2f}  {e.name[:110]}"
              for i, e in enumerate(pass_)]
     summary = {"last_pass_span_ms": round(span / 1e3, 4), "last_pass_busy_ms": round(busy / 1e3, 4),
-               "last_pass_gaps_ms": round((span - busy) / 1e3, 4)}
+               "last_pass_gaps_ms": round((span - busy) / 1e3, 4),
+               "last_pass_host_gaps": len(host), "last_pass_host_gaps_ms": round(sum(host) / 1e3, 4)}
     return summary, ("\n\nthe last pass's kernels in order (start and length in us):\n" + "\n".join(lines))
 
 
@@ -251,17 +261,21 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
                 tables.append(f"{mode}: the target's width-1 pass through CachedLM\n{table}")
                 r["kernels_wide"], table = kernel_share(models["target"], s, width=s.k + 1)
                 tables.append(f"{mode}: the target's width-{s.k + 1} pass through CachedLM\n{table}")
+                r["kernels_draft"], table = kernel_share(models["draft"], s, refine=False)  # C_D/C_T
+                tables.append(f"{mode}: the draft's width-1 pass through CachedLM\n{table}")
             except Exception as e:  # noqa: BLE001 - a probe: say what failed, keep the rest
                 r["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             del models
+            print(mode, json.dumps(r), flush=True)
+            save()  # the timings and kernel tables, before the identity check (a cut there loses it alone)
             if mode in identity:
                 try:
                     model32 = random_model(config("target", quick), device, torch.float32, seed=0)
                     r["identity_float32"] = check_identity(model32, s)
                 except Exception as e:  # noqa: BLE001
                     r["identity_float32"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-            print(mode, json.dumps(r), flush=True)
-            save()
+                print(mode, "identity", json.dumps(r["identity_float32"]), flush=True)
+                save()
     finally:
         lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED = before
         lm.forget_graphs()

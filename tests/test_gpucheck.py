@@ -134,6 +134,11 @@ def test_engine_section_splits_each_round_and_prices_its_passes():
     # 7 draft passes at 0.1 ms and three verify passes of 3 tokens at 1.1 ms: 4.0 ms
     assert math.isclose(enginecheck.projected_ms(r, profile, "fast"), 4.0 / 3)
     assert enginecheck.projected_ms(r, profile, "eager") is None  # no such path
+    # the target drafting for itself ("self"): each draft pass is a target one-token pass, 1.0 ms
+    # (priced at the draft's 0.1 ms it printed a projection a third of what the rounds took)
+    assert math.isclose(enginecheck.projected_ms(r, profile, "fast", drafts_by_target=True), (7.0 + 3.3) / 3)
+    assert "self k=2" in "\n".join(enginecheck.lines({"self": r}, profile))
+    assert f"projects {(7.0 + 3.3) / 3:.3f} ms" in "\n".join(enginecheck.lines({"self": r}, profile))
     with pytest.raises(ValueError, match="a full round after the first"):
         enginecheck.split(events[:1] + events[-1:], k=2, max_new_tokens=7)
 
@@ -401,7 +406,13 @@ def test_the_probe_lists_the_last_passs_kernels_in_order_with_the_idle_time_betw
     events = [kernel("c", 110, 111), kernel("a", 0, 4), kernel("b", 5, 7), kernel("a", 100, 104),
               kernel("c", 10, 11), kernel("b", 105, 107)]
     summary, text = graphprobe.last_pass(events, 2)
-    assert summary == {"last_pass_span_ms": 0.011, "last_pass_busy_ms": 0.007, "last_pass_gaps_ms": 0.004}
+    assert summary == {"last_pass_span_ms": 0.011, "last_pass_busy_ms": 0.007, "last_pass_gaps_ms": 0.004,
+                       "last_pass_host_gaps": 0, "last_pass_host_gaps_ms": 0.0}
+    # a pass whose head waited 30 us for the host after the graph: one gap of the host's, apart
+    waited = events + [kernel("d", 141, 142), kernel("d", 41, 42)]
+    summary, _ = graphprobe.last_pass(waited, 2)
+    assert summary["last_pass_gaps_ms"] == 0.034 and summary["last_pass_host_gaps"] == 1
+    assert summary["last_pass_host_gaps_ms"] == 0.03
     rows = text.strip().splitlines()[1:]
     assert [row.split() for row in rows] == [["0", "0.00", "4.00", "a"], ["1", "5.00", "2.00", "b"],
                                              ["2", "10.00", "1.00", "c"]]
@@ -420,7 +431,7 @@ def test_each_probe_mode_names_every_step_setting_it_times_under(monkeypatch):
         return {"draft_ms": 1.0, "target_ms": {1: 2.0}, "compiled_ok": True}
 
     monkeypatch.setattr(gpumeasure, "time_path", time_path)
-    monkeypatch.setattr(graphprobe, "kernel_share", lambda model, s, width=1: ({}, "table"))
+    monkeypatch.setattr(graphprobe, "kernel_share", lambda model, s, width=1, refine=True: ({}, "table"))
     monkeypatch.setattr(lm, "SHARED", True)
     out = {}
     graphprobe.modes(["direct", "direct+shared", "trees+packed+nested"], [], out, [], lambda: None,
@@ -429,6 +440,28 @@ def test_each_probe_mode_names_every_step_setting_it_times_under(monkeypatch):
                     ("trees", True, True, False)]
     assert (lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED) == ("direct", False, False, True)
     assert out["direct+shared"]["target_ms"] == {1: 2.0}
+
+
+def test_a_probe_mode_is_saved_before_its_identity_check(monkeypatch):
+    """A mode's timings and kernel tables were saved only after its float32 identity check: a
+    timeout there (the probe's last step on the device) lost the whole mode."""
+    from specviz import gpumeasure, graphprobe
+
+    monkeypatch.setattr(gpumeasure, "time_path", lambda *a, **kw: {"draft_ms": 1.0, "target_ms": {1: 2.0}})
+    monkeypatch.setattr(graphprobe, "kernel_share",
+                        lambda model, s, width=1, refine=True: ({"n": width}, "t"))
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpumeasure, "identity", cut)
+    out, tables, saved = {}, [], []
+    with pytest.raises(KeyboardInterrupt):
+        graphprobe.modes(["direct+packed"], ["direct+packed"], out, tables,
+                         lambda: saved.append(json.dumps(out)), repeats=2, device="cpu", quick=True)
+    mode = json.loads(saved[-1])["direct+packed"]
+    assert mode["target_ms"] == {"1": 2.0} and mode["kernels_draft"] == {"n": 1}
+    assert [t.split(":")[1].strip().split(" ")[1] for t in tables] == ["target's", "target's", "draft's"]
 
 
 def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs):
@@ -492,3 +525,38 @@ def test_a_clock_can_keep_part_of_its_budget_back_for_a_later_section():
     kept = clock.keeping(40.0)
     assert 59.0 < kept.left() <= 60.0 and 99.0 < clock.left() <= 100.0
     assert kept.start == clock.start  # the same time spent on both
+
+
+def test_a_check_cut_short_leaves_the_report_so_far(monkeypatch):
+    """On the device a `timeout` kills gpucheck at its limit: the report and the profile were written
+    only at the end, so a run cut in its engine sections left nothing but its log. Each section now
+    hands the report so far to the checkpoint (written to --out, marked partial)."""
+    from specviz import enginecheck
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt  # what the timeout's SIGTERM amounts to: nothing after it runs
+
+    monkeypatch.setattr(enginecheck, "engine_run", cut)
+    snapshots = []
+    s = gpumeasure.Settings.for_device("cpu", True)
+    with pytest.raises(KeyboardInterrupt):
+        gpucheck.run(s, log=lambda line: None, checkpoint=snapshots.append)
+    last = snapshots[-1]
+    assert last["partial"] is True and {"eager", "fast"} <= set(last["paths"])
+    assert last["identity"]["fast_greedy_equals_eager"] and last["goals"]
+    assert set(profiles.load(last["profile"]).paths) >= {"eager", "fast"}
+    # the widths past the goals' were timed before the engine sections
+    assert set(last["paths"]["fast"]["target_ms"]) == set(s.fast_widths)
+
+
+def test_with_one_shared_graph_a_further_wide_width_is_priced_at_a_capture(monkeypatch):
+    """The widths after the goals' were priced at the costliest first use so far, a compile
+    (22-30 s on the H200), so with 40 s left gpucheck skipped them all, though each needs only a
+    capture once the shared wide graph is compiled."""
+    from specviz.gpumeasure import CAPTURE_SECONDS, width_price
+
+    seconds = {1: 25.0, 5: 28.0}  # width 1's graph, then the shared wide one: both compiled
+    assert width_price(seconds, 9, shared=True) == CAPTURE_SECONDS
+    assert width_price(seconds | {9: 1.5, 3: 2.5}, 17, shared=True) == 2.5  # captures measured
+    assert width_price(seconds, 9, shared=False) == 28.0  # a graph a width: each compiles
+    assert width_price({1: 25.0}, 5, shared=True) == 25.0  # the shared graph not compiled yet
