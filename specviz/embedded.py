@@ -13,6 +13,7 @@ import contextlib
 import errno
 import hashlib
 import importlib
+import logging
 import os
 import shutil
 import tempfile
@@ -139,9 +140,17 @@ def _dequantize_to(gguf_path: Path, out_dir: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     folder, name = str(gguf_path.parent), gguf_path.name
-    with _one_gguf_parse():
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
+    # transformers advises float32 for running a GGUF model with its weights packed ("Pass
+    # dtype=torch.float32"), advice a user of the app cannot take and this one-off copy does not need
+    advice = logging.getLogger("transformers.quantizers.quantizer_gguf")
+    level = advice.level
+    advice.setLevel(logging.ERROR)
+    try:
+        with _one_gguf_parse():
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+            loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.bfloat16)
+    finally:
+        advice.setLevel(level)
     # A GGUF-loaded model refuses save_pretrained (it is marked quantized): rebuild it plainly.
     config_dict = loaded.config.to_dict()
     config_dict.pop("quantization_config", None)

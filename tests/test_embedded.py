@@ -232,3 +232,37 @@ def test_a_build_parses_each_gguf_once_and_puts_the_reader_back(tmp_path, monkey
     assert gguf.GGUFReader is original
     load_gguf_checkpoint(str(path))
     assert len(parses) == 2  # outside it, every call parses again
+
+
+def test_the_cache_build_does_not_pass_on_advice_a_user_cannot_take(tmp_path, monkeypatch, model_dirs):
+    """transformers warns "Pass `dtype=torch.float32` to avoid it" when a GGUF model is loaded
+    packed in bfloat16: the app's first start printed it twice, about a call no user makes."""
+    import logging
+
+    import transformers
+
+    advice = logging.getLogger("transformers.quantizers.quantizer_gguf")
+    target = str(model_dirs["target"])
+    real = transformers.AutoModelForCausalLM.from_pretrained
+
+    def from_pretrained(folder, gguf_file=None, **kwargs):  # the GGUF load: it warns, as 5.24 does
+        advice.warning("Loading a GGUF checkpoint with its weights packed is fastest in float32 ...")
+        return real(target, **kwargs)
+
+    def tokenizer(folder, gguf_file=None):
+        return transformers.PreTrainedTokenizerFast.from_pretrained(target)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", tokenizer)
+    shown = []
+    handler = logging.Handler()
+    handler.emit = shown.append
+    advice.addHandler(handler)
+    level = advice.level
+    try:
+        embedded._dequantize_to(tmp_path / "x.gguf", tmp_path / "out")
+        advice.warning("after the build")  # its level is back: later warnings still show
+    finally:
+        advice.removeHandler(handler)
+    assert [r.getMessage() for r in shown] == ["after the build"] and advice.level == level
+    assert (tmp_path / "out" / "config.json").exists()
