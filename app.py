@@ -298,6 +298,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         names = ["pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
                  "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching"]
         assert sorted(names) == sorted(SETTING_NAMES)
+        demo.specviz.names = tuple(names)  # the order of the controls, the link and the API's /run
         outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time,
                    tree_view, tree_slider, tree_overview, fig_tree_nodes, fig_tree_chain, last]
 
@@ -378,9 +379,13 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
             yield from gated(request, waiting, job)
 
-        # gr.Request and gr.Progress are injected by position: they come before *values.
-        def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), *values):
-            yield from run_stream(values, request)
+        # gr.Request and gr.Progress are injected by position: they come before the settings, which
+        # are named so that the API lists them by name (as `param_0`... under *values)
+        def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), pair=None, target=None,
+                draft=None, proposer=None, k=None, temperature=None, top_p=None, top_k=None, seed=None,
+                max_new_tokens=None, prompt=None, chat=None, dtype=None, nodes=None, branching=None):
+            yield from run_stream((pair, target, draft, proposer, k, temperature, top_p, top_k, seed,
+                                   max_new_tokens, prompt, chat, dtype, nodes, branching), request)
 
         def auto_run(request: gr.Request, progress=gr.Progress(track_tqdm=True), autorun=False, *values):
             if autorun is not True:  # only a run=1 link sets it (on_load)

@@ -70,6 +70,10 @@ def test_bad_input_is_an_error_message_and_the_app_keeps_serving(app_url):
     with pytest.raises(Exception, match="unknown pair|not in the list of choices"):
         client.predict(*args(pair="nope"), api_name="/run")
     assert client.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
+    # by name, the rest the page's defaults (as the README shows it)
+    final = client.predict(max_new_tokens=3, dtype="float32", api_name="/run")
+    assert final[0].startswith("Done in float32"), final[0]
+    assert "<tr><th>tokens</th><td>3</td><td>3</td></tr>" in final[3]
 
 
 def test_cancel_stops_a_run_and_frees_the_model(app_url):
@@ -370,3 +374,16 @@ def test_replay_view_needs_no_model(pair):
     view = replay_view(loads(t.to_json()))
     assert "Identical" in view.verdict_html and view.text_html.count('class="tok ') >= 16
     assert set(view.figures) == {"tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time"}
+
+
+def test_the_apis_run_endpoint_names_its_settings_in_the_pages_order():
+    """The API listed /run's 15 settings as param_0 ... param_14 (the handler took *values), so a
+    gradio_client user had to count the page's controls to find max_new_tokens."""
+    import app
+    from specviz.service import ModelStore
+    from specviz.settings import Limits, RunSettings
+
+    demo = app.build(ModelStore(device="cpu"), Limits(), RunSettings())
+    run = demo.get_api_info()["named_endpoints"]["/run"]["parameters"]
+    assert [p["parameter_name"] for p in run] == list(demo.specviz.names)
+    assert [p["parameter_default"] for p in run] == [getattr(RunSettings(), n) for n in demo.specviz.names]
