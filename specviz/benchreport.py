@@ -288,7 +288,8 @@ def markdown(summary: dict, meta: dict) -> str:
                           + ("" if vs is None else f", {beside(vs, 1.0)} vs hf"))
     rows = _speed_rows(summary, classes, cell)
     speed = [head] + [f"| {m} | " + " | ".join(cells) + " |" for m, cells in rows]
-    detail = ["| method | tokens/pass | α per token | nodes/round | draft / target / other time | peak RSS "
+    detail = ["| method | tokens/pass | α per token | nodes/round | draft / target / engine's other time, of "
+              "the wall time (the rest: set-up outside the engine) | peak RSS "
               "| greedy = its family's target alone |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for method, rows in summary.items():
@@ -350,8 +351,10 @@ def projected_table(rows: dict, profile: profiles.Profile) -> str:
     """Markdown: projected seconds, tokens/s and speedup per method on each path of a profile."""
     paths = list(profile.paths)
     lines = [f"Projected onto the cost profile {profile.label} (this run's passes times the profile's "
-             "C_D and C_T(tokens verified: 1 + k a chain round, 1 + nodes a tree round; a tree's "
-             "batched draft pass counts one C_D); the prefill counts as one pass):", "",
+             "C_D and C_T(tokens verified: 1 + k a chain round, 1 + nodes a tree round; on a path with "
+             "compiled steps as the engine pads them, a chain's to its k + 1 and a tree's nodes to a "
+             "power of two; a tree's batched draft pass counts one C_D); the prefill counts as one pass):",
+             "",
              "| method | " + " | ".join(profile.path_label(p) for p in paths) + " |",
              "|" + " --- |" * (len(paths) + 1)]
     for method, by_path in rows.items():
