@@ -356,13 +356,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             return (view.status, view.text_html, view.verdict_html, view.stats_html,
                     view.timeline_html, *plots, *tree_outputs(view, final), key)
 
-        # The GPU jobs are decorated once, here: spaces.GPU keeps a worker process per decorated
-        # function (and GPU) for its next call, so a function decorated per request forked a fresh
-        # worker, with its CUDA set-up and weights, for every job and kept each one. Each job's
-        # settings reach it as arguments (pickled to the worker), and its duration is a function of them.
-        @on_gpu(lambda s: zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2))
-        def run_on_gpu(s: RunSettings):  # a run, its baseline (a tree run: and the chain); plain values
-            yield from run_views(store, s, limits)  # cross back
+        def run_job(s: RunSettings):  # a run, its baseline (a tree run: and the chain)
+            yield from run_views(store, s, limits)  # plain values cross back from a ZeroGPU worker
 
         def run_stream(values, request, dtype=None):
             try:
@@ -373,7 +368,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 raise user_error(e) from None
 
             def job():
-                for view in run_on_gpu(s):
+                for view in on_gpu_job("run", s):
                     yield show(view, request)  # the shelf lives in this process
 
             waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
@@ -448,10 +443,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             waiting = lambda ahead: (f"<div class='specviz-lab'>{wait_text(ahead)}</div>",  # noqa: E731
                                      gr.skip(), gr.skip(), gr.skip())
             yield from gated(request, waiting,
-                             lambda: lab_on_gpu(source, trace, round_number, trials, variants))
+                             lambda: on_gpu_job("lab", source, trace, round_number, trials, variants))
 
-        @on_gpu(zerogpu.duration(limits.max_prompt_tokens, runs=1))  # one pass a model
-        def lab_on_gpu(source, trace, round_number, trials, variants):
+        def lab_job(source, trace, round_number, trials, variants):
             if source == "round":
                 pair = store.current()
                 steps = labview.from_round_steps(
@@ -485,10 +479,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 raise user_error(e) from None
 
             yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
-                             lambda: e2e_on_gpu(s, n))
+                             lambda: on_gpu_job("e2e", s, n))
 
-        @on_gpu(lambda s, n: zerogpu.duration(2 * n))  # n 2-token samples, speculative and alone
-        def e2e_on_gpu(s, n):
+        def e2e_job(s, n):
             if not store.is_loaded(s):
                 yield "<div class='specviz-lab'>Loading the pair…</div>"
             for step in continuations(store.get(s), s, n, limits):
@@ -499,6 +492,28 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                            "samples…</div>")
                 else:
                     yield labview.continuations_html(step)
+
+        # Every GPU job goes through one function, decorated once: spaces.GPU keeps a worker
+        # process per decorated function (and GPU) for its next call. Decorated per request, each
+        # job forked a fresh worker (its CUDA set-up and weights) and kept it; decorated a job kind
+        # each, the run, the lab and the check had a worker each, and so a model store each (the
+        # lab's never held the pair a run had switched to). A job's settings reach the worker as
+        # arguments (pickled), and its GPU time is a function of them: a load it may need (another
+        # pair or dtype than the one placed at start-up) is counted in.
+        jobs = {"run": run_job, "lab": lab_job, "e2e": e2e_job}
+
+        def gpu_seconds(kind: str, *args) -> int:
+            if kind == "lab":  # a round's context read, one pass a model, and the sampling
+                return zerogpu.LAB_SECONDS
+            s = args[0]
+            load = store.key(s) != store.home
+            if kind == "e2e":  # n 2-token samples, speculative and alone
+                return zerogpu.duration(2 * args[1], load=load)
+            return zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2, load=load)
+
+        @on_gpu(gpu_seconds)
+        def on_gpu_job(kind: str, *args):
+            yield from jobs[kind](*args)
 
         def explore(k_value, adaptive, profile, key):
             try:
@@ -670,7 +685,11 @@ def main(argv=None):
     demo = build(store, limits, default)
     default = demo.specviz.default  # within the limits: the page's own, which the preload loads
     if on_zerogpu:  # ZeroGPU: models go to "cuda" in the main process, before the first job
-        preload(store, default)
+        try:
+            store.get(default)
+        except Exception as e:  # noqa: BLE001 - every job would load it again inside its GPU time
+            raise SystemExit(f"specviz: could not place the default pair on the GPU at start-up, as "
+                             f"ZeroGPU requires: {type(e).__name__}: {e}") from e
     else:
         threading.Thread(target=preload, args=(store, default), daemon=True).start()
     demo.launch(server_name=args.host, server_port=args.port, css=(ASSETS / "style.css").read_text(),

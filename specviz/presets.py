@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import embedded
+from . import embedded, zerogpu
 from .untrusted import flag
 
 EMBEDDED = "embedded"
@@ -64,6 +64,7 @@ PROBE_TTL_S = 60.0  # how long an answer of the hub's is trusted: a hub that com
 _probe: tuple[float, bool] | None = None  # (time.monotonic(), whether the hub answered then)
 _quiet_since: float | None = None  # when a request to the hub last went unanswered
 _probe_lock = threading.Lock()  # one probe at a time; the others wait for its answer
+zerogpu.renew_lock_after_fork(globals(), "_probe_lock")  # a ZeroGPU worker forked mid-probe
 
 
 def offline() -> bool:

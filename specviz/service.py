@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from . import presets, treeview
+from . import presets, treeview, zerogpu
 from .compare import Comparison, compare
 from .detok import token_pieces
 from .digits import beside
@@ -91,6 +91,7 @@ class ModelStore:
         self.fast = fast  # the engine's fast path for every pair (None: the pair's own "auto")
         self.warm = warm  # warm a loaded pair up with a short run (not where no GPU is attached yet)
         self._lock = threading.Lock()
+        zerogpu.renew_lock_after_fork(self)  # a ZeroGPU worker forked while a request held it
         self._key: tuple | None = None
         self._pair: Pair | None = None
         self._loads: deque[tuple[float, float]] = deque()  # load attempts: (ended, seconds)
@@ -193,6 +194,7 @@ class Baselines:
     def __init__(self, size: int = 16):
         self.size = size
         self._lock = threading.Lock()
+        zerogpu.renew_lock_after_fork(self)
         self._runs: OrderedDict[tuple, tuple[tuple[RoundEvent, ...], float]] = OrderedDict()
 
     def get(self, key: tuple) -> tuple[tuple[RoundEvent, ...], float] | None:

@@ -23,22 +23,27 @@ import functools
 import inspect
 import math
 import os
+import threading
+import weakref
 
 FAST = "graphed"  # no torch.compile on ZeroGPU: static caches, steps captured as CUDA graphs directly
 SETUP_SECONDS = 20  # first-call CUDA set-up, the speculative run's prefill and its captures
 SECONDS_PER_TOKEN = 0.1  # eager 1.5B target on a ZeroGPU slice: ~40 tok/s alone, with margin
 MAX_SECONDS = 300  # = the default job time limit (SPECVIZ_MAX_JOB_SECONDS)
+LOAD_SECONDS = 60  # a job that may load another pair or dtype in its worker first (from the hub)
+LAB_SECONDS = 30  # the Exactness lab: a round's context read (a pass a model) and its sampling
 
 
 def active() -> bool:
     return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
 
 
-def duration(tokens: int, runs: int = 2) -> int:
+def duration(tokens: int, runs: int = 2, load: bool = False) -> int:
     """Seconds of GPU to ask for: `runs` generations of `tokens` tokens (a run and its baseline),
-    from SETUP_SECONDS to MAX_SECONDS whatever the counts (clamped before any float arithmetic)."""
+    LOAD_SECONDS more where the job may load its pair first (load), from SETUP_SECONDS to
+    MAX_SECONDS whatever the counts (clamped before any float arithmetic)."""
     tokens = max(0, min(tokens, math.ceil(MAX_SECONDS / SECONDS_PER_TOKEN)))
-    return int(min(MAX_SECONDS, SETUP_SECONDS + SECONDS_PER_TOKEN * tokens * runs))
+    return int(min(MAX_SECONDS, SETUP_SECONDS + SECONDS_PER_TOKEN * tokens * runs + LOAD_SECONDS * load))
 
 
 def gpu(seconds):
@@ -50,6 +55,25 @@ def gpu(seconds):
     import spaces  # only on Spaces: the package is a no-op elsewhere, but not needed there
 
     return lambda fn: spaces.GPU(duration=seconds)(fresh_graphs(fn))
+
+
+def renew_lock_after_fork(owner, name: str = "_lock") -> None:
+    """Give a forked child a fresh lock in owner.<name> (an object, or a module's globals() dict):
+    spaces forks its GPU workers from the app's process while other threads run, and a lock one
+    of them held at that moment stays held in the child for ever (its next load or hub probe
+    waits until the job's GPU time runs out). The owner is held weakly."""
+    if not hasattr(os, "register_at_fork"):
+        return
+    if isinstance(owner, dict):
+        os.register_at_fork(after_in_child=lambda: owner.__setitem__(name, threading.Lock()))
+        return
+    ref = weakref.ref(owner)
+
+    def renew() -> None:
+        if (held := ref()) is not None:
+            setattr(held, name, threading.Lock())
+
+    os.register_at_fork(after_in_child=renew)
 
 
 def fresh_graphs(fn):

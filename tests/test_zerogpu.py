@@ -20,6 +20,8 @@ def test_duration_grows_with_the_tokens_and_is_capped():
     # counts no setting check has seen yet: a huge one never reaches float(), a negative one asks
     # for the set-up alone, never for negative seconds
     assert zerogpu.duration(10 ** 400) == zerogpu.MAX_SECONDS and zerogpu.duration(-10 ** 6) == 20
+    assert zerogpu.duration(64, load=True) == 32 + zerogpu.LOAD_SECONDS  # a pair to load first
+    assert zerogpu.duration(10_000, load=True) == zerogpu.MAX_SECONDS
 
 
 def test_on_zerogpu_jobs_ask_spaces_for_their_duration(monkeypatch):
@@ -40,9 +42,10 @@ def test_on_zerogpu_jobs_ask_spaces_for_their_duration(monkeypatch):
 
 def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, model_dirs):
     """A run on a ZeroGPU deployment: the model generator is wrapped, with the run's duration.
-    Its jobs are decorated once, when the app is built: spaces.GPU keeps a worker process per
-    decorated function, and a job decorated per request forked (and kept) one per run. The job's
-    settings reach the worker as arguments, pickled, and its duration is computed from them."""
+    Its jobs go through one function, decorated once when the app is built: spaces.GPU keeps a
+    worker process per decorated function, so a job decorated per request forked (and kept) one
+    per run, and a function per job kind gave the lab a worker (and a model store) of its own. The
+    job's settings reach the worker as arguments, pickled, and its duration is computed from them."""
     import pickle
 
     import app
@@ -71,14 +74,14 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
     names = ("pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
              "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching")
     values = [getattr(default, n) for n in names]
-    assert len(decorated) == 3 and asked == []  # the run, the lab and the end-to-end check
+    assert len(decorated) == 1 and asked == []  # the run, the lab and the end-to-end check: one
     outputs = list(run(None, None, *values))
     assert outputs[-1][0].startswith("Done") and asked == [zerogpu.duration(12)]
     assert store.current().fast == "graphed"
     tree = [{"proposer": "tree", "max_new_tokens": 8}.get(n, v) for n, v in zip(names, values, strict=True)]
     last = list(run(None, None, *tree))[-1]
     assert last[0].startswith("Done")
-    assert len(decorated) == 3 and asked == [zerogpu.duration(12), zerogpu.duration(8, runs=3)]
+    assert len(decorated) == 1 and asked == [zerogpu.duration(12), zerogpu.duration(8, runs=3)]
     # the lab's round (its trace crosses to the worker) and the end-to-end check, on the same workers
     key = last[-1]  # the newest run's trace (a session's newer run replaces its older one)
     lab_run = next(f.fn for f in demo.fns.values() if f.name == "lab_run")
@@ -86,8 +89,11 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
     e2e = next(f.fn for f in demo.fns.values() if f.name == "e2e_run")
     warm = [{"temperature": 0.8}.get(n, v) for n, v in zip(names, values, strict=True)]
     assert "specviz-lab" in list(e2e(None, 10, *warm))[-1]
-    assert len(decorated) == 3 and asked[2:] == [zerogpu.duration(Limits().max_prompt_tokens, runs=1),
-                                                 zerogpu.duration(20)]
+    assert len(decorated) == 1 and asked[2:] == [zerogpu.LAB_SECONDS, zerogpu.duration(20)]
+    # another dtype than the pair placed at start-up: the job may load it first, and asks for that
+    other = [{"dtype": "bfloat16", "max_new_tokens": 4}.get(n, v) for n, v in zip(names, values, strict=True)]
+    assert list(run(None, None, *other))[-1][0].startswith("Done")
+    assert asked[4:] == [zerogpu.duration(4, load=True)] == [int(20 + 0.1 * 4 * 2 + zerogpu.LOAD_SECONDS)]
     del asked[2:]
     # settings out of range are refused before the job asks for GPU time (or takes a gate place)
     import gradio as gr
@@ -177,3 +183,47 @@ def test_the_k_explorer_takes_only_shipped_cost_profiles(model_dirs):
     assert profiles.shipped()  # the CPU profile measured here
     numbers, text, fig = explore(4, False, profiles.shipped()[0], None)  # no run yet: a hint
     assert "Run at temperature 0" in numbers and fig is None
+
+
+def test_a_worker_forked_while_a_lock_was_held_gets_a_free_one():
+    """spaces forks its GPU worker from the app's process while request threads run: a lock one
+    of them held at that moment (the model store's, the hub probe's) stayed held in the worker,
+    whose next load or probe then waited until the job's GPU time ran out."""
+    import threading
+
+    from specviz import presets
+    from specviz.service import ModelStore
+
+    store = ModelStore(device="cpu")
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with store._lock, presets._probe_lock:
+            held.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the worker: both locks free
+            ok = store._lock.acquire(timeout=2) and presets._probe_lock.acquire(timeout=2)
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        thread.join()
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_on_zerogpu_a_default_pair_that_cannot_be_placed_stops_the_start(monkeypatch):
+    """It printed the error and served: every job then loaded the pair inside its GPU time, where
+    ZeroGPU wants it placed at start-up."""
+    import app
+
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setattr(app.ModelStore, "get", lambda self, s: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(app.gr.Blocks, "launch", lambda *a, **kw: pytest.fail("served"))
+    with pytest.raises(SystemExit, match="could not place the default pair on the GPU at start-up.*disk"):
+        app.main([])
