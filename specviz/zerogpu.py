@@ -8,9 +8,10 @@ CUDA graph directly, without a compiler, on its first use in the call (0.1-0.5 s
 H200 run; a target pass 5.2 ms against eager's 16-24 ms, docs/benchmarks.md). Graphs and caches
 are dropped at the start of every call (lm.forget_graphs): spaces keeps a worker process per
 decorated function and GPU, so a worker can serve call after call, and a graph captured in an
-earlier one may point at memory that call gave back. The app decorates each of its GPU jobs
-once, at start-up (a function decorated per call would fork a worker per call, and spaces keeps
-every one), passes a job's settings as arguments and derives its duration from them. app.py
+earlier one may point at memory that call gave back. The app decorates one function for all of its
+GPU jobs, once, at start-up (a function decorated per call would fork a worker per call, and
+spaces keeps every one; a function per job kind would give each kind a worker and a model store
+of its own), passes a job's settings as arguments and derives its duration from them. app.py
 imports spaces before anything else when `SPACES_ZERO_GPU` is set: spaces refuses to load after
 CUDA is initialised, and patches torch so that models can be loaded and moved to "cuda" at
 start-up in the main process (the way ZeroGPU requires). Off ZeroGPU, and on CPU, `gpu(...)`
