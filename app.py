@@ -149,9 +149,16 @@ def user_error(e: BaseException) -> gr.Error:
     return gr.Error(html.escape(public_message(str(e)), quote=False), print_exception=False)
 
 
+OUT_OF_MEMORY = "out of memory: pick a smaller pair or fewer new tokens"
+
+
+def out_of_memory(e: BaseException) -> bool:
+    return isinstance(e, MemoryError) or isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
+
+
 def on_gpu(seconds):
     """zerogpu.gpu for a generator job (seconds: a number, or a function of the job's arguments),
-    a visitor's ValueError turned into gr.Error inside it:
+    a visitor's ValueError, and running out of memory, turned into gr.Error inside it:
     ZeroGPU's worker hands back only a gr.Error whole, and any other exception as "ZeroGPU worker
     error", so the message naming the fix (a prompt too long, a pair switch refused) was lost."""
     def wrap(job):
@@ -160,6 +167,10 @@ def on_gpu(seconds):
                 yield from job(*args, **kwargs)
             except ValueError as e:
                 raise user_error(e) from None
+            except (MemoryError, RuntimeError) as e:
+                if not out_of_memory(e):
+                    raise
+                raise gr.Error(OUT_OF_MEMORY, print_exception=False) from None
         return zerogpu.gpu(seconds)(inside)
     return wrap
 
@@ -322,10 +333,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
             except (MemoryError, RuntimeError) as e:
-                if isinstance(e, RuntimeError) and "out of memory" not in str(e).lower():
+                if not out_of_memory(e):
                     raise
-                raise gr.Error("out of memory: pick a smaller pair or fewer new tokens",
-                               print_exception=False) from None
+                raise gr.Error(OUT_OF_MEMORY, print_exception=False) from None
 
         def wait_text(ahead: int) -> str:
             return f"waiting for the model: {ahead} ahead of you (Stop leaves the line)"
@@ -448,9 +458,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         def lab_job(source, trace, round_number, trials, variants):
             if source == "round":
                 pair = store.current()
+                seconds = min(limits.max_job_seconds, zerogpu.LAB_SECONDS - 5) if zerogpu.active() \
+                    else limits.max_job_seconds  # on ZeroGPU within the GPU time the job asked for
                 steps = labview.from_round_steps(
                     pair, trace, round_number, limits.max_prompt_tokens + limits.max_new_tokens,
-                    limits.max_prompt_tokens, deadline=time.monotonic() + limits.max_job_seconds)
+                    limits.max_prompt_tokens, deadline=time.monotonic() + seconds)
                 while True:  # a long context is read a pass at a time: Stop acts between them
                     try:
                         text = next(steps)
@@ -499,21 +511,30 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # each, the run, the lab and the check had a worker each, and so a model store each (the
         # lab's never held the pair a run had switched to). A job's settings reach the worker as
         # arguments (pickled), and its GPU time is a function of them: a load it may need (another
-        # pair or dtype than the one placed at start-up) is counted in.
+        # pair or dtype than the worker holds: the last job's, as the gate sends one at a time; the
+        # one placed at start-up after a job raised, as spaces then forks a fresh worker) counted in.
         jobs = {"run": run_job, "lab": lab_job, "e2e": e2e_job}
+        worker = {"key": store.home}  # the pair the worker is expected to hold
 
         def gpu_seconds(kind: str, *args) -> int:
             if kind == "lab":  # a round's context read, one pass a model, and the sampling
                 return zerogpu.LAB_SECONDS
             s = args[0]
-            load = store.key(s) != store.home
+            load, worker["key"] = store.key(s) != worker["key"], store.key(s)
             if kind == "e2e":  # n 2-token samples, speculative and alone
                 return zerogpu.duration(2 * args[1], load=load)
             return zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2, load=load)
 
         @on_gpu(gpu_seconds)
-        def on_gpu_job(kind: str, *args):
+        def in_worker(kind: str, *args):
             yield from jobs[kind](*args)
+
+        def on_gpu_job(kind: str, *args):
+            try:
+                yield from in_worker(kind, *args)
+            except BaseException:  # a job that raised (or was stopped): its worker may be gone
+                worker["key"] = store.home
+                raise
 
         def explore(k_value, adaptive, profile, key):
             try:

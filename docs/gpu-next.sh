@@ -5,7 +5,8 @@
 #   run(command="bash docs/gpu-next.sh", timeout_s=600)
 # 1. graphprobe: the compiled path's steps with one graph for every wide pass (the default), unpacked
 #    and packed, timed side by side; the packed one's float32 identity against eager; for each, the
-#    kernel tables of a 1-token and a 5-token target pass with every kernel of one pass in order.
+#    kernel tables of a 1-token and a 5-token target pass and a draft pass, with every kernel of one
+#    pass in order (each mode saved before its identity check).
 # 2. gpucheck on the defaults: the goals, the cost profile, and the engine's bfloat16 runs against
 #    the target alone (its "self", tree and chain sections, as far as its budget reaches).
 set -o pipefail

@@ -96,6 +96,7 @@ def cmd_run(args) -> int:
     branching = args.branching  # None: the width adapts
     check_tree_settings(args.nodes, branching)
     pair = load_from_args(args)
+    prompt_ids = pair.encode(args.prompt, chat=args.chat)  # a prompt it refuses: before the warm-up
     from .service import warm_up
 
     warm_up(pair, args.k)  # the timed run starts warm, as its baseline (which runs second) did
@@ -103,7 +104,6 @@ def cmd_run(args) -> int:
                     top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat,
                     ngram_size=args.ngram)
     shape = dict(nodes=args.nodes, branching=branching) if tree else {}
-    prompt_ids = pair.encode(args.prompt, chat=args.chat)
     events = []
     for event in generate(pair, prompt_ids, proposer=args.proposer, **settings, **shape):
         events.append(event)

@@ -147,7 +147,9 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
         command = "python -m specviz gpucheck --device " + s.device + (" --quick" if s.quick else "")
         profile = profiles.Profile(name, hw, packages(), costs, described,
                                    datetime.date.today().isoformat(), s.quick,
-                                   f"measured by `{command}`" + load_note(loads))
+                                   f"measured by `{command}`" + load_note(loads)
+                                   + ("; PARTIAL: written after a section, before the run ended" if partial
+                                      else ""))
         report = {"format": "specviz-gpucheck", "version": 1, "partial": partial, "settings": dict(vars(s)),
                   "steps": {"capture": lm.CAPTURE, "pack": lm.PACK, "nested": lm.NESTED,
                             "shared": lm.SHARED, "candidates": lm.CANDIDATES},
@@ -415,8 +417,12 @@ def cmd_gpucheck(args) -> int:
         run a timeout kills leaves what it measured), then the whole report over them."""
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "gpucheck.json").write_text(json.dumps(report, indent=1) + "\n")
-        profiles.save(profiles.load(report["profile"]), out / f"{report['profile']['name']}.json")
+        for name, save in (("gpucheck.json", lambda f: f.write_text(json.dumps(report, indent=1) + "\n")),
+                           (f"{report['profile']['name']}.json",
+                            lambda f: profiles.save(profiles.load(report["profile"]), f))):
+            part = out / f".{name}.part"  # a kill mid-write leaves the last whole one
+            save(part)
+            os.replace(part, out / name)
 
     report = run(s, log=(lambda line: None) if args.json else (lambda line: print(line, flush=True)),
                  checkpoint=write if args.out else None)

@@ -217,7 +217,7 @@ def last_pass(kernels: list, passes: int) -> tuple[dict, str]:
     lines = [f"{i:4d} {e.time_range.start - begin:9.2f} {e.time_range.elapsed_us():8.2f}  {e.name[:110]}"
              for i, e in enumerate(pass_)]
     summary = {"last_pass_span_ms": round(span / 1e3, 4), "last_pass_busy_ms": round(busy / 1e3, 4),
-               "last_pass_gaps_ms": round((span - busy) / 1e3, 4),
+               "last_pass_gaps_ms": round(sum(gaps) / 1e3, 4),  # idle: overlapping kernels count once
                "last_pass_host_gaps": len(host), "last_pass_host_gaps_ms": round(sum(host) / 1e3, 4)}
     return summary, ("\n\nthe last pass's kernels in order (start and length in us):\n" + "\n".join(lines))
 

@@ -363,15 +363,31 @@ class _Slot:
 def failure(e: BaseException) -> str:
     """One line for a log: the exception's type, and its root cause's first line (dynamo's
     BackendCompilerFailed holds the compiler's own exception, and names it on a later line)."""
-    root = e
+    def first(x: BaseException) -> str:
+        return next((line for line in str(x).splitlines() if line.strip()), "")
+
+    root, handling = e, False
     for _ in range(8):  # a chain of causes, not a cycle
-        inner = getattr(root, "inner_exception", None) or root.__cause__ or (
-            None if root.__suppress_context__ else root.__context__)  # raised while handling one
+        inner = getattr(root, "inner_exception", None) or root.__cause__
+        if inner is None and not root.__suppress_context__ and root.__context__ is not None:
+            inner, handling = root.__context__, True  # raised while handling another
         if inner is None or inner is root:
             break
         root = inner
-    text = next((line for line in str(root).splitlines() if line.strip()), "")
-    return type(e).__name__ + (f" from {type(root).__name__}" if root is not e else "") + f": {text}"
+    if handling:  # the outer error may say something the one it handled does not: both
+        return f"{type(e).__name__}: {first(e)}; while handling {type(root).__name__}: {first(root)}"
+    return type(e).__name__ + (f" from {type(root).__name__}" if root is not e else "") + f": {first(root)}"
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """Whether e, or an error it was raised from or while handling, is torch's out-of-memory."""
+    for _ in range(8):
+        if isinstance(e, torch.OutOfMemoryError):
+            return True
+        e = e.__cause__ or e.__context__
+        if e is None:
+            return False
+    return False
 
 
 def compile_error(e: BaseException) -> bool:
@@ -647,8 +663,10 @@ class CachedLM:
                         torch.cuda.synchronize(self.device)
                 # undo a partial write: the cache held the committed tokens and any tree slots
                 truncate(self.cache, len(self.tokens) + len(self.slots))
-                if isinstance(e, torch.OutOfMemoryError):  # this run's size, not the step's fault:
-                    raise  # the run fails with it (the app names the fix); later runs keep the graphs
+                if out_of_memory(e):  # a capture's memory (its warm-ups, the graph's pool): this
+                    # pass goes eager (and fails if that runs out too: the app names the fix); the
+                    # model's graphs stay on, and this shape is tried again on its next use
+                    return step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
                 why = failure(e)
                 compiled = self._step.fn if isinstance(self._step, GraphedStep) else self._step
                 if (compile_error(e) and isinstance(compiled, SharedWidths)

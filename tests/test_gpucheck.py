@@ -413,6 +413,10 @@ def test_the_probe_lists_the_last_passs_kernels_in_order_with_the_idle_time_betw
     summary, _ = graphprobe.last_pass(waited, 2)
     assert summary["last_pass_gaps_ms"] == 0.034 and summary["last_pass_host_gaps"] == 1
     assert summary["last_pass_host_gaps_ms"] == 0.03
+    # kernels that overlap (0-10 and 2-4 us) leave the device idle once, not by their lengths' sum
+    overlapping = [kernel("a", 0, 10), kernel("b", 2, 4), kernel("c", 30, 31)]
+    summary, _ = graphprobe.last_pass(overlapping, 1)
+    assert summary["last_pass_gaps_ms"] == summary["last_pass_host_gaps_ms"] == 0.02
     rows = text.strip().splitlines()[1:]
     assert [row.split() for row in rows] == [["0", "0.00", "4.00", "a"], ["1", "5.00", "2.00", "b"],
                                              ["2", "10.00", "1.00", "c"]]
@@ -537,8 +541,10 @@ def test_a_check_cut_short_leaves_the_report_so_far(monkeypatch):
         raise KeyboardInterrupt  # what the timeout's SIGTERM amounts to: nothing after it runs
 
     monkeypatch.setattr(enginecheck, "engine_run", cut)
+    from dataclasses import replace
+
     snapshots = []
-    s = gpumeasure.Settings.for_device("cpu", True)
+    s = replace(gpumeasure.Settings.for_device("cpu", True), fast_widths=(1, 3, 5))  # 3: past the goals'
     with pytest.raises(KeyboardInterrupt):
         gpucheck.run(s, log=lambda line: None, checkpoint=snapshots.append)
     last = snapshots[-1]
@@ -546,7 +552,8 @@ def test_a_check_cut_short_leaves_the_report_so_far(monkeypatch):
     assert last["identity"]["fast_greedy_equals_eager"] and last["goals"]
     assert set(profiles.load(last["profile"]).paths) >= {"eager", "fast"}
     # the widths past the goals' were timed before the engine sections
-    assert set(last["paths"]["fast"]["target_ms"]) == set(s.fast_widths)
+    assert set(last["paths"]["fast"]["target_ms"]) == {1, 3, 5}
+    assert "PARTIAL" in last["profile"]["note"]
 
 
 def test_with_one_shared_graph_a_further_wide_width_is_priced_at_a_capture(monkeypatch):

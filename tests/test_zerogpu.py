@@ -94,6 +94,10 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
     other = [{"dtype": "bfloat16", "max_new_tokens": 4}.get(n, v) for n, v in zip(names, values, strict=True)]
     assert list(run(None, None, *other))[-1][0].startswith("Done")
     assert asked[4:] == [zerogpu.duration(4, load=True)] == [int(20 + 0.1 * 4 * 2 + zerogpu.LOAD_SECONDS)]
+    # back to the page's pair: the worker holds the other one now, so this job loads it again
+    assert list(run(None, None, *values))[-1][0].startswith("Done")
+    assert list(run(None, None, *values))[-1][0].startswith("Done")
+    assert asked[5:] == [zerogpu.duration(12, load=True), zerogpu.duration(12)]
     del asked[2:]
     # settings out of range are refused before the job asks for GPU time (or takes a gate place)
     import gradio as gr
@@ -208,8 +212,11 @@ def test_a_worker_forked_while_a_lock_was_held_gets_a_free_one():
     try:
         pid = os.fork()
         if pid == 0:  # the worker: both locks free
-            ok = store._lock.acquire(timeout=2) and presets._probe_lock.acquire(timeout=2)
-            os._exit(0 if ok else 1)
+            ok = False
+            try:
+                ok = store._lock.acquire(timeout=2) and presets._probe_lock.acquire(timeout=2)
+            finally:
+                os._exit(0 if ok else 1)  # noqa: B012 - never return into the test session
         _, status = os.waitpid(pid, 0)
     finally:
         release.set()
@@ -223,6 +230,7 @@ def test_on_zerogpu_a_default_pair_that_cannot_be_placed_stops_the_start(monkeyp
     import app
 
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    monkeypatch.setattr(zerogpu, "gpu", lambda seconds: (lambda fn: fn))  # spaces itself needs its server
     monkeypatch.setattr(app.ModelStore, "get", lambda self, s: (_ for _ in ()).throw(OSError("disk full")))
     monkeypatch.setattr(app.gr.Blocks, "launch", lambda *a, **kw: pytest.fail("served"))
     with pytest.raises(SystemExit, match="could not place the default pair on the GPU at start-up.*disk"):
