@@ -31,6 +31,7 @@ from starlette.middleware import Middleware
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf, public_address
 from specviz.guard import PerAddress, RequestGuard, cap_queue, forbid_downloads, request_address
+from specviz.lm import out_of_memory
 from specviz.loading import default_device
 from specviz.render import legend_html
 from specviz.service import (
@@ -149,11 +150,16 @@ def user_error(e: BaseException) -> gr.Error:
     return gr.Error(html.escape(public_message(str(e)), quote=False), print_exception=False)
 
 
-OUT_OF_MEMORY = "out of memory: pick a smaller pair or fewer new tokens"
-
-
-def out_of_memory(e: BaseException) -> bool:
-    return isinstance(e, MemoryError) or isinstance(e, RuntimeError) and "out of memory" in str(e).lower()
+def visitor_error(e: BaseException) -> gr.Error | None:
+    """What a visitor is told of e: a ValueError's message (user_error), or the fix for running out
+    of memory; None for anything else (raised as it is, a gr.Error too)."""
+    if isinstance(e, gr.Error):
+        return None
+    if isinstance(e, ValueError):
+        return user_error(e)
+    if out_of_memory(e):
+        return gr.Error("out of memory: pick a smaller pair or fewer new tokens", print_exception=False)
+    return None
 
 
 def on_gpu(seconds):
@@ -165,12 +171,10 @@ def on_gpu(seconds):
         def inside(*args, **kwargs):
             try:
                 yield from job(*args, **kwargs)
-            except ValueError as e:
-                raise user_error(e) from None
-            except (MemoryError, RuntimeError) as e:
-                if not out_of_memory(e):
+            except Exception as e:  # noqa: BLE001 - re-raised as it is unless a visitor's
+                if (shown := visitor_error(e)) is None:
                     raise
-                raise gr.Error(OUT_OF_MEMORY, print_exception=False) from None
+                raise shown from None
         return zerogpu.gpu(seconds)(inside)
     return wrap
 
@@ -330,12 +334,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                         yield out
             except gr.Error:
                 raise
-            except ValueError as e:
-                raise user_error(e) from None
-            except (MemoryError, RuntimeError) as e:
-                if not out_of_memory(e):
+            except Exception as e:  # noqa: BLE001 - re-raised as it is unless a visitor's
+                if (shown := visitor_error(e)) is None:
                     raise
-                raise gr.Error(OUT_OF_MEMORY, print_exception=False) from None
+                raise shown from None
 
         def wait_text(ahead: int) -> str:
             return f"waiting for the model: {ahead} ahead of you (Stop leaves the line)"
@@ -520,7 +522,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             if kind == "lab":  # a round's context read, one pass a model, and the sampling
                 return zerogpu.LAB_SECONDS
             s = args[0]
-            load, worker["key"] = store.key(s) != worker["key"], store.key(s)
+            key = store.key(s)
+            load, worker["key"] = key != worker["key"], key
             if kind == "e2e":  # n 2-token samples, speculative and alone
                 return zerogpu.duration(2 * args[1], load=load)
             return zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2, load=load)

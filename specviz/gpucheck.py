@@ -118,7 +118,7 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
         for name in ("cache_size_limit", "recompile_limit"):  # one graph per shape and model
             if hasattr(torch._dynamo.config, name):
                 setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
-    clock, skipped, load = Clock(s.budget), [], [loadavg()]
+    clock, skipped, started_load = Clock(s.budget), [], loadavg()
     preflight(s.device)
     dtype = getattr(torch, s.dtype)
     bandwidth = copy_bandwidth(s.device, s.copy_mib)
@@ -131,7 +131,7 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
 
     def assemble(partial: bool) -> dict:
         """The report from what has been measured so far."""
-        loads = load + [loadavg()] if partial else load  # the final one appends its own
+        loads = [started_load, loadavg()]  # at the start, and now
         hw = hardware(s.device, bandwidth)
         name = slug(("" if s.device == "cuda" else "cpu-") + hw["name"].split(",")[0]
                     + f"-{s.dtype}" + ("-quick" if s.quick else ""))
@@ -256,7 +256,6 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
                 skipped.append("real pair: float32 identity check (time budget)")
     elif s.real:
         skipped.append("real pair (time budget)")
-    load.append(loadavg())
     return assemble(partial=False)
 
 
@@ -402,6 +401,13 @@ def apply_step_args(args) -> None:
             setattr(lm, name, getattr(args, flag) == "on")
 
 
+def atomically(path: Path, write) -> None:
+    """write(a part file), then put it in path's place: a kill mid-write leaves the last whole one."""
+    part = path.with_name(f".{path.name}.part")
+    write(part)
+    os.replace(part, path)
+
+
 def cmd_gpucheck(args) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     apply_step_args(args)
@@ -417,12 +423,9 @@ def cmd_gpucheck(args) -> int:
         run a timeout kills leaves what it measured), then the whole report over them."""
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        for name, save in (("gpucheck.json", lambda f: f.write_text(json.dumps(report, indent=1) + "\n")),
-                           (f"{report['profile']['name']}.json",
-                            lambda f: profiles.save(profiles.load(report["profile"]), f))):
-            part = out / f".{name}.part"  # a kill mid-write leaves the last whole one
-            save(part)
-            os.replace(part, out / name)
+        atomically(out / "gpucheck.json", lambda f: f.write_text(json.dumps(report, indent=1) + "\n"))
+        atomically(out / f"{report['profile']['name']}.json",
+                   lambda f: profiles.save(profiles.load(report["profile"]), f))
 
     report = run(s, log=(lambda line: None) if args.json else (lambda line: print(line, flush=True)),
                  checkpoint=write if args.out else None)

@@ -211,8 +211,10 @@ def last_pass(kernels: list, passes: int) -> tuple[dict, str]:
     begin = pass_[0].time_range.start
     span = max(e.time_range.end for e in pass_) - begin
     busy = sum(e.time_range.elapsed_us() for e in pass_)
-    gaps = [max(0.0, b.time_range.start - max(e.time_range.end for e in pass_[:i + 1]))
-            for i, b in enumerate(pass_[1:])]  # before each kernel after the first: the device idle
+    gaps, end = [], pass_[0].time_range.end  # before each kernel after the first: the device idle
+    for e in pass_[1:]:  # since every earlier kernel ended (overlapping ones count once)
+        gaps.append(max(0.0, e.time_range.start - end))
+        end = max(end, e.time_range.end)
     host = [g for g in gaps if g >= HOST_GAP_US]
     lines = [f"{i:4d} {e.time_range.start - begin:9.2f} {e.time_range.elapsed_us():8.2f}  {e.name[:110]}"
              for i, e in enumerate(pass_)]

@@ -380,11 +380,12 @@ def failure(e: BaseException) -> str:
 
 
 def out_of_memory(e: BaseException) -> bool:
-    """Whether e, or an error it was raised from or while handling, is torch's out-of-memory."""
+    """Whether e, or an error it was raised from or while handling, is running out of memory:
+    Python's MemoryError, or torch's (torch.OutOfMemoryError and any RuntimeError saying so)."""
     for _ in range(8):
-        if isinstance(e, torch.OutOfMemoryError):
+        if isinstance(e, MemoryError) or isinstance(e, RuntimeError) and "out of memory" in str(e).lower():
             return True
-        e = e.__cause__ or e.__context__
+        e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
         if e is None:
             return False
     return False

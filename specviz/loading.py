@@ -133,17 +133,17 @@ class Pair:
                 ids = [int(i) for i in ids]
             else:
                 ids = [int(i) for i in self.tokenizer.encode(prompt, add_special_tokens=True)]
-            # a tokenizer longer than the target's vocabulary (a custom pair): on a GPU an id past
-            # the embedding is a device-side assert that fails every later job of the process
-            if (bad := next((i for i in ids if not 0 <= i < self.vocab_size), None)) is not None:
-                raise ValueError(f"the tokenizer gave token id {bad}, past the {self.vocab_size} ids "
-                                 f"{self.target_name} reads: pick a target that shares its tokenizer")
-            return ids
-        ids = [int(i) for i in prompt]
-        if not ids:
-            raise ValueError("the prompt is empty: pass at least one token id")
-        if any(not 0 <= i < self.vocab_size for i in ids):
-            raise ValueError(f"prompt token ids must be in 0..{self.vocab_size - 1}")
+        else:
+            ids = [int(i) for i in prompt]
+            if not ids:
+                raise ValueError("the prompt is empty: pass at least one token id")
+        # every id the target reads: on a GPU one past its embedding is a device-side assert that
+        # fails every later job of the process (a tokenizer longer than the target's vocabulary)
+        if (bad := next((i for i in ids if not 0 <= i < self.vocab_size), None)) is not None:
+            if not isinstance(prompt, str):
+                raise ValueError(f"prompt token ids must be in 0..{self.vocab_size - 1}")
+            raise ValueError(f"the tokenizer gave token id {bad}, past the {self.vocab_size} ids "
+                             f"{self.target_name} reads: pick a target that shares its tokenizer")
         return ids
 
     def check_length(self, prompt_tokens: int, max_new_tokens: int, room: int | None = None,
