@@ -55,7 +55,7 @@ class RoundEvent:
     position: int  # tokens generated before this round
     source: str  # which drafter proposed: "draft", "ngram", "none", "adaptive" or "tree" (a hybrid's
     # rounds: "ngram" or "draft")
-    target_cache_length: int  # after the round: == prompt + generated - 1
+    target_cache_length: int  # after the round: == prompt + generated - 1 (cache_length)
     stop: str | None  # "eos", "length" or None (more rounds follow)
     target_top2: list[list[tuple[int, float]]] = field(default_factory=list)
     # ^ per verified position (k+1 of them): the target's two largest raw logits as (id, logit)
@@ -244,6 +244,16 @@ def check_draft(draft, vocab_size: int) -> None:
         raise ValueError(f"the proposer drafted {bad[0]!r}, not a token id in 0..{vocab_size - 1}")
 
 
+def cache_length(target: CachedLM, stop: str | None) -> int:
+    """The target cache's length a round reports. A dynamic cache's is its tensors' shape (free to
+    read); a static cache keeps it on the device, where reading it is a host sync a round beyond
+    the rule's: its rounds report the host's count, and the last one the cache's own, checked
+    against that count (a mismatch raises)."""
+    if not target.static or stop:
+        return target.checked_length()
+    return len(target.tokens)
+
+
 def top2(top) -> list[list[tuple[int, float]]]:
     """A topk(2) result [rows, 2] as (id, logit) pairs per row, read back in one transfer."""
     rows = torch.stack([top.indices.double(), top.values.double()], -1).tolist()  # [rows, 2, 2]
@@ -321,7 +331,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             target_seconds=target.seconds - target_before + first * prefill["target"],
             round_seconds=now - round_start + first * before_round1, elapsed=now - started - paused,
             position=position,
-            source=draft.source, target_cache_length=target.cache_length, stop=stop,
+            source=draft.source, target_cache_length=cache_length(target, stop), stop=stop,
             target_top2=top2(top),
             tree=judged.nodes if judged else ())
         if line is not None and round_ > 1:  # round 1 also paid the prefill

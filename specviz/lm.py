@@ -518,7 +518,17 @@ class CachedLM:
 
     @property
     def cache_length(self) -> int:
+        """Positions the cache holds, read from the cache itself: on a static cache a device
+        tensor, so on a GPU a host sync (the engine reads it once a run, checked_length)."""
         return int(self.cache.get_seq_length())
+
+    def checked_length(self) -> int:
+        """cache_length, checked against what the host counts: the committed tokens and the tree
+        nodes cached after them. A mismatch is a bug of the rollback (KV invariant), not a user's."""
+        held, counted = self.cache_length, len(self.tokens) + len(self.slots)
+        if held != counted:
+            raise AssertionError(f"the cache holds {held} positions where {counted} were committed")
+        return held
 
     def rollback(self, ids: list[int]) -> None:
         """Crop the cache to the longest common prefix of its tokens and ids[:-1]."""
@@ -528,7 +538,7 @@ class CachedLM:
             crop(self.cache, keep - len(self.tokens))  # static: moves the length, no copy
             self.tokens = self.tokens[:keep]
         if not self.static:  # a static length lives on the device: reading it would sync
-            assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
+            self.checked_length()
 
     def drop_slots(self) -> None:
         """Forget the tree nodes cached after the committed tokens."""
@@ -598,7 +608,7 @@ class CachedLM:
         self.tokens = self.tokens + [self.slots[j][0] for j in path]
         self.slots = []
         if not self.static:
-            assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
+            self.checked_length()
 
     @torch.inference_mode()
     def forward_tree(self, ids: list[int], tokens: list[int], parents: list[int]) -> torch.Tensor:
@@ -754,7 +764,7 @@ class CachedLM:
         self.passes += 1
         self.tokens = list(ids)
         if not self.static:
-            assert self.cache_length == len(self.tokens), (self.cache_length, len(self.tokens))
+            self.checked_length()
         return logits
 
 

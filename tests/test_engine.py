@@ -425,15 +425,37 @@ def test_a_static_cache_whose_length_is_an_inference_tensor_still_rolls_back(sta
         static_pair.target.generation_config.eos_token_id = static_pair.tokenizer.eos_token_id
 
 
+@pytest.mark.parametrize("which", ["pair", "compiled_pair"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_a_round_reads_the_device_back_three_times_whatever_k(pair, temperature):
+def test_a_round_reads_the_device_back_three_times_whatever_k(which, temperature, request):
     from conftest import read_backs_per_round
 
-    # the draft's k tokens once, the rule's outcome once, the target's top-2 for display once
+    pair = request.getfixturevalue(which)
+    # the draft's k tokens once, the rule's outcome once, the target's top-2 for display once;
+    # a static cache's length (a device tensor) once a run, at the last round. (The compiled
+    # steps, a GPU's default: transformers' eager mask over a static cache reads its offset.)
     for k in (2, 6):
         counts = read_backs_per_round(specviz.generate(pair, PROMPT, proposer="draft", k=k,
                                                        max_new_tokens=24, temperature=temperature))
-        assert counts and max(counts) == 3, (k, counts)
+        assert len(counts) > 1 and max(counts[:-1]) == 3, (k, counts)
+        assert counts[-1] <= 3 + (which == "compiled_pair"), (k, counts)  # a last round may draft none
+
+
+@pytest.mark.parametrize("which", ["pair", "static_pair"])
+def test_a_cache_that_keeps_a_position_too_many_is_caught_by_the_run(which, request, monkeypatch):
+    from specviz import lm
+
+    pair, crops = request.getfixturevalue(which), []
+    real = lm.crop
+
+    def short_once(cache, remove):  # the third rollback that removes anything keeps one too many
+        crops.append(remove)
+        real(cache, remove + (len([r for r in crops if r]) == 3 and remove < 0))
+
+    monkeypatch.setattr(lm, "crop", short_once)
+    with pytest.raises(AssertionError, match="positions"):
+        list(specviz.generate(pair, PROMPT, proposer="draft", k=4, max_new_tokens=24))
+    assert len([r for r in crops if r]) >= 3
 
 
 LONG = PROMPT + "\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\nprint(fib"
