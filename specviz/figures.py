@@ -194,13 +194,50 @@ def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = 
         figures |= {"tree_nodes": tree_nodes(spec), "tree_chain": tree_vs_chain(spec, chain, k)}
     for fig in figures.values():
         fig.for_each_trace(lambda t: t.update(name=wrapped(t.name)) if t.name else None)
+        fit_legend(fig)
+    for row in ROWS:  # side by side on the page: one height, the taller one's
+        shown = [figures[name] for name in row if name in figures]
+        for fig in shown:
+            fig.update_layout(height=max(f.layout.height for f in shown))
     return figures
 
 
-LEGEND_CHARS = 80  # a legend entry's line: the page's plots are about 600 px wide
+ROWS = (("tokens_per_pass", "cumulative"), ("acceptance", "k_prediction"), ("tree_nodes", "tree_chain"))
+
+
+# A legend entry's line, in characters: the page shows most plots two abreast, about 390 px wide
+# in a 1400 px window (a line of 12 px text takes about 6.5 px a character, its symbol about 40 px).
+LEGEND_CHARS = 48
+SYMBOL_CHARS = 7  # an entry's symbol and gap, in characters of text
+LINE_PX, PLOT_HEIGHT, AXIS_TITLE_PX = 17, 340, 60
 
 
 def wrapped(name: str) -> str:
     """A legend entry in lines of at most LEGEND_CHARS (plotly's legend never wraps: a break-even
     line's measured costs ran off the plot's edge)."""
     return "<br>".join(textwrap.wrap(name, LEGEND_CHARS)) if len(name) > LEGEND_CHARS else name
+
+
+def legend_lines(names: list[str]) -> int:
+    """Lines a horizontal legend of these entries takes in a plot LEGEND_CHARS wide: entries side
+    by side while they fit, each row as tall as its tallest entry."""
+    lines, row_chars, row_lines = 0, 0, 0
+    for name in names:
+        parts = name.split("<br>")
+        chars = SYMBOL_CHARS + max(len(part) for part in parts)
+        if row_chars and row_chars + chars > LEGEND_CHARS + SYMBOL_CHARS:
+            lines, row_chars, row_lines = lines + row_lines, 0, 0
+        row_chars, row_lines = row_chars + chars, max(row_lines, len(parts))
+    return lines + row_lines
+
+
+def fit_legend(fig: go.Figure) -> None:
+    """The legend below the x axis's title, and the figure taller by its lines, so that a long
+    legend neither runs off the figure nor squeezes the plot (it sat at a fraction of the plot's
+    height, over the axis title once it had four entries)."""
+    names = [t.name for t in fig.data if t.name and t.showlegend is not False]
+    if len(names) < 2 and not (names and fig.layout.showlegend):
+        return  # plotly shows no legend for a single trace
+    room = LINE_PX * legend_lines(names) + 10
+    fig.update_layout(height=PLOT_HEIGHT + room, margin=dict(b=AXIS_TITLE_PX + room),
+                      legend=dict(yref="container", y=0, yanchor="bottom", x=0, xanchor="left"))

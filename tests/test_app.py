@@ -246,6 +246,16 @@ WIDTHS_JS = """() => { const plot = document.querySelector('#fig-tpp .js-plotly-
           plot.getBoundingClientRect().width]; }"""  # the drawing, and the room it has
 
 
+LEGENDS_JS = """() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];
+  const out = [];
+  for (const plot of plots) { const legend = plot.querySelector('.legend');
+    if (!legend) continue;
+    const svg = plot.querySelector('.main-svg').getBoundingClientRect(), box = legend.getBoundingClientRect();
+    if (box.left < svg.left - 1 || box.right > svg.right + 1 || box.bottom > svg.bottom + 1)
+      out.push([Math.round(box.right - svg.right), Math.round(box.bottom - svg.bottom)]); }
+  return [plots.filter(p => p.querySelector('.legend')).length, out]; }"""  # legends, those outside
+
+
 @pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
 def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, model_dirs, tmp_path):
     from playwright.sync_api import TimeoutError as PageTimeout
@@ -280,6 +290,9 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         token.hover()
         assert page.locator("#verdict").inner_text().startswith("✔ Identical")
         page.screenshot(path=str(OUT / "app.png"), full_page=True)
+        # every legend inside its plot: the k plot's break-even entry ran 100 px past its edge
+        outside = page.evaluate(LEGENDS_JS)
+        assert outside[0] >= 3 and not outside[1], outside  # cumulative, k, time
 
         page.get_by_role("tab", name="k explorer").click()
         page.wait_for_selector("#explorer-tokens .tok", timeout=30_000)

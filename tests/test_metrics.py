@@ -1,5 +1,6 @@
 """RunStats figures against hand computations on constructed runs."""
 
+import dataclasses
 import random
 
 import pytest
@@ -67,8 +68,6 @@ def test_iid_prediction_matches_the_measured_tokens_per_pass():
 
 
 def test_the_stats_table_shows_the_hand_computed_figures():
-    import dataclasses
-
     from specviz.figures import k_prediction
     from specviz.views import stats_html
 
@@ -93,8 +92,6 @@ def test_the_stats_table_shows_the_hand_computed_figures():
 
 
 def test_a_speedup_just_below_parity_never_prints_as_parity():
-    import dataclasses
-
     from specviz.views import stats_html
 
     spec = run([(4, 4), (4, 1), (4, 0)])  # 8 tokens; the target alone's 8 in 0.996 of the time
@@ -122,8 +119,6 @@ def test_decode_rate_leaves_out_the_round_that_paid_the_prompt():
 
 
 def test_break_even_prices_the_measured_verify_line():
-    import dataclasses
-
     from specviz.figures import k_prediction
 
     # k = 4: round 1 pays both prefills (2 s draft, 5 s target); later rounds 4 draft passes in
@@ -152,8 +147,6 @@ def test_break_even_prices_the_measured_verify_line():
 
 
 def test_break_even_at_a_small_k_prices_the_baselines_one_token_pass():
-    import dataclasses
-
     from specviz.figures import k_prediction
 
     # k = 2, every round keeps one draft (2 tokens a pass): 2 draft passes of 0.3 s and a 1.5 s
@@ -188,7 +181,6 @@ def test_break_even_at_a_small_k_prices_the_baselines_one_token_pass():
 
 
 def test_break_even_prices_the_step_to_a_drafted_pass_where_the_run_spreads_its_drafts():
-    import dataclasses
     from itertools import accumulate
 
     from specviz.figures import k_prediction
@@ -219,8 +211,6 @@ def test_break_even_prices_the_step_to_a_drafted_pass_where_the_run_spreads_its_
 
 
 def test_the_run_tabs_plots_show_the_hand_counted_tokens_passes_and_seconds():
-    import dataclasses
-
     from specviz.figures import all_figures
 
     # 5, 2 and 1 tokens in passes 1-3, ending at 1.5, 2.0 and 2.5 s; the target alone one token a
@@ -240,8 +230,6 @@ def test_the_run_tabs_plots_show_the_hand_counted_tokens_passes_and_seconds():
 
 
 def test_the_pages_legend_entries_wrap_instead_of_running_off_the_plot():
-    import dataclasses
-
     from specviz.figures import LEGEND_CHARS, all_figures, k_prediction
 
     spec = RunStats.of([dataclasses.replace(e, draft_seconds=0.6, target_seconds=1.5)
@@ -257,6 +245,35 @@ def test_the_pages_legend_entries_wrap_instead_of_running_off_the_plot():
     assert max(len(line) for line in shown.split("<br>")) <= LEGEND_CHARS
 
 
+def test_a_legend_is_given_its_lines_below_the_plot_and_a_row_one_height():
+    from specviz import figures as f
+
+    # rows of LEGEND_CHARS (48) + a symbol (7) = 55: "speculative" (7 + 11) and "baseline" (7 + 8)
+    # share one; so do "speculative" and a three-line entry (7 + 1), a row three lines tall; 40
+    # characters (47) fit beside neither (18 + 8 + 47, 47 + 15 > 55)
+    assert f.legend_lines(["speculative", "baseline"]) == 1
+    assert f.legend_lines(["speculative", "a<br>b<br>c", "x" * 40, "baseline"]) == 3 + 1 + 1
+    assert f.legend_lines(["x" * 48, "y"]) == 2
+    fig = f.tokens_per_pass(RunStats.of(run([(2, 1)] * 3).events))
+    f.fit_legend(fig)  # one trace: no legend, the layout's height
+    assert fig.layout.height == f.PLOT_HEIGHT
+    spec = RunStats.of([dataclasses.replace(e, draft_seconds=0.6, target_seconds=1.5)
+                        for e in run([(2, 1)] * 9 + [(1, 0)]).events])
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), target_seconds=1.0)
+                        for i in range(1, 21)])
+    figures = f.all_figures(spec, base)
+    k = figures["k_prediction"]
+    lines = f.legend_lines([t.name for t in k.data])
+    assert lines >= 6  # the break-even line's measured costs take three or more
+    room = f.LINE_PX * lines + 10
+    assert (k.layout.height, k.layout.margin.b) == (f.PLOT_HEIGHT + room, f.AXIS_TITLE_PX + room)
+    assert (k.layout.legend.yref, k.layout.legend.y, k.layout.legend.yanchor) == ("container", 0, "bottom")
+    assert figures["cumulative"].layout.height == f.PLOT_HEIGHT + f.LINE_PX + 10  # "speculative", "baseline"
+    for row in f.ROWS[:2]:
+        assert len({figures[name].layout.height for name in row}) == 1, row
+    assert figures["acceptance"].layout.height == k.layout.height
+
+
 def test_a_run_that_drafted_nothing_says_why_its_k_plot_is_empty():
     from specviz.figures import k_prediction
 
@@ -266,8 +283,6 @@ def test_a_run_that_drafted_nothing_says_why_its_k_plot_is_empty():
 
 
 def test_a_run_of_varying_k_is_plotted_at_its_mean_k():
-    import dataclasses
-
     from specviz.figures import k_prediction
 
     spec = run([(4, 4), (2, 1), (0, 0), (4, 0)])  # 5 + 2 + 1 + 1 tokens in 4 passes
@@ -289,8 +304,6 @@ def test_a_run_of_varying_k_is_plotted_at_its_mean_k():
 
 
 def test_a_budget_cut_chain_that_ends_on_eos_before_the_budget_is_still_fixed_k():
-    import dataclasses
-
     def ended(pattern, stop):
         events = run(pattern).events
         return RunStats.of(events[:-1] + (dataclasses.replace(events[-1], stop=stop),))
@@ -309,8 +322,6 @@ def test_a_budget_cut_chain_that_ends_on_eos_before_the_budget_is_still_fixed_k(
 
 
 def test_rounds_from_a_drafter_that_chooses_its_lengths_are_never_fixed_k():
-    import dataclasses
-
     events = run([(8, 8), (8, 8), (5, 0), (4, 0)]).events  # shaped like a budget of 24 cut it
     chain = events[:-1] + (dataclasses.replace(events[-1], stop="eos"),)
     assert RunStats.of(chain).fixed_k == 8
