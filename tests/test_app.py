@@ -324,6 +324,8 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         assert rounds >= 2 and f"Round {fullest} of {rounds}" in page.inner_text("#tree")  # the
         assert page.locator("#tree-round input[type=number]").input_value() == fullest  # fullest tree
         assert "chain (draft model, same k)" in page.inner_text("#stats")
+        outside = page.evaluate(LEGENDS_JS)  # the tree's plots and points too
+        assert outside[0] >= 3 and not outside[1], outside
         number = page.locator("#tree-round input[type=number]")  # playback: round 1
         number.fill("1")
         number.press("Enter")
