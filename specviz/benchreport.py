@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import profiles
-from .digits import beside
+from .digits import beside, percent
 from .engine import MAX_K
 from .treedraft import check_tree_settings
 
@@ -201,7 +201,8 @@ def tree_table(trees: dict, summary: dict) -> str:
                 f"{ok(r['tokens_per_second_ok'])} | "
                 f"{_times(r.get('decode_tokens_per_second'))} | "
                 f"{tree.get('nodes_per_round', 0):.1f} / {chain.get('nodes_per_round', 0):.1f} | "
-                f"{tree.get('accepted_per_node', 0):.2f} | {tree.get('draft_seconds', 0):.2f} / "
+                f"{beside(tree.get('accepted_per_node', 0), (0.0, 1.0))} | "
+                f"{tree.get('draft_seconds', 0):.2f} / "
                 f"{tree.get('target_seconds', 0):.2f} / {tree.get('other_seconds', 0):.3f} |")
         goal = "" if t["goal_depth"] else f" (the goals are stated at depth {TREE_GOALS['depth']})"
         lines.append(f"| {method} | every class{goal} | | {ok(t['tokens_per_pass_ok'])} | | "
@@ -294,11 +295,11 @@ def markdown(summary: dict, meta: dict) -> str:
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for method, rows in summary.items():
         r = rows["all"]
-        split = (f"{r['draft_share']:.0%} / {r['target_share']:.0%} / {r['other_share']:.1%}"
-                 if "draft_share" in r else "-")
+        split = (f"{percent(r['draft_share'], 0)} / {percent(r['target_share'], 0)} / "
+                 f"{percent(r['other_share'])}" if "draft_share" in r else "-")
         tpp = f"{r['tokens_per_pass']:.2f}" if "tokens_per_pass" in r else "-"
         # a tree's accepted / (accepted + refused siblings) is not a chain's α: its table shows per node
-        alpha = f"{r['alpha']:.2f}" if "alpha" in r and not tree_method(method) else "-"
+        alpha = beside(r["alpha"], (0.0, 1.0)) if "alpha" in r and not tree_method(method) else "-"
         nodes = f"{r['nodes_per_round']:.1f}" if "nodes_per_round" in r else "-"
         same = (f"{r['matches_target']}/{r['compared']}" if r.get("compared", r["runs"])
                 else "the reference (its first run of each prompt)" if method in ALONE
@@ -359,7 +360,7 @@ def projected_table(rows: dict, profile: profiles.Profile) -> str:
              "|" + " --- |" * (len(paths) + 1)]
     for method, by_path in rows.items():
         cells = [f"{r['seconds']:.2f} s, {r['tokens_per_second']:.1f} tok/s, {_times(r.get('speedup'))}"
-                 + (f", {r['vs_chain']:.2f}x chain" if "vs_chain" in r else "")
+                 + (f", {_times(r['vs_chain'])} chain" if "vs_chain" in r else "")
                  if (r := by_path.get(p)) else "-" for p in paths]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

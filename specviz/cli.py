@@ -162,7 +162,8 @@ def run_line(stats) -> str:
     nodes verified and what each bought (the chain formula says nothing of trees)."""
     if stats.is_tree:
         return (f"{stats.nodes_verified} tree nodes verified ({stats.nodes_per_round()}), "
-                f"{stats.accepted} accepted: {stats.accepted_per_node:.3f} accepted per node")
+                f"{stats.accepted} accepted: {beside(stats.accepted_per_node, (0.0, 1.0), 3)} "
+                "accepted per node")
     if not stats.drafted:  # as the page shows "—": nothing was tested
         return "nothing drafted: no acceptance to report"
     predicted = stats.predicted_tokens_per_pass

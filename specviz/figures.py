@@ -8,6 +8,7 @@ from collections import Counter
 
 import plotly.graph_objects as go
 
+from .digits import percent
 from .metrics import RunStats, reach, target_line
 from .theory import break_even_tokens, expected_tokens_per_pass
 
@@ -54,7 +55,7 @@ def acceptance_by_position(spec: RunStats) -> go.Figure:
     if spec.drafted:  # a tree's α is per candidate; its bars, any candidate at that depth kept
         what = "per-candidate" if spec.is_tree else "per-token"
         fig.add_hline(y=spec.alpha, line_dash="dot", line_color=THEORY,
-                      annotation_text=f"{what} α = {spec.alpha:.2f}")
+                      annotation_text=f"{what} α = {percent(spec.alpha)}")
     fig.update_yaxes(range=[0, 1.05])
     return _layout(fig, "Acceptance by draft position", "draft position i",
                    "P(kept | 1..i-1 kept)")
@@ -77,7 +78,7 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
     fig = go.Figure()
     if spec.drafted:  # α is measured only where drafts were tested (the table says "—" too)
         fig.add_scatter(x=ks, y=[expected_tokens_per_pass(spec.alpha, k) for k in ks],
-                        name=f"i.i.d. prediction at α={spec.alpha:.2f}", line_color=THEORY)
+                        name=f"i.i.d. prediction at α = {percent(spec.alpha)}", line_color=THEORY)
     line = target_line(spec, base)
     if line is not None:
         t0, step, b = line

@@ -304,8 +304,8 @@ def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, fl
         return pieces
     k = spec.fixed_k
     at_k = [t for n, t in drafted if n == k]  # a chain's own width: not its budget-cut last rounds
-    if k and len(at_k) >= MIN_ROUNDS and len(alone) >= MIN_ROUNDS:
-        t0 = sum(alone) / len(alone)
+    t0 = sum(alone) / len(alone) if alone else 0.0
+    if k and len(at_k) >= MIN_ROUNDS and len(alone) >= MIN_ROUNDS and t0 > 0:  # no time: no line
         return t0, 0.0, max(0.0, (sum(at_k) / len(at_k) - t0) / k)  # through T0 and T(k), b >= 0
     line = fit_spread([float(n) for n, _ in rounds], [t for _, t in rounds],
                       spread=1 if alone else MIN_SPREAD)

@@ -547,3 +547,22 @@ def test_the_plainhead_target_alone_runs_before_its_draft_in_every_process():
     for _ in range(3):
         order = [m for m in bench.methods((4,), set(names), has_draft=True) if "plainhead" in m]
         assert order == ["specviz:none-plainhead", "specviz:draft-4-plainhead"]
+
+
+def test_shares_and_rates_near_all_or_none_never_print_as_all_or_none():
+    """α = 249/250 printed "1.00" (nothing refused), a 99.6 % target share "100%" and a 0.2 % draft
+    share "0%"; a tree 0.4 % slower than its chain "1.00x chain"; 0.996 accepted per node "1.00"."""
+    spec = dict(target_passes=250, alpha=249 / 250, draft_seconds=0.2, target_seconds=99.6, other_seconds=0.2,
+                accepted=249, rejections=1)
+    s = benchreport.summarize([rec("specviz:draft-1", "specviz", "code", 500, 100.0, **spec)])
+    row = benchreport.markdown(s, META).split("| specviz:draft-1 | 2.00 |")[1].split("\n")[0]
+    assert row.startswith(" 0.996 | - | 0.2% / 99.6% / 0.2% |"), row
+    records = [trec("specviz:draft-4", "edit", 12, 1.0, 3, 12, widths={5: 3}, draft=12),
+               trec("specviz:tree-4", "edit", 12, 1.0, 2, 16, widths={9: 2}, draft=6)]
+    out = benchreport.projected(records, profiles.load(PROFILE))
+    out["specviz:tree-4"]["eager"]["vs_chain"] = 0.996
+    assert "0.996x chain" in benchreport.projected_table(out, profiles.load(PROFILE))
+    s = benchreport.summarize(records)
+    s["specviz:tree-4"]["edit"]["accepted_per_node"] = 0.996
+    row = benchreport.tree_table(benchreport.tree_vs_chain(s), s).split("| specviz:tree-4 | edit |")[1]
+    assert "| 0.996 |" in row.split("\n")[0] and "| 1.00 |" not in row.split("\n")[0]

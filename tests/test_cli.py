@@ -32,6 +32,9 @@ def test_run_line_of_a_constructed_tree_run_and_a_chain_run():
     stats = RunStats.of([event(1, 2, tree_a), event(2, 0, tree_b)])
     # 8 nodes over 2 rounds; 2 + 0 accepted: 2 / 8 = 0.250 accepted per node; no chain prediction
     assert run_line(stats) == "8 tree nodes verified (4.0 a tree round), 2 accepted: 0.250 accepted per node"
+    line = (n, replace(n, parent=0, depth=2))  # a 2-node branch: 2,499 of 2,500 nodes kept is not 1.000
+    nearly = RunStats.of([event(i, 2 if i > 1 else 1, line) for i in range(1, 1251)])
+    assert run_line(nearly).endswith("2499 accepted: 0.9996 accepted per node")
     chain = RunStats.of([event(1, 2), event(2, 0)])  # α = 2 / 3; i.i.d. at k=2: 1 + α + α²
     assert run_line(chain) == ("per-token acceptance α 66.7% (i.i.d. prediction 2.11/pass), "
                                "accepted/drafted 50.0%")

@@ -390,3 +390,28 @@ def test_a_budget_cut_chain_plots_the_prediction_for_the_rounds_it_ran():
     assert points["i.i.d. prediction for its rounds' reach (the budget or an EOS cut the last)"] == (8, 8.0)
     full = {t.name for t in figures.k_prediction(run([(4, 4), (4, 4)])).data}
     assert not any("budget cut" in name for name in full)  # nothing cut: the curve is the prediction
+
+
+def test_the_plots_print_alpha_as_the_table_does_never_rounded_onto_all():
+    from specviz.figures import acceptance_by_position, k_prediction
+
+    spec = run([(1, 1)] * 249 + [(1, 0)])  # α = 249 / 250: "1.00" said nothing was refused
+    assert spec.alpha == pytest.approx(0.996)
+    assert acceptance_by_position(spec).layout.annotations[0].text == "per-token α = 99.6%"
+    assert k_prediction(spec).data[0].name == "i.i.d. prediction at α = 99.6%"
+
+
+def test_a_baseline_that_measured_no_time_draws_no_break_even_line():
+    from specviz.figures import k_prediction
+
+    # a chain at k=4, 0.5 s a verify pass, beside a target alone whose passes took 0.0 s (a trace
+    # may say so): no T0 to divide by, so no fitted line (the replay view raised ZeroDivisionError);
+    # Leviathan's 1 + k C_D/C_T from the run's own passes instead
+    spec = RunStats.of([dataclasses.replace(e, target_seconds=0.5, draft_seconds=0.1)
+                        for e in run([(4, 4)] * 5).events])
+    base = RunStats.of([round_(i, i - 1, 0, 0) for i in range(1, 8)])
+    assert all(e.target_seconds == 0.0 for e in base.events)
+    assert target_line(spec, base) is None
+    names = [t.name for t in k_prediction(spec, base=base).data]
+    assert [name for name in names if name.startswith("break-even")] == [
+        "break-even 1 + k·C_D/C_T (C_D/C_T=0.05; assumes verifying k tokens costs one pass)"]
