@@ -198,8 +198,9 @@ def masses_html(p, q, drafted: int, label: str, note: str = "") -> str:
     m = lab.Masses(p, q)
     return (f"<div class='specviz-lab'>{html.escape(note)}<br>Drafted token {html.escape(label)}: "
             f"p(x)={float(p[drafted]):.4f}, q(x)={float(q[drafted]):.4f}, accept probability "
-            f"min(1, p/q) = <b>{m.accept_probability(drafted):.4f}</b>.<br>Expected acceptance "
-            f"Σ min(p, q) = 1 − TV(p, q) = <b>{m.expected_acceptance:.4f}</b>.</div>")
+            f"min(1, p/q) = <b>{beside(m.accept_probability(drafted), (0.0, 1.0), 4)}</b>.<br>Expected "
+            f"acceptance Σ min(p, q) = 1 − TV(p, q) = <b>{beside(m.expected_acceptance, (0.0, 1.0), 4)}</b>."
+            "</div>")
 
 
 def tree_root(trace, round_number: int) -> list[int]:

@@ -16,6 +16,19 @@ def test_example_masses_are_exact():
     assert m.accept_probability(0) == pytest.approx(1 / 3) and m.accept_probability(1) == 1.0
 
 
+def test_the_lab_prints_the_example_masses_and_never_rounds_a_refusal_onto_certain():
+    from specviz.labview import masses_html
+
+    # p = (0.2, 0.5, 0.3), q = (0.6, 0.3, 0.1): drafting A, min(1, 0.2/0.6) = 1/3; Σ min(p, q) =
+    # 0.2 + 0.3 + 0.1 = 0.6
+    text = masses_html(P, Q, 0, "A")
+    assert "p(x)=0.2000, q(x)=0.6000, accept probability min(1, p/q) = <b>0.3333</b>" in text
+    assert "1 − TV(p, q) = <b>0.6000</b>" in text
+    near = torch.tensor([0.99996, 0.00004], dtype=torch.float64)  # kept with 0.99996, not "1.0000"
+    text = masses_html(near, torch.tensor([1.0, 0.0], dtype=torch.float64), 0, "A")
+    assert "min(1, p/q) = <b>0.99996</b>" in text and "1 − TV(p, q) = <b>0.99996</b>" in text
+
+
 def test_predicted_distributions_of_the_variants():
     close = lambda a, b: torch.allclose(a, torch.tensor(b, dtype=torch.float64), atol=1e-12)  # noqa: E731
     assert close(lab.predicted("exact", P, Q), lab.EXAMPLE_P)
