@@ -13,6 +13,7 @@ from .metrics import RunStats, reach, target_line
 from .theory import break_even_tokens, expected_tokens_per_pass
 
 SPEC, BASE, THEORY = "#2563eb", "#6b7280", "#d97706"
+LABEL_BACKGROUND = "rgba(255, 255, 255, 0.85)"  # a line's label stays legible over the bars it crosses
 MAX_K_PLOT = 16
 
 
@@ -28,7 +29,8 @@ def tokens_per_pass(spec: RunStats) -> go.Figure:
     rounds = [e.round for e in spec.events]
     fig = go.Figure(go.Bar(x=rounds, y=[len(e.new_tokens) for e in spec.events], name="speculative",
                            marker_color=SPEC))
-    fig.add_hline(y=1.0, line_dash="dash", line_color=BASE, annotation_text="baseline: 1 token/pass")
+    fig.add_hline(y=1.0, line_dash="dash", line_color=BASE, annotation_text="baseline: 1 token/pass",
+                  annotation_bgcolor=LABEL_BACKGROUND)
     return _layout(fig, "Tokens per target pass, by round", "round (target pass)", "tokens")
 
 
@@ -54,7 +56,7 @@ def acceptance_by_position(spec: RunStats) -> go.Figure:
                            name="measured"))
     if spec.drafted:  # a tree's α is per candidate; its bars, any candidate at that depth kept
         what = "per-candidate" if spec.is_tree else "per-token"
-        fig.add_hline(y=spec.alpha, line_dash="dot", line_color=THEORY,
+        fig.add_hline(y=spec.alpha, line_dash="dot", line_color=THEORY, annotation_bgcolor=LABEL_BACKGROUND,
                       annotation_text=f"{what} α = {percent(spec.alpha)}")
     fig.update_yaxes(range=[0, 1.05])
     return _layout(fig, "Acceptance by draft position", "draft position i",
@@ -152,7 +154,7 @@ def tree_nodes(spec: RunStats) -> go.Figure:
     trees = [e for e in spec.events if e.tree]
     if trees:
         mean = sum(e.kept for e in trees) / len(trees)
-        fig.add_hline(y=mean, line_dash="dot", line_color=THEORY,
+        fig.add_hline(y=mean, line_dash="dot", line_color=THEORY, annotation_bgcolor=LABEL_BACKGROUND,
                       annotation_text=f"mean accepted {mean:.2f}")
     return _layout(fig, "Accepted against nodes verified", "nodes verified in the round",
                    "drafted tokens accepted")
@@ -169,6 +171,7 @@ def tree_vs_chain(spec: RunStats, chain: RunStats | None, k: int | None = None) 
     fig = go.Figure(go.Bar(x=names, y=values, marker_color=colors, text=[f"{v:.2f}" for v in values],
                            textposition="auto", name="tokens per target pass"))
     fig.add_hline(y=1.0, line_dash="dash", line_color=BASE, annotation_text="target alone",
+                  annotation_bgcolor=LABEL_BACKGROUND,
                   annotation_position="bottom right")
     if len(names) == 1:
         fig.add_annotation(text="no chain run to compare (it follows a live tree run)", showarrow=False,
