@@ -50,7 +50,7 @@ LONG_SESSION = (f"a session hash is at most {MAX_SESSION} characters (the page a
                 "shorter ones)")
 NO_SUCH_EVENT = "no such event in this app: call one the page offers (see 'Use via API')"
 NOT_UTF8 = "a request's body must be UTF-8 JSON (as the page and gradio_client send it)"
-UNREAD_SECONDS = 900.0  # an unread result no longer counts against its address after this long
+UNREAD_SECONDS = 900.0  # a finished result unread this long is dropped from server memory
 MAX_URL = 4096  # bytes of a request's path, and of its query string
 _PAGE_QUERY = re.compile(r"/gradio_api/queue/(join|data)/?$")  # the page's query string appended
 _CALL = re.compile(r"/gradio_api/(call|run|api)/[^/]+/?$")  # each makes the body's session's page
@@ -146,10 +146,13 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
     which lives as long as the page (1 MB values in five cheap events held 5.5 MiB a page).
     Also refused: an event this app does not have, and a session hash over MAX_SESSION characters
     (Gradio keeps a state for each). An unread result stops counting once its page's data stream
-    has disconnected (Gradio then keeps nothing more of it) or after UNREAD_SECONDS."""
+    has disconnected (Gradio then keeps nothing more of it), or UNREAD_SECONDS after it was first
+    seen finished: then its messages are dropped, which Gradio never does for a client that calls
+    and never reads (a run's views, tens of MiB, were kept for good: 16 more every 15 minutes)."""
     push, clean = queue.push, queue.clean_events
     joining: defaultdict[tuple, int] = defaultdict(int)  # pushes under way, by line and address
-    unread: dict[str, tuple] = {}  # event id -> (public address, session, when pushed), until read
+    unread: dict[str, tuple] = {}  # event id -> (public address, session), until read
+    finished: dict[str, float] = {}  # unread event id -> when first seen finished
 
     def waiting(line: str) -> int:
         return joining_count(line=line) + sum(
@@ -160,12 +163,36 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
         return sum(count for (ln, ad), count in joining.items()
                    if (line is None or ln == line) and (address is None or ad == address))
 
+    def live() -> set[str]:
+        """Ids of the events waiting in a line or running."""
+        return ({e._id for lane in queue.event_queue_per_concurrency_id.values() for e in lane.queue}
+                | {job._id for jobs in queue.active_jobs if jobs for job in jobs})
+
+    def drop_messages(session: str | None, ids: set[str]) -> None:
+        """The messages these events queued for a session, gone (no await: atomic)."""
+        messages = queue.pending_messages_per_session.get(session) if session else None
+        if messages is not None:
+            kept = [m for m in (messages.get_nowait() for _ in range(messages.qsize()))
+                    if getattr(m, "event_id", None) not in ids]
+            for m in kept:
+                messages.put_nowait(m)
+
     def held(address: str) -> int:
         pending = set().union(*queue.pending_event_ids_session.values())
-        old = time.monotonic() - UNREAD_SECONDS
-        for event_id in [e for e, (_, _, when) in unread.items() if e not in pending or when < old]:
-            del unread[event_id]  # read, cleaned, or unread for long: forgotten
-        return joining_count(address=address) + sum(a == address for a, _, _ in unread.values())
+        running, now = live(), time.monotonic()
+        for event_id, (_, session) in list(unread.items()):
+            if event_id not in pending:  # read, or cleaned with its page
+                del unread[event_id]
+                finished.pop(event_id, None)
+            elif event_id not in running and now - finished.setdefault(event_id, now) > UNREAD_SECONDS:
+                drop_messages(session, {event_id})  # finished and never read: nobody will
+                ids = queue.pending_event_ids_session.get(session)
+                if ids is not None:
+                    ids.discard(event_id)
+                    if not ids:
+                        del queue.pending_event_ids_session[session]
+                del unread[event_id], finished[event_id]
+        return joining_count(address=address) + sum(a == address for a, _ in unread.values())
 
     async def cleaned(*, session_hash: str | None = None, event_id: str | None = None) -> None:
         """Gradio cleans a page's events when its data stream disconnects (a closed tab): what
@@ -182,12 +209,8 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
         await clean(session_hash=session_hash, event_id=event_id)
         for e in doomed:
             unread.pop(e, None)
-        messages = queue.pending_messages_per_session.get(session_hash) if session_hash else None
-        if doomed and messages is not None:  # no page will read them: drop them (no await: atomic)
-            kept = [m for m in (messages.get_nowait() for _ in range(messages.qsize()))
-                    if getattr(m, "event_id", None) not in doomed]
-            for m in kept:
-                messages.put_nowait(m)
+        if doomed:  # no page will read them
+            drop_messages(session_hash, doomed)
 
     async def capped_push(body, request, username):
         fn = queue.blocks.fns.get(body.fn_index) if isinstance(body.fn_index, int) else None
@@ -215,7 +238,7 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
             if not joining[line, address]:
                 del joining[line, address]
         if ok and address is not None:
-            unread[event_id] = (address, body.session_hash, time.monotonic())
+            unread[event_id] = (address, body.session_hash)
         return ok, event_id, state
 
     queue.push, queue.clean_events = capped_push, cleaned

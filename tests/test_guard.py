@@ -232,6 +232,34 @@ def test_results_never_read_count_against_the_address(server):
     assert "waiting or unread" in page(server, "u-last", "3.3.3.3")
 
 
+def test_results_unread_long_after_they_finished_are_dropped_from_server_memory(server, monkeypatch):
+    """Gradio keeps a result until its client reads it: one that calls and never reads left a run's
+    views (tens of MiB) behind for good, and after UNREAD_SECONDS they merely stopped counting, so
+    the address could leave as many again. Now they are dropped, messages and pending ids."""
+    import time
+
+    from specviz import guard
+
+    sessions = [f"late{i}" for i in range(PER_ADDRESS)]
+    assert [page(server, s, "5.5.5.9", read=False) for s in sessions] == [200] * PER_ADDRESS
+    queue, deadline = server._queue, time.monotonic() + 10
+    while any(e.session_hash in sessions for lane in queue.event_queue_per_concurrency_id.values()
+              for e in lane.queue) and time.monotonic() < deadline:
+        time.sleep(0.1)  # all finished, none read
+
+    def kept() -> int:
+        return sum(1 for s in sessions for m in list(queue.pending_messages_per_session[s]._queue)
+                   if getattr(m, "event_id", None))
+
+    assert kept() >= PER_ADDRESS and all(queue.pending_event_ids_session.get(s) for s in sessions)
+    monkeypatch.setattr(guard, "UNREAD_SECONDS", 0.2)
+    assert "waiting or unread" in page(server, "late-next", "5.5.5.9")  # seen finished from now
+    assert kept() >= PER_ADDRESS  # not yet long enough
+    time.sleep(0.3)
+    assert page(server, "late-next", "5.5.5.9") == 200
+    assert kept() == 0 and not any(queue.pending_event_ids_session.get(s) for s in sessions)
+
+
 def test_a_page_closed_while_its_event_runs_no_longer_counts_against_the_address(server):
     """Gradio keeps the id of an event whose page closed mid-run pending for good (nothing more of
     it is sent or kept): 16 tabs closed mid-run from one address had it refused every event."""
