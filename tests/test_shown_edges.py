@@ -52,7 +52,7 @@ def test_no_drafts_tested_draws_no_iid_prediction():
     assert not [t for t in k_prediction(none).data if "i.i.d." in (t.name or "")]
     some = RunStats.of([ev(1, 0, 4, 2, 0.01), ev(2, 3, 4, 4, 0.01, stop="length")])
     curve = next(t for t in k_prediction(some).data if "i.i.d." in t.name)
-    assert curve.name == "i.i.d. prediction at α=0.86"  # hand: 6 kept, 1 refused: 6/7
+    assert curve.name == "i.i.d. prediction at α = 85.7%"  # hand: 6 kept, 1 refused: 6/7
 
 
 def test_outputs_that_differ_without_recorded_logits_are_not_called_unexplained():

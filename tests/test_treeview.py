@@ -310,4 +310,4 @@ def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
     line = next(s for s in figures.acceptance_by_position(stats).layout.shapes)
     assert line.y0 == pytest.approx(2 / 4)
     note = figures.acceptance_by_position(stats).layout.annotations[0].text
-    assert note == "per-candidate α = 0.50"  # a depth tries its candidates in turn
+    assert note == "per-candidate α = 50.0%"  # a depth tries its candidates in turn
