@@ -14,13 +14,24 @@ from .theory import break_even_tokens, expected_tokens_per_pass
 
 SPEC, BASE, THEORY = "#2563eb", "#6b7280", "#d97706"
 LABEL_BACKGROUND = "rgba(255, 255, 255, 0.85)"  # a line's label stays legible over the bars it crosses
+# Plot widths in a 1400 px window: the Run tab's plots two abreast (HALF_PX) or across its column,
+# the lab's two abreast across the page, the k explorer's across it.
+HALF_PX, COLUMN_PX, PAGE_HALF_PX, PAGE_PX = 390, 800, 600, 1270
+LEGEND_CHARS = 48  # a legend entry's line in a HALF_PX plot: its symbol and 48 characters fill it
+# a legend entry is its symbol and gap and about CHAR_PX a character of its longest line (plotly's
+# 12 px text, measured: a 48-character entry 308 px wide, a column of 23-character ones 177 px);
+# a row is the plot area (the figure less MARGIN_PX) wide
+CHAR_PX, SYMBOL_PX, MARGIN_PX = 5.6, 48, 70
+LINE_PX, PLOT_HEIGHT, AXIS_TITLE_PX = 17, 340, 60
 MAX_K_PLOT = 16
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str) -> go.Figure:
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=340,
-                      margin=dict(l=50, r=20, t=45, b=60), template="plotly_white",
-                      legend=dict(orientation="h", y=-0.35))
+def _layout(fig: go.Figure, title: str, x: str, y: str, width: int = HALF_PX) -> go.Figure:
+    """Title, axes and a legend below them (fit_legend) for a plot about `width` px wide."""
+    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=PLOT_HEIGHT,
+                      margin=dict(l=50, r=20, t=45, b=AXIS_TITLE_PX), template="plotly_white",
+                      legend=dict(orientation="h"))
+    fit_legend(fig, width)
     return fig
 
 
@@ -34,7 +45,8 @@ def tokens_per_pass(spec: RunStats) -> go.Figure:
     return _layout(fig, "Tokens per target pass, by round", "round (target pass)", "tokens")
 
 
-def _both_runs(spec: RunStats, base: RunStats | None, x_of, mode: str, title: str, x: str) -> go.Figure:
+def _both_runs(spec: RunStats, base: RunStats | None, x_of, mode: str, title: str, x: str,
+               width: int = HALF_PX) -> go.Figure:
     """Tokens so far after each round, speculative and baseline, against x_of(event); both from
     the origin, so a run's wait for its first tokens (the prompt's reading) shows."""
     fig = go.Figure()
@@ -42,7 +54,7 @@ def _both_runs(spec: RunStats, base: RunStats | None, x_of, mode: str, title: st
         if stats and stats.events:
             fig.add_scatter(x=[0] + [x_of(e) for e in stats.events], y=[0] + stats.cumulative, name=name,
                             mode=mode, line_color=color)
-    return _layout(fig, title, x, "tokens")
+    return _layout(fig, title, x, "tokens", width)
 
 
 def cumulative_tokens(spec: RunStats, base: RunStats | None) -> go.Figure:
@@ -182,7 +194,7 @@ def tree_vs_chain(spec: RunStats, chain: RunStats | None, k: int | None = None) 
 
 def tokens_over_time(spec: RunStats, base: RunStats | None) -> go.Figure:
     return _both_runs(spec, base, lambda e: e.elapsed, "lines", "Tokens against wall-clock time",
-                      "seconds")
+                      "seconds", COLUMN_PX)
 
 
 def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = None,
@@ -196,9 +208,9 @@ def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = 
                "time": tokens_over_time(spec, base)}
     if spec.is_tree:
         figures |= {"tree_nodes": tree_nodes(spec), "tree_chain": tree_vs_chain(spec, chain, k)}
-    for fig in figures.values():
+    for name, fig in figures.items():
         fig.for_each_trace(lambda t: t.update(name=wrapped(t.name)) if t.name else None)
-        fit_legend(fig)
+        fit_legend(fig, COLUMN_PX if name in WIDE else HALF_PX)
     for row in ROWS:  # side by side on the page: one height, the taller one's
         shown = [figures[name] for name in row if name in figures]
         for fig in shown:
@@ -207,13 +219,8 @@ def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = 
 
 
 ROWS = (("tokens_per_pass", "cumulative"), ("acceptance", "k_prediction"), ("tree_nodes", "tree_chain"))
+WIDE = {"time"}  # across the page's column; the others two abreast
 
-
-# A legend entry's line, in characters: the page shows most plots two abreast, about 390 px wide
-# in a 1400 px window (a line of 12 px text takes about 6.5 px a character, its symbol about 40 px).
-LEGEND_CHARS = 48
-SYMBOL_CHARS = 7  # an entry's symbol and gap, in characters of text
-LINE_PX, PLOT_HEIGHT, AXIS_TITLE_PX = 17, 340, 60
 
 
 def wrapped(name: str) -> str:
@@ -222,26 +229,26 @@ def wrapped(name: str) -> str:
     return "<br>".join(textwrap.wrap(name, LEGEND_CHARS)) if len(name) > LEGEND_CHARS else name
 
 
-def legend_lines(names: list[str]) -> int:
-    """Lines a horizontal legend of these entries takes in a plot LEGEND_CHARS wide: entries side
-    by side while they fit, each row as tall as its tallest entry."""
-    lines, row_chars, row_lines = 0, 0, 0
-    for name in names:
-        parts = name.split("<br>")
-        chars = SYMBOL_CHARS + max(len(part) for part in parts)
-        if row_chars and row_chars + chars > LEGEND_CHARS + SYMBOL_CHARS:
-            lines, row_chars, row_lines = lines + row_lines, 0, 0
-        row_chars, row_lines = row_chars + chars, max(row_lines, len(parts))
-    return lines + row_lines
+def legend_lines(names: list[str], width: int = HALF_PX) -> int:
+    """Lines a horizontal legend of these entries takes in a plot `width` px wide, laid out as
+    plotly does: in one row where they all fit, else in a grid of columns as wide as the widest
+    entry, each row as tall as its tallest entry."""
+    parts = [name.split("<br>") for name in names]
+    widths = [SYMBOL_PX + CHAR_PX * max(len(line) for line in entry) for entry in parts]
+    room = width - MARGIN_PX
+    per_row = len(parts) if sum(widths) <= room else max(1, int(room // max(widths)))
+    return sum(max(len(entry) for entry in parts[i:i + per_row]) for i in range(0, len(parts), per_row))
 
 
-def fit_legend(fig: go.Figure) -> None:
+def fit_legend(fig: go.Figure, width: int = HALF_PX) -> None:
     """The legend below the x axis's title, and the figure taller by its lines, so that a long
     legend neither runs off the figure nor squeezes the plot (it sat at a fraction of the plot's
-    height, over the axis title once it had four entries)."""
+    height, over the axis title once it had four entries; the lab's nine Monte Carlo entries left
+    the bars 91 px)."""
     names = [t.name for t in fig.data if t.name and t.showlegend is not False]
     if len(names) < 2 and not (names and fig.layout.showlegend):
+        fig.update_layout(height=PLOT_HEIGHT, margin=dict(b=AXIS_TITLE_PX))
         return  # plotly shows no legend for a single trace
-    room = LINE_PX * legend_lines(names) + 10
+    room = LINE_PX * legend_lines(names, width) + 10
     fig.update_layout(height=PLOT_HEIGHT + room, margin=dict(b=AXIS_TITLE_PX + room),
                       legend=dict(yref="container", y=0, yanchor="bottom", x=0, xanchor="left"))

@@ -11,7 +11,7 @@ import torch
 
 from . import explorer, lab, profiles
 from .digits import beside, sig3
-from .figures import BASE, SPEC, THEORY, _layout
+from .figures import BASE, PAGE_HALF_PX, PAGE_PX, SPEC, THEORY, _layout
 from .lm import CachedLM, input_rows, output_rows
 from .render import to_html
 from .sampling import SamplingParams, process
@@ -191,7 +191,7 @@ def masses_figure(p, q, labels, tokenizer=None) -> go.Figure:
     for name, ys in _bars(ids, names, {k: v[0] for k, v in series.items()}):
         fig.add_bar(name=name, x=x, y=ys, marker_color=series[name][1])
     fig.update_layout(barmode="group")
-    return _layout(fig, "p, q, accepted mass and residual", "token", "probability")
+    return _layout(fig, "p, q, accepted mass and residual", "token", "probability", PAGE_HALF_PX)
 
 
 def masses_html(p, q, drafted: int, label: str, note: str = "") -> str:
@@ -251,7 +251,8 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
              "<th>χ² p-value</th><th>verdict</th><th>time</th></tr></thead><tbody>" + "".join(rows) +
              f"</tbody></table><p>{n:,} trials each. An exact sampler's TV shrinks like 1/√N; "
              f"a p-value below 0.001 flags a bias.{point}</p>")
-    return _layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency"), table
+    return (_layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency",
+                    PAGE_HALF_PX), table)
 
 
 def _verdict(variant: str, r: lab.CheckResult, p: torch.Tensor) -> str:
@@ -383,4 +384,4 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
     fig.update_layout(yaxis=dict(rangemode="tozero"),  # from 0: a 2.4-3 axis made steps look like swings
                       yaxis2=dict(overlaying="y", side="right", title="tokens / s", rangemode="tozero"))
     return to_html(explorer.spans(rep)), numbers, _layout(fig, "Every k, recomputed from one run", "k",
-                                                         "tokens per target pass")
+                                                         "tokens per target pass", PAGE_PX)

@@ -308,6 +308,11 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         assert "0.6000" in page.inner_text("#lab-info")
         page.wait_for_selector("#lab-mc .js-plotly-plot", timeout=30_000)
         page.screenshot(path=str(OUT / "lab.png"), full_page=True)
+        outside = page.evaluate(LEGENDS_JS)  # the masses' 4 entries, the Monte Carlo's 9
+        assert outside[0] >= 2 and not outside[1], outside
+        bars = page.evaluate("() => document.querySelector('#lab-mc .nsewdrag')"
+                             ".getBoundingClientRect().height")
+        assert bars >= 150, bars  # the bars keep a plot's room (91 px under a 9-entry legend before)
 
         # A token-tree link: the tree panel shows the round's nodes with their tooltips.
         page.goto(app_url + "?pair=tiny&proposer=tree&k=4&nodes=12&branching=3&max_new_tokens=40"

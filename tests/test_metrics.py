@@ -248,12 +248,16 @@ def test_the_pages_legend_entries_wrap_instead_of_running_off_the_plot():
 def test_a_legend_is_given_its_lines_below_the_plot_and_a_row_one_height():
     from specviz import figures as f
 
-    # rows of LEGEND_CHARS (48) + a symbol (7) = 55: "speculative" (7 + 11) and "baseline" (7 + 8)
-    # share one; so do "speculative" and a three-line entry (7 + 1), a row three lines tall; 40
-    # characters (47) fit beside neither (18 + 8 + 47, 47 + 15 > 55)
+    # a 390 px plot's row is 320 px; an entry 48 px and 5.6 a character: "speculative" (109.6) and
+    # "baseline" (92.8) fit in one; with 40 characters (272) among them they do not (528), and plotly
+    # lays them out in columns as wide as the widest, 320 // 272 = 1 a row: 1 + 3 + 1 + 1 lines; nine
+    # entries of at most 17 characters (143.2, the lab's variants) go 2 a row, 5 rows; in a 600 px
+    # plot (530) 3 a row, 3 rows
     assert f.legend_lines(["speculative", "baseline"]) == 1
-    assert f.legend_lines(["speculative", "a<br>b<br>c", "x" * 40, "baseline"]) == 3 + 1 + 1
+    assert f.legend_lines(["speculative", "a<br>b<br>c", "x" * 40, "baseline"]) == 1 + 3 + 1 + 1
     assert f.legend_lines(["x" * 48, "y"]) == 2
+    nine = ["target p", "exact", "correction_from_p"] + ["y" * 12] * 6
+    assert (f.legend_lines(nine), f.legend_lines(nine, f.PAGE_HALF_PX)) == (5, 3)
     fig = f.tokens_per_pass(RunStats.of(run([(2, 1)] * 3).events))
     f.fit_legend(fig)  # one trace: no legend, the layout's height
     assert fig.layout.height == f.PLOT_HEIGHT
