@@ -24,7 +24,7 @@ import time
 from collections import Counter, OrderedDict, defaultdict, deque
 from urllib.parse import parse_qsl, urlencode
 
-from specviz.gate import public_address, visitor_address
+from specviz.gate import network_of, public_address, visitor_address
 from specviz.untrusted import containers, is_utf8_json
 
 QUEUE_FULL = ("queue full: {what} already has {n} events waiting or unread; wait for them to "
@@ -135,12 +135,14 @@ class PerAddress:
 
 
 def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None = None,
-              max_chars: int | None = None, proxies: tuple = ()) -> None:
+              max_chars: int | None = None, proxies: tuple = (), per_network: int | None = None) -> None:
     """Wrap a Gradio Queue's push. An event is refused ("queue_full", HTTP 503, with a message
     that names the fix) when its line already has per_line events waiting; when its client's
     public address has per_address events waiting or unread (a result stays in server memory
     until the client reads it: results never read were a way to fill it); or when the address
-    has used all its `pages`. Gradio's own bound then never binds first. An event whose data
+    has used all its `pages`; or when its IPv6 /48 (gate.network_of: one free tunnel /48 is 256
+    addresses of their own) has per_network, by default a quarter of a line, as the Gate's.
+    Gradio's own bound then never binds first. An event whose data
     names a file by URL is refused (HTTP 400): Gradio would download it; and so is one holding
     more than max_chars characters of text: Gradio keeps an event's inputs in its page's state,
     which lives as long as the page (1 MB values in five cheap events held 5.5 MiB a page).
@@ -177,7 +179,19 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
             for m in kept:
                 messages.put_nowait(m)
 
+    per_network = max(per_address, per_line // 4) if per_network is None else per_network
+
     def held(address: str) -> int:
+        """Events of this public address waiting, running or unread (after forgetting the read)."""
+        forget()
+        return joining_count(address=address) + sum(a == address for a, _ in unread.values())
+
+    def held_by(network: str) -> int:
+        """The same for every address of an IPv6 /48."""
+        return (sum(count for (_, a), count in joining.items() if network_of(a) == network)
+                + sum(network_of(a) == network for a, _ in unread.values()))
+
+    def forget() -> None:
         pending = set().union(*queue.pending_event_ids_session.values())
         running, now = live(), time.monotonic()
         for event_id, (_, session) in list(unread.items()):
@@ -192,7 +206,6 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
                     if not ids:
                         del queue.pending_event_ids_session[session]
                 del unread[event_id], finished[event_id]
-        return joining_count(address=address) + sum(a == address for a, _ in unread.values())
 
     async def cleaned(*, session_hash: str | None = None, event_id: str | None = None) -> None:
         """Gradio cleans a page's events when its data stream disconnects (a closed tab): what
@@ -228,6 +241,9 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
             return False, QUEUE_FULL.format(what="this line", n=per_line), "queue_full"
         if address is not None and held(address) >= per_address:
             return False, QUEUE_FULL.format(what="your address", n=per_address), "queue_full"
+        network = network_of(address)
+        if network is not None and held_by(network) >= per_network:
+            return False, QUEUE_FULL.format(what=f"your network ({network})", n=per_network), "queue_full"
         if address is not None and pages and not pages.admit(address, body.session_hash, time.monotonic()):
             return False, pages.refusal(), "queue_full"
         joining[line, address] += 1

@@ -260,6 +260,20 @@ def test_results_unread_long_after_they_finished_are_dropped_from_server_memory(
     assert kept() == 0 and not any(queue.pending_event_ids_session.get(s) for s in sessions)
 
 
+def test_one_ipv6_48_holds_no_more_events_than_the_gate_lets_it(server):
+    """Each /56 counts as an address of its own, and a free tunnel /48 holds 256 of them: enough
+    to fill every line (the gate capped a /48 already; the queue in front of it did not)."""
+    first = [page(server, f"net{i}", f"2a01:4f8:1:{i}00::1", read=False) for i in range(PER_ADDRESS)]
+    assert first == [200] * PER_ADDRESS  # three /56s of one /48, one event each
+    refused = page(server, "net-next", "2a01:4f8:1:f00::1", read=False)
+    assert "your network (2a01:4f8:1::/48) already has 3 events waiting or unread" in refused
+    assert page(server, "net-other", "2a01:4f8:2::1", read=False) == 200  # another /48
+    for i in range(PER_ADDRESS):  # read: the /48 is free again
+        httpx.get(f"{server.url}/queue/data", params={"session_hash": f"net{i}"}, timeout=10,
+                  headers={"X-Forwarded-For": f"2a01:4f8:1:{i}00::1"})
+    assert page(server, "net-next", "2a01:4f8:1:f00::1") == 200
+
+
 def test_a_page_closed_while_its_event_runs_no_longer_counts_against_the_address(server):
     """Gradio keeps the id of an event whose page closed mid-run pending for good (nothing more of
     it is sent or kept): 16 tabs closed mid-run from one address had it refused every event."""
