@@ -182,8 +182,7 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
     per_network = max(per_address, per_line // 4) if per_network is None else per_network
 
     def held(address: str) -> int:
-        """Events of this public address waiting, running or unread (after forgetting the read)."""
-        forget()
+        """Events of this public address waiting, running or unread."""
         return joining_count(address=address) + sum(a == address for a, _ in unread.values())
 
     def held_by(network: str) -> int:
@@ -237,6 +236,7 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
         if max_chars is not None and chars > max_chars:
             return False, TOO_MUCH_TEXT.format(n=max_chars), "error"
         line, address = fn.concurrency_id, _address(request, proxies)
+        forget()  # the results read since, and those unread for long
         if waiting(line) >= per_line:
             return False, QUEUE_FULL.format(what="this line", n=per_line), "queue_full"
         if address is not None and held(address) >= per_address:
@@ -253,7 +253,7 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
             joining[line, address] -= 1
             if not joining[line, address]:
                 del joining[line, address]
-        if ok and address is not None:
+        if ok:  # counted against a public address; dropped unread after UNREAD_SECONDS, any address's
             unread[event_id] = (address, body.session_hash)
         return ok, event_id, state
 
