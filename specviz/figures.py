@@ -222,7 +222,6 @@ ROWS = (("tokens_per_pass", "cumulative"), ("acceptance", "k_prediction"), ("tre
 WIDE = {"time"}  # across the page's column; the others two abreast
 
 
-
 def wrapped(name: str) -> str:
     """A legend entry in lines of at most LEGEND_CHARS (plotly's legend never wraps: a break-even
     line's measured costs ran off the plot's edge)."""

@@ -153,7 +153,7 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
     and never reads (a run's views, tens of MiB, were kept for good: 16 more every 15 minutes)."""
     push, clean = queue.push, queue.clean_events
     joining: defaultdict[tuple, int] = defaultdict(int)  # pushes under way, by line and address
-    unread: dict[str, tuple] = {}  # event id -> (public address, session), until read
+    unread: dict[str, tuple] = {}  # event id -> (public address or None, session), until read
     finished: dict[str, float] = {}  # unread event id -> when first seen finished
 
     def waiting(line: str) -> int:
