@@ -88,3 +88,21 @@ def test_verify_matches_p_through_the_public_function(k):
         v = verify(x, Q.expand(k, 3), P.expand(k + 1, 3), gen)
         counts[x[0] if v.accepted else v.token] += 1
     assert tv(counts, P) < 0.015
+
+
+def test_a_small_residual_is_the_residual_not_p():
+    """max(0, p - q) with a total of 4e-4 is still the distribution a rejection draws from; only
+    a total lost to rounding falls back to p (a fallback at 1e-3 passed every sampling test: a
+    bias of that size needs about 10^7 samples to see)."""
+    r = residual(torch.tensor([0.5004, 0.4996, 0.0], dtype=torch.float64),
+                 torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64))
+    assert r.tolist() == [1.0, 0.0, 0.0]
+
+
+def test_a_draft_the_target_forbids_is_refused_even_at_u_0(monkeypatch):
+    """Accept iff u < p(x)/q(x): at u = 0 (float32 rand gives it with probability 2^-24) a token of
+    p(x) = 0 must still be refused, or the output holds a token the target never produces."""
+    p = torch.tensor([[0.0, 0.5, 0.5], [0.2, 0.3, 0.5]])
+    monkeypatch.setattr(torch, "rand", lambda *a, **kw: torch.zeros(*a[:1]))
+    v = verify(torch.tensor([0]), None, p, torch.Generator().manual_seed(0))
+    assert v.accepted == 0 and v.token in (1, 2)

@@ -504,3 +504,26 @@ def test_a_prompt_of_one_chunk_is_read_with_round_1_and_events_come_alone(pair, 
     assert all(type(x).__name__ == "RoundEvent" for x in short)  # 7 to read: round 1 reads them
     plain = list(specviz.generate(pair, ids, k=3, max_new_tokens=6))  # progress off: events only
     assert all(type(x).__name__ == "RoundEvent" for x in plain) and tokens(plain) == tokens(items[2:])
+
+
+def test_greedy_ties_are_broken_as_the_target_alone_breaks_them(pair):
+    """Two tokens whose logits tie exactly: transformers' greedy takes the first of them, and so
+    must every drafter's verification (random float32 weights never tie, so nothing tested this;
+    an engine taking the last maximum passed every other greedy test)."""
+    import copy
+
+    tied = copy.deepcopy(pair.target)
+    with torch.no_grad():
+        w = tied.get_output_embeddings().weight  # [vocab, d]
+        w[300] = w.norm(dim=1).max() * 10 * torch.ones_like(w[40]) / w.shape[1] ** 0.5
+        w[40] = w[300]  # rows 40 and 300 equal, and the largest: their logits tie at every position
+    tied_pair = Pair(tied, pair.tokenizer, pair.draft)
+    ids = tied_pair.encode("def f")
+    tied.generation_config.eos_token_id = None
+    expected = tied.generate(torch.tensor([ids]), max_new_tokens=6, min_new_tokens=6,
+                             do_sample=False)[0, len(ids):].tolist()
+    assert 40 in expected and 300 not in expected, expected  # the tie was met, and the first won
+    for proposer in ("draft", "none", "ngram", "tree"):
+        out = [t for e in specviz.generate(tied_pair, ids, proposer=proposer, k=3, max_new_tokens=6)
+               for t in e.new_tokens]
+        assert out == expected, proposer
