@@ -155,20 +155,19 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
     joining: defaultdict[tuple, int] = defaultdict(int)  # pushes under way, by line and address
     unread: dict[str, tuple] = {}  # event id -> (public address or None, session), until read
     finished: dict[str, float] = {}  # unread event id -> when first seen finished
+    per_network = max(per_address, per_line // 4) if per_network is None else per_network
 
     def waiting(line: str) -> int:
-        return joining_count(line=line) + sum(
+        return sum(count for (ln, _), count in joining.items() if ln == line) + sum(
             1 for lane in queue.event_queue_per_concurrency_id.values() for event in lane.queue
             if event.concurrency_id == line)
 
-    def joining_count(line: str | None = None, address: str | None = None) -> int:
-        return sum(count for (ln, ad), count in joining.items()
-                   if (line is None or ln == line) and (address is None or ad == address))
-
-    def live() -> set[str]:
-        """Ids of the events waiting in a line or running."""
-        return ({e._id for lane in queue.event_queue_per_concurrency_id.values() for e in lane.queue}
-                | {job._id for jobs in queue.active_jobs if jobs for job in jobs})
+    def live():
+        """The events waiting in a line or running."""
+        for lane in queue.event_queue_per_concurrency_id.values():
+            yield from lane.queue
+        for jobs in queue.active_jobs:
+            yield from jobs or ()
 
     def drop_messages(session: str | None, ids: set[str]) -> None:
         """The messages these events queued for a session, gone (no await: atomic)."""
@@ -179,20 +178,14 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
             for m in kept:
                 messages.put_nowait(m)
 
-    per_network = max(per_address, per_line // 4) if per_network is None else per_network
-
-    def held(address: str) -> int:
-        """Events of this public address waiting, running or unread."""
-        return joining_count(address=address) + sum(a == address for a, _ in unread.values())
-
-    def held_by(network: str) -> int:
-        """The same for every address of an IPv6 /48."""
-        return (sum(count for (_, a), count in joining.items() if network_of(a) == network)
-                + sum(network_of(a) == network for a, _ in unread.values()))
+    def held(mine) -> int:
+        """Events waiting, running or unread of the public addresses `mine` says True of."""
+        return (sum(count for (_, a), count in joining.items() if mine(a))
+                + sum(1 for a, _ in unread.values() if mine(a)))
 
     def forget() -> None:
         pending = set().union(*queue.pending_event_ids_session.values())
-        running, now = live(), time.monotonic()
+        running, now = {e._id for e in live()}, time.monotonic()
         for event_id, (_, session) in list(unread.items()):
             if event_id not in pending:  # read, or cleaned with its page
                 del unread[event_id]
@@ -215,9 +208,7 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
         def mine(event) -> bool:  # as Gradio's clean_events matches them
             return event.session_hash == session_hash or event._id == event_id
 
-        doomed = {e._id for lane in queue.event_queue_per_concurrency_id.values() for e in lane.queue
-                  if mine(e)}
-        doomed |= {job._id for jobs in queue.active_jobs if jobs for job in jobs if mine(job)}
+        doomed = {e._id for e in live() if mine(e)}
         await clean(session_hash=session_hash, event_id=event_id)
         for e in doomed:
             unread.pop(e, None)
@@ -239,10 +230,10 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
         forget()  # the results read since, and those unread for long
         if waiting(line) >= per_line:
             return False, QUEUE_FULL.format(what="this line", n=per_line), "queue_full"
-        if address is not None and held(address) >= per_address:
+        if address is not None and held(lambda a: a == address) >= per_address:
             return False, QUEUE_FULL.format(what="your address", n=per_address), "queue_full"
         network = network_of(address)
-        if network is not None and held_by(network) >= per_network:
+        if network is not None and held(lambda a: network_of(a) == network) >= per_network:
             return False, QUEUE_FULL.format(what=f"your network ({network})", n=per_network), "queue_full"
         if address is not None and pages and not pages.admit(address, body.session_hash, time.monotonic()):
             return False, pages.refusal(), "queue_full"
