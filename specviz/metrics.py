@@ -298,13 +298,13 @@ def target_line(spec: RunStats, base: RunStats | None = None) -> tuple[float, fl
     rounds += [(0, e.target_seconds) for e in (base.events[1:] if base else ())]
     drafted = [(float(n), t) for n, t in rounds if n]
     alone = [t for n, t in rounds if not n]
+    t0 = sum(alone) / len(alone) if alone else 0.0  # the one-token pass
     line = fit_spread([n for n, _ in drafted], [t for _, t in drafted])
-    pieces = split_step(line, sum(alone) / len(alone)) if line is not None and alone else None
+    pieces = split_step(line, t0) if line is not None and alone else None
     if pieces is not None:
         return pieces
     k = spec.fixed_k
     at_k = [t for n, t in drafted if n == k]  # a chain's own width: not its budget-cut last rounds
-    t0 = sum(alone) / len(alone) if alone else 0.0
     if k and len(at_k) >= MIN_ROUNDS and len(alone) >= MIN_ROUNDS and t0 > 0:  # no time: no line
         return t0, 0.0, max(0.0, (sum(at_k) / len(at_k) - t0) / k)  # through T0 and T(k), b >= 0
     line = fit_spread([float(n) for n, _ in rounds], [t for _, t in rounds],
