@@ -45,8 +45,7 @@ def tokens_per_pass(spec: RunStats) -> go.Figure:
     return _layout(fig, "Tokens per target pass, by round", "round (target pass)", "tokens")
 
 
-def _both_runs(spec: RunStats, base: RunStats | None, x_of, mode: str, title: str, x: str,
-               width: int = HALF_PX) -> go.Figure:
+def _both_runs(spec: RunStats, base: RunStats | None, x_of, mode: str, title: str, x: str) -> go.Figure:
     """Tokens so far after each round, speculative and baseline, against x_of(event); both from
     the origin, so a run's wait for its first tokens (the prompt's reading) shows."""
     fig = go.Figure()
@@ -54,7 +53,7 @@ def _both_runs(spec: RunStats, base: RunStats | None, x_of, mode: str, title: st
         if stats and stats.events:
             fig.add_scatter(x=[0] + [x_of(e) for e in stats.events], y=[0] + stats.cumulative, name=name,
                             mode=mode, line_color=color)
-    return _layout(fig, title, x, "tokens", width)
+    return _layout(fig, title, x, "tokens")
 
 
 def cumulative_tokens(spec: RunStats, base: RunStats | None) -> go.Figure:
@@ -194,7 +193,7 @@ def tree_vs_chain(spec: RunStats, chain: RunStats | None, k: int | None = None) 
 
 def tokens_over_time(spec: RunStats, base: RunStats | None) -> go.Figure:
     return _both_runs(spec, base, lambda e: e.elapsed, "lines", "Tokens against wall-clock time",
-                      "seconds", COLUMN_PX)
+                      "seconds")
 
 
 def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = None,
@@ -208,7 +207,7 @@ def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = 
                "time": tokens_over_time(spec, base)}
     if spec.is_tree:
         figures |= {"tree_nodes": tree_nodes(spec), "tree_chain": tree_vs_chain(spec, chain, k)}
-    for name, fig in figures.items():
+    for name, fig in figures.items():  # the page's layout: the width each is shown at, and rows
         fig.for_each_trace(lambda t: t.update(name=wrapped(t.name)) if t.name else None)
         fit_legend(fig, COLUMN_PX if name in WIDE else HALF_PX)
     for row in ROWS:  # side by side on the page: one height, the taller one's
