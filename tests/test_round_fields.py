@@ -184,3 +184,32 @@ def test_a_tree_rounds_draft_passes_are_one_a_depth(pair):
     drafter = TreeProposer(pair.draft, pair.vocab_size, nodes=16, branching=2)
     draft = drafter.propose(pair.encode(PROMPT), 4, SamplingParams(), None)
     assert draft.passes == max(x.depth for x in draft.tree) == 4
+
+
+@pytest.mark.parametrize("proposer", ["draft", "adaptive", "hybrid"])
+def test_a_sampled_chains_probabilities_are_the_processed_p_and_q_of_its_drafted_tokens(pair, proposer):
+    """Each drafted x_i's q(x_i) and p(x_i), as the event shows them, recomputed from the models
+    on the round's context. A drafter that passed its sampled draft as one-hot (q=None) stays
+    exact in distribution (for one drafted token a point mass is as valid a q as any), so the
+    distribution tests let it through; its events showed q = 1 and its acceptance fell."""
+    params = SamplingParams(0.7, top_k=5)
+    context = pair.encode("The dog. The dog. The dog")  # the hybrid copies, then drafts
+    sources, checked = set(), 0
+    for seed in range(3):
+        ids = list(context)
+        for e in specviz.generate(pair, context, proposer=proposer, k=4, max_new_tokens=24,
+                                  temperature=params.temperature, top_k=params.top_k, seed=seed):
+            sources.add(e.source)
+            if e.k:
+                rows = torch.tensor([ids + e.draft_tokens])
+                with torch.no_grad():
+                    q = process(pair.draft(rows).logits[0, len(ids) - 1:-1, : pair.vocab_size], params)
+                    p = process(pair.target(rows).logits[0, len(ids) - 1:-1, : pair.vocab_size], params)
+                drafted = torch.tensor(e.draft_tokens)
+                idx = torch.arange(e.k)
+                want_q = [1.0] * e.k if e.source == "ngram" else q[idx, drafted].tolist()
+                assert e.draft_probs == pytest.approx(want_q, abs=1e-4), (proposer, e.round)
+                assert e.target_probs == pytest.approx(p[idx, drafted].tolist(), abs=1e-4)
+                checked += e.source != "ngram"
+            ids += e.new_tokens
+    assert checked >= 10 and sources == ({"ngram", "draft"} if proposer == "hybrid" else {proposer})

@@ -1,6 +1,7 @@
 """Token trees: the mask, the gather, the rule, the sizing, and the engine's two promises."""
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -220,6 +221,31 @@ def test_refusing_every_child_draws_from_p_without_them():
         counts[v.path and tree[v.path[0]].token or v.token] += 1
     assert counts[[7, 9, 1]].sum() == 2000
     stat = chisquare(counts[[7, 9, 1]].numpy(), [500, 500, 1000])
+    assert stat.pvalue > 0.001, stat
+
+
+def test_a_sampled_walk_commits_two_levels_with_the_targets_joint_distribution():
+    # Depth 2: root -> 7 (0), 9 (1); 7 -> 3 (2), 4 (3); 9 -> 3 (4). Each row is the target's p
+    # after that node: the walk's first two tokens must follow p0(t1) * p_t1(t2) (a tree child
+    # t1), or p0(t1) alone (the target's own t1 ends the walk). 4000 walks, 6 cells, the least
+    # likely expecting 120: chi-square p > 0.001. A second level tried against the root's row,
+    # or starting with the mass its parent's refusals left, fails.
+    tree = (node(-1, 7, 1), node(-1, 9, 1), node(0, 3, 2), node(0, 4, 2), node(1, 3, 2))
+    p = torch.zeros(6, 12)
+    p[0, [7, 9, 1]] = torch.tensor([0.3, 0.2, 0.5])
+    p[1, [3, 4, 5]] = torch.tensor([0.4, 0.1, 0.5])  # after 7
+    p[2, [3, 6]] = torch.tensor([0.5, 0.5])  # after 9
+    p[3:, 0] = 1.0  # after a leaf: the bonus token
+    want = {(7, 3): 0.12, (7, 4): 0.03, (7, 5): 0.15, (9, 3): 0.1, (9, 6): 0.1, (1,): 0.5}
+    gen = torch.Generator().manual_seed(2)
+    counts = Counter()
+    for _ in range(4000):
+        v = walk(tree, p, gen, greedy=False)
+        committed = [tree[i].token for i in v.path] + [v.token]
+        counts[tuple(committed[:2])] += 1
+        assert v.kind == ("bonus" if len(v.path) == 2 else "recovered")
+    assert set(counts) == set(want)
+    stat = chisquare([counts[c] for c in want], [want[c] * 4000 for c in want])
     assert stat.pvalue > 0.001, stat
 
 
@@ -522,6 +548,9 @@ def three_token_chi_square(pair, params, runs, **generate):
     exact joint distribution under params (top-k support: at most 27 outcomes)."""
     prompt = "The dog. The dog"
     joint = exact_three_token_distribution(pair, pair.encode(prompt), params)
+    if params.top_p < 1:  # the nucleus must cut somewhere, or it is not tested
+        assert len(joint) < len(exact_three_token_distribution(pair, pair.encode(prompt),
+                                                               replace(params, top_p=1.0)))
     cells = sorted(joint)
     counts = dict.fromkeys(cells, 0)
     for seed in range(runs):
@@ -535,7 +564,7 @@ def three_token_chi_square(pair, params, runs, **generate):
 
 @pytest.mark.parametrize("which, temperature, top_p", [
     ("pair", 1.0, 1.0), ("static_pair", 1.0, 1.0),
-    ("pair", 0.7, 0.9),  # the temperature and the nucleus reach p in the tree's verify too
+    ("pair", 0.7, 0.8),  # the temperature and the nucleus reach p in the tree's verify too
 ])
 def test_sampled_tree_runs_follow_the_targets_distribution(which, temperature, top_p, request):
     # 1600 runs of 3 tokens, top_k=3 (27 outcomes), depth 2, 6 nodes, branching 2: chi-square
