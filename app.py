@@ -59,6 +59,7 @@ from specviz.settings import (
 from specviz.trace import MAX_TRACE_BYTES, loads
 from specviz.treedraft import MAX_BRANCHING, MAX_NODES
 from specviz.untrusted import flag, held_bytes
+from specviz.views import WIDE
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
@@ -404,9 +405,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             try:
                 # the settings' own errors first, in float32 (a 7-8B pair needs twice the memory)
                 replace(settings_of(values), dtype="float32").check(limits, store.known_pairs)
-                if shelf.get(key) is None:  # a curious click before any run cost minutes
+                last_run = shelf.get(key)
+                if last_run is None:  # a curious click before any run cost minutes
                     raise ValueError("run first: this button runs the page's settings again in float32 "
                                      "after a run, to check a near-tie (float32 runs are slower)")
+                if last_run.models.get("dtype") in WIDE:  # the same run again, minutes for nothing
+                    raise ValueError(f"the last run was in {last_run.models['dtype']} already: a "
+                                     "float32 rerun checks a near-tie of a bfloat16 or float16 run. "
+                                     "To run new settings in float32, pick float32 under dtype and press Run")
             except ValueError as e:
                 raise user_error(e) from None
             yield from run_stream(values, request, dtype="float32")

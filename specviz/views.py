@@ -132,6 +132,9 @@ def _text(value) -> str:
     return html.escape(visible_bidi(str(value)))
 
 
+WIDE = ("float32", "float64")  # a run in these has no wider dtype to rerun a near-tie in
+
+
 def verdict_html(comparison: Comparison | None, tokenizer, greedy: bool) -> str:
     if comparison is None:
         return ""
@@ -145,6 +148,8 @@ def verdict_html(comparison: Comparison | None, tokenizer, greedy: bool) -> str:
     if comparison.identical:
         return ('<div class="specviz-verdict ok">✔ Identical: the speculative output is '
                 f"token-for-token the target's own greedy output.{compared}</div>")
+    check = (f"The run was in {dtype} already: there is no wider dtype here to check a near-tie in."
+             if c.dtype in WIDE else "Re-run in float32 to confirm a near-tie.")
     return (f'<div class="specviz-verdict diff">✘ The outputs differ from output token {c.position + 1} on. '
             f"Verdict: <b>{html.escape(c.verdict)}</b>.<br>"
             f"speculative run's top-2 there: {_top2(c.spec_top2, tokenizer)}<br>"
@@ -152,4 +157,4 @@ def verdict_html(comparison: Comparison | None, tokenizer, greedy: bool) -> str:
             + (f"dtype {dtype} on {device}; near-tie bound {c.threshold:.3g} "
                f"(8 units in the last place of the logit in {dtype}). " if c.threshold is not None
                else f"dtype {dtype} on {device}; no near-tie bound without a logit to scale it. ")
-            + f"Re-run in float32 to confirm a near-tie.{compared}</div>")
+            + f"{check}{compared}</div>")

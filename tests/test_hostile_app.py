@@ -440,6 +440,18 @@ def test_the_float32_rerun_checks_float32_before_it_queues(model_dirs, monkeypat
         next(rerun(SimpleNamespace(query_params={}), None, None, *values))
 
 
+def test_the_float32_rerun_after_a_float32_run_is_refused_with_the_way_to_run_in_float32(demo):
+    """After a float32 run the button ran the same float32 run again: minutes for nothing."""
+    import gradio as gr
+
+    rerun = next(fn for fn in demo.fns.values() if fn.name == "rerun_float32").fn
+    key = demo.specviz.shelf.put("rerun-again", SimpleNamespace(models={"dtype": "float32"}), nbytes=1)
+    with pytest.raises(gr.Error, match="the last run was in float32 already: .* pick float32 under "
+                                       "dtype and press Run"):
+        next(rerun(SimpleNamespace(query_params={}), None, key, *args(dtype="bfloat16")))
+    demo.specviz.shelf.drop(key)
+
+
 # --- links, messages and traces ---------------------------------------------------------------
 
 

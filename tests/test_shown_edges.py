@@ -66,6 +66,13 @@ def test_outputs_that_differ_without_recorded_logits_are_not_called_unexplained(
     recorded = [[9, 12.5], [7, 12.5 - 1e-6]]  # margin 1e-6 at logit 12.5: 8 ulp in float32 = 7.6e-6
     near = compare(RunStats.of(alone(3, 0.1, top2=[recorded])), base, torch.float32, "cpu")
     assert near.threshold == 8 * 2.0 ** (3 - 23) and near.verdict == "near-tie flipped by floating point"
+    # a float32 run has no wider dtype to rerun in (the page said "Re-run in float32" to it too)
+    tok = type("Tok", (), {"decode": lambda self, ids: "x"})()
+    page = verdict_html(near, tok, greedy=True)
+    assert "Re-run" not in page and "The run was in float32 already" in page
+    half = compare(RunStats.of(alone(3, 0.1, top2=[recorded])), base, torch.bfloat16, "cpu")
+    page = verdict_html(half, tok, greedy=True)
+    assert "Re-run in float32 to confirm a near-tie" in page and "already" not in page
 
 
 def test_an_opened_recording_is_priced_at_its_runs_costs_after_round_1():
