@@ -5,7 +5,8 @@ and a vectorised simulation (`simulate`), so the page and the tests compare the 
 
 The tree variants look at a depth-1 token tree: the root's children are b deterministic
 candidates (by default the draft's top-b under q, as the tree drafter picks them), tried in
-order (tree.walk / tree.wrong_walk). With c_1..c_b and m_i = p(c_1) + ... + p(c_i):
+order (tree.walk; the wrong variant as a walk: tests/test_lab.py's wrong_walk). With c_1..c_b
+and m_i = p(c_1) + ... + p(c_i):
 
     tree_exact: c_i is kept with probability p(c_i) / (1 - m_{i-1}) once c_1..c_{i-1} were
         refused, so P(c_i) = (1 - m_{i-1}) * p(c_i) / (1 - m_{i-1}) = p(c_i); all refused

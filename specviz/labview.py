@@ -18,7 +18,6 @@ from .sampling import SamplingParams, process
 from .untrusted import gc_paused
 
 TOP = 8  # tokens shown by name; the rest is summed into "other"
-LAB_VARIANTS = tuple(lab.VARIANTS)
 
 
 def flatten(q: torch.Tensor, factor: float = 0.5) -> torch.Tensor:
@@ -31,16 +30,6 @@ def example() -> tuple[torch.Tensor, torch.Tensor, list[str], int]:
     """(p, q, labels, drafted token) for the built-in A, B, C example."""
     p, q = torch.tensor(lab.EXAMPLE_P, dtype=torch.float64), torch.tensor(lab.EXAMPLE_Q, dtype=torch.float64)
     return p, q, list(lab.EXAMPLE_LABELS), 0
-
-
-def from_round(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor, list[str], int, str]:
-    """from_round_steps run to its end: (p, q, labels, drafted, note)."""
-    steps = from_round_steps(*args, **kwargs)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as done:
-            return done.value
 
 
 def _read(lm: CachedLM, prefix: list[int], name: str, deadline: float | None):

@@ -60,7 +60,3 @@ def process(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     return logits.softmax(-1)
 
-
-def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
-    """One token id drawn from probs [vocab]."""
-    return int(torch.multinomial(probs, 1, generator=generator))

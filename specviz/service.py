@@ -624,9 +624,3 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
            "permutations": test.permutations, "seconds": seconds, "spec": spec, "base": base,
            "outcomes": len(outcomes)}
 
-
-def sample_continuations(pair: Pair, s: RunSettings, n: int, tokens: int = 2,
-                         limits: Limits | None = None) -> dict:
-    """The last item of continuations: the result, or {"stopped": ...}."""
-    *_, last = continuations(pair, s, n, limits, tokens)
-    return last

@@ -195,12 +195,3 @@ def walk(nodes: tuple[TreeNode, ...], p: torch.Tensor, generator: torch.Generato
         path.append(nxt)
         node = nxt
 
-
-def wrong_walk(nodes: tuple[TreeNode, ...], p: torch.Tensor, generator: torch.Generator) -> int:
-    """A known-wrong tree rule for the exactness lab, depth 1 only: every child is tried against
-    the unchanged p (no renormalisation after a refusal) and a full refusal draws from p.
-    It over-produces the drafted candidates. Returns the first committed token."""
-    for c in children(nodes).get(-1, []):
-        if float(torch.rand(1, generator=generator)) < float(p[0, nodes[c].token]):
-            return nodes[c].token
-    return int(torch.multinomial(p[0], 1, generator=generator))

@@ -255,3 +255,13 @@ def read_backs_per_round(events) -> list[int]:
             if next(events, None) is None:
                 return counts
         counts.append(count.n)
+
+
+def finished(steps):
+    """A generator run to its end: what it returns (labview.from_round_steps: p, q, labels,
+    drafted, note)."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value

@@ -12,6 +12,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from conftest import finished
 
 from specviz import presets
 from specviz.gate import BUSY, Busy, Gate
@@ -591,14 +592,15 @@ def test_the_lab_bounds_a_rounds_prefix_and_checks_its_ids(demo):
     trace = make_trace(demo)
     pair = store.current()
     with pytest.raises(ValueError, match="outside the loaded pair's vocabulary"):
-        labview.from_round(pair, replace(trace, prompt_ids=[pair.vocab_size + 5]), 1)
+        finished(labview.from_round_steps(pair, replace(trace, prompt_ids=[pair.vocab_size + 5]), 1))
     long = replace(trace, prompt_ids=[1] * 300)
     with pytest.raises(ValueError, match="starts after 300 tokens; the lab reads at most 256"):
-        labview.from_round(pair, long, 1, max_tokens=limits.max_prompt_tokens + limits.max_new_tokens)
+        finished(labview.from_round_steps(pair, long, 1,
+                                          max_tokens=limits.max_prompt_tokens + limits.max_new_tokens))
     with pytest.raises(ValueError, match="prompt is 300 tokens; this deployment allows 100"):
-        labview.from_round(pair, long, 1, max_prompt_tokens=100)
+        finished(labview.from_round_steps(pair, long, 1, max_prompt_tokens=100))
     with pytest.raises(ValueError, match="temperature"):
-        labview.from_round(pair, replace(trace, settings={"temperature": float("nan")}), 1)
+        finished(labview.from_round_steps(pair, replace(trace, settings={"temperature": float("nan")}), 1))
 
 
 def test_an_uploaded_trace_leaves_memory_when_its_session_ends(demo, tmp_path):

@@ -2,8 +2,10 @@
 
 import pytest
 import torch
+from conftest import finished
 
 from specviz import lab
+from specviz.tree import children
 
 P, Q = torch.tensor(lab.EXAMPLE_P, dtype=torch.float64), torch.tensor(lab.EXAMPLE_Q, dtype=torch.float64)
 
@@ -142,7 +144,7 @@ def test_lab_on_a_round_of_a_real_run(pair):
     events = tuple(specviz.generate(pair, ids, k=3, max_new_tokens=12, temperature=0.8, seed=1))
     t = Trace({"temperature": 0.8, "top_k": 0, "top_p": 1.0}, pair_models(pair), ids, events,
               tuple(all_spans(events, pair.tokenizer, ids)))
-    p, q, labels, drafted, note = labview.from_round(pair, t, 1)
+    p, q, labels, drafted, note = finished(labview.from_round_steps(pair, t, 1))
     assert drafted == events[0].draft_tokens[0] and "temperature 0.8" in note
     # p(x) and q(x) recomputed from the prefix equal what the run recorded for that draft.
     assert float(p[drafted]) == pytest.approx(events[0].target_probs[0], rel=1e-4)
@@ -150,7 +152,7 @@ def test_lab_on_a_round_of_a_real_run(pair):
     _, table = labview.monte_carlo(p, q, labels, 20_000, ["exact"], tokenizer=pair.tokenizer)
     assert "matches p" in table
     with pytest.raises(ValueError, match="round in 1.."):
-        labview.from_round(pair, t, 99)
+        finished(labview.from_round_steps(pair, t, 99))
 
 
 # ---- token trees at depth 1 -------------------------------------------------------------------
@@ -191,7 +193,7 @@ def test_tree_walk_itself_follows_p_at_depth_one():
     """tree.walk (the engine's rule) on the hand example, 10,000 rounds: chi-square p-value above
     1e-3 against p; tree.wrong_walk (5,000 rounds) is rejected against p (p-value < 1e-9) and
     matches its own prediction (p-value above 1e-3)."""
-    from specviz.tree import TreeNode, walk, wrong_walk
+    from specviz.tree import TreeNode, walk
 
     nodes = (TreeNode(-1, 1, 1, 0.6, 0.6), TreeNode(-1, 2, 1, 0.4, 0.4))
     rows = torch.stack([TREE_P, torch.full((3,), 1 / 3, dtype=torch.float64),
@@ -223,7 +225,7 @@ def test_lab_on_a_tree_round_of_a_real_run(pair):
                                     max_new_tokens=12, temperature=0.8, seed=1))
     t = Trace({"temperature": 0.8, "top_k": 0, "top_p": 1.0}, pair_models(pair), ids, events,
               tuple(all_spans(events, pair.tokenizer, ids)))
-    p, q, labels, drafted, note = labview.from_round(pair, t, 1)
+    p, q, labels, drafted, note = finished(labview.from_round_steps(pair, t, 1))
     root = labview.tree_root(t, 1)
     assert root == [n.token for n in events[0].tree if n.parent == -1] and len(root) == 2
     assert labview.tree_root(t, 99) == [] and labview.tree_root(t, True) == []
@@ -287,9 +289,9 @@ def test_a_rounds_long_context_is_read_a_pass_at_a_time_with_the_deadline_betwee
     marks = [*range(8, n, 8), n]
     assert steps == [f"Reading the round's context into the {m}: {r} of {n} tokens"
                      for m in ("target", "draft") for r in marks]
-    p, q, _, drafted, _ = labview.from_round(pair, t, 2)  # the same masses as one pass gives
+    p, q, _, drafted, _ = finished(labview.from_round_steps(pair, t, 2))  # the same masses as one pass gives
     monkeypatch.setattr(lm, "PREFILL_CHUNK", 10_000)
-    p1, q1, _, _, _ = labview.from_round(pair, t, 2)
+    p1, q1, _, _, _ = finished(labview.from_round_steps(pair, t, 2))
     assert torch.allclose(p, p1, atol=1e-5) and torch.allclose(q, q1, atol=1e-5)
     monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
     with pytest.raises(ValueError, match="time limit per job while reading the round's context"):
@@ -320,3 +322,13 @@ def test_the_lab_names_every_token_on_its_own_bar_and_shows_tags_as_text():
     x = list(fig.data[0].x)
     assert sorted(x) == sorted(["'\ufffd' #1", "'\ufffd' #2", "'&lt;b&gt;x&lt;/b&gt;'"])
     assert list(fig.data[0].y) == [float(P[int(n[-1])]) if "#" in n else 0.2 for n in x]
+
+
+def wrong_walk(nodes, p: torch.Tensor, generator: torch.Generator) -> int:
+    """A known-wrong tree rule for the exactness lab, depth 1 only: every child is tried against
+    the unchanged p (no renormalisation after a refusal) and a full refusal draws from p.
+    It over-produces the drafted candidates. Returns the first committed token."""
+    for c in children(nodes).get(-1, []):
+        if float(torch.rand(1, generator=generator)) < float(p[0, nodes[c].token]):
+            return nodes[c].token
+    return int(torch.multinomial(p[0], 1, generator=generator))

@@ -8,9 +8,10 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from conftest import finished
 
 from specviz import labview, service
-from specviz.service import ModelStore, continuations, replay_view, run_views, sample_continuations
+from specviz.service import ModelStore, continuations, replay_view, run_views
 from specviz.settings import Limits, RunSettings
 from specviz.trace import loads
 
@@ -18,6 +19,12 @@ from specviz.trace import loads
 @pytest.fixture(scope="module")
 def store(model_dirs):
     return ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
+
+
+def sample_continuations(pair, s, n, tokens=2, limits=None) -> dict:
+    """The end-to-end check's last step: its result, or {"stopped": ...}."""
+    *_, last = continuations(pair, s, n, limits, tokens)
+    return last
 
 
 def test_views_stream_then_end_with_a_trace_and_recording(store, monkeypatch):
@@ -249,7 +256,7 @@ def test_an_ngram_round_in_the_lab_has_a_one_hot_q_on_the_drafted_token(store):
     trace = list(run_views(store, s, Limits()))[-1].trace
     rounds = [e.round for e in trace.events if e.draft_tokens]
     assert rounds and all(e.source == "ngram" for e in trace.events if e.draft_tokens)
-    p, q, _, drafted, note = labview.from_round(store.current(), trace, rounds[0])
+    p, q, _, drafted, note = finished(labview.from_round_steps(store.current(), trace, rounds[0]))
     assert drafted == trace.events[rounds[0] - 1].draft_tokens[0]
     assert float(q[drafted]) == 1.0 and float(q.sum()) == 1.0 and "q is one-hot" in note
     assert abs(float(p.sum()) - 1) < 1e-6 and "temperature 1" in note  # greedy run: looked at t=1
@@ -261,7 +268,7 @@ def test_a_draft_round_in_the_lab_uses_the_draft_softmax(store):
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, dtype="float32", temperature=0.8,
                     prompt="def f", k=3)
     trace = list(run_views(store, s, Limits()))[-1].trace
-    p, q, _, drafted, note = labview.from_round(store.current(), trace, 1)
+    p, q, _, drafted, note = finished(labview.from_round_steps(store.current(), trace, 1))
     assert (q > 0).sum() > 1 and "one-hot" not in note and "temperature 0.8" in note
 
 
