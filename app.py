@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import html
 import json
+import math
 import tempfile
 import threading
 import time
@@ -424,7 +425,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             return values
 
         def on_load(request: gr.Request):
-            params = dict(request.query_params) if request else {}
+            params = request.query_params if request else {}  # starlette's: every repeat too
+            params = params if hasattr(params, "multi_items") else dict(params)
             s, notices, autorun = from_query(params, default, limits, store.known_pairs)
             shown = gr.update(value=link_notice(notices), visible=True) if notices else \
                 gr.update(visible=False)
@@ -598,6 +600,12 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             # script opening one trace under many sessions), reuses it, and Gradio's cache, keyed
             # by content, keeps one copy of it too
             data = trace.to_json().encode("utf-8")
+            if len(data) > MAX_TRACE_BYTES:  # a file that would be refused on opening: say so now
+                size = math.ceil(len(data) / 2**20 * 10) / 10  # rounded up: never "4.0, over 4"
+                raise gr.Error(f"this run's trace is {size} MiB, over the {MAX_TRACE_BYTES // 2**20} MiB "
+                               "a trace may be to open again (a tree "
+                               "run of 64-node rounds reaches it near 450 new tokens): run fewer new "
+                               "tokens or tree nodes to save one", print_exception=False)
             path = SAVES / f"specviz-trace-{hashlib.sha256(data).hexdigest()[:16]}.json"
             if not path.exists():
                 if kept + len(data) > limits.upload_mb * 2**20:  # saves are downloads: as much

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .detok import token_pieces
 from .engine import RoundEvent
@@ -84,26 +84,33 @@ def keep_probabilities(event: RoundEvent) -> list[float]:
     return out
 
 
-def round_spans(event: RoundEvent, tokenizer, context: list[int]) -> list[Span]:
-    """Spans for one round; context is every committed id before it (prompt included)."""
+def round_marks(event: RoundEvent) -> list[Span]:
+    """What a round shows, token by token, without the texts (text ""): each token's fate, round,
+    position and the rule's numbers. A saved trace's spans are held to these (tracecheck)."""
     n, drafts = event.accepted, event.draft_tokens
-    shown = drafts[:n] + drafts[n:]  # kept drafts, then the refused ones
-    texts = token_pieces(tokenizer, context, drafts[:n])
-    refused = token_pieces(tokenizer, context + drafts[:n], drafts[n:])
     keep = keep_probabilities(event)  # the rule tests drafts up to the first refusal
-    spans = [Span(t, ACCEPTED if i < n else REJECTED, x, event.round, i + 1,
+    spans = [Span("", ACCEPTED if i < n else REJECTED, x, event.round, i + 1,
                   event.target_probs[i] if i < len(keep) else None, event.draft_probs[i],
                   keep[i] if i < len(keep) else None)
-             for i, (x, t) in enumerate(zip(shown, texts + refused, strict=True))]
+             for i, x in enumerate(drafts)]  # the kept drafts, then the refused ones
     # Past the output's end (EOS, or the budget, among the kept drafts) nothing is shown: the
     # refused drafts are shown where the target's token that replaced them survived.
     spans = [s for s in spans if s.position <= len(event.new_tokens)
              or s.fate == REJECTED and len(event.new_tokens) > n]
     if len(event.new_tokens) > n:  # the target's token survived truncation
-        fate = target_fate(event)
-        text = token_pieces(tokenizer, context + drafts[:n], [event.token])[0]
-        spans.insert(n, Span(text, fate, event.token, event.round, 0))
+        spans.insert(n, Span("", target_fate(event), event.token, event.round, 0))
     return spans
+
+
+def round_spans(event: RoundEvent, tokenizer, context: list[int]) -> list[Span]:
+    """Spans for one round; context is every committed id before it (prompt included)."""
+    n, drafts = event.accepted, event.draft_tokens
+    texts = token_pieces(tokenizer, context, drafts[:n]) \
+        + token_pieces(tokenizer, context + drafts[:n], drafts[n:])  # [k]: by draft position
+    marks = round_marks(event)
+    own = [token_pieces(tokenizer, context + drafts[:n], [event.token])[0]
+           for s in marks if s.position == 0]
+    return [replace(s, text=own[0] if s.position == 0 else texts[s.position - 1]) for s in marks]
 
 
 def all_spans(events: Iterable[RoundEvent], tokenizer, prompt_ids: list[int]) -> list[Span]:

@@ -10,6 +10,7 @@ import html
 import math
 import os
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, fields, replace
 from urllib.parse import urlencode
 
@@ -231,16 +232,33 @@ class RunSettings:
 _TYPES = {f.name: f.type for f in fields(RunSettings)}
 
 
-def from_query(params: dict[str, str], base: RunSettings, limits: Limits,
+def from_query(params, base: RunSettings, limits: Limits,
                known_pairs) -> tuple[RunSettings, list[str], bool]:
-    """Settings from a link's query parameters: (settings, notices, run). Never raises.
+    """Settings from a link's query parameters (a mapping, or a request's QueryParams with every
+    repeat): (settings, notices, run). Never raises.
 
+    A parameter given twice is ignored (which one would count is a guess: a long link could show
+    one prompt near its start and run another at its end). run=1 starts the run only when every
+    setting the link gives was taken: a refused one would leave the page's default in its place,
+    a run the visitor never asked for (on a ZeroGPU Space, paid from their quota).
     Notices quote the visitor's names and values clipped to SHOWN_CHARS; they are plain text
     (escape them where they become HTML or Markdown: markdown_text).
     """
-    run = bool(flag(str(params.get("run", "")).strip()))
-    rest = {key: raw for key, raw in params.items() if key not in ("run", "__theme")}
-    return (*_merged(rest, base, limits, known_pairs, "link parameter"), run)
+    items = list(params.multi_items() if hasattr(params, "multi_items") else params.items())
+    given = Counter(key for key, _ in items)
+    notices = [f"ignored link parameter {clip(key)!r}: given {n} times; give it once"
+               for key, n in given.items() if n > 1]
+    once = {key: raw for key, raw in items if given[key] == 1 and key != "__theme"}
+    run = flag(str(once.pop("run", "0")).strip())
+    if run is None:
+        notices.append("ignored link parameter run: it must be 1 (run on opening) or 0")
+    unknown = [f"ignored unknown link parameter {clip(key)!r}" for key in once if key not in _TYPES]
+    settings, refused = _merged({key: raw for key, raw in once.items() if key in _TYPES}, base, limits,
+                                known_pairs, "link parameter")
+    notices += refused
+    if run and notices:
+        notices.append("the link's run=1 was not acted on: fix the parameters named above and press Run")
+    return settings, notices + unknown, bool(run) and not notices
 
 
 def from_trace(settings: dict, base: RunSettings, limits: Limits,
@@ -276,16 +294,15 @@ def _merged(params: dict, base: RunSettings, limits: Limits, known_pairs,
                 value = flag(raw)
                 if value is None:
                     raise ValueError
-            elif kind == "int":
-                value = int(raw)
+            elif kind == "int":  # as the page and the API read them: 4.0 is 4
+                value = _int(key, raw)
             elif kind == "float":
-                value = float(raw)
-                if not math.isfinite(value):
-                    raise ValueError
+                value = _float(key, raw)
             else:
                 value = str(raw)
-        except (KeyError, ValueError):
-            notices.append(f"ignored {what} {key}={clip(raw)!r}: not a valid {kind}")
+        except ValueError as e:
+            notices.append(f"ignored {what} {key}: {e}" if kind != "bool" else
+                           f"ignored {what} {key}={clip(raw)!r}: it must be 1 or 0 (true or false)")
             continue
         changes[key] = value
     if "target" in changes or "draft" in changes:
@@ -312,8 +329,10 @@ def _int(name: str, value, default: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{name} must be a whole number, got {clip(type(value).__name__)}")
     if isinstance(value, str):
+        if len(value) > 30:  # no setting's number is that long (nor a link's, typed or pasted)
+            raise ValueError(f"{name} must be a whole number of at most 30 characters, got {clip(value)!r}")
         try:
-            value = float(value.strip()) if len(value) <= 30 else float("nan")
+            value = float(value.strip())
         except ValueError:
             raise ValueError(f"{name} must be a whole number, got {clip(value)!r}") from None
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):

@@ -18,7 +18,7 @@ from . import untrusted as u
 from .engine import MAX_K, PROPOSERS, RoundEvent
 from .explorer import EXPLORER_PROPOSERS, Recording
 from .metrics import RunStats
-from .render import LEGEND, Span
+from .render import LEGEND, Span, round_marks
 from .settings import DTYPES, UI_MAX_K, RunSettings
 from .tree import ACCEPTED, FATES, REJECTED, UNREACHED, TreeNode, first_branch
 from .treedraft import MAX_BRANCHING, MAX_NODES
@@ -178,7 +178,7 @@ def _float32(values: list[float]) -> list[float]:
 def _events(raw, where: str, lo: int, vocab: int) -> tuple[RoundEvent, ...]:
     """Events of one run: rounds 1, 2, ...; position = tokens committed before the round."""
     u.items(raw, where, lo, MAX_ROUNDS, "round events")
-    out, position, passes = [], 0, (0, 0)
+    out, position, passes, elapsed = [], 0, (0, 0), 0.0
     for i, d in enumerate(raw):
         w = f"{where}[{i}]"
         if type(d) is not dict or d.keys() not in _EVENT_KEYS:
@@ -202,6 +202,9 @@ def _events(raw, where: str, lo: int, vocab: int) -> tuple[RoundEvent, ...]:
             u.fail(f"{w}.target_passes", f"must be {i + 1}: a round is one target pass")
         for name in _SECONDS:
             u.number(d[name], f"{w}.{name}", 0.0, MAX_SECONDS)
+        if d["elapsed"] < elapsed:  # the time plot and the speed read it as a clock
+            u.fail(f"{w}.elapsed", f"must be at least the round before's ({elapsed:g} s): it is the "
+                                   "time since the run began")
         if d["position"] != position or type(d["position"]) is not int:
             u.fail(f"{w}.position", f"must be {position}, the tokens committed before this round")
         if d["source"] not in SOURCES:
@@ -214,7 +217,7 @@ def _events(raw, where: str, lo: int, vocab: int) -> tuple[RoundEvent, ...]:
         probs = {name: _float32(d[name]) for name in ("target_probs", "draft_probs")} if tree else {}
         out.append(RoundEvent(**{**d, **{name: float(d[name]) for name in _SECONDS},
                                  "target_top2": top2, "tree": tree, **probs}))
-        position, passes = position + len(new), now
+        position, passes, elapsed = position + len(new), now, d["elapsed"]
         if position > MAX_NEW_TOKENS:
             u.fail(where, f"generate more than {MAX_NEW_TOKENS} tokens")
     return tuple(out)
@@ -246,7 +249,17 @@ def _spans(raw, events: tuple[RoundEvent, ...], vocab: int) -> tuple[Span, ...]:
     for name in ("p", "q", "keep"):
         u.numbers([x for x in column[name] if x is not None], f"spans[].{name}",
                   len(raw) - column[name].count(None), 0.0, 1.0 + PROB_SLACK)
-    return tuple(Span(**d) for d in raw)
+    # the events say what each round shows: a span may differ from it in its text alone (its
+    # numbers are taken from the events), or the token view could contradict the stats
+    marks = [m for e in events for m in round_marks(e)]
+    for i, (m, d) in enumerate(zip(marks, raw, strict=False)):
+        if (d["fate"], d["token"], d["round"], d["position"]) != (m.fate, m.token, m.round, m.position):
+            u.fail(f"spans[{i}]", f"must be what its round's event shows there: fate {m.fate!r}, token "
+                                  f"{m.token}, round {m.round}, position {m.position}")
+    if len(marks) != len(raw):
+        u.fail("spans", f"must be the {len(marks)} tokens the events show (drafts, kept or refused, "
+                        f"and the target's own), got {len(raw)}")
+    return tuple(replace(m, text=d["text"]) for m, d in zip(marks, raw, strict=True))
 
 
 _RECORDING_FIELDS = [f.name for f in fields(Recording)]
@@ -386,6 +399,15 @@ def fields_of(d, vocab: int) -> dict:
     node_text = _node_text(d.get("node_text"), events)
     tokens = [t for e in events for t in e.new_tokens]
     settings = _settings(d["settings"])
+    # the stats table and the figures name these runs by what they are
+    bad = next((i for i, e in enumerate(baseline) if e.k or e.source != "none" or e.draft_passes), None)
+    if bad is not None:
+        u.fail(f"baseline[{bad}]", "must be a round of the target alone: k 0, source 'none', no draft passes")
+    k = settings.get("k", MAX_K)
+    bad = next((i for i, e in enumerate(chain) if e.source != "draft" or e.k > k), None)
+    if bad is not None:
+        u.fail(f"chain[{bad}]", "must be a round of the chain drafter at the run's k: source 'draft', k at "
+                                "most settings.k")
     for where, run in (("events", events), ("baseline", baseline), ("chain", chain)):
         if sum(len(e.new_tokens) for e in run) > settings.get("max_new_tokens", MAX_NEW_TOKENS):
             u.fail(where, "commit more tokens than settings.max_new_tokens")

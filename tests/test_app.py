@@ -116,10 +116,33 @@ def test_bad_link_parameters_are_ignored_with_notices():
     s, notices, run = from_query({"k": "99", "temperature": "hot", "evil": "1", "run": "1",
                                   "target": "someone/huge-model", "top_p": "nan"},
                                  RunSettings(), Limits(), presets.BY_KEY)
-    assert s == RunSettings() and run is True
+    assert s == RunSettings() and run is False  # run=1 with the defaults: a run nobody asked for
     text = " ".join(notices)
     for word in ("k", "temperature", "evil", "custom models are disabled", "top_p"):
         assert word in text
+    assert "run=1 was not acted on: fix the parameters named above and press Run" in text
+
+
+def test_a_run_link_runs_despite_unknown_parameters_but_not_repeated_or_refused_ones():
+    """Sites append their own parameters (fbclid): those leave a run=1 link's settings as given.
+    A parameter given twice is ignored (a long link could show one prompt and run another), and
+    an int as the page sends it (4.0) is read as the page reads it."""
+    from starlette.datastructures import QueryParams
+
+    s, notices, run = from_query(QueryParams("k=4.0&fbclid=x1&run=1"), RunSettings(), Limits(),
+                                 presets.BY_KEY)
+    assert (s.k, run, notices) == (4, True, ["ignored unknown link parameter 'fbclid'"])
+    s, notices, run = from_query(QueryParams("k=2&k=9&run=1"), RunSettings(), Limits(), presets.BY_KEY)
+    assert s.k == RunSettings().k and run is False
+    assert notices == ["ignored link parameter 'k': given 2 times; give it once",
+                       "the link's run=1 was not acted on: fix the parameters named above and press Run"]
+    s, notices, run = from_query(QueryParams("run=1&run=0"), RunSettings(), Limits(), presets.BY_KEY)
+    assert run is False and notices == ["ignored link parameter 'run': given 2 times; give it once"]
+    for word in ("2", "please"):
+        _, notices, run = from_query({"run": word}, RunSettings(), Limits(), presets.BY_KEY)
+        assert run is False and notices == ["ignored link parameter run: it must be 1 (run on opening) or 0"]
+    _, notices, _ = from_query({"chat": "maybe"}, RunSettings(), Limits(), presets.BY_KEY)
+    assert notices == ["ignored link parameter chat='maybe': it must be 1 or 0 (true or false)"]
 
 
 def test_float16_is_not_offered_on_a_cpu_deployment():
@@ -164,7 +187,7 @@ def test_an_opened_traces_settings_come_back_as_they_were_run(monkeypatch):
     back, notices = from_trace(custom | {"max_new_tokens": 600, "seed": [1], "k": 2.5},
                                RunSettings(), Limits(), presets.BY_KEY)
     assert back == RunSettings() and notices == [
-        "ignored trace setting k='2.5': not a valid int",
+        "ignored trace setting k: k must be a whole number, got 2.5",
         "ignored trace setting seed: not a valid int",
         "ignored target/draft from the trace: custom models are disabled here",
         "ignored trace setting max_new_tokens: max new tokens must be in 1..512, got 600"]
@@ -206,13 +229,15 @@ def test_a_tree_link_carries_nodes_and_branching_and_a_chain_link_stays_short():
 @pytest.mark.parametrize(("params", "notice"), [
     ({"nodes": "65"}, "tree nodes must be in 0..64 (0 sizes each round's tree from the measured verify "
                       "cost), got 65"),
-    ({"nodes": "-1"}, "tree nodes must be in 0..64"), ({"nodes": "1e3"}, "nodes='1e3': not a valid int"),
-    ({"nodes": "<img src=x>"}, "nodes='<img src=x>': not a valid int"),
+    ({"nodes": "-1"}, "tree nodes must be in 0..64"), ({"nodes": "1e3"}, "tree nodes must be in 0..64"),
+    ({"nodes": "<img src=x>"}, "nodes must be a whole number, got '<img src=x>'"),
     ({"branching": "9"}, "tree branching must be in 0..8 (0 widens the tree from 3 children while it "
                          "fills), got 9"), ({"branching": "-1"}, "got -1"),
-    ({"branching": "9" * 60}, "tree branching must be in 0..8 (0 widens the tree from 3 children while it "
-                              "fills), got " + "9" * 39 + "…"),
-    ({"branching": "nan"}, "branching='nan': not a valid int"),
+    ({"branching": "9" * 60}, "branching must be a whole number of at most 30 characters, got '"
+                              + "9" * 39 + "…'"),
+    ({"branching": "9" * 30}, "tree branching must be in 0..8 (0 widens the tree from 3 children while it "
+                              "fills), got 1000000000000000019884624838656"),  # as float() reads 30 nines
+    ({"branching": "nan"}, "branching must be a whole number, got nan"),
 ])
 def test_bad_tree_link_values_are_ignored_with_a_notice_naming_the_fix(params, notice):
     s, notices, _ = from_query({"proposer": "tree", "nodes": "16", "branching": "2"} | params,
@@ -270,7 +295,7 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
     trace_file.write_text(list(run_views(store, run, Limits()))[-1].trace.to_json())
     link = app_url + ("?pair=tiny&k=3&max_new_tokens=40&temperature=0&dtype=float32"
                       "&prompt=def+fibonacci(n):&run=1&bogus=2&%3Cimg%20src%3Dx%3E=1"
-                      "&top_k=!%5Bx%5D(http://127.0.0.1:9/x.png)")
+                      "&!%5Bx%5D(http://127.0.0.1:9/x.png)=1")  # unknown names: the run still starts
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1800})

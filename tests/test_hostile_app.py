@@ -812,6 +812,31 @@ def test_saves_are_utf8_and_all_saves_kept_at_once_stay_within_the_upload_budget
     assert save(other) != path and not (tmp_path / "saves" / "filler.json").exists()
 
 
+def test_a_trace_too_large_to_open_again_is_not_saved_and_the_page_says_how_to_fit(demo, monkeypatch,
+                                                                                  tmp_path):
+    """A 512-token tree run of 64-node rounds made a 4.4 MiB trace: Save handed it out, and
+    opening it was refused (over the 4 MiB cap)."""
+    import gradio as gr
+
+    import app
+    from specviz.trace import MAX_TRACE_BYTES
+
+    monkeypatch.setattr(app, "SAVES", tmp_path / "saves")
+    save = next(fn for fn in demo.fns.values() if fn.name == "save").fn
+    trace = make_trace(demo)
+    def padded(n: int):  # the trace with its first token's text n characters long
+        return replace(trace, spans=[replace(trace.spans[0], text="x" * n), *trace.spans[1:]])
+
+    room = MAX_TRACE_BYTES - len(padded(0).to_json().encode())  # saved as UTF-8
+    fits, big = padded(room), padded(room + 1)
+    assert len(fits.to_json().encode()) == MAX_TRACE_BYTES == len(big.to_json().encode()) - 1
+    with pytest.raises(gr.Error, match=r"this run's trace is 4\.1 MiB, over the 4 MiB a trace may be to "
+                                       "open again .* run fewer new tokens or tree nodes"):
+        save(demo.specviz.shelf.put("big", big))
+    assert not list((tmp_path / "saves").glob("*.json"))
+    assert len(open(save(demo.specviz.shelf.put("fits", fits)), "rb").read()) == MAX_TRACE_BYTES
+
+
 def test_opening_a_file_that_is_gone_names_the_fix(demo):
     """Gradio passes any path inside its upload folder; one the cache cleaner removed (or one
     made up) raised FileNotFoundError: an empty error for the visitor, a traceback in the log."""
