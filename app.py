@@ -33,7 +33,7 @@ from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf, public_address
 from specviz.guard import PerAddress, RequestGuard, cap_queue, forbid_downloads, request_address
 from specviz.lm import out_of_memory
-from specviz.loading import default_device
+from specviz.loading import check_device, default_device
 from specviz.render import legend_html
 from specviz.service import (
     RELOAD_SHARE,
@@ -713,7 +713,10 @@ def main(argv=None):
     args = parse_args(argv)
     extra = {"command-line": (args.target, args.draft)} if args.target else {}
     on_zerogpu = zerogpu.active()
-    device = "cuda" if on_zerogpu else args.device or default_device()
+    try:
+        device = "cuda" if on_zerogpu else check_device(args.device) if args.device else default_device()
+    except ValueError as e:  # every job would fail on it: say so before serving
+        raise SystemExit(f"specviz: error: {e}") from None
     limits = Limits.from_env().for_device(device.split(":")[0])
     store = ModelStore(extra, device=device, fast=zerogpu.FAST if on_zerogpu else None,
                        warm=not on_zerogpu, switch_share=RELOAD_SHARE)

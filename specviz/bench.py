@@ -253,16 +253,20 @@ def methods(ks, names: set[str] | None, has_draft: bool, quant_draft: bool = Fal
     return table
 
 
-def check_methods(names: set[str], ks, tree_nodes=()) -> None:
+def check_methods(names: set[str], ks, tree_nodes=(), has_draft: bool = True) -> None:
     """ValueError for a --methods entry that selects nothing (checked before the models load)."""
     known = methods(ks, None, True, True, tree_nodes)
     for name in sorted(names):
-        if tree_method(name) or name in ("specviz:none-plainhead", "specviz:draft-4-plainhead"):
+        if name in ("specviz:none-plainhead", "specviz:draft-4-plainhead"):
             continue
-        if not any(name in (m, m.split(":")[0], m.split("-")[0]) for m in known):
+        if not tree_method(name) and not any(name in (m, m.split(":")[0], m.split("-")[0]) for m in known):
             raise ValueError(f"--methods: {name[:40]!r} selects no method: give names (specviz:draft-4, "
                              "specviz:tree-4-n16), families (hf, specviz) or kinds (specviz:tree); a "
                              "draft-k or assisted-k name needs its k in --ks")
+    if not has_draft and not methods(ks, names, False, True, tree_nodes):
+        raise ValueError(f"--methods {','.join(sorted(names))[:80]}: each needs a draft model: add --draft "
+                         "MODEL, or pick methods of the target alone (hf:target, specviz:none, the n-gram "
+                         "ones)")
 
 
 def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None,
@@ -368,8 +372,8 @@ def add_bench_args(p) -> None:
     p.add_argument("--methods", help="comma list: names (specviz:draft-4, specviz:tree-4, "
                                      "specviz:tree-4-n16-b4), families (hf, specviz) or kinds "
                                      "(specviz:draft, specviz:tree)")
-    p.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)),
-                   help="k values for draft methods (and tree depths)")
+    p.add_argument("--ks", help="k values for draft methods (and tree depths), comma-separated "
+                                "(default: " + ",".join(map(str, DEFAULT_KS)) + "; 4 with --quick)")
     p.add_argument("--tree-nodes", default="", help="comma list of fixed tree budgets: adds "
                                                     "specviz:tree-<k>-n<nodes> for each k")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -383,11 +387,15 @@ def add_bench_args(p) -> None:
 
 
 def cmd_bench(args) -> int:
-    from .cli import load_from_args
+    from .cli import check_model_args, check_writable, load_from_args
 
+    for flag, path in (("--json", args.json_path), ("--html", args.html_path),
+                       ("--markdown", args.markdown_path)):
+        check_writable(flag, path)  # written once every method has run: fail now, not in an hour
+    check_model_args(args)
     try:
         prompts = json.loads(Path(args.prompts).read_text())
-        ks = tuple(int(k) for k in args.ks.split(","))
+        ks = tuple(int(k) for k in args.ks.split(",")) if args.ks else (4,) if args.quick else DEFAULT_KS
         tree_nodes = tuple(int(n) for n in args.tree_nodes.split(",") if n.strip())
     except (OSError, ValueError) as e:
         raise ValueError(f"bad --prompts, --ks or --tree-nodes: {e}") from e
@@ -403,10 +411,10 @@ def cmd_bench(args) -> int:
     if args.quick:
         seen: set[str] = set()
         prompts = [p for p in prompts if not (p["class"] in seen or seen.add(p["class"]))]
-        ks, args.max_new_tokens = (4,), min(args.max_new_tokens, 32)
+        args.max_new_tokens = min(args.max_new_tokens, 32)
     names = set(args.methods.split(",")) if args.methods else None
     if names:
-        check_methods(names, ks, tree_nodes)
+        check_methods(names, ks, tree_nodes, has_draft=not (args.target and not args.draft))
     profile = load_profile(args.profile) if args.profile else None  # fail before the model load
     quantize, args.draft_quant = args.draft_quant, "none"
     pair = load_from_args(args)  # transformers runs the draft as loaded

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from .digits import beside, percent
-from .engine import MAX_K, PROPOSERS
+from .engine import MAX_K, NEEDS_DRAFT, PROPOSERS
 from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
 
 
@@ -69,10 +71,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_model_args(args, needs_draft: bool = False) -> None:
+    """ValueError for model arguments that cannot go together, before a slow load: --pair with
+    --target/--draft (the preset won, silently), and a drafter that needs a draft model beside a
+    --target without --draft (it failed after the load, in the Python API's words)."""
+    if args.pair and (args.target or args.draft):
+        raise ValueError("--pair replaces --target/--draft: give one or the other")
+    if needs_draft and args.target and not args.draft:
+        raise ValueError("this drafter needs a draft model: add --draft MODEL (a small model of the target's "
+                         "family), or use --proposer ngram or none")
+
+
+def check_writable(flag: str, path: str | None) -> None:
+    """ValueError unless a file can be written at path, before a long run that writes it last."""
+    if path is None:
+        return
+    folder = Path(path).absolute().parent
+    if Path(path).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise ValueError(f"{flag} {path}: cannot write a file there (is its folder {folder} missing or "
+                         "read-only?): give a file path in a folder you can write")
+
+
 def load_from_args(args):
     from . import presets
     from .loading import load_pair
 
+    check_model_args(args)
     kwargs = {"device": args.device, "dtype": args.dtype, "device_map": args.device_map,
               "draft_quant": args.draft_quant}
     if args.pair:
@@ -95,6 +119,7 @@ def cmd_run(args) -> int:
         raise ValueError("--nodes and --branching shape a token tree: add --proposer tree")
     branching = args.branching  # None: the width adapts
     check_tree_settings(args.nodes, branching)
+    check_model_args(args, args.proposer in NEEDS_DRAFT)
     pair = load_from_args(args)
     prompt_ids = pair.encode(args.prompt, chat=args.chat)  # a prompt it refuses: before the warm-up
     from .service import warm_up
@@ -209,3 +234,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"specviz: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a file it could not read or write: one line, not a traceback
+        print(f"specviz: error: {e}", file=sys.stderr)
+        return 1

@@ -72,8 +72,8 @@ def measure(pair, repeats: int = 10, draft_formats=("none", "int8", "int4")) -> 
     if pair.draft is not None:
         for fmt in draft_formats:
             draft = copy.deepcopy(pair.draft)
-            if fmt != "none" and not quant.apply(draft, fmt):
-                continue  # auto on a device the quantized kernels do not serve
+            if fmt != "none":
+                quant.apply(draft, fmt)
             out["draft_ms"][fmt] = 1e3 * pass_seconds(draft, pair.vocab_size, ids, 1, repeats, refine=None)
     return out
 
@@ -118,9 +118,12 @@ def cmd_costs(args) -> int:
 
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
-    formats = ("none", "int8", "int4") if args.draft_quant == "auto" else (args.draft_quant,)
-    args.draft_quant = "none"  # measure each format on its own copy
+    asked, args.draft_quant = args.draft_quant, "none"  # measure each format on its own copy
     pair = load_from_args(args)
+    formats = (asked,)
+    if asked == "auto":  # the formats this draft's device and dtype serve (float16: none but "none")
+        served = pair.draft is not None and quant.supported(pair.draft)
+        formats = ("none", "int8", "int4") if served else ("none",)
     result = measure(pair, args.repeats, formats)
     result["verify_fit"] = verify_fit(result["target_ms"])
     if args.json:

@@ -376,7 +376,8 @@ def add_gpucheck_args(p) -> None:
                    help="seconds for the whole check (default 270 on CUDA, 900 on a CPU, 120 with --quick)")
     p.add_argument("--no-real", action="store_true", help="skip the real pair even when it is cached")
     add_step_args(p)
-    p.add_argument("--out", help="folder for gpucheck.json and the cost profile <name>.json")
+    p.add_argument("--out", default="gpucheck-out", help="folder for gpucheck.json and the cost profile "
+                                                         "<name>.json (default: gpucheck-out)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--strict", action="store_true", help="exit 1 when a goal is not met")
 
@@ -418,21 +419,23 @@ def cmd_gpucheck(args) -> int:
     compile_ = {"auto": None, "on": True, "off": False}[args.compile]
     s = Settings.for_device(device, args.quick, dtype=args.dtype, compile=compile_, repeats=args.repeats,
                             budget=args.budget, real=False if args.no_real else None)
+    out = Path(args.out)
+    try:  # before the first section: a folder it cannot make failed minutes in, with a traceback
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--out {args.out}: cannot make that folder ({e.strerror}): give a folder you can "
+                         "write") from None
     def write(report: dict) -> None:
         """gpucheck.json and the cost profile under --out: after each section (marked partial, so a
         run a timeout kills leaves what it measured), then the whole report over them."""
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         atomically(out / "gpucheck.json", lambda f: f.write_text(json.dumps(report, indent=1) + "\n"))
         atomically(out / f"{report['profile']['name']}.json",
                    lambda f: profiles.save(profiles.load(report["profile"]), f))
 
     report = run(s, log=(lambda line: None) if args.json else (lambda line: print(line, flush=True)),
-                 checkpoint=write if args.out else None)
-    if args.out:
-        write(report)
+                 checkpoint=write)
+    write(report)
     print(json.dumps(report) if args.json else text(report))
-    if args.out and not args.json:
-        print(f"wrote {Path(args.out) / 'gpucheck.json'} and "
-              f"{Path(args.out) / (report['profile']['name'] + '.json')}")
+    if not args.json:
+        print(f"wrote {out / 'gpucheck.json'} and {out / (report['profile']['name'] + '.json')}")
     return 1 if args.strict and any(g["met"] is False for g in report["goals"]) else 0

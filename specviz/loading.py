@@ -282,6 +282,9 @@ def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | Non
                 if offline and not local else "")
         first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
         raise ValueError(f"cannot load model {name!r}: {first}.{hint}") from e
+    if not tokenizer.encode("Hello, world"):  # transformers makes an empty one where none is saved
+        raise ValueError(f"cannot load model {name!r}: it has no tokenizer (text encodes to no ids): copy "
+                         "the model's tokenizer files (tokenizer.json, tokenizer_config.json) beside it")
     if device_map is None:
         model.to(device)
     model.eval()

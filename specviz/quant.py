@@ -229,7 +229,7 @@ def wanted(model, mode: str) -> int | None:
         return None
     if not supported(model):
         raise ValueError(f"draft_quant={mode!r} needs the draft on CPU in bfloat16 or float32: "
-                         "use draft_quant='none' on this device")
+                         "use draft_quant='none' (--draft-quant none) on this device")
     return BITS[mode]
 
 

@@ -166,3 +166,84 @@ def test_a_sampled_runs_baseline_is_timed_but_not_compared_token_by_token(model_
     out = capsys.readouterr().out
     assert "outputs not compared: a sampled run follows the target's distribution" in out
     assert "DIFFERENT" not in out and "please report" not in out
+
+
+class Loaded(Exception):
+    """Stands in for a model load: the arguments got past every check before it."""
+
+
+def loaded(*args, **kwargs):
+    raise Loaded
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "--pair", "embedded", "--target", "T", "x"], "--pair replaces --target/--draft"),
+    (["run", "--target", "T", "x"], "this drafter needs a draft model: add --draft MODEL"),
+    (["run", "--target", "T", "--proposer", "tree", "x"], "needs a draft model"),
+    (["bench", "--target", "T", "--methods", "specviz:draft-4,specviz:tree-4"], "each needs a draft model"),
+    (["bench", "--json", "/nonexistent-folder/b.json"], "--json /nonexistent-folder/b.json: cannot write"),
+    (["bench", "--html", "/tmp"], "--html /tmp: cannot write a file there"),
+    (["costs", "--pair", "embedded", "--draft", "D"], "--pair replaces"),
+    (["gpucheck", "--device", "cpu", "--out", "/proc/version/x"], "--out /proc/version/x: cannot make that"),
+])
+def test_arguments_that_cannot_work_fail_before_loading_and_name_the_fix(argv, message, monkeypatch, capsys):
+    """Each of these ran first (a model load, a whole bench or a gpucheck section) and then failed
+    with a traceback or the Python API's words, or (--pair) silently ran another model."""
+    from specviz import gpucheck, loading, presets
+
+    monkeypatch.setattr(loading, "load_pair", loaded)
+    monkeypatch.setattr(presets, "load", loaded)
+    monkeypatch.setattr(gpucheck, "run", loaded)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+def test_bench_quick_keeps_the_ks_it_is_given_and_a_target_alone_bench_needs_no_draft(monkeypatch, tmp_path):
+    """--quick replaced --ks 2 with 4, then said a draft-2 method needs its k in --ks."""
+    from specviz import cli
+
+    monkeypatch.setattr(cli, "load_from_args", loaded)
+    for argv in (["--quick", "--ks", "2", "--methods", "specviz:draft-2"],
+                 ["--target", "T", "--methods", "hf:target,specviz:none,specviz:ngram"],
+                 ["--json", str(tmp_path / "b.json")]):
+        with pytest.raises(Loaded):
+            main(["bench", *argv])
+
+
+def test_a_model_folder_without_a_tokenizer_is_named_as_such(model_dirs, tmp_path):
+    """transformers makes an empty tokenizer where a folder has none: the pair was then called
+    incompatible, or the prompt's ids out of range."""
+    import shutil
+
+    from specviz.loading import load_pair
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(model_dirs["target"] / name, bare / name)
+    with pytest.raises(ValueError, match="it has no tokenizer .* copy the model's tokenizer files"):
+        load_pair(str(bare), str(model_dirs["draft"]), device="cpu", dtype="float32")
+
+
+def test_costs_measures_the_draft_formats_its_dtype_serves(model_dirs, monkeypatch):
+    """--dtype float16 timed every target width, then failed on an int8 draft it was never asked
+    for ("auto" measures each format the draft's device and dtype serve)."""
+    from specviz import costs
+
+    asked = []
+    monkeypatch.setattr(costs, "measure", lambda pair, repeats, formats: asked.append(formats) or loaded())
+    argv = ["costs", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+            "--device", "cpu"]
+    for dtype, formats in (("float16", ("none",)), ("float32", ("none", "int8", "int4"))):
+        with pytest.raises(Loaded):
+            main([*argv, "--dtype", dtype])
+        assert asked.pop() == formats
+
+
+def test_the_app_refuses_a_device_it_cannot_use_before_serving():
+    """A mistyped --device printed a preload error, then served a page whose every job failed."""
+    import app
+
+    with pytest.raises(SystemExit, match="specviz: error: unknown device 'tpu'.*use cpu, cuda or mps"):
+        app.main(["--device", "tpu"])
