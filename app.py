@@ -370,8 +370,16 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             return (view.status, view.text_html, view.verdict_html, view.stats_html,
                     view.timeline_html, *plots, *tree_outputs(view, final), key)
 
+        def job_limits(kind: str, *args) -> Limits:
+            """limits, with the job's clock inside the GPU time it asked for on ZeroGPU (the time a
+            load takes is not on the clock, which starts once the pair is loaded)."""
+            if not zerogpu.active():
+                return limits
+            seconds = zerogpu.job_seconds(asked(kind, *args, load=False))
+            return replace(limits, max_job_seconds=min(limits.max_job_seconds, seconds))
+
         def run_job(s: RunSettings):  # a run, its baseline (a tree run: and the chain)
-            yield from run_views(store, s, limits)  # plain values cross back from a ZeroGPU worker
+            yield from run_views(store, s, job_limits("run", s))  # plain values cross back from ZeroGPU
 
         def run_stream(values, request, dtype=None):
             try:
@@ -468,8 +476,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         def lab_job(source, trace, round_number, trials, variants):
             if source == "round":
                 pair = store.current()
-                seconds = min(limits.max_job_seconds, zerogpu.LAB_SECONDS - 5) if zerogpu.active() \
-                    else limits.max_job_seconds  # on ZeroGPU within the GPU time the job asked for
+                seconds = job_limits("lab").max_job_seconds  # on ZeroGPU: within the GPU time asked
                 steps = labview.from_round_steps(
                     pair, trace, round_number, limits.max_prompt_tokens + limits.max_new_tokens,
                     limits.max_prompt_tokens, deadline=time.monotonic() + seconds)
@@ -506,7 +513,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         def e2e_job(s, n):
             if not store.is_loaded(s):
                 yield "<div class='specviz-lab'>Loading the pair…</div>"
-            for step in continuations(store.get(s), s, n, limits):
+            for step in continuations(store.get(s), s, n, job_limits("e2e", s, n)):
                 if "stopped" in step:
                     yield f"<div class='specviz-lab'>{html.escape(step['stopped'])}</div>"
                 elif not step.get("final"):
@@ -526,15 +533,18 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         jobs = {"run": run_job, "lab": lab_job, "e2e": e2e_job}
         worker = {"key": store.home}  # the pair the worker is expected to hold
 
-        def gpu_seconds(kind: str, *args) -> int:
+        def asked(kind: str, *args, load: bool) -> int:
             if kind == "lab":  # a round's context read, one pass a model, and the sampling
                 return zerogpu.LAB_SECONDS
             s = args[0]
-            key = store.key(s)
-            load, worker["key"] = key != worker["key"], key
             if kind == "e2e":  # n 2-token samples, speculative and alone
                 return zerogpu.duration(2 * args[1], load=load)
             return zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2, load=load)
+
+        def gpu_seconds(kind: str, *args) -> int:
+            key = store.key(args[0]) if kind != "lab" else worker["key"]
+            load, worker["key"] = key != worker["key"], key
+            return asked(kind, *args, load=load)
 
         @on_gpu(gpu_seconds)
         def in_worker(kind: str, *args):
@@ -679,9 +689,12 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     # Model jobs never wait in Gradio's queue (the gate is their line), so it holds only events
     # waiting for a free handler: bounded per line, well above what the gate lets through, and
     # per public address, so that no one client fills a line or every line.
-    demo.queue(default_concurrency_limit=1, api_open=False)  # every event through the queue
+    # Gradio's own bound is set above all the lines' (on ZeroGPU it defaults to one waiting event
+    # in all, which refused a second visitor's page load or link)
+    per_line, lines = QUEUE_PER_JOB * limits.queue_size, {fn.concurrency_id for fn in demo.fns.values()}
+    demo.queue(default_concurrency_limit=1, api_open=False, max_size=per_line * len(lines))
     forbid_downloads()
-    cap_queue(demo._queue, per_line=QUEUE_PER_JOB * limits.queue_size,
+    cap_queue(demo._queue, per_line=per_line,
               per_address=QUEUE_PER_JOB * limits.jobs_per_address,
               pages=pages, max_chars=4 * limits.max_prompt_chars + 16 * 2**10,
               proxies=limits.trust_forwarded)

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, fields, replace
 from urllib.parse import urlencode
 
-from . import presets
+from . import presets, zerogpu
 from .engine import PROPOSERS
 from .gate import proxy_networks
 from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
@@ -62,7 +62,7 @@ class Limits:
 
     allow_custom: bool = False  # SPECVIZ_ALLOW_CUSTOM_MODELS=1
     max_prompt_chars: int = 4000  # SPECVIZ_MAX_PROMPT_CHARS
-    max_new_tokens: int = 512  # SPECVIZ_MAX_NEW_TOKENS
+    max_new_tokens: int = 512  # SPECVIZ_MAX_NEW_TOKENS (unset on ZeroGPU: zerogpu.MAX_NEW_TOKENS)
     max_prompt_tokens: int = 2048  # SPECVIZ_MAX_PROMPT_TOKENS: after encoding (unusual text is dense)
     max_samples: int = 200  # SPECVIZ_MAX_SAMPLES: the end-to-end histogram check, per method
     max_job_seconds: float = 300.0  # SPECVIZ_MAX_JOB_SECONDS: model time one job may hold
@@ -91,7 +91,8 @@ class Limits:
     @classmethod
     def from_env(cls) -> Limits:
         return cls(bool(flag(os.environ.get("SPECVIZ_ALLOW_CUSTOM_MODELS", "").strip())),
-                   _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000), _env_int("SPECVIZ_MAX_NEW_TOKENS", 512),
+                   _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000),
+                   _env_int("SPECVIZ_MAX_NEW_TOKENS", zerogpu.MAX_NEW_TOKENS if zerogpu.active() else 512),
                    _env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048), _env_int("SPECVIZ_MAX_SAMPLES", 200, 10),
                    _env_float("SPECVIZ_MAX_JOB_SECONDS", 300.0),
                    presets.large_flag(),

@@ -33,6 +33,12 @@ SECONDS_PER_TOKEN = 0.1  # eager 1.5B target on a ZeroGPU slice: ~40 tok/s alone
 MAX_SECONDS = 300  # = the default job time limit (SPECVIZ_MAX_JOB_SECONDS)
 LOAD_SECONDS = 60  # a job that may load another pair or dtype in its worker first (from the hub)
 LAB_SECONDS = 30  # the Exactness lab: a round's context read (a pass a model) and its sampling
+GRACE_SECONDS = 10  # of a call's GPU time, left to the worker's CUDA set-up before a job's clock
+# The default bound on new tokens here: a tree run (and its baseline and chain) of 192 tokens asks
+# 20 + 0.1 * 192 * 3 = 78 s, which spaces scales by the GPU's duration factor (1.5 on the RTX Pro
+# 6000 entry of spaces 0.51) to 116 s: within the 120 s a day ZeroGPU grants a visitor who is not
+# signed in (a call asking more than the visitor has left is refused, whatever it would use).
+MAX_NEW_TOKENS = 192
 
 
 def active() -> bool:
@@ -45,6 +51,13 @@ def duration(tokens: int, runs: int = 2, load: bool = False) -> int:
     MAX_SECONDS whatever the counts (clamped before any float arithmetic)."""
     tokens = max(0, min(tokens, math.ceil(MAX_SECONDS / SECONDS_PER_TOKEN)))
     return int(min(MAX_SECONDS, SETUP_SECONDS + SECONDS_PER_TOKEN * tokens * runs + LOAD_SECONDS * load))
+
+
+def job_seconds(asked: int) -> float:
+    """How long a job may run inside a call that asked for `asked` seconds of GPU: a call past its
+    duration is aborted with all it made, while a job past its own deadline stops with a status
+    and what it made (service.run_views, continuations)."""
+    return max(5.0, asked - GRACE_SECONDS)
 
 
 def gpu(seconds):

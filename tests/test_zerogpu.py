@@ -235,3 +235,53 @@ def test_on_zerogpu_a_default_pair_that_cannot_be_placed_stops_the_start(monkeyp
     monkeypatch.setattr(app.gr.Blocks, "launch", lambda *a, **kw: pytest.fail("served"))
     with pytest.raises(SystemExit, match="could not place the default pair on the GPU at start-up.*disk"):
         app.main([])
+
+
+def test_on_zerogpu_a_jobs_clock_ends_inside_the_gpu_time_it_asked_for(monkeypatch, model_dirs):
+    """A job's clock was the deployment's 300 s while its call asked for 32 s: a run past its
+    GPU time was aborted by spaces with all it had made, where one past its own clock stops with
+    a status and its trace. The clock starts once the pair is loaded, so a load's time is left out."""
+    import app
+    from specviz.service import ModelStore
+    from specviz.settings import Limits, RunSettings
+
+    clocks = []
+    monkeypatch.setattr(zerogpu, "active", lambda: True)
+    monkeypatch.setattr(zerogpu, "gpu", lambda seconds: lambda fn: fn)
+    monkeypatch.setattr(app, "run_views", lambda store, s, limits: clocks.append(limits.max_job_seconds)
+                        or iter(()))
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
+                       warm=False)
+    default = RunSettings(pair="tiny", chat=False, max_new_tokens=120, prompt="def f", dtype="float32")
+    demo = app.build(store, Limits(max_job_seconds=25.0), default)
+    run = next(f.fn for f in demo.fns.values() if f.api_name == "run")
+    names = ("pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
+             "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching")
+    for tokens, clock in ((120, 20 + 0.1 * 120 * 2 - 10), (10, 20 + 0.1 * 10 * 2 - 10), (500, 25.0)):
+        values = [{"max_new_tokens": tokens}.get(n, getattr(default, n)) for n in names]
+        list(run(None, None, *values))
+        assert clocks.pop() == pytest.approx(min(clock, 25.0))  # and never past the deployment's
+
+
+def test_on_zerogpu_gradios_queue_holds_what_the_guard_allows_and_runs_are_shorter(monkeypatch, model_dirs):
+    """Gradio bounds a ZeroGPU Space's whole queue to one waiting event unless told otherwise: a
+    second visitor's page load was refused while another waited. And the default bound on new
+    tokens keeps a tree run's request within an anonymous visitor's 120 s a day."""
+    import gradio.utils
+
+    import app
+    from specviz.service import ModelStore
+    from specviz.settings import Limits, RunSettings
+
+    monkeypatch.setattr(gradio.utils, "is_zero_gpu_space", lambda: True)
+    limits = Limits()
+    demo = app.build(ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
+                                warm=False), limits, RunSettings(pair="tiny"))
+    lines = {fn.concurrency_id for fn in demo.fns.values()}
+    assert len(lines) >= 4 and demo._queue.max_size == app.QUEUE_PER_JOB * limits.queue_size * len(lines)
+    monkeypatch.delenv("SPECVIZ_MAX_NEW_TOKENS", raising=False)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    assert Limits.from_env().max_new_tokens == zerogpu.MAX_NEW_TOKENS == 192
+    assert 1.5 * zerogpu.duration(192, runs=3) <= 120
+    monkeypatch.delenv("SPACES_ZERO_GPU")
+    assert Limits.from_env().max_new_tokens == 512
