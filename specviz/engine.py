@@ -25,6 +25,7 @@ from .proposers import (
 from .sampling import SamplingParams, process
 from .tree import TreeNode, TreeVerdict, check, walk
 from .treedraft import MAX_BRANCHING, MAX_NODES, TreeProposer, check_tree_settings
+from .untrusted import whole
 from .verifycost import VerifyCost
 
 MAX_K = 32
@@ -130,10 +131,17 @@ def ngram_price(pair) -> tuple[float, float]:
 
 
 def check_settings(k: int, max_new_tokens: int) -> None:
-    if not (isinstance(k, int) and 1 <= k <= MAX_K):
+    if not (whole(k) and 1 <= k <= MAX_K):
         raise ValueError(f"k must be an integer in 1..{MAX_K}, got {k!r}")
-    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 1):
+    if not (whole(max_new_tokens) and max_new_tokens >= 1):
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+
+
+def check_run_settings(seed, ngram_size) -> None:
+    if not (whole(seed) and -(2**63) <= seed < 2**64):
+        raise ValueError(f"seed must be an integer in -2**63..2**64-1, got {seed!r}")
+    if not (whole(ngram_size) and 1 <= ngram_size <= 16):
+        raise ValueError(f"ngram_size must be an integer in 1..16, got {ngram_size!r}")
 
 
 def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft", k: int = 4,
@@ -154,9 +162,12 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     (lm.WIDE_CHUNKS times as many for a model whose bfloat16 layers copy their weights for each
     prompt pass; round 1's events count their time); with progress=True a Reading is yielded
     after each."""
-    params = SamplingParams(float(temperature), int(top_k), float(top_p))
+    params = SamplingParams.of(temperature, top_k, top_p)
     check_settings(k, max_new_tokens)
     check_tree_settings(nodes, branching)
+    check_run_settings(seed, ngram_size)
+    k, max_new_tokens, seed, ngram_size = int(k), int(max_new_tokens), int(seed), int(ngram_size)
+    nodes, branching = (None if x is None else int(x) for x in (nodes, branching))
     ids = pair.encode(prompt, chat=chat)
     name = getattr(proposer, "name", proposer)  # a Proposer instance's, as its name would
     room = round_room(name, k, branching)
@@ -274,8 +285,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
     # adaptive, hybrid and tree, feed their own; the n-gram rule keeps the price it started with).
     line = VerifyCost.of(pair.target) if isinstance(drafter, (ModelProposer, NoProposer)) else None
     generator = torch.Generator(device=pair.device).manual_seed(seed)
-    prompt_len, draft_passes, started = len(ids), 0, time.perf_counter()
-    passes_before = target.passes  # a target kept across runs counts on
+    prompt_len, draft_passes, target_passes, started = len(ids), 0, 0, time.perf_counter()
     paused = 0.0  # seconds the caller held the generator between rounds: not the run's time
     prefill = {"draft": 0.0, "target": 0.0}  # each model's seconds reading a long prompt
     for name, lm in (("draft", getattr(drafter, "lm", None)), ("target", target)):
@@ -299,7 +309,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         check_draft(draft, pair.vocab_size)
         # 2. Verify: one target pass over the uncached tail and the drafts (a chain or a tree).
         # 3. The rule: greedy compares argmaxes; sampling is Algorithm 1 (tree.walk for trees).
-        target_before, judged, drafted = target.seconds, None, draft.tokens
+        target_before, passes_before, judged, drafted = target.seconds, target.passes, None, draft.tokens
         if draft.tree:
             judged, verdict, drafted, logits = _verify_tree(target, ids, draft.tree, params, generator)
             target.keep(list(judged.path))  # gather the accepted path; the other nodes go
@@ -321,12 +331,15 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
                 break
         ids = ids + new
         target.rollback(ids)
+        # counted here, not from the cache's total: another run on a kept target cache may pass
+        # between this run's rounds (its passes are not this run's)
+        target_passes += target.passes - passes_before
         now = time.perf_counter()
         event = RoundEvent(
             round=round_, k=len(drafted), draft_tokens=list(drafted),
             accepted=verdict.accepted, token=verdict.token, kind=verdict.kind, new_tokens=new,
             target_probs=list(verdict.target_probs), draft_probs=list(verdict.draft_probs),
-            target_passes=target.passes - passes_before, draft_passes=draft_passes,
+            target_passes=target_passes, draft_passes=draft_passes,
             draft_seconds=draft.seconds + first * prefill["draft"],
             target_seconds=target.seconds - target_before + first * prefill["target"],
             round_seconds=now - round_start + first * before_round1, elapsed=now - started - paused,

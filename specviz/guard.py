@@ -439,7 +439,7 @@ class RequestGuard:
                 return await receive()
             try:
                 message = await asyncio.wait_for(receive(), started + self.deadline - time.monotonic())
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 over = Refused(408, f"the request's body took over {self.deadline:.0f} s to arrive; "
                                     "send it again on a faster connection")
                 raise over from None

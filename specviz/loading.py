@@ -14,6 +14,7 @@ import torch
 
 from . import dense, quant
 from .lm import output_rows, rollback_window
+from .untrusted import whole
 
 _PROBE = ["def fibonacci(n):\n    return n", "Hello, world! Ünïcödé 東京 🙂", "  \t\n x = [1, 2]"]
 
@@ -120,7 +121,7 @@ class Pair:
     def encode(self, prompt: str | list[int], chat: bool = False) -> list[int]:
         """A str prompt through the tokenizer (chat template if chat), or ids as they are."""
         if isinstance(prompt, str):
-            if not prompt.strip():
+            if not prompt:
                 raise ValueError("the prompt is empty: type some text to continue")
             if chat:
                 if not getattr(self.tokenizer, "chat_template", None):
@@ -133,10 +134,10 @@ class Pair:
                 ids = [int(i) for i in ids]
             else:
                 ids = [int(i) for i in self.tokenizer.encode(prompt, add_special_tokens=True)]
+            if not ids:  # whitespace is text like any other; what encodes to nothing is not
+                raise ValueError("the prompt is empty: type some text to continue")
         else:
-            ids = [int(i) for i in prompt]
-            if not ids:
-                raise ValueError("the prompt is empty: pass at least one token id")
+            ids = token_ids(prompt)
         # every id the target reads: on a GPU one past its embedding is a device-side assert that
         # fails every later job of the process (a tokenizer longer than the target's vocabulary)
         if (bad := next((i for i in ids if not 0 <= i < self.vocab_size), None)) is not None:
@@ -157,9 +158,10 @@ class Pair:
             models.append((self.draft_name or "the draft", positions(self.draft),
                            ", or pick the n-gram drafter"))
         for name, limit, other in models:
-            if limit and prompt_tokens + max_new_tokens > limit:
+            if limit and prompt_tokens + max_new_tokens - 1 > limit:  # the last token is never fed
                 raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
-                                 f"exceeds {name}'s {limit} positions: shorten one of them{other}")
+                                 f"needs {prompt_tokens + max_new_tokens - 1} positions, past {name}'s "
+                                 f"{limit}: shorten one of them{other}")
         from .engine import MAX_K
 
         room = MAX_K if room is None else room
@@ -169,6 +171,21 @@ class Pair:
                              "sliding window, where the cache can no longer roll back: shorten one "
                              "of them" + (" (or draft a chain: a token tree needs more room)"
                                           if room > MAX_K else ""))
+
+
+def token_ids(prompt) -> list[int]:
+    """A prompt given as ids: a flat sequence of integers (numpy's, a 1-D tensor, or a batch of
+    one [1, n]), else ValueError (int() read bytes as ids and 1.9 as 1)."""
+    if isinstance(prompt, (bytes, bytearray)):
+        raise ValueError("a prompt is a str, or a flat sequence of integer token ids; got bytes: decode them")
+    items = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)  # a tensor, an array
+    if len(items) == 1 and isinstance(items[0], list):  # a batch of one
+        items = items[0]
+    if not items:
+        raise ValueError("the prompt is empty: pass at least one token id")
+    if (bad := next((i for i in items if not whole(i)), None)) is not None:
+        raise ValueError(f"a prompt is a str, or a flat sequence of integer token ids; got {bad!r} in it")
+    return [int(i) for i in items]
 
 
 def positions(model) -> int | None:

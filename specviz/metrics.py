@@ -26,7 +26,8 @@ class RunStats:
 
     @classmethod
     def of(cls, events: Iterable[RoundEvent]) -> RunStats:
-        return cls(tuple(events))
+        """A run's rounds; what else it yielded (a Reading of a long prompt) is left out."""
+        return cls(tuple(e for e in events if isinstance(e, RoundEvent)))
 
     @property
     def tokens(self) -> list[int]:

@@ -8,6 +8,7 @@ is one-hot on the argmax, which callers handle without building it (see `Samplin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import torch
 
@@ -31,6 +32,17 @@ class SamplingParams:
             raise ValueError(f"top_k must be an integer >= 0 (0 turns it off), got {self.top_k!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p}")
+
+    @classmethod
+    def of(cls, temperature, top_k, top_p) -> SamplingParams:
+        """From a caller's values, numpy's too: numbers of the right kind, else ValueError (int()
+        first turned top_k=0.5 into 0, top-k off, and "5" into 5)."""
+        for name, value, kind, word in (("temperature", temperature, Real, "a number"),
+                                        ("top_k", top_k, Integral, "an integer"),
+                                        ("top_p", top_p, Real, "a number")):
+            if isinstance(value, bool) or not isinstance(value, kind):
+                raise ValueError(f"{name} must be {word}, got {value!r}")
+        return cls(float(temperature), int(top_k), float(top_p))
 
     @property
     def greedy(self) -> bool:

@@ -25,6 +25,7 @@ from .lm import CachedLM, draft_lm, input_rows
 from .proposers import Draft
 from .sampling import SamplingParams, process
 from .tree import TreeNode, check, first_branch
+from .untrusted import whole
 from .verifycost import VerifyCost
 
 MAX_NODES = 64
@@ -39,10 +40,10 @@ def float32_product(a: float, b: float) -> float:
 
 
 def check_tree_settings(nodes: int | None, branching: int | None) -> None:
-    if nodes is not None and not (isinstance(nodes, int) and 1 <= nodes <= MAX_NODES):
+    if nodes is not None and not (whole(nodes) and 1 <= nodes <= MAX_NODES):
         raise ValueError(f"tree nodes must be an integer in 1..{MAX_NODES}, or unset to size the tree "
                          f"from the measured verify cost; got {nodes!r}")
-    if branching is not None and not (isinstance(branching, int) and 1 <= branching <= MAX_BRANCHING):
+    if branching is not None and not (whole(branching) and 1 <= branching <= MAX_BRANCHING):
         raise ValueError(f"tree branching must be an integer in 1..{MAX_BRANCHING}, or unset to widen "
                          f"the tree from {BRANCHING} while it fills; got {branching!r}")
 

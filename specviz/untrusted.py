@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from itertools import accumulate, islice
+from numbers import Integral
 
 
 class Invalid(ValueError):
@@ -57,6 +58,11 @@ def number(v, where: str, lo: float, hi: float) -> float:
 
 _FLAGS = {"1": True, "true": True, "yes": True, "on": True,
           "0": False, "false": False, "no": False, "off": False}
+
+
+def whole(value) -> bool:
+    """An integer of any kind (numpy's, torch's .item()), not a bool: a caller's count or id."""
+    return isinstance(value, Integral) and not isinstance(value, bool)
 
 
 def flag(text) -> bool | None:

@@ -196,14 +196,14 @@ def test_a_draft_with_fewer_positions_than_the_target_bounds_the_run_with_a_clea
         short.transformer.wpe.weight = torch.nn.Parameter(short.transformer.wpe.weight[:64].clone())
     pair = replace(gpt2_pair, draft=short)
     ids = pair.encode(PROMPT)
-    fits = 64 - len(ids)
+    fits = 65 - len(ids)  # the last new token is never fed back: prompt + new - 1 positions
     gpt2_pair.target.generation_config.eos_token_id = None  # run the full budget
     try:
         expected = hf_greedy(gpt2_pair, PROMPT, fits)
         for proposer in ("draft", "tree"):
             assert tokens(run(pair, proposer=proposer, k=4, max_new_tokens=fits)) == expected, proposer
         for proposer, over in (("draft", 1), ("hybrid", 1), ("adaptive", 1), ("tree", 1), ("draft", 40)):
-            with pytest.raises(ValueError, match="exceeds .*'s 64 positions: shorten one of them, or "
+            with pytest.raises(ValueError, match="past .*'s 64: shorten one of them, or "
                                                  "pick the n-gram drafter"):
                 run(pair, proposer=proposer, k=4, max_new_tokens=fits + over)
         assert len(tokens(run(pair, proposer="ngram", k=4, max_new_tokens=fits + 1))) == fits + 1
@@ -212,14 +212,64 @@ def test_a_draft_with_fewer_positions_than_the_target_bounds_the_run_with_a_clea
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"k": 0}, "k must be"), ({"k": 33}, "k must be"), ({"prompt": "  "}, "prompt is empty"),
+    ({"k": 0}, "k must be"), ({"k": 33}, "k must be"), ({"prompt": ""}, "prompt is empty"),
     ({"temperature": -1.0}, "temperature"), ({"top_p": 0.0}, "top_p"), ({"top_p": 1.2}, "top_p"),
     ({"max_new_tokens": 0}, "max_new_tokens"), ({"proposer": "magic"}, "unknown proposer"),
     ({"max_new_tokens": 10_000}, "positions"), ({"prompt": []}, "prompt is empty"),
+    # found by a review of the API: each was cast or read as something else, or failed late
+    ({"temperature": 1.0, "top_k": 0.5}, "top_k must be an integer, got 0.5"),
+    ({"top_k": "5"}, "top_k must be an integer"), ({"temperature": "0"}, "temperature must be a number"),
+    ({"prompt": b"abc"}, "got bytes: decode them"), ({"prompt": [1.9, 2.2]}, "got 1.9 in it"),
+    ({"prompt": ["12"]}, "integer token ids; got '12'"), ({"seed": None}, "seed must be an integer"),
+    ({"seed": 1.5}, "seed must be an integer"), ({"seed": 2**64}, "seed must be an integer"),
+    ({"k": True}, "k must be"), ({"proposer": "ngram", "ngram_size": 2.0}, "ngram_size must be"),
+    ({"proposer": "hybrid", "ngram_size": -5}, "ngram_size must be an integer in 1..16"),
 ])
 def test_bad_input_is_a_clear_value_error(pair, kwargs, match):
     with pytest.raises(ValueError, match=match):
         run(pair, **kwargs)
+
+
+def test_integers_of_any_kind_and_a_batch_of_one_are_taken_as_the_same_run(pair):
+    """numpy integers were refused ("k must be an integer ..., got np.int64(4)"), and a [1, n]
+    tensor failed with torch's own words; whitespace is text like any other."""
+    import numpy as np
+
+    ids = pair.encode(PROMPT)
+    want = tokens(run(pair, prompt=ids, k=4, max_new_tokens=8, seed=3, temperature=0.8, top_k=5))
+    for prompt in (np.array(ids), torch.tensor([ids]), tuple(np.int64(i) for i in ids)):
+        got = run(pair, prompt=prompt, k=np.int64(4), max_new_tokens=np.int32(8), seed=np.int64(3),
+                  temperature=np.float32(0.8), top_k=np.int64(5))
+        assert tokens(got) == want
+    assert tokens(run(pair, proposer="tree", k=3, nodes=np.int64(6), branching=np.int8(2), max_new_tokens=4))
+    assert tokens(run(pair, prompt="\n", max_new_tokens=3))  # a newline is a prompt
+
+
+def test_a_runs_pass_count_is_its_own_on_a_shared_target_cache(pair):
+    """Two runs interleaved on one kept target cache counted each other's passes (rounds 1, 2, 3
+    said 1, 3, 5 passes): tokens per pass and the trace's one-pass-a-round rule read it."""
+    from itertools import zip_longest
+
+    from specviz.engine import target_lm
+
+    shared = target_lm(pair, None)
+    a = specviz.generate(pair, PROMPT, k=3, max_new_tokens=12, target=shared)
+    b = specviz.generate(pair, "The quick brown", k=3, max_new_tokens=12, target=shared)
+    for x, y in zip_longest(a, b):
+        for e in (x, y):
+            assert e is None or e.target_passes == e.round
+
+
+def test_a_progress_runs_items_fold_into_its_stats(pair, monkeypatch):
+    """RunStats.of(a progress=True run) raised on its Reading items."""
+    from specviz import lm
+    from specviz.engine import Reading
+    from specviz.metrics import RunStats
+
+    monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
+    items = list(specviz.generate(pair, PROMPT * 3, k=3, max_new_tokens=4, progress=True))
+    assert any(isinstance(x, Reading) for x in items)
+    assert RunStats.of(items).new_tokens == 4
 
 
 def test_a_custom_proposers_malformed_draft_is_refused_not_verified(pair):
