@@ -143,6 +143,10 @@ def notices_text(notices: list[str]) -> str:
     return markdown_text("; ".join(shown))
 
 
+STOPPED = ("Stopped. What the page shows may be the stopped run's part; Save, the Exactness lab and "
+           "the k explorer use your last finished run, if there is one.")
+
+
 def link_notice(notices: list[str]) -> str:
     return "⚠ " + notices_text(notices)
 
@@ -511,9 +515,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                              lambda: on_gpu_job("e2e", s, n))
 
         def e2e_job(s, n):
+            loading = "<div class='specviz-lab'>Loading the pair…</div>"
             if not store.is_loaded(s):
-                yield "<div class='specviz-lab'>Loading the pair…</div>"
-            for step in continuations(store.get(s), s, n, job_limits("e2e", s, n)):
+                yield loading
+            pair = yield from store.loading(s, loading)
+            for step in continuations(pair, s, n, job_limits("e2e", s, n)):
                 if "stopped" in step:
                     yield f"<div class='specviz-lab'>{html.escape(step['stopped'])}</div>"
                 elif not step.get("final"):
@@ -670,7 +676,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         lab_event = lab_btn.click(lab_run, [lab_source, lab_round, lab_trials, lab_variants, last],
                                   [lab_info, lab_masses, lab_mc, lab_table], api_name="lab", **model)
         e2e_event = e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name="e2e", **model)
-        stop_btn.click(None, None, None, api_name=False,
+        # Gradio completes a cancelled event with no output: the page said "round 6" for good
+        stop_btn.click(None, None, status, js=f"() => {json.dumps(STOPPED)}", api_name=False,
                        cancels=[run_event, auto_event, rerun_event, lab_event, e2e_event])
         # The views of a held run, and uploads, each wait in a line of their own (one at a time):
         # a flood of uploads delays other uploads, not the k explorer or the tree playback.

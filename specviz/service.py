@@ -68,6 +68,7 @@ class View:
 
 RELOAD_SHARE = 0.2  # a public server's time, at most, spent switching to another pair or dtype
 SWITCH_WINDOW = 600.0  # seconds over which that share is counted
+LOAD_POLL_SECONDS = 1.0  # a job waiting on a load yields this often, so that Stop acts at once
 
 
 class ModelStore:
@@ -171,6 +172,33 @@ class ModelStore:
         if self.warm:  # at the k of the run that asked for the pair (the preload: the page's default)
             warm_up(pair, s.k)
         self._pair, self._key = pair, self.key(s)
+
+    def loading(self, s: RunSettings, waiting, poll: float = LOAD_POLL_SECONDS):
+        """get(s) from a job's generator: the load runs in a thread, and `waiting` is yielded
+        every `poll` seconds until it ends (then the pair is returned, or its error raised). A Stop
+        pressed during a load closed the job only when the load ended, and Gradio held every other
+        visitor's Stop meanwhile (its cancel waits on a generator that is inside a step, under one
+        app-wide lock, up to 60 s). Stopped, the job lets go at once; the load goes on to its end
+        under the store's lock, which the next job to load waits for in its own polls."""
+        if self.is_loaded(s):
+            return self.get(s)
+        out: dict = {}
+
+        def load() -> None:
+            try:
+                out["pair"] = self.get(s)
+            except BaseException as e:  # noqa: BLE001 - raised in the job, below
+                out["error"] = e
+
+        thread = threading.Thread(target=load, daemon=True, name="specviz-load")
+        thread.start()
+        thread.join(poll)
+        while thread.is_alive():
+            yield waiting
+            thread.join(poll)
+        if "error" in out:
+            raise out["error"]
+        return out["pair"]
 
     def baseline_key(self, pair: Pair, s: RunSettings, prompt_ids: list[int]) -> tuple:
         """What decides a target-alone run: the pair, its dtype and device, the prompt's ids and
@@ -394,9 +422,10 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     limits.max_job_seconds (the clock starts when the pair is loaded).
     """
     s.check(limits, store.known_pairs)
+    loading = View(f"Loading {markdown_text(clip(s.target)) if s.pair == CUSTOM else s.pair}…")
     if not store.is_loaded(s):
-        yield View(f"Loading {markdown_text(clip(s.target)) if s.pair == CUSTOM else s.pair}…")
-    pair = store.get(s)
+        yield loading
+    pair = yield from store.loading(s, loading)
     if s.proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
     prompt_ids = _prompt_ids(pair, s, limits)

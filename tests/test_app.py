@@ -338,6 +338,11 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         bars = page.evaluate("() => document.querySelector('#lab-mc .nsewdrag')"
                              ".getBoundingClientRect().height")
         assert bars >= 150, bars  # the bars keep a plot's room (91 px under a 9-entry legend before)
+        # Stop says so (Gradio completes a cancelled event with no output: the status stayed put)
+        page.get_by_role("tab", name="Run", exact=True).click()
+        page.click("#stop")
+        page.wait_for_function("(document.querySelector('#status')?.innerText || '').startsWith('Stopped.')",
+                               timeout=10_000)
 
         # A token-tree link: the tree panel shows the round's nodes with their tooltips.
         page.goto(app_url + "?pair=tiny&proposer=tree&k=4&nodes=12&branching=3&max_new_tokens=40"

@@ -624,3 +624,42 @@ def test_a_compiled_pair_is_warmed_up_on_every_shape_a_default_run_feeds(compile
     store = service.ModelStore(device="cpu")
     store.get(RunSettings(k=6, dtype="float32"))
     assert warmed == [6]
+
+
+def test_a_job_waiting_on_a_load_yields_so_stop_closes_it_at_once(model_dirs, monkeypatch):
+    """The load ran inside one step of the job's generator: a Stop pressed while it loaded closed
+    the job only when the load ended, and Gradio's cancel held every other visitor's Stop until
+    then (17.6 s behind a 20 s load in a review, and up to 60 s)."""
+    import threading
+    import time
+
+    real, gate = service.ModelStore._load, threading.Event()
+
+    def slow(self, s):
+        gate.wait(10)
+        real(self, s)
+
+    monkeypatch.setattr(service.ModelStore, "_load", slow)
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
+                       warm=False)  # its own: the module's is shared
+    s = RunSettings(pair="tiny", dtype="float32")
+    job = store.loading(s, "waiting", poll=0.05)
+    assert next(job) == "waiting"  # a step of at most `poll` seconds, the load still going
+    start = time.monotonic()
+    job.close()  # Stop
+    assert time.monotonic() - start < 0.5 and not store.is_loaded(s)
+    second = store.loading(s, "waiting", poll=0.05)  # the next job waits for it, a poll at a time
+    assert next(second) == "waiting"
+    gate.set()
+    with pytest.raises(StopIteration) as done:
+        while True:
+            next(second)
+    assert done.value.value is store.current() and store.is_loaded(s)
+    assert next(store.loading(s, "waiting"), None) is None  # loaded: no wait at all
+
+    def broken(self, s):
+        raise ValueError("cannot load model 'x': no such folder")
+
+    monkeypatch.setattr(service.ModelStore, "_load", broken)
+    with pytest.raises(ValueError, match="no such folder"):
+        list(store.loading(RunSettings(pair="tiny", dtype="bfloat16"), "waiting", poll=0.05))
