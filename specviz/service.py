@@ -366,7 +366,7 @@ def tree_round(trace: Trace | None, round_number, pair: Pair | None = None) -> t
     fix for a missing run or a round out of range."""
     if trace is None:
         raise ValueError("no run yet: run the token tree drafter first (or open a trace)")
-    if not trace.stats.is_tree:
+    if not treeview.tree_run(trace.events):
         return treeview.chain_html(), ""
     greedy = trace.settings.get("temperature", 0) == 0
     return treeview.tree_views(trace.events, trace_text(trace, pair), round_number, greedy)

@@ -122,7 +122,9 @@ def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
     target = committed[event.accepted] if len(committed) > event.accepted else ""
     if not event.tree:
         why = ("drafted a chain of " + str(event.k) + " tokens" if event.k
-               else "drafted nothing (only the target's token fitted the budget)")
+               else "drafted nothing (only the target's token fitted the budget)" if event.stop == "length"
+               else "drafted nothing (no node was worth its verify cost, or the draft cannot read a "
+                    "token of the context)")
         return (f'<div class="specviz-tree" data-round="{event.round}"><div class="tree-head">'
                 f"<b>Round {event.round}{of}</b> {why}.</div>"
                 f'<div class="tree-body">{_target_chip(event, target)}</div></div>')
@@ -177,9 +179,9 @@ def overview_html(events: Sequence[RoundEvent], pieces_of: Pieces, current: int 
     stats = RunStats.of(events)
     trees = [e for e in events if e.tree]
     summary = (f"{len(trees)} of {len(events)} rounds verified a tree: {stats.nodes_verified} nodes "
-               f"({stats.nodes_per_round()}), {stats.accepted} accepted "
-               f"({percent(stats.accepted_per_node)} of the nodes), {stats.tokens_per_pass:.2f} tokens per "
-               "target pass.")
+               f"({stats.nodes_per_round()}), {stats.accepted} accepted"
+               + (f" ({percent(stats.accepted_per_node)} of the nodes)" if stats.nodes_verified else "")
+               + f", {stats.tokens_per_pass:.2f} tokens per target pass.")
     shown = events[-OVERVIEW_ROUNDS:]
     if len(events) > len(shown):
         summary += f" The newest {len(shown)} rounds are listed."
@@ -195,6 +197,12 @@ def overview_html(events: Sequence[RoundEvent], pieces_of: Pieces, current: int 
             '<div class="tree-overview"><table><thead><tr><th>round</th><th>nodes</th><th>depth</th>'
             "<th>accepted</th><th>path</th><th>committed</th></tr></thead><tbody>"
             + "".join(rows) + "</tbody></table></div></div>")
+
+
+def tree_run(events: Sequence[RoundEvent]) -> bool:
+    """The token tree drafted the run, whether or not any round verified a tree (a run of one
+    token verifies none)."""
+    return any(e.tree or e.source == "tree" for e in events)
 
 
 def chain_html() -> str:
@@ -222,7 +230,7 @@ def tree_views(events: Sequence[RoundEvent], pieces_of: Pieces, round_number: in
                greedy: bool = False) -> tuple[str, str]:
     """(round HTML, overview HTML) for a run: round_number's tree (default the last round), or
     the chain note for a run without trees."""
-    if not any(e.tree for e in events):
+    if not tree_run(events):
         return chain_html(), ""
     number = len(events) if round_number is None else round_number
     if not 1 <= number <= len(events):

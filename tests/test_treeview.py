@@ -311,3 +311,24 @@ def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
     assert line.y0 == pytest.approx(2 / 4)
     note = figures.acceptance_by_position(stats).layout.annotations[0].text
     assert note == "per-candidate α = 50.0%"  # a depth tries its candidates in turn
+
+
+def test_a_tree_run_that_verified_no_tree_shows_its_round_not_the_chain_note(pair):
+    """max_new_tokens=1 leaves a tree run no room to draft: the panel said "Token trees appear when
+    the drafter is 'token tree'" to a run of the token tree, and the overview gave 0 accepted as
+    "0.0% of the nodes" of none. A round mid-run that drafted nothing was put down to the budget
+    whatever its cause."""
+    from dataclasses import replace
+
+    import specviz
+    from specviz import treeview
+    from specviz.service import token_text
+
+    events = list(specviz.generate(pair, "The quick brown fox", proposer="tree", k=4, max_new_tokens=1))
+    assert [(e.k, e.tree, e.source) for e in events] == [(0, (), "tree")]
+    round_view, overview = treeview.tree_views(events, token_text(pair.tokenizer))
+    assert "Round 1 of 1</b> drafted nothing (only the target's token fitted the budget)" in round_view
+    assert "Token trees appear" not in round_view and "0 nodes" in overview and "of the nodes" not in overview
+    middle = replace(events[0], stop=None)  # a round that drafted nothing with tokens still to come
+    assert "no node was worth its verify cost, or the draft cannot read a token" in treeview.round_html(
+        middle, token_text(pair.tokenizer))
