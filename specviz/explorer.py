@@ -25,6 +25,7 @@ from .lm import input_rows
 from .metrics import RunStats
 from .proposers import DraftLength, NgramProposer
 from .render import ACCEPTED, BONUS, RECOVERED, REJECTED, TARGET, Span
+from .untrusted import whole
 from .verifycost import VERIFY_SLOPE, fit_line
 
 EXPLORER_PROPOSERS = ("draft", "ngram")
@@ -235,6 +236,8 @@ class Point:
 
 def replay(rec: Recording, k: int) -> Replay:
     """The rounds a fixed-k run makes (the engine's budget rule included)."""
+    if not (whole(k) and 1 <= k <= MAX_K):  # a negative k sliced the guesses from the end
+        raise ValueError(f"k must be in 1..{MAX_K}, got {k!r}")
     lookup, pos, rounds = rec.lookup(), 0, []
     while pos < len(rec.output):
         r = _round(rec, pos, min(k, rec.max_new_tokens - pos - 1), lookup)

@@ -204,7 +204,9 @@ def predicted(variant: str, p: torch.Tensor, q: torch.Tensor, q_draw: torch.Tens
     if variant in TREE_VARIANTS:
         return predicted_tree(variant, p, tree_candidates(q) if candidates is None else candidates)
     q = _q_for(variant, q)
-    keep = torch.where(q > 0, (p / q).clamp(max=1.0), torch.zeros_like(p))  # [vocab]
+    # keep iff u * q(x) < p(x): with q(x) = 0 (a mismatched draw's token q never drafts) that is
+    # any p(x) > 0, as acceptance.verify and simulate decide
+    keep = torch.where(q > 0, (p / q).clamp(max=1.0), (p > 0).to(p.dtype))  # [vocab]
     if variant in ("exact", "poor_q"):
         draw = q
     elif variant == "correction_from_p":

@@ -351,3 +351,13 @@ def test_the_explorer_shows_a_round_in_the_run_tabs_order(pair):
     assert any(e.accepted < e.k for e in measured.events)
     run = all_spans(measured.events, pair.tokenizer, ids)
     assert rounds(explorer.spans(explorer.replay(rec, 4))) == rounds(run)
+
+
+def test_a_replay_needs_a_k_a_run_could_have():
+    """k = -1 sliced the guesses from the end: rounds that drafted two tokens at k = -1, and -2
+    draft passes."""
+    rec = explorer.Recording("draft", [1, 2], [5, 6, 7, 8], [5, 6, 9, 8], 0.01, 0.1, 4)
+    for k in (-1, 0, 33, 2.0):
+        with pytest.raises(ValueError, match="k must be in 1..32"):
+            explorer.replay(rec, k)
+    assert explorer.replay(rec, 2).draft_passes >= 1

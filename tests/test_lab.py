@@ -332,3 +332,17 @@ def wrong_walk(nodes, p: torch.Tensor, generator: torch.Generator) -> int:
         if float(torch.rand(1, generator=generator)) < float(p[0, nodes[c].token]):
             return nodes[c].token
     return int(torch.multinomial(p[0], 1, generator=generator))
+
+
+def test_a_mismatched_draw_onto_tokens_q_never_drafts_is_kept_as_the_rule_keeps_it():
+    """predicted() gave such a token a keep chance of 0, where the rule (u·q(x) < p(x)) keeps it
+    whenever p(x) > 0: with q all on A and draws 0.2/0.4/0.4 it said B 0.54, C 0.36 where the
+    rule gives 0.46, 0.44. Hand: A drawn 0.2, kept w.p. 0.5: 0.1; B and C drawn and always kept:
+    0.4 each; A's refusals (0.1) go to the residual, p less q clamped: B 0.6, C 0.4."""
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    q = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
+    q_draw = torch.tensor([0.2, 0.4, 0.4], dtype=torch.float64)
+    want = torch.tensor([0.1, 0.4 + 0.1 * 0.6, 0.4 + 0.1 * 0.4], dtype=torch.float64)
+    assert torch.allclose(lab.predicted("mismatched_q", p, q, q_draw), want)
+    r = lab.check("mismatched_q", p, q, 100_000, seed=0, q_draw=q_draw)
+    assert lab.chi_square_pvalue(r.empirical * 100_000, want) > 1e-3
