@@ -420,14 +420,16 @@ def cmd_gpucheck(args) -> int:
     s = Settings.for_device(device, args.quick, dtype=args.dtype, compile=compile_, repeats=args.repeats,
                             budget=args.budget, real=False if args.no_real else None)
     out = Path(args.out)
-    try:  # before the first section: a folder it cannot make failed minutes in, with a traceback
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"--out {args.out}: cannot make that folder ({e.strerror}): give a folder you can "
-                         "write") from None
+    # before the first section (a folder it cannot make failed minutes in, with a traceback), and
+    # without making it (a check refused on its device left an empty one behind)
+    near = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not near.is_dir() or not os.access(near, os.W_OK):
+        raise ValueError(f"--out {args.out}: cannot make that folder ({near} is not a folder you can "
+                         "write): give a folder you can write")
     def write(report: dict) -> None:
         """gpucheck.json and the cost profile under --out: after each section (marked partial, so a
         run a timeout kills leaves what it measured), then the whole report over them."""
+        out.mkdir(parents=True, exist_ok=True)
         atomically(out / "gpucheck.json", lambda f: f.write_text(json.dumps(report, indent=1) + "\n"))
         atomically(out / f"{report['profile']['name']}.json",
                    lambda f: profiles.save(profiles.load(report["profile"]), f))

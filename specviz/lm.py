@@ -735,7 +735,9 @@ class CachedLM:
         wider = [w for w in self.compiled_widths if w > n]
         if self._step is None or n in self.compiled_widths or not wider:
             return 0
-        if end + min(wider) - n > self.max_len:
+        config = self.model.config  # a learned position table ends: a pad past it indexes nothing
+        learned = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        if end + min(wider) - n > min(self.max_len, learned or self.max_len):
             return 0
         return min(wider) - n
 

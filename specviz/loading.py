@@ -178,7 +178,12 @@ def token_ids(prompt) -> list[int]:
     one [1, n]), else ValueError (int() read bytes as ids and 1.9 as 1)."""
     if isinstance(prompt, (bytes, bytearray)):
         raise ValueError("a prompt is a str, or a flat sequence of integer token ids; got bytes: decode them")
-    items = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)  # a tensor, an array
+    try:
+        items = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)  # a tensor, an array
+    except TypeError:  # not a sequence at all (an int, None)
+        items = None
+    if not isinstance(items, list):  # a 0-d array's tolist() is its one number
+        raise ValueError(f"a prompt is a str, or a flat sequence of integer token ids; got {prompt!r}")
     if len(items) == 1 and isinstance(items[0], list):  # a batch of one
         items = items[0]
     if not items:

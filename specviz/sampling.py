@@ -8,9 +8,10 @@ is one-hot on the argmax, which callers handle without building it (see `Samplin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Integral, Real
 
 import torch
+
+from .untrusted import real, whole
 
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
 
@@ -37,10 +38,10 @@ class SamplingParams:
     def of(cls, temperature, top_k, top_p) -> SamplingParams:
         """From a caller's values, numpy's too: numbers of the right kind, else ValueError (int()
         first turned top_k=0.5 into 0, top-k off, and "5" into 5)."""
-        for name, value, kind, word in (("temperature", temperature, Real, "a number"),
-                                        ("top_k", top_k, Integral, "an integer"),
-                                        ("top_p", top_p, Real, "a number")):
-            if isinstance(value, bool) or not isinstance(value, kind):
+        for name, value, kind, word in (("temperature", temperature, real, "a number"),
+                                        ("top_k", top_k, whole, "an integer"),
+                                        ("top_p", top_p, real, "a number")):
+            if not kind(value):
                 raise ValueError(f"{name} must be {word}, got {value!r}")
         return cls(float(temperature), int(top_k), float(top_p))
 

@@ -135,6 +135,7 @@ def check_model(t: Trace, vocab_size: int, max_positions: int | None = None) -> 
     if top >= vocab_size:
         raise TraceError(f"this trace holds token id {top}, outside the model's vocabulary of "
                          f"{vocab_size}: it was made with another tokenizer")
-    longest = len(t.prompt_ids) + max(e.position + e.nodes + 1 for run in runs for e in run)  # verified
+    # a round at output position g feeds the last committed token and its nodes: P + g + nodes
+    longest = len(t.prompt_ids) + max(e.position + e.nodes for run in runs for e in run)
     if max_positions is not None and longest > max_positions:
         raise TraceError(f"this trace needs up to {longest} positions; the model has {max_positions}")

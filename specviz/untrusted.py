@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from itertools import accumulate, islice
-from numbers import Integral
+from numbers import Integral, Real
 
 
 class Invalid(ValueError):
@@ -61,8 +61,18 @@ _FLAGS = {"1": True, "true": True, "yes": True, "on": True,
 
 
 def whole(value) -> bool:
-    """An integer of any kind (numpy's, torch's .item()), not a bool: a caller's count or id."""
-    return isinstance(value, Integral) and not isinstance(value, bool)
+    """An integer of any kind (numpy's, a torch integer scalar), not a bool: a caller's count or id."""
+    if isinstance(value, Integral):
+        return not isinstance(value, bool)
+    dtype = getattr(value, "dtype", None)  # a 0-d tensor or array of an integer dtype
+    return getattr(value, "ndim", None) == 0 and dtype is not None and "int" in str(dtype)
+
+
+def real(value) -> bool:
+    """A number of any kind (numpy's, a torch scalar), not a bool."""
+    if isinstance(value, Real):
+        return not isinstance(value, bool)
+    return whole(value) or (getattr(value, "ndim", None) == 0 and "float" in str(getattr(value, "dtype", "")))
 
 
 def flag(text) -> bool | None:

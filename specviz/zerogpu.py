@@ -35,9 +35,11 @@ LOAD_SECONDS = 60  # a job that may load another pair or dtype in its worker fir
 LAB_SECONDS = 30  # the Exactness lab: a round's context read (a pass a model) and its sampling
 GRACE_SECONDS = 10  # of a call's GPU time, left to the worker's CUDA set-up before a job's clock
 # The default bound on new tokens here: a tree run (and its baseline and chain) of 192 tokens asks
-# 20 + 0.1 * 192 * 3 = 78 s, which spaces scales by the GPU's duration factor (1.5 on the RTX Pro
-# 6000 entry of spaces 0.51) to 116 s: within the 120 s a day ZeroGPU grants a visitor who is not
-# signed in (a call asking more than the visitor has left is refused, whatever it would use).
+# int(20 + 0.1 * 192 * 3) = 77 s, which spaces scales by the GPU's duration factor (1.5 on the RTX
+# Pro 6000 entry of spaces 0.51) to 116 s: within the 120 s a day ZeroGPU grants a visitor who is
+# not signed in (a call asking more than the visitor has left is refused, whatever it would use).
+# A job that may load another pair or dtype first asks LOAD_SECONDS more, and the end-to-end
+# check at 200 samples 100 s: those need a visitor who is signed in.
 MAX_NEW_TOKENS = 192
 
 

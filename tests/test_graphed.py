@@ -479,3 +479,23 @@ def test_a_failure_names_the_error_it_was_raised_while_handling():
             raise RuntimeError("its own") from None  # context suppressed: not followed
     except RuntimeError as e:
         assert lm_module.failure(e) == "RuntimeError: its own"
+
+
+def test_padded_passes_never_reach_past_a_models_learned_positions(gpt2_pair, cpu_graphs):
+    """A narrow pass was padded up to its captured width as far as the cache had room, past
+    GPT-2's 256 learned positions near the end of a run that fits (prompt + new - 1 = 256): an
+    IndexError on this CPU, a device-side assert on a GPU. Pads stop at the position table."""
+    from dataclasses import replace
+
+    pair = replace(gpt2_pair, fast="graphed")
+    ids = pair.encode(PROMPT)
+    new = 257 - len(ids)  # prompt + new - 1 = 256 positions: exactly the model's
+    gpt2_pair.target.generation_config.eos_token_id = None
+    try:
+        want = hf_greedy(gpt2_pair, PROMPT, new)
+        for proposer, k in (("draft", 32), ("ngram", 16)):
+            got = [t for e in specviz.generate(pair, ids, proposer=proposer, k=k, max_new_tokens=new)
+                   for t in e.new_tokens]
+            assert got == want, proposer
+    finally:
+        gpt2_pair.target.generation_config.eos_token_id = gpt2_pair.tokenizer.eos_token_id

@@ -381,10 +381,11 @@ def test_model_checks_count_every_tree_node():
     t = trace.loads(text, vocab_size=251)
     with pytest.raises(trace.TraceError, match="id 250, outside the model.s vocabulary of 200"):
         trace.check_model(t, 200)
-    # the last round: 5 prompt tokens + 12 generated before it + 6 nodes + the target's token
-    with pytest.raises(trace.TraceError, match="needs up to 24 positions; the model has 23"):
-        trace.check_model(t, 300, 23)
-    trace.check_model(t, 300, 24)
+    # the last round: 5 prompt tokens + 12 generated before it + 6 nodes (the target's token
+    # after them is never fed: prompt + new - 1 positions, as the engine asks)
+    with pytest.raises(trace.TraceError, match="needs up to 23 positions; the model has 22"):
+        trace.check_model(t, 300, 22)
+    trace.check_model(t, 300, 23)
 
 
 WRONG = [None, True, 1.5, -7, 10**30, "x", [], [1, "x"], {}, {"a": 1}]
@@ -498,10 +499,10 @@ def test_ids_are_checked_against_a_given_vocabulary_and_positions():
     text = json.dumps(synthetic())
     with pytest.raises(trace.TraceError, match=r"events\[1\]\.draft_tokens"):
         trace.loads(text, vocab_size=29)  # the prompt's ids are below 29, round 2 drafts 29
-    # the last round: 5 prompt tokens + 12 generated before it + 3 drafts + the target's token
-    with pytest.raises(trace.TraceError, match="needs up to 21 positions; the model has 20"):
-        trace.loads(text, vocab_size=300, max_positions=20)
-    t = trace.loads(text, vocab_size=300, max_positions=21)
+    # the last round: 5 prompt tokens + 12 generated before it + 3 drafts (its own token unfed)
+    with pytest.raises(trace.TraceError, match="needs up to 20 positions; the model has 19"):
+        trace.loads(text, vocab_size=300, max_positions=19)
+    t = trace.loads(text, vocab_size=300, max_positions=20)
     with pytest.raises(trace.TraceError, match="id 81, outside the model.s vocabulary of 50"):
         trace.check_model(t, 50)
 
@@ -712,9 +713,20 @@ def test_a_trace_whose_runs_or_spans_contradict_their_events_is_refused():
     at = next(i for i, s in enumerate(d["spans"]) if s["fate"] == "rejected")
     d["spans"][at]["fate"] = "accepted"
     refused(d, f"spans[{at}] must be what its round's event shows there: fate 'rejected'")
+    for name, value in (("token", 299), ("round", 2), ("position", 3)):
+        d = synthetic(rounds=4, k=3)
+        d["spans"][0][name] = value  # round 1's first kept draft
+        refused(d, "spans[0] must be what its round's event shows there")
     d = synthetic(rounds=4, k=3)
     d["spans"].pop()
     refused(d, f"spans must be the {len(d['spans']) + 1} tokens the events show")
+    for change in ({"source": "draft"}, {"draft_passes": 1}):
+        d = synthetic(rounds=3, k=3)
+        d["baseline"][0].update(change)
+        if "draft_passes" in change:
+            for e in d["baseline"]:
+                e["draft_passes"] = 1  # cumulative: never decreasing
+        refused(d, "baseline[0] must be a round of the target alone")
 
 
 def test_an_opened_traces_spans_take_their_numbers_from_the_events_and_keep_their_texts():
@@ -728,3 +740,21 @@ def test_an_opened_traces_spans_take_their_numbers_from_the_events_and_keep_thei
     assert [s.p for s in shown] == [1.0] * first.accepted + [0.0] * (first.k > first.accepted) \
         + [None] * max(0, first.k - first.accepted - 1)
     assert all(s.q == 1.0 for s in shown)
+
+
+def test_a_trace_from_before_the_eos_cut_layout_still_opens():
+    """Before 2026-12-02 a round whose output ended among its kept drafts (an EOS) also showed its
+    refused drafts; such traces open, shown as the events give them."""
+    d = synthetic(rounds=3, k=3, baseline=False)
+    last = d["events"][-1]
+    x, y, z = last["draft_tokens"]
+    last.update(accepted=2, kind="recovered", new_tokens=[x], stop="eos",
+                target_probs=[1.0, 1.0, 0.0], target_cache_length=last["target_cache_length"] - 3)
+    d["settings"]["max_new_tokens"] = sum(len(e["new_tokens"]) for e in d["events"])
+    d["recording"] = None
+    d["spans"] = [s for s in d["spans"] if s["round"] < 3] + [
+        _span("x", "accepted", x, 3, 1), _span("z", "rejected", z, 3, 3)]  # the old layout
+    t = trace.loads(json.dumps(d))
+    assert [(s.fate, s.token) for s in t.spans if s.round == 3] == [("accepted", x)]
+    d["spans"][-1]["round"] = 2  # a refused draft elsewhere is still held to its event
+    refused(d, "spans")
