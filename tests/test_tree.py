@@ -106,9 +106,14 @@ def test_a_narrower_compiled_chain_pass_is_padded_to_a_captured_width_and_gives_
         assert lm.tokens == ids + drafts and lm.cache_length == len(ids) + len(drafts)
         assert torch.allclose(rows, eager.forward(ids + drafts, last=len(drafts) + 1), atol=1e-5)
         lm.rollback(ids)
-    # wider than every captured width, or no room for the pads at the cache's end: unpadded, eager
+    # wider than every captured width, or no room for the pads at the cache's end or the model's
+    # positions (256 here; its cache holds more): unpadded, eager
     assert lm._chain_pad(6, 50) == 0 and lm._chain_pad(1, 50) == 0
-    assert lm._chain_pad(2, lm.max_len - 3) == 3 and lm._chain_pad(2, lm.max_len - 2) == 0
+    assert lm.max_len > 256 == pair.target.config.max_position_embeddings
+    assert lm._chain_pad(2, 256 - 3) == 3 and lm._chain_pad(2, 256 - 2) == 0
+    max_len, lm.max_len = lm.max_len, 100
+    assert lm._chain_pad(2, 100 - 3) == 3 and lm._chain_pad(2, 100 - 2) == 0
+    lm.max_len = max_len
     rows = lm.forward(ids + [7, 3, 5, 11, 13, 2], last=6)
     assert lm.compiled_passes == 3 and lm.cache_length == len(ids) + 6
     assert torch.allclose(rows, eager.forward(ids + [7, 3, 5, 11, 13, 2], last=6), atol=1e-5)
