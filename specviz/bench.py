@@ -387,12 +387,11 @@ def add_bench_args(p) -> None:
 
 
 def cmd_bench(args) -> int:
-    from .cli import check_model_args, check_writable, load_from_args
+    from .cli import check_writable, load_from_args
 
     for flag, path in (("--json", args.json_path), ("--html", args.html_path),
                        ("--markdown", args.markdown_path)):
         check_writable(flag, path)  # written once every method has run: fail now, not in an hour
-    check_model_args(args)
     try:
         prompts = json.loads(Path(args.prompts).read_text())
         ks = tuple(int(k) for k in args.ks.split(",")) if args.ks else (4,) if args.quick else DEFAULT_KS

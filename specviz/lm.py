@@ -98,6 +98,12 @@ def input_rows(model) -> int:
     return model.get_input_embeddings().num_embeddings
 
 
+def positions(model) -> int | None:
+    """The positions a model's config says it holds (None: unbounded as far as it says)."""
+    config = model.config
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+
+
 def rollback_window(model, name: str = "the model") -> int | None:
     """The most positions the model's cache can hold and still be cropped (None: no limit).
 
@@ -495,6 +501,7 @@ class CachedLM:
         self.refine = refine and refinable(model)
         self.kv = cache_argument(model.base_model if self.refine else model)
         self.compiled_widths: set[int] = {1}  # token counts a step may feed through the compiled step
+        self.positions = positions(model)  # a learned position table's end: no pad goes past it
         self.wide_prompts = dense.reads_prompts_apart(model)
         if steps not in (None, "compiled", "graphs"):
             raise ValueError(f"steps must be None, 'compiled' or 'graphs', got {steps!r}")
@@ -735,9 +742,7 @@ class CachedLM:
         wider = [w for w in self.compiled_widths if w > n]
         if self._step is None or n in self.compiled_widths or not wider:
             return 0
-        config = self.model.config  # a learned position table ends: a pad past it indexes nothing
-        learned = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-        if end + min(wider) - n > min(self.max_len, learned or self.max_len):
+        if end + min(wider) - n > min(self.max_len, self.positions or self.max_len):
             return 0
         return min(wider) - n
 

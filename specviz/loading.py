@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from . import dense, quant
-from .lm import output_rows, rollback_window
+from .lm import output_rows, positions, rollback_window
 from .untrusted import whole
 
 _PROBE = ["def fibonacci(n):\n    return n", "Hello, world! Ünïcödé 東京 🙂", "  \t\n x = [1, 2]"]
@@ -191,12 +191,6 @@ def token_ids(prompt) -> list[int]:
     if (bad := next((i for i in items if not whole(i)), None)) is not None:
         raise ValueError(f"a prompt is a str, or a flat sequence of integer token ids; got {bad!r} in it")
     return [int(i) for i in items]
-
-
-def positions(model) -> int | None:
-    """The positions a model's config says it holds (None: unbounded as far as it says)."""
-    config = model.config
-    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
 def _source(name: str) -> tuple[str, dict]:

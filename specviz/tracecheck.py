@@ -22,6 +22,7 @@ from .render import LEGEND, Span, round_marks
 from .settings import DTYPES, UI_MAX_K, RunSettings
 from .tree import ACCEPTED, FATES, REJECTED, UNREACHED, TreeNode, first_branch
 from .treedraft import MAX_BRANCHING, MAX_NODES
+from .treeview import tree_run
 
 FORMAT, VERSION = "specviz-trace", 1
 # Limits (docs/trace-format.md). Every field of an opened trace is untrusted: each is typed and
@@ -395,7 +396,7 @@ def fields_of(d, vocab: int) -> dict:
     events = _events(d["events"], "events", 1, vocab)
     baseline = _events(d.get("baseline", []), "baseline", 0, vocab)
     chain = _events(d.get("chain", []), "chain", 0, vocab)
-    if chain and not any(e.tree or e.source == "tree" for e in events):  # a 1-token tree run has none
+    if chain and not tree_run(events):  # a 1-token tree run verified no tree, yet has its chain
         u.fail("chain", "is for a tree run's comparison only: a chain run's trace has none")
     if any(e.tree for e in chain):
         u.fail("chain", "must be a chain run: its rounds have no tree")
