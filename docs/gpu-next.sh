@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The next device call, prepared: one run of about 9.5 minutes on the H200 (a session has 15, the
-# machine's start included), seven files back under $OUT (gpucheck's report and profile written
-# after each of its sections, so a timeout leaves what it measured). From the repo root:
+# machine's start included), the files back under $OUT (the probe's report after each mode,
+# gpucheck's report and profile after each of its sections, so a timeout leaves what it measured).
+# From the repo root:
 #   run(command="bash docs/gpu-next.sh", timeout_s=600)
-# 1. graphprobe: the compiled path's steps with one graph for every wide pass (the default), unpacked
-#    and packed, timed side by side; the packed one's float32 identity against eager; for each, the
-#    kernel tables of a 1-token and a 5-token target pass and a draft pass, with every kernel of one
-#    pass in order (each mode saved before its identity check).
-# 2. gpucheck on the defaults: the goals, the cost profile, and the engine's bfloat16 runs against
-#    the target alone (its "self", tree and chain sections, as far as its budget reaches).
+# 1. graphprobe: the compiled path's steps (one graph for every wide pass, the default) as they are,
+#    packed with inductor's coordinate-descent tuning (gpt-fast's setting: one-token matrix products
+#    as fused Triton reductions), then packed alone, timed side by side, each with the kernel
+#    tables of a 1-token and a 5-token target pass and a draft pass. The probe stops at 330 s:
+#    a mode it did not reach is left out of the choice below.
+# 2. gpucheck under the fastest of them (graphprobe --fastest: the least cost of a k = 4 round, the
+#    defaults unless another is more than 2% faster): the goals with its float32 identity against
+#    eager, the cost profile, and the engine's bfloat16 runs against the target alone, as far as
+#    its budget reaches.
 set -o pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-/tmp/specviz-gpu}
@@ -18,10 +22,14 @@ python3 -c 'import torch, transformers; print("torch", torch.__version__, "trans
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1  # the driver, clocks and memory as the run began
 # (the inductor cache is the machine's: gpucheck's compiles after the probe's may be warm, so its
 # first-use seconds are not a cold compile's; the pass times are unaffected)
-timeout -k 15 250 python3 -m specviz.graphprobe --widths "" --modes direct+shared,direct+packed+shared \
-  --identity direct+packed+shared --profile "$OUT/kernels.txt" --out "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
+timeout -k 15 330 python3 -m specviz.graphprobe --widths "" \
+  --modes direct+shared,direct+packed+tuned+shared,direct+packed+shared \
+  --profile "$OUT/kernels.txt" --out "$OUT/probe.json" 2>&1 | tee "$OUT/probe.log"
 echo "probe: $((SECONDS - start)) s"
+flags=$(python3 -m specviz.graphprobe --fastest "$OUT/probe.json" 2>>"$OUT/probe.log")
+echo "gpucheck flags: ${flags:-(the defaults)}" | tee -a "$OUT/probe.log"
 left=$((560 - (SECONDS - start)))
-timeout -k 15 "$left" python3 -m specviz gpucheck --device cuda --budget $((left - 40)) --out "$OUT" 2>&1 \
-  | tee "$OUT/gpucheck.log"
+# shellcheck disable=SC2086 # the flags are words
+timeout -k 15 "$left" python3 -m specviz gpucheck --device cuda --budget $((left - 40)) $flags --out "$OUT" \
+  2>&1 | tee "$OUT/gpucheck.log"
 echo "total: $((SECONDS - start)) s"

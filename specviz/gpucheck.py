@@ -152,7 +152,7 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
                                       else ""))
         report = {"format": "specviz-gpucheck", "version": 1, "partial": partial, "settings": dict(vars(s)),
                   "steps": {"capture": lm.CAPTURE, "pack": lm.PACK, "nested": lm.NESTED,
-                            "shared": lm.SHARED, "candidates": lm.CANDIDATES},
+                            "shared": lm.SHARED, "tuned": lm.TUNED, "candidates": lm.CANDIDATES},
                   "seconds": round(clock.elapsed, 1), "skipped": skipped, "bandwidth_gbs": bandwidth,
                   "weights": {r: {"params": n, "bytes": t, "read_per_pass": p}
                               for r, (n, t, p) in sizes.items()},
@@ -385,7 +385,9 @@ def add_gpucheck_args(p) -> None:
 # how the compiled path builds its steps: (flag, the lm setting it sets, what it does)
 STEP_FLAGS = (("pack", "PACK", "pack q/k/v and gate/up, grouped attention"),
               ("nested", "NESTED", "compile one decoder layer for all"),
-              ("shared", "SHARED", "one graph for every width of 2 or more tokens"))
+              ("shared", "SHARED", "one graph for every width of 2 or more tokens"),
+              ("tuned", "TUNED", "inductor's coordinate-descent tuning (one-token matrix products as "
+                                 "fused reductions)"))
 
 
 def add_step_args(p) -> None:

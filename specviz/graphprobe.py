@@ -14,10 +14,10 @@ times, on the random-weight pair (gpumeasure.random_model, assets/configs/):
   gpucheck times it) under each way lm.CAPTURE names: "direct" (torch.compile without graphs,
   captured by GraphedStep), "trees" (torch.compile mode="reduce-overhead"), "graphs" (GraphedStep
   over the uncompiled step), each as it is or with any of "+packed" (packing.pack: lm.PACK),
-  "+nested" (packing.nest: lm.NESTED) and "+shared" (one graph for every width of 2 or more:
-  lm.SHARED), e.g. "direct+packed+shared"; a mode names every setting it has (plain "direct":
-  unpacked, every layer traced, a graph a width); per mode the time of each
-  shape's first use, the kernels' time a target pass against its wall time
+  "+nested" (packing.nest: lm.NESTED), "+shared" (one graph for every width of 2 or more:
+  lm.SHARED) and "+tuned" (inductor's coordinate-descent tuning: lm.TUNED), e.g.
+  "direct+packed+shared"; a mode names every setting it has (plain "direct": unpacked, every
+  layer traced, a graph a width, untuned); per mode the time of each shape's first use, the kernels' time a target pass against its wall time
   (torch.profiler: host work around a replay shows as the gap), the last profiled pass's kernels
   in order with the device's idle time between them, and, with --identity, float32
   greedy and verify identity against eager (gpumeasure.identity).
@@ -224,14 +224,47 @@ def last_pass(kernels: list, passes: int) -> tuple[dict, str]:
     return summary, ("\n\nthe last pass's kernels in order (start and length in us):\n" + "\n".join(lines))
 
 
-EXTRAS = {"packed", "nested", "shared"}  # what a --modes name may add to its capture mode, after "+"
-COMPILER_ONLY = {"nested", "shared"}  # extras only torch.compile reads (not the graphs mode)
+EXTRAS = {"packed", "nested", "shared", "tuned"}  # what a --modes name may add to its capture mode, after "+"
+COMPILER_ONLY = {"nested", "shared", "tuned"}  # extras only torch.compile reads (not the graphs mode)
 
 
 def mode_parts(mode: str) -> tuple[str, set[str]]:
     """"direct+packed" -> ("direct", {"packed"}): a --modes name's capture mode and extras."""
     capture, *extras = mode.split("+")
     return capture, set(extras)
+
+
+FLAG_EXTRAS = {"pack": "packed", "nested": "nested", "shared": "shared", "tuned": "tuned"}  # gpucheck's
+
+
+def round_ms(r: dict) -> float | None:
+    """A probed mode's cost of a chain round at the widest width it timed, w = k + 1: k draft
+    passes and one target pass of w tokens (ms); None where it failed or fell back to eager."""
+    widths = {int(w): ms for w, ms in (r.get("target_ms") or {}).items()}
+    if "error" in r or r.get("compiled_ok") is False or r.get("draft_ms") is None or len(widths) < 2:
+        return None
+    w = max(widths)
+    return (w - 1) * r["draft_ms"] + widths[w]
+
+
+def fastest(report: dict, margin: float = 0.02) -> tuple[str | None, list[str]]:
+    """The probed mode (of lm.CAPTURE's capture, which gpucheck runs) whose chain round costs
+    least, and the gpucheck flags that set it up: the defaults' own mode stays unless another is
+    faster by more than `margin` (timings move by about 1% from run to run). (None, []) when no
+    such mode was timed."""
+    from .gpucheck import STEP_FLAGS
+
+    costs = {m: c for m, r in report.get("modes", {}).items()
+             if mode_parts(m)[0] == lm.CAPTURE and (c := round_ms(r)) is not None}
+    if not costs:
+        return None, []
+    extras = {FLAG_EXTRAS[f] for f, name, _ in STEP_FLAGS if getattr(lm, name)}
+    default = next((m for m in costs if mode_parts(m)[1] == extras), None)
+    best = min(costs, key=costs.get)
+    if default is not None and costs[best] > (1 - margin) * costs[default]:
+        best = default
+    extras = mode_parts(best)[1]
+    return best, [a for f, _, _ in STEP_FLAGS for a in (f"--{f}", "on" if FLAG_EXTRAS[f] in extras else "off")]
 
 
 def modes(names: list[str], identity: list[str], out: dict, tables: list[str], save, repeats: int = 20,
@@ -244,12 +277,12 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
     from .gpumeasure import identity as check_identity
 
     s = Settings.for_device(device, quick, repeats=repeats, compile=True)
-    before = lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED
+    before = lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED
     try:
         for mode in names:
             capture, extras = mode_parts(mode)
             lm.CAPTURE, r = capture, out.setdefault(mode, {})
-            lm.PACK, lm.NESTED, lm.SHARED = "packed" in extras, "nested" in extras, "shared" in extras
+            lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED = (x in extras for x in ("packed", "nested", "shared", "tuned"))
             lm.forget_graphs()  # a slot's step is made as lm.CAPTURE says when the slot is
             models = random_pair(device, torch.bfloat16, quick)
             try:
@@ -279,7 +312,7 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
                 print(mode, "identity", json.dumps(r["identity_float32"]), flush=True)
                 save()
     finally:
-        lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED = before
+        lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED = before
         lm.forget_graphs()
     return out
 
@@ -299,20 +332,29 @@ def main(argv=None) -> int:
                                      "replay (first attention variant), and each --modes target pass")
     p.add_argument("--modes", default="",
                    help=f"comma list of lm.CAPTURE modes ({', '.join(lm.CAPTURES)}), each alone or "
-                        "with any of '+packed' (packing.pack), '+nested' (packing.nest) and '+shared' "
-                        "(one graph for every width of 2 or more), to time the "
+                        "with any of '+packed' (packing.pack), '+nested' (packing.nest), '+shared' "
+                        "(one graph for every width of 2 or more) and '+tuned' (coordinate-descent "
+                        "tuning), to time the "
                         "engine's compiled path under (draft 1, target 1 and 5)")
     p.add_argument("--identity", default="",
                    help="comma list of those modes to check float32 identity against eager under")
     p.add_argument("--out", help="write the report here as JSON (after each section)")
+    p.add_argument("--fastest", metavar="REPORT",
+                   help="print the gpucheck flags of the fastest mode in a report this probe wrote "
+                        "(see fastest()), and nothing else; nothing when it timed none")
     args = p.parse_args(argv)
+    if args.fastest:
+        with open(args.fastest) as f:
+            best, flags = fastest(json.load(f))
+        print(" ".join(flags))
+        return 0
     variants = args.attention.split(",")
     if unknown := set(variants) - set(ATTENTION):
         raise SystemExit(f"unknown attention variants {sorted(unknown)}: pick from {', '.join(ATTENTION)}")
     names = [m for m in args.modes.split(",") if m]
     if unknown := {m for m in names if mode_parts(m)[0] not in lm.CAPTURES or not mode_parts(m)[1] <= EXTRAS}:
         raise SystemExit(f"unknown capture modes {sorted(unknown)}: pick from {', '.join(lm.CAPTURES)}, "
-                         "each optionally +packed, +nested, +shared")
+                         "each optionally +packed, +nested, +shared, +tuned")
     if idle := {m for m in names if mode_parts(m)[0] == "graphs" and mode_parts(m)[1] & COMPILER_ONLY}:
         raise SystemExit(f"{', '.join(sorted(idle))}: the graphs mode compiles nothing, so "
                          f"{' and '.join('+' + e for e in sorted(COMPILER_ONLY))} change nothing there")

@@ -190,6 +190,14 @@ PACK = False
 # (packing.nest), which cuts a shape's first-use compile; off until a GPU has timed its passes
 # and its captures side by side (`graphprobe --modes direct,direct+nested`).
 NESTED = False
+# Whether the compiled path on a graph device compiles with inductor's coordinate-descent tuning, as
+# gpt-fast does: inductor then writes a one-token pass's bias-free matrix products (gate, up, down,
+# o) as fused Triton reductions instead of cuBLAS calls, which torch's own source says is how its
+# matrix-vector products reach peak bandwidth, and tunes every Triton kernel's launch settings (a
+# longer first compile). On the H200 cuBLAS read gate, up and down at about 2.7 TB/s and the small
+# ones at a launch's latency (docs/benchmarks.md); off until a GPU has timed it side by side
+# (`graphprobe --modes direct+shared,direct+tuned+shared`). Elsewhere (CPU) it changes nothing.
+TUNED = False
 # Whether a compiled step's passes of 2 or more tokens share one graph, compiled once for any width
 # (dynamic in the width: SharedWidths), where each width compiled a graph of its own. On the H200
 # each compile took 18-32 s (docs/benchmarks.md), so every new k a visitor picked, and every tree
@@ -436,10 +444,25 @@ class SharedWidths:
         return self.fn(model, cache, input_ids, 0, refine, kv, **tree)[width - last:]
 
 
-def compiled_step(**settings):
-    """torch.compile(step) with COMPILE's settings and these, its wide passes sharing one graph
+def compile_settings(device: str, graphs: bool = False) -> dict:
+    """torch.compile's arguments for a step on device: COMPILE's, inductor's CUDA graph trees where
+    graphs (mode "reduce-overhead"), and TUNED's coordinate-descent tuning on a graph device. The
+    last two are inductor's options, which torch.compile takes as a mode or as options, not both,
+    and only for inductor (the CPU tests' "aot_eager" backend takes neither)."""
+    options = {"triton.cudagraphs": True} if graphs else {}  # what mode="reduce-overhead" sets
+    if TUNED and device in GRAPH_DEVICES:
+        options["coordinate_descent_tuning"] = True
+    if not options or COMPILE.get("backend", "inductor") != "inductor":
+        return dict(COMPILE)
+    if options.keys() == {"triton.cudagraphs"}:
+        return {**COMPILE, "mode": "reduce-overhead"}
+    return {**COMPILE, "options": options}
+
+
+def compiled_step(device: str, graphs: bool = False):
+    """torch.compile(step) as compile_settings says, its wide passes sharing one graph
     (SharedWidths) when SHARED says so."""
-    fn = torch.compile(step, **{**COMPILE, **settings})
+    fn = torch.compile(step, **compile_settings(device, graphs))
     return SharedWidths(fn) if SHARED else fn
 
 
@@ -451,10 +474,10 @@ def fixed_step(device: str, steps: str):
     if how == "graphs":
         return GraphedStep(step)
     if how == "direct":
-        return GraphedStep(compiled_step())
+        return GraphedStep(compiled_step(device))
     if how == "trees":
-        return compiled_step(mode="reduce-overhead")
-    return compiled_step()
+        return compiled_step(device, graphs=True)
+    return compiled_step(device)
 
 
 def forget_graphs() -> None:

@@ -431,18 +431,18 @@ def test_each_probe_mode_names_every_step_setting_it_times_under(monkeypatch):
     seen = []
 
     def time_path(models, path, s, clock, widths, skipped, label):
-        seen.append((lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED))
+        seen.append((lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED))
         return {"draft_ms": 1.0, "target_ms": {1: 2.0}, "compiled_ok": True}
 
     monkeypatch.setattr(gpumeasure, "time_path", time_path)
     monkeypatch.setattr(graphprobe, "kernel_share", lambda model, s, width=1, refine=True: ({}, "table"))
     monkeypatch.setattr(lm, "SHARED", True)
     out = {}
-    graphprobe.modes(["direct", "direct+shared", "trees+packed+nested"], [], out, [], lambda: None,
-                     repeats=2, device="cpu", quick=True)
-    assert seen == [("direct", False, False, False), ("direct", False, False, True),
-                    ("trees", True, True, False)]
-    assert (lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED) == ("direct", False, False, True)
+    graphprobe.modes(["direct", "direct+shared", "trees+packed+nested", "direct+tuned+shared"], [], out, [],
+                     lambda: None, repeats=2, device="cpu", quick=True)
+    assert seen == [("direct", False, False, False, False), ("direct", False, False, True, False),
+                    ("trees", True, True, False, False), ("direct", False, False, True, True)]
+    assert (lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED) == ("direct", False, False, True, False)
     assert out["direct+shared"]["target_ms"] == {1: 2.0}
 
 
@@ -504,6 +504,37 @@ def test_the_step_flags_set_how_the_compiled_path_builds_its_steps(monkeypatch):
     monkeypatch.setattr(lm, "SHARED", True)
     gpucheck.apply_step_args(p.parse_args(["--shared", "off"]))
     assert not lm.SHARED and lm.NESTED and not lm.PACK
+    monkeypatch.setattr(lm, "TUNED", False)
+    gpucheck.apply_step_args(p.parse_args(["--tuned", "on"]))
+    assert lm.TUNED and not lm.SHARED
+
+
+def test_tuning_reaches_inductor_on_a_graph_device_only(monkeypatch):
+    """lm.TUNED compiles a graph device's steps with inductor's coordinate-descent tuning, which
+    torch.compile takes as an option (never beside a mode: it refuses both at once), so the
+    graph trees' mode becomes its option; on the CPU, and for another backend, nothing changes."""
+    from specviz import lm
+
+    monkeypatch.setattr(lm, "COMPILE", {"dynamic": False})
+    monkeypatch.setattr(lm, "TUNED", False)
+    assert lm.compile_settings("cuda") == {"dynamic": False}
+    assert lm.compile_settings("cuda", graphs=True) == {"dynamic": False, "mode": "reduce-overhead"}
+    monkeypatch.setattr(lm, "TUNED", True)
+    assert lm.compile_settings("cuda") == {"dynamic": False, "options": {"coordinate_descent_tuning": True}}
+    assert lm.compile_settings("cuda", graphs=True) == {
+        "dynamic": False, "options": {"triton.cudagraphs": True, "coordinate_descent_tuning": True}}
+    assert lm.compile_settings("cpu") == {"dynamic": False}
+    import torch._inductor
+
+    assert torch._inductor.list_mode_options("reduce-overhead") == {"triton.cudagraphs": True}
+    monkeypatch.setattr(lm, "COMPILE", {"backend": "aot_eager", "dynamic": False})
+    assert lm.compile_settings("cuda", graphs=True) == {"backend": "aot_eager", "dynamic": False}
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
+    monkeypatch.setattr(lm, "COMPILE", {"dynamic": False})
+    monkeypatch.setattr(lm, "SHARED", False)
+    assert lm.fixed_step("cuda", "compiled").fn is lm.step  # "direct": captured by a GraphedStep
+    assert seen == [{"dynamic": False, "options": {"coordinate_descent_tuning": True}}]
 
 
 def test_enginecheck_alone_compares_each_run_with_the_target_alone(capsys, monkeypatch):
@@ -567,3 +598,40 @@ def test_with_one_shared_graph_a_further_wide_width_is_priced_at_a_capture(monke
     assert width_price(seconds | {9: 1.5, 3: 2.5}, 17, shared=True) == 2.5  # captures measured
     assert width_price(seconds, 9, shared=False) == 28.0  # a graph a width: each compiles
     assert width_price({1: 25.0}, 5, shared=True) == 25.0  # the shared graph not compiled yet
+
+
+def test_the_fastest_probed_mode_gives_gpucheck_its_flags(tmp_path, monkeypatch, capsys):
+    """docs/gpu-next.sh runs gpucheck under the probe's fastest mode: the one whose chain round
+    (k draft passes and a target pass of k + 1 tokens) costs least, by hand from the H200's
+    figures; the defaults' mode unless another beats it by more than 2%; never a mode that failed
+    or fell back to eager, nor one of another capture than gpucheck runs."""
+    from specviz import graphprobe, lm
+
+    monkeypatch.setattr(lm, "CAPTURE", "direct")
+    for name, on in (("PACK", False), ("NESTED", False), ("SHARED", True), ("TUNED", False)):
+        monkeypatch.setattr(lm, name, on)
+    h200 = json.loads((Path(__file__).parents[1] / "docs/gpu-2026-12-04b/capture-modes-h200.json").read_text())
+    direct = h200["modes"]["direct"]  # draft 1.7309 ms, target 2.9331 (1) and 3.5071 (5)
+    assert graphprobe.round_ms(direct) == pytest.approx(4 * 1.7309425 + 3.507145)
+    faster = {"draft_ms": 1.2, "target_ms": {"1": 2.5, "5": 3.1}, "compiled_ok": True}  # 7.9 ms
+    report = {"modes": {"direct+shared": direct,  # 10.431 ms
+                        "direct+packed+shared": {**faster, "draft_ms": 1.70},  # 9.9 ms: 5% faster
+                        "direct+tuned+packed+shared": faster,
+                        "trees+shared": {**faster, "draft_ms": 0.1},  # gpucheck cannot pick its capture
+                        "direct+nested+shared": {**faster, "compiled_ok": False},  # eager: not its speed
+                        "direct+tuned+shared": {"error": "RuntimeError: ..."}}}
+    assert graphprobe.fastest(report) == ("direct+tuned+packed+shared",
+                                          ["--pack", "on", "--nested", "off", "--shared", "on", "--tuned", "on"])
+    close = {"draft_ms": 1.70, "target_ms": {"1": 2.9, "5": 3.45}}  # 10.25 ms: 1.7% faster, within noise
+    assert graphprobe.fastest({"modes": {"direct+packed+shared": close, "direct+shared": direct}})[0] \
+        == "direct+shared"
+    assert graphprobe.fastest({"modes": {"direct+packed+shared": close}})[0] == "direct+packed+shared"
+    assert graphprobe.fastest({"modes": {"direct+shared": {"draft_ms": 1.0, "target_ms": {"1": 2.0}}}}) \
+        == (None, [])  # no wide pass timed: no round to price
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(report))
+    assert graphprobe.main(["--fastest", str(path)]) == 0
+    assert capsys.readouterr().out == "--pack on --nested off --shared on --tuned on\n"
+    path.write_text(json.dumps({"modes": {}}))
+    graphprobe.main(["--fastest", str(path)])
+    assert capsys.readouterr().out == "\n"
