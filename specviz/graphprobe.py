@@ -17,10 +17,11 @@ times, on the random-weight pair (gpumeasure.random_model, assets/configs/):
   "+nested" (packing.nest: lm.NESTED), "+shared" (one graph for every width of 2 or more:
   lm.SHARED) and "+tuned" (inductor's coordinate-descent tuning: lm.TUNED), e.g.
   "direct+packed+shared"; a mode names every setting it has (plain "direct": unpacked, every
-  layer traced, a graph a width, untuned); per mode the time of each shape's first use, the kernels' time a target pass against its wall time
-  (torch.profiler: host work around a replay shows as the gap), the last profiled pass's kernels
-  in order with the device's idle time between them, and, with --identity, float32
-  greedy and verify identity against eager (gpumeasure.identity).
+  layer traced, a graph a width, untuned); per mode the time of each shape's first use, the
+  kernels' time a target pass against its wall time (torch.profiler: host work around a replay
+  shows as the gap), the last profiled pass's kernels in order with the device's idle time
+  between them, and, with --identity, float32 greedy and verify identity against eager
+  (gpumeasure.identity).
 """
 
 from __future__ import annotations
@@ -264,7 +265,8 @@ def fastest(report: dict, margin: float = 0.02) -> tuple[str | None, list[str]]:
     if default is not None and costs[best] > (1 - margin) * costs[default]:
         best = default
     extras = mode_parts(best)[1]
-    return best, [a for f, _, _ in STEP_FLAGS for a in (f"--{f}", "on" if FLAG_EXTRAS[f] in extras else "off")]
+    return best, [word for flag, _, _ in STEP_FLAGS
+                  for word in (f"--{flag}", "on" if FLAG_EXTRAS[flag] in extras else "off")]
 
 
 def modes(names: list[str], identity: list[str], out: dict, tables: list[str], save, repeats: int = 20,
@@ -282,7 +284,8 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
         for mode in names:
             capture, extras = mode_parts(mode)
             lm.CAPTURE, r = capture, out.setdefault(mode, {})
-            lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED = (x in extras for x in ("packed", "nested", "shared", "tuned"))
+            lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED = (x in extras
+                                                       for x in ("packed", "nested", "shared", "tuned"))
             lm.forget_graphs()  # a slot's step is made as lm.CAPTURE says when the slot is
             models = random_pair(device, torch.bfloat16, quick)
             try:

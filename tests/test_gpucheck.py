@@ -610,7 +610,8 @@ def test_the_fastest_probed_mode_gives_gpucheck_its_flags(tmp_path, monkeypatch,
     monkeypatch.setattr(lm, "CAPTURE", "direct")
     for name, on in (("PACK", False), ("NESTED", False), ("SHARED", True), ("TUNED", False)):
         monkeypatch.setattr(lm, name, on)
-    h200 = json.loads((Path(__file__).parents[1] / "docs/gpu-2026-12-04b/capture-modes-h200.json").read_text())
+    probed = Path(__file__).parents[1] / "docs/gpu-2026-12-04b/capture-modes-h200.json"
+    h200 = json.loads(probed.read_text())
     direct = h200["modes"]["direct"]  # draft 1.7309 ms, target 2.9331 (1) and 3.5071 (5)
     assert graphprobe.round_ms(direct) == pytest.approx(4 * 1.7309425 + 3.507145)
     faster = {"draft_ms": 1.2, "target_ms": {"1": 2.5, "5": 3.1}, "compiled_ok": True}  # 7.9 ms
@@ -620,8 +621,8 @@ def test_the_fastest_probed_mode_gives_gpucheck_its_flags(tmp_path, monkeypatch,
                         "trees+shared": {**faster, "draft_ms": 0.1},  # gpucheck cannot pick its capture
                         "direct+nested+shared": {**faster, "compiled_ok": False},  # eager: not its speed
                         "direct+tuned+shared": {"error": "RuntimeError: ..."}}}
-    assert graphprobe.fastest(report) == ("direct+tuned+packed+shared",
-                                          ["--pack", "on", "--nested", "off", "--shared", "on", "--tuned", "on"])
+    assert graphprobe.fastest(report) == (
+        "direct+tuned+packed+shared", ["--pack", "on", "--nested", "off", "--shared", "on", "--tuned", "on"])
     close = {"draft_ms": 1.70, "target_ms": {"1": 2.9, "5": 3.45}}  # 10.25 ms: 1.7% faster, within noise
     assert graphprobe.fastest({"modes": {"direct+packed+shared": close, "direct+shared": direct}})[0] \
         == "direct+shared"
