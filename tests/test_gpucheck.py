@@ -636,3 +636,28 @@ def test_the_fastest_probed_mode_gives_gpucheck_its_flags(tmp_path, monkeypatch,
     path.write_text(json.dumps({"modes": {}}))
     graphprobe.main(["--fastest", str(path)])
     assert capsys.readouterr().out == "\n"
+
+
+def test_the_prepared_device_call_names_modes_and_flags_its_tools_accept():
+    """docs/gpu-next.sh runs once, on a machine lent for minutes: every mode it probes is one
+    graphprobe accepts, and gpucheck's parser takes each flag set --fastest can hand it."""
+    import itertools
+    import re
+
+    from specviz import graphprobe, lm
+    from specviz.cli import build_parser
+
+    script = (Path(__file__).parents[1] / "docs/gpu-next.sh").read_text()
+    names = re.search(r"--modes (\S+)", script).group(1).split(",")
+    assert len(names) == 3 and "direct+packed+tuned+shared" in names
+    for name in names:
+        capture, extras = graphprobe.mode_parts(name)
+        assert capture == lm.CAPTURE and extras <= graphprobe.EXTRAS
+    assert "--fastest" in script and "$flags" in script
+    assert list(graphprobe.FLAG_EXTRAS) == [flag for flag, _, _ in gpucheck.STEP_FLAGS]
+    assert set(graphprobe.FLAG_EXTRAS.values()) == graphprobe.EXTRAS
+    for ons in itertools.product(("on", "off"), repeat=len(graphprobe.FLAG_EXTRAS)):
+        flags = [w for flag, on in zip(graphprobe.FLAG_EXTRAS, ons, strict=True) for w in (f"--{flag}", on)]
+        args = build_parser().parse_args(["gpucheck", "--device", "cuda", "--budget", "150", *flags,
+                                          "--out", "o"])
+        assert [getattr(args, flag) for flag in graphprobe.FLAG_EXTRAS] == list(ons)
