@@ -160,7 +160,7 @@ def cmd_run(args) -> int:
     print(to_ansi(all_spans(events, pair.tokenizer, prompt_ids), color=color))
     print()
     print(f"{stats.new_tokens} tokens in {stats.target_passes} target passes "
-          f"({stats.tokens_per_pass:.2f} per pass), {stats.draft_passes} draft passes; "
+          f"({beside(stats.tokens_per_pass, 1.0)} per pass), {stats.draft_passes} draft passes; "
           + run_line(stats))
     print(f"acceptance by position{' along the walked branch' if stats.is_tree else ''}: "
           f"{', '.join('-' if a is None else percent(a, 0) for a in stats.acceptance_by_position)}")

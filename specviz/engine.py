@@ -245,14 +245,29 @@ def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],
     return judged, verdict, [nodes[i].token for i in chain], logits[[0] + [1 + i for i in chain]]
 
 
-def check_draft(draft, vocab_size: int) -> None:
-    """A proposer's draft (any Proposer, the caller's own included): token ids the target can
-    verify, and a well-formed tree (tree.check); ValueError naming what is wrong."""
+def check_draft(draft, vocab_size: int, budget: int, room: int) -> None:
+    """A proposer's draft (any Proposer, the caller's own included): at most `budget` tokens deep
+    (what it was asked for: the output's room), a tree of at most `room` nodes (the positions the
+    caches keep for a round's drafts), token ids the target can verify, a well-formed tree
+    (tree.check) and q [tokens, vocab_size] where given; ValueError naming what is wrong. (Shapes
+    only: q's values stay on the device, where reading them would cost a sync a round.)"""
+    depth = max((n.depth for n in draft.tree), default=0) if draft.tree else len(draft.tokens)
+    if depth > budget:
+        raise ValueError(f"the proposer drafted {depth} tokens deep, more than the {budget} it was asked "
+                         "for (propose's k): draft at most k tokens")
+    if draft.tree and len(draft.tree) > room:
+        raise ValueError(f"the proposer drafted a tree of {len(draft.tree)} nodes, more than the {room} "
+                         "a round has room for: draft a smaller tree, or name the proposer \"tree\" "
+                         f"(a round of the tree drafter has room for {MAX_NODES} nodes or more)")
     if draft.tree:
         check(draft.tree, vocab_size)
     bad = [t for t in draft.tokens if not (isinstance(t, Integral) and 0 <= t < vocab_size)]
     if bad:
         raise ValueError(f"the proposer drafted {bad[0]!r}, not a token id in 0..{vocab_size - 1}")
+    if draft.q is not None and tuple(draft.q.shape) != (len(draft.tokens), vocab_size):
+        raise ValueError(f"the proposer's q has shape {tuple(draft.q.shape)}: it must be "
+                         f"[{len(draft.tokens)}, {vocab_size}], a distribution over the target's "
+                         "vocabulary for each drafted token (or None for a deterministic drafter)")
 
 
 def cache_length(target: CachedLM, stop: str | None) -> int:
@@ -275,6 +290,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             params: SamplingParams, seed: int, length: int | None = None,
             progress: bool = False, target: CachedLM | None = None) -> Iterator[RoundEvent | Reading]:
     length = length or run_length(ids, max_new_tokens, k)
+    room = length - len(ids) - max_new_tokens - 1  # positions a round's drafts may take (run_length)
     if target is None:
         target = target_lm(pair, length)
     elif target.model is not pair.target or (target.static and target.max_len < length):
@@ -304,9 +320,10 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         first = round_ == 1
         position = len(ids) - prompt_len
         # 1. Draft: at most what the budget can still use (the target adds one token itself).
-        draft = drafter.propose(ids, min(k, max_new_tokens - position - 1), params, generator)
+        budget = min(k, max_new_tokens - position - 1)
+        draft = drafter.propose(ids, budget, params, generator)
         draft_passes += draft.passes
-        check_draft(draft, pair.vocab_size)
+        check_draft(draft, pair.vocab_size, budget, room)
         # 2. Verify: one target pass over the uncached tail and the drafts (a chain or a tree).
         # 3. The rule: greedy compares argmaxes; sampling is Algorithm 1 (tree.walk for trees).
         target_before, passes_before, judged, drafted = target.seconds, target.passes, None, draft.tokens

@@ -8,7 +8,7 @@ from collections import Counter
 
 import plotly.graph_objects as go
 
-from .digits import percent
+from .digits import beside, percent
 from .metrics import RunStats, reach, target_line
 from .theory import break_even_tokens, expected_tokens_per_pass
 
@@ -179,7 +179,8 @@ def tree_vs_chain(spec: RunStats, chain: RunStats | None, k: int | None = None) 
         names.append(f"chain (draft model, k={k or chain.k})")
         values.append(chain.tokens_per_pass)
         colors.append(BASE)
-    fig = go.Figure(go.Bar(x=names, y=values, marker_color=colors, text=[f"{v:.2f}" for v in values],
+    labels = [beside(v, (1.0, *values)) for v in values]  # never rounded onto the other bar or 1
+    fig = go.Figure(go.Bar(x=names, y=values, marker_color=colors, text=labels,
                            textposition="auto", name="tokens per target pass"))
     fig.add_hline(y=1.0, line_dash="dash", line_color=BASE, annotation_text="target alone",
                   annotation_bgcolor=LABEL_BACKGROUND,

@@ -348,7 +348,8 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
                     "rerun in float32 to check the replay itself."))
     numbers = (f"<div class='specviz-lab'><b>{f'adaptive k ≤ {k}' if adaptive else f'k = {k}'}</b>: "
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
-               f"{rep.tokens_per_pass:.2f} tokens per pass, predicted {sig3(rep.predicted_seconds)} s "
+               f"{beside(rep.tokens_per_pass, 1.0)} tokens per pass, "
+               f"predicted {sig3(rep.predicted_seconds)} s "
                f"({cost_text(rec)}; {prefill_text(prefilled)})."
                f"{on_profile(rep, profile) if profile else ''}{check}{note}</div>")
     fig = go.Figure()

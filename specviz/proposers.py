@@ -29,7 +29,10 @@ from .verifycost import VERIFY_SLOPE, VerifyCost
 @dataclass(frozen=True)
 class Draft:
     tokens: list[int]  # up to k proposed ids
-    q: torch.Tensor | None  # [len(tokens), vocab] draft distributions, or None when one-hot
+    # [len(tokens), vocab] draft distributions, or None when one-hot. Each row a distribution with
+    # q(x) > 0 at its drafted x, as the rule needs (the engine checks the shape only: the values
+    # stay on the device)
+    q: torch.Tensor | None
     passes: int = 0  # draft model forward passes spent
     seconds: float = 0.0
     source: str = ""  # which drafter proposed it (RoundEvent.source)

@@ -64,7 +64,10 @@ def process(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]  # [..., 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        # stable: where the cut falls among tied logits (bfloat16 ties often), the lowest ids stay,
+        # whatever the batch; an unstable sort's order of ties can change with a pass's width (a
+        # verify pass's rows against the target alone's one row)
+        sorted_logits, order = torch.sort(logits, stable=True, dim=-1, descending=True)
         sorted_probs = sorted_logits.softmax(-1)
         mass_before = sorted_probs.cumsum(-1) - sorted_probs  # [..., vocab]
         drop = mass_before >= params.top_p  # [..., vocab]

@@ -539,8 +539,9 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                 store.chains.put(key, tuple(chain_events), time.time())
                 chain = RunStats.of(chain_events)
         if chain is not None:
-            status += (f". Tokens per target pass: tree {spec.tokens_per_pass:.2f}, chain at k={s.k} "
-                       f"{chain.tokens_per_pass:.2f}")
+            tree_, chain_ = spec.tokens_per_pass, chain.tokens_per_pass  # printed apart where they differ
+            status += (f". Tokens per target pass: tree {beside(tree_, (1.0, chain_))}, chain at k={s.k} "
+                       f"{beside(chain_, (1.0, tree_))}")
     view = _view(status, pair, spans, spec, base, result, chain=chain, kept=True, **views)
     recording = None
     if greedy and s.proposer in EXPLORER_PROPOSERS:

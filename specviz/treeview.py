@@ -19,7 +19,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from .digits import percent
+from .digits import beside, percent
 from .engine import RoundEvent
 from .metrics import RunStats
 from .render import shown, target_fate
@@ -182,7 +182,7 @@ def overview_html(events: Sequence[RoundEvent], pieces_of: Pieces, current: int 
     summary = (f"{len(trees)} of {len(events)} rounds verified a tree: {stats.nodes_verified} nodes "
                f"({stats.nodes_per_round()}), {stats.accepted} accepted"
                + (f" ({percent(stats.accepted_per_node)} of the nodes)" if stats.nodes_verified else "")
-               + f", {stats.tokens_per_pass:.2f} tokens per target pass.")
+               + f", {beside(stats.tokens_per_pass, 1.0)} tokens per target pass.")
     shown = events[-OVERVIEW_ROUNDS:]
     if len(events) > len(shown):
         summary += f" The newest {len(shown)} rounds are listed."

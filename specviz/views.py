@@ -69,7 +69,7 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
         row("tokens", lambda r: f"{r.new_tokens}", f"{b.new_tokens}" if b else ""),
         row("target passes", lambda r: f"{r.target_passes}", f"{b.target_passes}" if b else ""),
         row("draft passes", lambda r: f"{r.draft_passes}", "0" if b else ""),
-        row("tokens per target pass", lambda r: f"{r.tokens_per_pass:.2f}", "1.00" if b else ""),
+        row("tokens per target pass", lambda r: beside(r.tokens_per_pass, 1.0), "1.00" if b else ""),
     ]
     if tree:  # accepted / nodes verified is a tree's acceptance rate
         rows += [row("drafted tokens verified (tree nodes; a chain: k a round)",

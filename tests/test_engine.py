@@ -278,12 +278,15 @@ def test_a_custom_proposers_malformed_draft_is_refused_not_verified(pair):
     from specviz.proposers import Draft
     from specviz.tree import TreeNode
 
-    def proposer(tokens=(), tree=()):
+    def proposer(tokens=(), tree=(), q=None, obey=False):
         class Fixed:
             name = "mine"
 
             def propose(self, ids, k, params, generator):
-                return Draft(list(tokens), None, source="mine", tree=tuple(tree))
+                if obey:  # at most the k asked for (the budget's last round asks for fewer)
+                    return Draft(list(tokens)[:k], None if q is None else q[:k], source="mine",
+                                 tree=tuple(n for n in tree if n.depth <= k))
+                return Draft(list(tokens), q, source="mine", tree=tuple(tree))
         return Fixed()
 
     twins = [TreeNode(-1, 5, 1, 0.5, 0.5), TreeNode(-1, 5, 1, 0.5, 0.5)]
@@ -292,9 +295,25 @@ def test_a_custom_proposers_malformed_draft_is_refused_not_verified(pair):
                            (proposer(tree=orphan, tokens=[5]), "parent must come before"),
                            (proposer(tree=[TreeNode(-1, -1, 1, 0.5, 0.5)], tokens=[-1]), "not an id"),
                            (proposer(tokens=[3, pair.vocab_size]), "not a token id in 0.."),
-                           (proposer(tokens=[-2]), "not a token id in 0..")]:
+                           (proposer(tokens=[-2]), "not a token id in 0.."),
+                           # deeper than asked: near the last position it ran the target past its
+                           # position table (IndexError) or the static cache (a bare "holds 260")
+                           (proposer(tokens=[3, 4, 5]), "3 tokens deep, more than the 2 it was asked"),
+                           (proposer(tree=[TreeNode(-1, 3, 1, 0.5, 0.5), TreeNode(0, 4, 2, 0.5, 0.5),
+                                           TreeNode(1, 5, 3, 0.5, 0.5)], tokens=[3, 4, 5]), "3 tokens deep"),
+                           (proposer(tree=[TreeNode(-1, t, 1, 0.1, 0.1) for t in range(3)], tokens=[0]),
+                            "a tree of 3 nodes, more than the 2 a round has room for"),
+                           (proposer(tokens=[3, 4], q=torch.full((2, 7), 1 / 7)), r"q has shape \(2, 7\)"),
+                           (proposer(tokens=[3], q=torch.full((2, pair.vocab_size), 0.5)), "must be")]:
         with pytest.raises(ValueError, match=match):
             list(specviz.generate(pair, "def f", proposer=drafter, k=2, max_new_tokens=4))
+    # within bounds: k tokens, a tree of k nodes, q as asked
+    q = torch.full((2, pair.vocab_size), 1 / pair.vocab_size)
+    pair_of_roots = [TreeNode(-1, 3, 1, 0.5, 0.5), TreeNode(-1, 4, 1, 0.5, 0.5)]
+    for drafter in (proposer(tokens=[3, 4], q=q, obey=True),
+                    proposer(tree=pair_of_roots, tokens=[3], obey=True)):
+        events = list(specviz.generate(pair, "def f", proposer=drafter, k=2, max_new_tokens=3))
+        assert sum(len(e.new_tokens) for e in events) == 3
 
 
 def test_chain_and_baseline_rounds_measure_the_targets_verify_line(pair, monkeypatch):

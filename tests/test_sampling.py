@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -32,6 +34,23 @@ def test_temperature_top_k_top_p_exact():
     assert torch.allclose(process(tempered, SamplingParams(0.5)), torch.tensor([0.5, 0.25, 0.125, 0.125]))
     assert torch.allclose(process(tempered, SamplingParams(0.5, top_p=0.7)),
                           torch.tensor([2 / 3, 1 / 3, 0, 0]))
+
+
+def test_a_top_p_cut_among_tied_logits_keeps_the_lowest_ids_whatever_the_batch():
+    """One token of mass 1/2 and 4,096 tied ones of 1/8192 each; top_p 0.5 + 3/8192 keeps the top
+    token and the first 3 of the tie (masses before them 1/2, 1/2 + 1/8192, 1/2 + 2/8192 are below
+    it, exactly in float32). Which 3 was the unstable sort's order of ties: here ids 3339, 3321
+    and 3338 on this CPU, an order a GPU's sort may change with the pass's rows (the target alone's
+    one row against a verify pass's k + 1). Stable: ids 1, 2 and 3, alone or in any batch."""
+    logits = torch.full((4097,), math.log(1 / 8192))
+    logits[0] = math.log(1 / 2)
+    params = SamplingParams(1.0, top_p=0.5 + 3 / 8192)
+    alone = process(logits, params)
+    assert alone.nonzero().flatten().tolist() == [0, 1, 2, 3]
+    batch = torch.stack([torch.randn(4097), logits, logits.flip(0), logits])  # [4, 4097]
+    rows = process(batch, params)
+    assert torch.equal(rows[1], alone) and torch.equal(rows[3], alone)
+    assert rows[2].nonzero().flatten().tolist() == [0, 1, 2, 4096]  # flipped: the top last, the tie first
 
 
 def test_top_p_stops_at_the_token_whose_mass_reaches_it():

@@ -188,3 +188,21 @@ def test_a_share_just_short_of_all_or_none_never_prints_as_100_or_0_percent():
     assert spec.alpha == 249 / 250 and spec.acceptance_by_position[0] == 249 / 250
     assert "α 99.6%" in run_line(spec) and "accepted/drafted 99.6%" in run_line(spec)
     assert "99.6%" in stats_html(spec) and "100.0%" not in stats_html(spec)
+
+
+def test_tokens_per_pass_just_over_one_never_prints_as_the_target_alones_one():
+    """251 tokens in 250 target passes printed "1.00" beside the target alone's "1.00" (and in the
+    tree summary, its bar and the CLI) while α was not 0: by hand 251 / 250 = 1.004."""
+    from specviz.figures import tree_vs_chain
+    from specviz.treeview import overview_html
+
+    rounds = [ev(1, 0, 1, 1, 0.1)] + [ev(n, n, 1, 0, 0.1) for n in range(2, 250)] \
+        + [ev(250, 250, 1, 0, 0.1, stop="length")]
+    spec = RunStats.of(rounds)
+    assert (spec.new_tokens, spec.target_passes) == (251, 250) and spec.tokens_per_pass == 251 / 250
+    assert "<td>1.004</td><td>1.00</td>" in stats_html(spec, RunStats.of(alone(251, 0.1)))
+    assert "<td>1.50</td>" in stats_html(RunStats.of([ev(1, 0, 1, 1, 0.1), ev(2, 2, 1, 0, 0.1)]))
+    chain = RunStats.of([ev(n, 2 * n, 1, 1, 0.1) for n in range(1, 4)])  # 2 tokens a pass
+    assert list(tree_vs_chain(spec, chain, 1).data[0].text) == ["1.004", "2.00"]
+    pieces = lambda context, tokens: [f"<{t}>" for t in tokens]  # noqa: E731
+    assert "1.004 tokens per target pass" in overview_html(rounds, pieces)
