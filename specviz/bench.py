@@ -412,8 +412,14 @@ def cmd_bench(args) -> int:
         prompts = [p for p in prompts if not (p["class"] in seen or seen.add(p["class"]))]
         args.max_new_tokens = min(args.max_new_tokens, 32)
     names = set(args.methods.split(",")) if args.methods else None
+    has_draft = not (args.target and not args.draft)
     if names:
-        check_methods(names, ks, tree_nodes, has_draft=not (args.target and not args.draft))
+        check_methods(names, ks, tree_nodes, has_draft=has_draft)
+    chosen = methods(ks, names, has_draft, True, tree_nodes)
+    if tree_nodes and not any(tree_name(k, n) in chosen for k in ks for n in tree_nodes):
+        raise ValueError(f"--tree-nodes {','.join(map(str, tree_nodes))}: no method runs them ("
+                         + ("they need a draft model: add --draft MODEL" if not has_draft else
+                            "--methods names no tree: add specviz:tree, or drop --methods") + ")")
     profile = load_profile(args.profile) if args.profile else None  # fail before the model load
     quantize, args.draft_quant = args.draft_quant, "none"
     pair = load_from_args(args)  # transformers runs the draft as loaded

@@ -106,13 +106,14 @@ def load_from_args(args):
 
 def cmd_run(args) -> int:
     from .compare import compare
-    from .engine import check_settings, generate
+    from .engine import check_run_settings, check_settings, generate
     from .metrics import RunStats
     from .render import all_spans, to_ansi
     from .sampling import SamplingParams
     from .treedraft import check_tree_settings
 
     check_settings(args.k, args.max_new_tokens)  # fail before the slow model load
+    check_run_settings(args.seed, args.ngram)
     SamplingParams(args.temperature, args.top_k, args.top_p)
     tree = args.proposer == "tree"
     if not tree and (args.nodes is not None or args.branching is not None):

@@ -144,7 +144,7 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
         described = {role: {"name": f"{ROLES[role]} architecture, random weights{tiny}",
                             "params": sizes[role][0], "weight_bytes": sizes[role][1], "dtype": s.dtype,
                             "config": f"assets/configs/{ROLES[role]}/config.json"} for role in ROLES}
-        command = "python -m specviz gpucheck --device " + s.device + (" --quick" if s.quick else "")
+        command = command_of(s)
         profile = profiles.Profile(name, hw, packages(), costs, described,
                                    datetime.date.today().isoformat(), s.quick,
                                    f"measured by `{command}`" + load_note(loads)
@@ -295,6 +295,36 @@ def summary(profile: profiles.Profile, read_bytes: int, bandwidth: float, ident:
             "target_alone": alone, "projection": projection, "goals": goals}
 
 
+def steps_line(report: dict) -> str:
+    """How the fast path's steps were built, as far as they apply where it ran: packing and tuning
+    only where steps are captured as graphs (lm.GRAPH_DEVICES), nothing where nothing compiled."""
+    steps, settings = report.get("steps") or {}, report["settings"]
+    if not steps or not settings.get("compile"):
+        return "fast path: static caches, eager steps (nothing compiled)"
+    graphs = settings["device"] in lm.GRAPH_DEVICES
+    return ("compiled steps: " + (f"capture {steps['capture']}, " if graphs else "no graphs (not CUDA), ")
+            + (f"{'packed' if steps['pack'] else 'unpacked'} projections, " if graphs else "")
+            + f"{'one layer compiled for all' if steps.get('nested') else 'every layer traced'}, "
+            + f"{'one graph for all widths over 1' if steps.get('shared') else 'a graph a width'}, "
+            + (f"coordinate-descent tuning {'on' if steps.get('tuned') else 'off'}, " if graphs else "")
+            + f"head refined over the top {steps['candidates']} logits first")
+
+
+def command_of(s: Settings) -> str:
+    """The gpucheck command that measures as s and lm's step settings say (a profile's note: the
+    one record of how its costs were measured)."""
+    default = Settings.for_device(s.device, s.quick)
+    words = ["python -m specviz gpucheck --device", s.device] + (["--quick"] if s.quick else [])
+    if s.dtype != default.dtype:
+        words += ["--dtype", s.dtype]
+    if s.compile != default.compile:
+        words += ["--compile", "on" if s.compile else "off"]
+    if s.compile:
+        words += [w for flag, name, _ in STEP_FLAGS if getattr(lm, name) != STEP_DEFAULTS[name]
+                  for w in (f"--{flag}", "on" if getattr(lm, name) else "off")]
+    return " ".join(words)
+
+
 def text(report: dict) -> str:
     """The report for a terminal: pass costs, the target alone, the projection, the goals."""
     prof, lines = report["profile"], []
@@ -302,12 +332,7 @@ def text(report: dict) -> str:
     lines.append(f"specviz gpucheck on {hw['name']} ({hw['device']}): torch {pk['torch']}, transformers "
                  f"{pk['transformers']}, python {pk['python']}, CUDA {pk['cuda']}; {report['seconds']} s"
                  + (" (quick: tiny widths, the real depths)" if prof["quick"] else ""))
-    if steps := report.get("steps"):
-        lines.append(f"compiled steps: capture {steps['capture']}, "
-                     f"{'packed' if steps['pack'] else 'unpacked'} projections, "
-                     f"{'one layer compiled for all' if steps.get('nested') else 'every layer traced'}, "
-                     f"{'one graph for all widths over 1' if steps.get('shared') else 'a graph a width'}, "
-                     f"head refined over the top {steps['candidates']} logits first")
+    lines.append(steps_line(report))
     lines.append(f"copy bandwidth {report['bandwidth_gbs']:.1f} GB/s; target reads "
                  f"{report['weights']['target']['read_per_pass'] / 1e9:.3f} GB a pass: limit "
                  f"{report['bandwidth_limit_ms']:.3f} ms, "
@@ -388,6 +413,9 @@ STEP_FLAGS = (("pack", "PACK", "pack q/k/v and gate/up, grouped attention"),
               ("shared", "SHARED", "one graph for every width of 2 or more tokens"),
               ("tuned", "TUNED", "inductor's coordinate-descent tuning (one-token matrix products as "
                                  "fused reductions)"))
+
+
+STEP_DEFAULTS = {name: getattr(lm, name) for _, name, _ in STEP_FLAGS}  # as lm ships them
 
 
 def add_step_args(p) -> None:

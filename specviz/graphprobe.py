@@ -295,14 +295,18 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
                                                       "compiled_ok")})
                 if device == "cuda":  # the pair's weights, caches and every captured graph's buffers
                     r["allocated_gb"] = round(torch.cuda.memory_allocated() / 1e9, 3)
-                r["kernels"], table = kernel_share(models["target"], s)
-                tables.append(f"{mode}: the target's width-1 pass through CachedLM\n{table}")
-                r["kernels_wide"], table = kernel_share(models["target"], s, width=s.k + 1)
-                tables.append(f"{mode}: the target's width-{s.k + 1} pass through CachedLM\n{table}")
-                r["kernels_draft"], table = kernel_share(models["draft"], s, refine=False)  # C_D/C_T
-                tables.append(f"{mode}: the draft's width-1 pass through CachedLM\n{table}")
             except Exception as e:  # noqa: BLE001 - a probe: say what failed, keep the rest
                 r["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            if "error" not in r:  # the profiler's tables apart: a failure there leaves the timings
+                try:  # to --fastest
+                    r["kernels"], table = kernel_share(models["target"], s)
+                    tables.append(f"{mode}: the target's width-1 pass through CachedLM\n{table}")
+                    r["kernels_wide"], table = kernel_share(models["target"], s, width=s.k + 1)
+                    tables.append(f"{mode}: the target's width-{s.k + 1} pass through CachedLM\n{table}")
+                    r["kernels_draft"], table = kernel_share(models["draft"], s, refine=False)  # C_D/C_T
+                    tables.append(f"{mode}: the draft's width-1 pass through CachedLM\n{table}")
+                except Exception as e:  # noqa: BLE001
+                    r["kernels_error"] = f"{type(e).__name__}: {str(e)[:300]}"
             del models
             print(mode, json.dumps(r), flush=True)
             save()  # the timings and kernel tables, before the identity check (a cut there loses it alone)

@@ -184,6 +184,10 @@ def loaded(*args, **kwargs):
     (["bench", "--json", "/nonexistent-folder/b.json"], "--json /nonexistent-folder/b.json: cannot write"),
     (["bench", "--html", "/tmp"], "--html /tmp: cannot write a file there"),
     (["costs", "--pair", "embedded", "--draft", "D"], "--pair replaces"),
+    # ignored without a word, the bench's meta still saying it ran them
+    (["bench", "--methods", "specviz:draft-4", "--tree-nodes", "8"], "--methods names no tree"),
+    (["bench", "--target", "T", "--tree-nodes", "8"], "--tree-nodes 8: no method runs them (they need"),
+    (["run", "--proposer", "ngram", "--ngram", "0", "x"], "ngram_size must be an integer in 1..16"),
     (["gpucheck", "--device", "cpu", "--out", "/proc/version/x"], "--out /proc/version/x: cannot make that"),
 ])
 def test_arguments_that_cannot_work_fail_before_loading_and_name_the_fix(argv, message, monkeypatch, capsys):

@@ -179,9 +179,9 @@ def test_quick_check_times_the_engines_own_rounds(quick):
     assert "engine rounds (fast path" in text and "the profile projects" in text
     assert text.count("output = the target alone's") == 3
     assert report["steps"] == {"capture": "direct", "pack": False, "nested": False, "shared": True,
-                               "candidates": 16}
-    assert "compiled steps: capture direct, unpacked projections" in text
-    assert "every layer traced, one graph for all widths over 1, head refined" in text
+                               "tuned": False, "candidates": 16}
+    assert "fast path: static caches, eager steps (nothing compiled)" in text  # a CPU compiles nothing
+    assert "measured by `python -m specviz gpucheck --device cpu --quick`" in report["profile"]["note"]
     # drafting for itself the target accepts every draft (float32 here: no rounding between widths)
     assert report["engine"]["self"]["accepted"] == 4 * report["engine"]["self"]["rounds"]
 
@@ -661,3 +661,61 @@ def test_the_prepared_device_call_names_modes_and_flags_its_tools_accept():
         args = build_parser().parse_args(["gpucheck", "--device", "cuda", "--budget", "150", *flags,
                                           "--out", "o"])
         assert [getattr(args, flag) for flag in graphprobe.FLAG_EXTRAS] == list(ons)
+
+
+def test_the_report_says_how_its_steps_were_built_and_its_profile_the_command(monkeypatch):
+    """gpucheck's "compiled steps" line left out the tuning and described packed, captured steps
+    where nothing compiled (a CPU, --compile off); a profile's note named the plain command
+    whatever flags measured it, though the note is its one record of how."""
+    from specviz import lm
+
+    steps = {"capture": "direct", "pack": True, "nested": False, "shared": True, "tuned": True,
+             "candidates": 16}
+    cuda = {"steps": steps, "settings": {"device": "cuda", "compile": True}}
+    assert gpucheck.steps_line(cuda) == (
+        "compiled steps: capture direct, packed projections, every layer traced, one graph for all "
+        "widths over 1, coordinate-descent tuning on, head refined over the top 16 logits first")
+    assert gpucheck.steps_line({**cuda, "settings": {"device": "cpu", "compile": True}}) == (
+        "compiled steps: no graphs (not CUDA), every layer traced, one graph for all widths over 1, "
+        "head refined over the top 16 logits first")
+    assert gpucheck.steps_line({**cuda, "settings": {"device": "cuda", "compile": False}}) \
+        == "fast path: static caches, eager steps (nothing compiled)"
+    s = gpumeasure.Settings.for_device("cuda")
+    assert gpucheck.command_of(s) == "python -m specviz gpucheck --device cuda"
+    for name, on in (("PACK", True), ("TUNED", True), ("SHARED", False)):
+        monkeypatch.setattr(lm, name, on)
+    assert gpucheck.command_of(s) == ("python -m specviz gpucheck --device cuda --pack on --shared off "
+                                      "--tuned on")
+    quick = gpumeasure.Settings.for_device("cpu", True, dtype="float32", compile=True)
+    assert gpucheck.command_of(quick) == ("python -m specviz gpucheck --device cpu --quick --dtype float32 "
+                                          "--compile on --pack on --shared off --tuned on")
+    off = gpumeasure.Settings.for_device("cuda", compile=False)  # the step flags change nothing
+    assert gpucheck.command_of(off) == "python -m specviz gpucheck --device cuda --compile off"
+
+
+def test_a_probe_modes_profiler_failure_keeps_its_timings_for_the_choice(monkeypatch):
+    """A mode whose kernel tables failed was marked failed whole, so --fastest dropped timings it
+    had measured (every mode, should the profiler fail on the GPU: gpucheck then ran the defaults
+    silently). A mode whose timing failed is not profiled again (it would compile again)."""
+    from specviz import graphprobe, lm
+
+    def time_path(models, path, s, clock, widths, skipped, label):
+        if lm.TUNED:
+            raise RuntimeError("compile failed")
+        return {"draft_ms": 1.0 if lm.PACK else 1.5, "target_ms": {1: 2.0, 5: 2.5}, "compiled_ok": True}
+
+    profiled = []
+
+    def kernel_share(model, s, width=1, refine=True):
+        profiled.append((lm.PACK, lm.TUNED))
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    monkeypatch.setattr(gpumeasure, "time_path", time_path)
+    monkeypatch.setattr(graphprobe, "kernel_share", kernel_share)
+    out = {}
+    graphprobe.modes(["direct+shared", "direct+packed+shared", "direct+tuned+shared"], [], out, [],
+                     lambda: None, repeats=2, device="cpu", quick=True)
+    assert out["direct+packed+shared"]["kernels_error"].startswith("RuntimeError: CUPTI")
+    assert "error" not in out["direct+packed+shared"] and out["direct+tuned+shared"]["error"]
+    assert profiled == [(False, False), (True, False)]  # not the mode whose timing failed
+    assert graphprobe.fastest({"modes": out})[0] == "direct+packed+shared"  # 6.5 against 8.5 ms
