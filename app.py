@@ -200,9 +200,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         return request_address(request, limits.trust_forwarded)
 
     with gr.Blocks(title="specviz: speculative decoding, visible", delete_cache=CLEAN_CACHE) as demo:
-        pages = PerAddress(max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE), TRACE_TTL)
-        opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE),  # traces opened, by address
-                           "too many traces opened from your address: at most {n} in {minutes} minutes")
+        per_page = max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE)  # an IPv6 /48: a quarter of all
+        pages = PerAddress(per_page, TRACE_TTL, per_network=max(per_page, limits.max_sessions // 4))
+        opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE),  # traces opened, by address (each
+                           "too many traces opened from your address: at most {n} in {minutes} minutes",
+                           per_network=2 * UPLOADS_PER_ADDRESS)  # costs up to seconds of a core)
         demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits, pages=pages,
                                        default=default)
         gr.Markdown(INTRO)

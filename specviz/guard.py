@@ -105,33 +105,56 @@ def _address(request, proxies: tuple = ()) -> str | None:
 
 class PerAddress:
     """The distinct keys each public address has used in the last `window` seconds, at most
-    per_address; a key of None is new each time. For sessions (pages): Gradio keeps state for a
-    bounded number of them and drops the least recently used, so a client making up sessions
-    would expire every other visitor's page, and a call without a session gets a fresh one.
-    refused: the message for a refused key, with {n} and {minutes} to fill in."""
+    per_address, and each IPv6 /48 (gate.network_of: one free tunnel /48 is 256 /56s, each an
+    address of its own) at most per_network (by default four addresses' worth); a key of None is
+    new each time. For sessions (pages): Gradio keeps state for a bounded number of them and drops
+    the least recently used, so a client making up sessions would expire every other visitor's
+    page, and a call without a session gets a fresh one. refused: the message for a refused key,
+    with {n} and {minutes} to fill in."""
 
-    def __init__(self, per_address: int, window: float, refused: str = TOO_MANY_PAGES):
+    def __init__(self, per_address: int, window: float, refused: str = TOO_MANY_PAGES,
+                 per_network: int | None = None):
         self.per_address, self.window, self.refused = per_address, window, refused
-        self.seen: dict[str, OrderedDict[str, float]] = {}  # address -> session -> last use
+        self.per_network = 4 * per_address if per_network is None else per_network
+        self.seen: dict[str, OrderedDict] = {}  # address (or network) -> key -> last use
         self.calls = 0
+        self.last_refused = self.refused.format(n=per_address, minutes=round(window / 60))
+
+    def _recent(self, owner: str, now: float) -> OrderedDict:
+        """owner's keys of the last window (an address's sessions, a network's (address, session)
+        pairs), oldest use first."""
+        mine = self.seen.setdefault(owner, OrderedDict())
+        while mine and next(iter(mine.values())) <= now - self.window:
+            mine.popitem(last=False)
+        return mine
 
     def admit(self, address: str, session: str | None, now: float) -> bool:
         self.calls += 1
         if self.calls % 1024 == 0:  # now and then, forget addresses idle for a whole window
             self.seen = {a: m for a, m in self.seen.items()
                          if m and next(reversed(m.values())) > now - self.window}
-        mine = self.seen.setdefault(address, OrderedDict())
-        while mine and next(iter(mine.values())) <= now - self.window:
-            mine.popitem(last=False)
+        key = session if session is not None else f"call-{self.calls}"
+        mine, network = self._recent(address, now), network_of(address)
+        theirs = self._recent(f"network {network}", now) if network is not None else None
         if session is not None and session in mine:
             mine.move_to_end(session)
         elif len(mine) >= self.per_address:
+            self.last_refused = self.refused.format(n=self.per_address, minutes=round(self.window / 60))
             return False
-        mine[session if session is not None else f"call-{self.calls}"] = now
+        elif theirs is not None and len(theirs) >= self.per_network:
+            self.last_refused = (self.refused.format(n=self.per_network, minutes=round(self.window / 60))
+                                 .replace("your address", f"your network ({network})", 1))
+            return False
+        mine[key] = now
+        if theirs is not None:
+            theirs[(address, key)] = now
+            theirs.move_to_end((address, key))
         return True
 
     def refusal(self) -> str:
-        return self.refused.format(n=self.per_address, minutes=round(self.window / 60))
+        """The message for the last refusal: its address's bound, or its network's (read right
+        after admit refused, as its callers do, it is that refusal's)."""
+        return self.last_refused
 
 
 def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None = None,
@@ -280,7 +303,8 @@ class RequestGuard:
     - Every request's body is bounded: an upload's by max_upload bytes and one file, any other's
       by max_body; one over is refused (413) as soon as it says so or sends the bytes.
     - Uploads, which stay on disk until the cache is cleaned, are bounded further (429): a
-      public address may make per_address in `window` seconds, and all visitors together
+      public address may make per_address in `window` seconds, an IPv6 /48 a quarter of the
+      uploads upload_bytes holds (at least per_address), and all visitors together
       upload_bytes. Set `window` to the longest a file stays in the cache: upload_bytes then
       bounds the disk uploads take. An upload is charged its declared length (max_upload if it
       declares none) while it runs and what it sent once it ends, so uploads side by side
@@ -322,6 +346,9 @@ class RequestGuard:
         self.recent: deque[list] = deque()  # uploads: [when, bytes charged, address, held], oldest first
         self.charged = 0  # the bytes `recent` charges, kept as it changes (admit runs per upload)
         self.by_address: Counter[str] = Counter()  # uploads in `recent` per public address
+        # and per IPv6 /48 (gate.network_of), at most a quarter of the uploads upload_bytes holds
+        self.by_network: Counter[str] = Counter()
+        self.per_network = max(per_address, upload_bytes // max(1, max_upload) // 4)
 
     def admit(self, address: str | None, declared: int | None) -> list:
         """A new upload's entry in `recent`; Refused when it may not start."""
@@ -331,16 +358,22 @@ class RequestGuard:
             _, n, old, _ = gone
             gone[3] = False  # forgotten: settling it later changes no total
             self.charged -= n
-            if old is not None:
-                self.by_address[old] -= 1
-                if not self.by_address[old]:
-                    del self.by_address[old]
+            for counter, key in ((self.by_address, old), (self.by_network, network_of(old))):
+                if key is not None:
+                    counter[key] -= 1
+                    if not counter[key]:
+                        del counter[key]
         charge = self.max_upload if declared is None else declared
         if charge > self.max_upload:
             raise Refused(413, self.too_large(upload=True))
         if address is not None and self.by_address[address] >= self.per_address:
             raise Refused(429, f"too many uploads from your address: at most {self.per_address} in "
                                f"{round(self.window / 60)} minutes; wait a few minutes and try again")
+        network = network_of(address)
+        if network is not None and self.by_network[network] >= self.per_network:
+            raise Refused(429, f"too many uploads from your network ({network}): at most "
+                               f"{self.per_network} in {round(self.window / 60)} minutes; wait a few "
+                               "minutes and try again")
         charge = max(charge, self.min_charge)
         if self.charged + charge > self.upload_bytes:
             raise Refused(429, "the server has taken all the uploads it can hold for now (they "
@@ -350,6 +383,8 @@ class RequestGuard:
         self.charged += charge
         if address is not None:
             self.by_address[address] += 1
+        if network is not None:
+            self.by_network[network] += 1
         return entry
 
     def settle(self, entry: list, received: int) -> None:

@@ -10,6 +10,7 @@ import threading
 import httpx
 import pytest
 
+from specviz.gate import public_address
 from specviz.guard import (
     LINKED,
     MIN_UPLOAD_CHARGE,
@@ -426,6 +427,44 @@ def test_long_addresses_are_refused_and_an_upload_id_is_dropped(server):
     root = server.url.removesuffix("/gradio_api")
     assert httpx.get(f"{root}/", params={"prompt": "斐" * 4000}, timeout=10).status_code == 200  # 36 KB
     assert httpx.get(f"{root}/", params={"prompt": "斐" * 5000}, timeout=10).status_code == 414  # 45 KB
+
+
+def test_one_ipv6_48_makes_at_most_its_share_of_pages_opens_and_uploads(monkeypatch):
+    """Each /56 counted as a whole client here, though a free tunnel /48 is 256 of them: 17 /56s
+    made enough pages to expire every other visitor's, 8 filled the server's upload budget, and
+    one /48 could open 4,096 traces (seconds of a core each) in 20 minutes. Now a /48 has a bound
+    of its own: pages, opens (PerAddress) and uploads (RequestGuard)."""
+    import specviz.guard
+
+    def net(i: int) -> str:  # the i-th /56 of one /48, as public_address names it
+        return public_address(f"2a01:4f8:1:{i:x}00::1")
+
+    pages = PerAddress(per_address=2, window=10, per_network=5)
+    made = [pages.admit(net(i), f"s{i}-{j}", 0) for i in range(4) for j in range(2)]
+    assert made == [True] * 5 + [False] * 3  # four /56s of one /48: five pages between them
+    assert "from your network (2a01:4f8:1::/48): 5 in 0 minutes" in pages.refusal()
+    assert pages.admit(net(0), "s0-0", 1)  # a page it has, used again
+    assert pages.admit(public_address("2a01:4f8:2::1"), "t", 1)  # another /48
+    assert pages.admit("8.8.8.8", "u", 1) and pages.admit("8.8.8.8", "v", 1)
+    assert not pages.admit("8.8.8.8", "w", 1) and "from your address: 2 in 0 minutes" in pages.refusal()
+    assert pages.admit(net(3), "s3-0", 11)  # the window has passed: room again
+    opens = PerAddress(per_address=16, window=1200)  # by default a /48: four addresses' worth
+    assert sum(opens.admit(net(i), None, 0) for i in range(256) for _ in range(16)) == 64
+
+    clock = [0.0]
+    monkeypatch.setattr(specviz.guard.time, "monotonic", lambda: clock[0])
+    guard = RequestGuard(None, max_body=10, max_upload=100, per_address=2, upload_bytes=1600, window=10,
+                         min_charge=1)
+    assert guard.per_network == 4  # a quarter of the 16 full uploads the budget holds
+    for i in range(2):
+        guard.admit(net(i), 100)
+        guard.admit(net(i), 100)
+    with pytest.raises(Refused) as e:
+        guard.admit(net(2), 100)
+    assert e.value.status == 429 and "from your network (2a01:4f8:1::/48): at most 4" in e.value.message
+    assert guard.admit(public_address("2a01:4f8:2::1"), 100) and guard.admit("9.9.9.9", 100)  # others
+    clock[0] = 10.0  # forgotten with the window
+    assert guard.admit(net(2), 100) and not guard.by_network.get("2a01:4f8:2::/48")
 
 
 def test_pages_are_forgotten_after_the_window():
