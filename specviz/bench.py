@@ -419,7 +419,8 @@ def cmd_bench(args) -> int:
     if tree_nodes and not any(tree_name(k, n) in chosen for k in ks for n in tree_nodes):
         raise ValueError(f"--tree-nodes {','.join(map(str, tree_nodes))}: no method runs them ("
                          + ("they need a draft model: add --draft MODEL" if not has_draft else
-                            "--methods names no tree: add specviz:tree, or drop --methods") + ")")
+                            "--methods names no tree of those nodes: add specviz:tree, or "
+                            f"specviz:tree-<k>-n{tree_nodes[0]}, or drop --methods") + ")")
     profile = load_profile(args.profile) if args.profile else None  # fail before the model load
     quantize, args.draft_quant = args.draft_quant, "none"
     pair = load_from_args(args)  # transformers runs the draft as loaded

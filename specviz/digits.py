@@ -18,7 +18,8 @@ def beside(value: float, bar: float | tuple[float, ...], digits: int = 2, style:
     where fewer would round it onto or across a verdict's bar (or any of several bars): against a
     goal of >= 1.10, 1.0996 prints 1.0996, not a failing "1.10"; against p < 0.001, 0.0009996
     prints 0.0009996."""
-    bars = bar if isinstance(bar, tuple) else (bar,)
+    # a bar the value equals is no verdict on it (tree and chain both 5/3 a pass, each the other's bar)
+    bars = tuple(b for b in (bar if isinstance(bar, tuple) else (bar,)) if b != value)
     for d in range(digits, digits + 8):
         text = f"{value:.{d}{style}}"
         shown = float(text)

@@ -225,10 +225,14 @@ def warm_steps(pair, k: int) -> None:
     reach: random weights rarely accept a whole draft), on the same cached steps a run then
     leases (lm._Slot)."""
     prompt = list(range(1, 9))
+    # leased in a run's order, the draft's first (make_proposer, then _rounds), both held at once:
+    # where the target drafts for itself, each then warms the slot the run will lease (warmed one
+    # after the other, the target's freed slot went to the draft, and the run's target captured anew)
+    draft = pair_draft_lm(pair, len(prompt) + 2) if pair.draft is not None else None
     warm_widths(target_lm(pair, len(prompt) + k + 1), prompt, (1, k + 1))
-    if pair.draft is not None:
+    if draft is not None:
         # the draft reads one row of each pass, its 2-token catch-up too (ModelProposer.draft)
-        warm_widths(pair_draft_lm(pair, len(prompt) + 2), prompt, (1, 2), rows=1)
+        warm_widths(draft, prompt, (1, 2), rows=1)
 
 
 def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],
@@ -248,24 +252,26 @@ def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],
 def check_draft(draft, vocab_size: int, budget: int, room: int) -> None:
     """A proposer's draft (any Proposer, the caller's own included): at most `budget` tokens deep
     (what it was asked for: the output's room), a tree of at most `room` nodes (the positions the
-    caches keep for a round's drafts), token ids the target can verify, a well-formed tree
-    (tree.check) and q [tokens, vocab_size] where given; ValueError naming what is wrong. (Shapes
-    only: q's values stay on the device, where reading them would cost a sync a round.)"""
-    depth = max((n.depth for n in draft.tree), default=0) if draft.tree else len(draft.tokens)
+    run's caches have left after the committed ids), token ids the target can verify, a
+    well-formed tree (tree.check) and q [tokens, vocab_size] where given; ValueError naming what
+    is wrong. (Shapes only: q's values stay on the device, where reading them would cost a sync
+    a round.)"""
+    if draft.tree and len(draft.tree) > room:
+        raise ValueError(f"the proposer drafted a tree of {len(draft.tree)} nodes, more than the {room} "
+                         "positions the run has left: draft a smaller tree, or name the proposer "
+                         f"\"tree\" (a run of the tree drafter keeps room for {MAX_NODES} nodes a round)")
+    if draft.tree:
+        check(draft.tree, vocab_size)  # before its depths are read: they may be anything
+    depth = max(n.depth for n in draft.tree) if draft.tree else len(draft.tokens)
     if depth > budget:
         raise ValueError(f"the proposer drafted {depth} tokens deep, more than the {budget} it was asked "
                          "for (propose's k): draft at most k tokens")
-    if draft.tree and len(draft.tree) > room:
-        raise ValueError(f"the proposer drafted a tree of {len(draft.tree)} nodes, more than the {room} "
-                         "a round has room for: draft a smaller tree, or name the proposer \"tree\" "
-                         f"(a round of the tree drafter has room for {MAX_NODES} nodes or more)")
-    if draft.tree:
-        check(draft.tree, vocab_size)
     bad = [t for t in draft.tokens if not (isinstance(t, Integral) and 0 <= t < vocab_size)]
     if bad:
         raise ValueError(f"the proposer drafted {bad[0]!r}, not a token id in 0..{vocab_size - 1}")
-    if draft.q is not None and tuple(draft.q.shape) != (len(draft.tokens), vocab_size):
-        raise ValueError(f"the proposer's q has shape {tuple(draft.q.shape)}: it must be "
+    if draft.q is not None and (not isinstance(draft.q, torch.Tensor)
+                                or tuple(draft.q.shape) != (len(draft.tokens), vocab_size)):
+        raise ValueError(f"the proposer's q has shape {tuple(getattr(draft.q, 'shape', ()))}: it must be "
                          f"[{len(draft.tokens)}, {vocab_size}], a distribution over the target's "
                          "vocabulary for each drafted token (or None for a deterministic drafter)")
 
@@ -290,7 +296,6 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             params: SamplingParams, seed: int, length: int | None = None,
             progress: bool = False, target: CachedLM | None = None) -> Iterator[RoundEvent | Reading]:
     length = length or run_length(ids, max_new_tokens, k)
-    room = length - len(ids) - max_new_tokens - 1  # positions a round's drafts may take (run_length)
     if target is None:
         target = target_lm(pair, length)
     elif target.model is not pair.target or (target.static and target.max_len < length):
@@ -323,7 +328,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         budget = min(k, max_new_tokens - position - 1)
         draft = drafter.propose(ids, budget, params, generator)
         draft_passes += draft.passes
-        check_draft(draft, pair.vocab_size, budget, room)
+        check_draft(draft, pair.vocab_size, budget, length - len(ids))  # room: the run's positions left
         # 2. Verify: one target pass over the uncached tail and the drafts (a chain or a tree).
         # 3. The rule: greedy compares argmaxes; sampling is Algorithm 1 (tree.walk for trees).
         target_before, passes_before, judged, drafted = target.seconds, target.passes, None, draft.tokens

@@ -144,7 +144,7 @@ def main(argv=None) -> int:
     from .gpumeasure import random_pair
 
     p = argparse.ArgumentParser(prog="python -m specviz.enginecheck",
-                                description=main.__doc__.splitlines()[0])
+                                description=" ".join(main.__doc__.split()))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--fast", default="compiled", help="fast path (lm.FAST_PATHS)")

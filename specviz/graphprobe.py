@@ -374,12 +374,16 @@ def main(argv=None) -> int:
     tables: list[str] = []
 
     def save() -> None:
+        """The report and the tables, each written whole or not at all (a timeout's kill mid-write
+        left a cut report, which --fastest could not read)."""
+        from pathlib import Path
+
+        from .gpucheck import atomically
+
         if args.out:
-            with open(args.out, "w") as f:
-                json.dump(report, f, indent=1)
+            atomically(Path(args.out), lambda f: f.write_text(json.dumps(report, indent=1)))
         if args.profile:
-            with open(args.profile, "w") as f:
-                f.write("\n\n".join(tables) + "\n")
+            atomically(Path(args.profile), lambda f: f.write_text("\n\n".join(tables) + "\n"))
 
     if args.widths:
         widths = {"draft": (1, 2), "target": tuple(int(w) for w in args.widths.split(","))}

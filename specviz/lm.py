@@ -658,11 +658,12 @@ class CachedLM:
         other unkept slots."""
         if ids != self.tokens:  # a new round: earlier nodes go, the uncached tail is fed
             self.rollback(ids)
-        self._check_room(len(ids))
+        real = len(tokens)
+        self._check_room(len(ids) + real)  # each node takes a slot of the cache
         self._read_prompt(ids, 1)
         tail = ids[len(self.tokens):]
-        fixed = self._step is not None and len(tail) <= 1
-        real = len(tokens)
+        fixed = self._step is not None and len(tail) <= 1 and not (self.static and len(ids) + bucket(real)
+                                                                   > self.max_len)  # pads need room too
         pad = bucket(real) - real if fixed else 0
         tokens, parents = list(tokens) + [PAD_TOKEN] * pad, list(parents) + [-1] * pad
         first = len(self.slots)

@@ -185,7 +185,8 @@ def loaded(*args, **kwargs):
     (["bench", "--html", "/tmp"], "--html /tmp: cannot write a file there"),
     (["costs", "--pair", "embedded", "--draft", "D"], "--pair replaces"),
     # ignored without a word, the bench's meta still saying it ran them
-    (["bench", "--methods", "specviz:draft-4", "--tree-nodes", "8"], "--methods names no tree"),
+    (["bench", "--methods", "specviz:draft-4", "--tree-nodes", "8"], "--methods names no tree of those"),
+    (["bench", "--methods", "specviz:tree-4", "--tree-nodes", "8"], "or specviz:tree-<k>-n8, or drop"),
     (["bench", "--target", "T", "--tree-nodes", "8"], "--tree-nodes 8: no method runs them (they need"),
     (["run", "--proposer", "ngram", "--ngram", "0", "x"], "ngram_size must be an integer in 1..16"),
     (["gpucheck", "--device", "cpu", "--out", "/proc/version/x"], "--out /proc/version/x: cannot make that"),

@@ -301,10 +301,13 @@ def test_a_custom_proposers_malformed_draft_is_refused_not_verified(pair):
                            (proposer(tokens=[3, 4, 5]), "3 tokens deep, more than the 2 it was asked"),
                            (proposer(tree=[TreeNode(-1, 3, 1, 0.5, 0.5), TreeNode(0, 4, 2, 0.5, 0.5),
                                            TreeNode(1, 5, 3, 0.5, 0.5)], tokens=[3, 4, 5]), "3 tokens deep"),
-                           (proposer(tree=[TreeNode(-1, t, 1, 0.1, 0.1) for t in range(3)], tokens=[0]),
-                            "a tree of 3 nodes, more than the 2 a round has room for"),
+                           (proposer(tree=[TreeNode(-1, t, 1, 0.1, 0.1) for t in range(20)], tokens=[0]),
+                            r"a tree of 20 nodes, more than the \d+ positions the run has left"),
                            (proposer(tokens=[3, 4], q=torch.full((2, 7), 1 / 7)), r"q has shape \(2, 7\)"),
-                           (proposer(tokens=[3], q=torch.full((2, pair.vocab_size), 0.5)), "must be")]:
+                           (proposer(tokens=[3], q=torch.full((2, pair.vocab_size), 0.5)), "must be"),
+                           (proposer(tokens=[3], q=[[1.0]]), r"q has shape \(\): it must be"),
+                           # depths are checked before they are compared (None > 2: a TypeError)
+                           (proposer(tree=[TreeNode(-1, 3, None, 0.5, 0.5)], tokens=[3]), "depth None")]:
         with pytest.raises(ValueError, match=match):
             list(specviz.generate(pair, "def f", proposer=drafter, k=2, max_new_tokens=4))
     # within bounds: k tokens, a tree of k nodes, q as asked

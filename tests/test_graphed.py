@@ -499,3 +499,44 @@ def test_padded_passes_never_reach_past_a_models_learned_positions(gpt2_pair, cp
             assert got == want, proposer
     finally:
         gpt2_pair.target.generation_config.eos_token_id = gpt2_pair.tokenizer.eos_token_id
+
+
+def test_warm_steps_warms_the_slots_a_run_then_leases_where_the_target_drafts_for_itself(pair, cpu_graphs,
+                                                                                         monkeypatch):
+    """warm_steps leased the target's slot, freed it, then gave it to the draft: a run (which
+    leases the draft first and holds both) then made its target a new slot and captured its steps
+    again, inside the run. Warmed in the run's order, a run captures nothing."""
+    from dataclasses import replace
+
+    import specviz
+    from specviz import engine, lm
+
+    same = replace(pair, draft=pair.target, fast="graphed")
+    captured = []
+    record = lm.GraphedStep.record
+    monkeypatch.setattr(lm.GraphedStep, "record",
+                        lambda self, run, like: captured.append(like.shape) or record(self, run, like))
+    engine.warm_steps(same, 3)
+    assert len(captured) == 4  # the target's 1 and 4, the draft's 1 and 2
+    captured.clear()
+    out = list(specviz.generate(same, "def f(x):", k=3, max_new_tokens=8))
+    assert sum(len(e.new_tokens) for e in out) == 8 and captured == []
+
+
+def test_a_tree_pass_at_the_caches_end_is_padded_only_where_the_pads_fit(pair, monkeypatch):
+    """A compiled tree pass is padded to a power of two of nodes: 3 nodes with 3 slots of the
+    static cache left were padded to 4 and wrote past its end. Unpadded there, the rows are the
+    eager pass's; a tree that does not fit at all is refused by name."""
+    _, fast, eager, _ = compiled_and_eager(pair, monkeypatch, "aot_eager", True, 1024, {1, 2})
+    assert fast.max_len == eager.max_len == 1024  # the slot's least, and as asked
+    ids = [(7 * i + 3) % pair.vocab_size for i in range(1021)]
+    for m in (fast, eager):
+        m.rollback([])
+        m.forward(ids[:-1])
+    tokens, parents = [5, 6, 7], [-1, -1, 0]
+    rows = fast.forward_tree(ids, tokens, parents)  # positions 1021..1023: the last three
+    assert torch.allclose(rows, eager.forward_tree(ids, tokens, parents), atol=1e-5)
+    for m in (fast, eager):
+        m.rollback(ids)
+        with pytest.raises(ValueError, match="the static cache holds 1024 positions, not 1025"):
+            m.forward_tree(ids, [5, 6, 7, 8], [-1, -1, 0, 0])

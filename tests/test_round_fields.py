@@ -31,18 +31,27 @@ def target_greedy(pair, n: int) -> list[int]:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
 
 
-def test_a_proposer_drafting_past_its_k_is_cut_to_max_new_tokens(pair):
+def test_an_oracle_proposer_is_asked_for_what_the_budget_can_use_and_one_past_it_is_refused(pair):
+    """The engine asks for at most the tokens the budget can still use (the target adds one), so
+    a proposer that keeps to its k ends exactly at max_new_tokens; one that ignores k was cut to
+    the budget here, and near the model's last position ran past its position table (an
+    IndexError from inside the model): it is refused, naming the fix."""
     want = target_greedy(pair, 10)
     n = len(pair.encode(PROMPT))
 
-    class Oracle:
-        name = "oracle"
+    def oracle(obeys: bool):
+        class Oracle:
+            name = "oracle"
 
-        def propose(self, ids, k, params, generator):  # ignores k
-            return Draft(want[len(ids) - n:len(ids) - n + 6], None, source="oracle")
+            def propose(self, ids, k, params, generator):
+                return Draft(want[len(ids) - n:len(ids) - n + (k if obeys else 6)], None, source="oracle")
+        return Oracle()
 
-    events = list(specviz.generate(pair, PROMPT, proposer=Oracle(), k=2, max_new_tokens=3))
-    assert toks(events) == want[:3] and events[-1].stop == "length"
+    events = list(specviz.generate(pair, PROMPT, proposer=oracle(True), k=2, max_new_tokens=5))
+    assert toks(events) == want[:5] and events[-1].stop == "length"
+    assert [e.k for e in events] == [2, 1]  # 3 tokens, then 1 draft and the target's: the budget's 2
+    with pytest.raises(ValueError, match="drafted 6 tokens deep, more than the 2 it was asked for"):
+        list(specviz.generate(pair, PROMPT, proposer=oracle(False), k=2, max_new_tokens=3))
 
 
 def test_a_tree_rounds_fields_describe_the_walked_branch(pair):

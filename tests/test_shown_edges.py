@@ -204,5 +204,8 @@ def test_tokens_per_pass_just_over_one_never_prints_as_the_target_alones_one():
     assert "<td>1.50</td>" in stats_html(RunStats.of([ev(1, 0, 1, 1, 0.1), ev(2, 2, 1, 0, 0.1)]))
     chain = RunStats.of([ev(n, 2 * n, 1, 1, 0.1) for n in range(1, 4)])  # 2 tokens a pass
     assert list(tree_vs_chain(spec, chain, 1).data[0].text) == ["1.004", "2.00"]
+    five_in_three = RunStats.of([ev(1, 0, 1, 1, 0.1), ev(2, 2, 1, 1, 0.1), ev(3, 4, 0, 0, 0.1)])
+    assert five_in_three.tokens_per_pass == 5 / 3  # a bar of its own value: 1.67, not 16 digits
+    assert list(tree_vs_chain(five_in_three, five_in_three, 1).data[0].text) == ["1.67", "1.67"]
     pieces = lambda context, tokens: [f"<{t}>" for t in tokens]  # noqa: E731
     assert "1.004 tokens per target pass" in overview_html(rounds, pieces)
