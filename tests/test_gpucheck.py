@@ -362,7 +362,8 @@ def test_pass_timings_start_after_the_warm_up_passes_and_the_settling_time(settl
     compiled path, whose own length does not count)."""
     lm = Passes(0.01, first)
     ms = gpumeasure.pass_ms(lm, [1, 2], 1, repeats=5, warmup=3, device="cpu", vocab=50, settle=settle)
-    assert len(lm.times) >= at_least * 0.9 and len(lm.times) >= 3 + 5  # sleeps overshoot: fewer fit
+    # sleeps overshoot, on a loaded machine by half (a suite's two workers on two cores): fewer fit
+    assert len(lm.times) >= at_least * 0.5 and len(lm.times) >= 3 + 5
     assert 9 <= ms < 100
     assert lm.times[-5] - lm.times[1] >= settle  # the first timed pass began after settling
 
