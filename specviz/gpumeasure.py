@@ -240,6 +240,12 @@ def pass_ms(lm, ctx: list[int], width: int, repeats: int, warmup: int, device: s
     return 1e3 * statistics.median(times)
 
 
+def compiled_throughout(lm) -> bool:
+    """Whether every pass of lm ran its compiled step: none gave up on it (a failed capture), and
+    none ran eager for want of memory while keeping it (its time would pass for the step's)."""
+    return getattr(lm, "_step", None) is not None and not getattr(lm, "memory_fallbacks", 0)
+
+
 def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skipped: list, label: str,
               into: dict | None = None, margin: float = 1.0) -> dict:
     """{cache, compiled, draft_ms, target_ms: {width: ms}, seconds: {width: wall s}, compiled_ok} for
@@ -262,7 +268,7 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
         start = time.perf_counter()
         out["draft_ms"] = pass_ms(lm, ctx, 1, s.repeats, warmup, s.device, vocab, s.settle)
         out["draft_seconds"] = round(time.perf_counter() - start, 2)  # its capture included
-        alive.append(getattr(lm, "_step", None) is not None)
+        alive.append(compiled_throughout(lm))
     lm = cached_lm(models["target"], vocab, path, s, max_len, widths)
     out["max_len"] = getattr(lm, "max_len", max_len)  # a compiled slot holds at least 1,024 positions
     lm.forward(ctx)
@@ -274,7 +280,7 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
         start = time.perf_counter()
         out["target_ms"][w] = pass_ms(lm, ctx, w, s.repeats, warmup, s.device, vocab, s.settle)
         out["seconds"][w] = round(time.perf_counter() - start, 2)
-    alive.append(getattr(lm, "_step", None) is not None)
+    alive.append(compiled_throughout(lm))
     if out["compiled"]:  # False: a capture failed and the path fell back to eager steps
         out["compiled_ok"] = out.get("compiled_ok", True) and all(alive)
     return out

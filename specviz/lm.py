@@ -544,6 +544,7 @@ class CachedLM:
         self.slots: list[tuple[int, int]] = []  # tree nodes cached after tokens: (token, parent slot)
         self.passes = 0
         self.compiled_passes = 0  # passes that ran through the compiled step
+        self.memory_fallbacks = 0  # passes a capture's lack of memory sent eager (the step kept)
         self.seconds = 0.0
 
     @property
@@ -708,6 +709,7 @@ class CachedLM:
                 if out_of_memory(e):  # a capture's memory (its warm-ups, the graph's pool): this
                     # pass goes eager (and fails if that runs out too: the app names the fix); the
                     # model's graphs stay on, and this shape is tried again on its next use
+                    self.memory_fallbacks += 1
                     return step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
                 why = failure(e)
                 compiled = self._step.fn if isinstance(self._step, GraphedStep) else self._step

@@ -233,6 +233,9 @@ def test_running_out_of_memory_in_a_captured_step_serves_the_pass_eager_and_keep
     with fails_once(pair.target.model.layers[1], "CUDA out of memory", torch.OutOfMemoryError) as failed:
         rows = lm.forward(ids + [5, 6])
     assert failed and lm._step is not None and lm._slot.step is not None and lm.compiled_passes == before
+    from specviz.gpumeasure import compiled_throughout  # gpucheck: this pass's time is not the step's
+
+    assert lm.memory_fallbacks == 1 and not compiled_throughout(lm)
     assert {int(layer.get_seq_length()) for layer in lm.cache.layers} == {len(ids) + 2}
     fresh = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
     fresh.forward(ids + [5])
