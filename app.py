@@ -78,6 +78,8 @@ drift away from p."""
 EXPLORER_INTRO = """A greedy run fixes the output for every k. From one recorded run (the target's token and
 the drafter's guess at every position) this recomputes, without any model call, the rounds any k would
 make. Slide k and watch the rounds re-lay themselves."""
+# the k explorer before any run: the same words as for a page without a replayable run
+EXPLORER_EMPTY = f"<div class='specviz-lab'>{html.escape(explorer_refusal(None))}</div>"
 SETTING_NAMES = [f.name for f in fields(RunSettings)]
 COPY_JS = """(query) => {
   const url = window.location.origin + window.location.pathname + '?' + query;
@@ -305,7 +307,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     [("recorded costs (this run)", "")]
                     + [(profiles.load_shipped(n).label, n) for n in profiles.shipped()],
                     value="", label="project onto a cost profile")
-            ex_numbers = gr.HTML(elem_id="explorer-numbers")
+            ex_numbers = gr.HTML(EXPLORER_EMPTY, elem_id="explorer-numbers")
             ex_text = gr.HTML(elem_id="explorer-tokens")
             ex_plot = gr.Plot(label="every k")
         with gr.Tab("Save / open a run"):
@@ -424,6 +426,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 if last_run is None:  # a curious click before any run cost minutes
                     raise ValueError("run first: this button runs the page's settings again in float32 "
                                      "after a run, to check a near-tie (float32 runs are slower)")
+                if settings_of(values).temperature > 0:  # a sampled run has no near-tie to check
+                    raise ValueError("a float32 rerun checks a greedy run's near-tie, and these settings "
+                                     "sample (temperature above 0): set temperature 0 and press Run, or pick "
+                                     "float32 under dtype to run them in float32")
                 if last_run.models.get("dtype") in WIDE:  # the same run again, minutes for nothing
                     raise ValueError(f"the last run was in {last_run.models['dtype']} already: a "
                                      "float32 rerun checks a near-tie of a bfloat16 or float16 run. "
@@ -650,6 +656,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 trace = loads(data)
                 view = replay_view(trace, store.current())
             except ValueError as e:
+                if str(e).startswith("not a valid specviz trace"):  # what it is, then what to do
+                    e = ValueError(f"{e}. Open a file saved with \"Save the last run as a trace\", "
+                                   "whole and unedited")
                 raise user_error(e) from None
             key = shelf.put(session_of(request), trace, nbytes=held_bytes(data),
                             address=visitor(request), uploaded=True)
@@ -666,6 +675,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # full line is answered at once, and waiting jobs show their place and can be stopped.
         model = dict(concurrency_limit=None, concurrency_id="model", preprocess=False)
         autorun = gr.State(False)
+        # progress and a visitor's error shown on the status alone: by default Gradio drew a red
+        # "Error" pill over every output (a dozen, over the last run's results, after a typo)
+        model |= dict(show_progress_on=status)
         run_event = run_btn.click(run, controls, outputs, api_name="run", **model)
         pair.input(pair_changed, pair, chat, api_name=False, preprocess=False)
         link_btn.click(share_query, controls, link, api_name=False, preprocess=False).then(
@@ -676,8 +688,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         auto_event = autorun.change(auto_run, [autorun, *controls], outputs, api_name=False, **model)
         rerun_event = rerun32.click(rerun_float32, [last, *controls], outputs, api_name=False, **model)
         lab_event = lab_btn.click(lab_run, [lab_source, lab_round, lab_trials, lab_variants, last],
-                                  [lab_info, lab_masses, lab_mc, lab_table], api_name="lab", **model)
-        e2e_event = e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name="e2e", **model)
+                                  [lab_info, lab_masses, lab_mc, lab_table], api_name="lab",
+                                  **(model | dict(show_progress_on=lab_info)))
+        e2e_event = e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name="e2e",
+                                  **(model | dict(show_progress_on=e2e_out)))
         # Gradio completes a cancelled event with no output: the page said "round 6" for good
         stop_btn.click(None, None, status, js=f"() => {json.dumps(STOPPED)}", api_name=False,
                        cancels=[run_event, auto_event, rerun_event, lab_event, e2e_event])
@@ -693,7 +707,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                           trigger_mode="always_last", **views)
         save_btn.click(save, last, save_file, api_name=False)
         open_file.upload(open_trace, open_file, [*outputs, *controls, replay_status], api_name="open_trace",
-                         concurrency_limit=1, concurrency_id="upload")
+                         concurrency_limit=1, concurrency_id="upload", show_progress_on=replay_status)
         demo.unload(free_session)
     # Model jobs never wait in Gradio's queue (the gate is their line), so it holds only events
     # waiting for a free handler: bounded per line, well above what the gate lets through, and

@@ -118,11 +118,16 @@ class RunStats:
     def acceptance_by_position(self) -> list[float | None]:
         """P(draft i kept | drafts 1..i-1 kept), for i = 1..k; None where no round reached i
         (a tree: depth i along the walked branch)."""
-        rates = []
+        return [kept / reached if reached else None for kept, reached in self.acceptance_counts]
+
+    @property
+    def acceptance_counts(self) -> list[tuple[int, int]]:
+        """(rounds that kept draft i, rounds that reached it with drafts 1..i-1 kept), i = 1..k."""
+        counts = []
         for i in range(1, self.k + 1):  # a position past an EOS among the kept drafts is not reached
             reached = [e for e in self.events if e.k >= i and e.kept >= i - 1 and len(e.new_tokens) >= i]
-            rates.append(sum(e.kept >= i for e in reached) / len(reached) if reached else None)
-        return rates
+            counts.append((sum(e.kept >= i for e in reached), len(reached)))
+        return counts
 
     @property
     def accepted_histogram(self) -> dict[int, int]:

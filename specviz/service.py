@@ -240,6 +240,11 @@ class Baselines:
             while len(self._runs) > self.size:
                 self._runs.popitem(last=False)
 
+    def drop(self, key: tuple) -> None:
+        """Forget key's run (its times: one timed under another load than the run beside it)."""
+        with self._lock:
+            self._runs.pop(key, None)
+
     def __len__(self) -> int:
         return len(self._runs)
 
@@ -504,12 +509,17 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     result = compare(spec, base, pair.dtype, pair.device, pair.numerics)
     speedup = spec.speedup_over(base)
     pace = "no time measured" if speedup is None else f"{beside(speedup, 1.0)}× the target alone"
+    # An implausible race was timed under different loads: its baseline is dropped, so that running
+    # again measures both anew (kept, every later run with these settings reused its times)
+    again = "run again for a fair race (the baseline is measured again)"
     if speedup is not None and speedup > NOISE_MARGIN * spec.tokens_per_pass:
-        pace += (f" (more than its {spec.tokens_per_pass:.2f} tokens per target pass can explain: the "
-                 "two runs were timed under different loads; run again for a fair race)")
+        store.baselines.drop(key)
+        pace += (f" (more than its {beside(spec.tokens_per_pass, 1.0)} tokens per target pass can explain: "
+                 f"the two runs were timed under different loads; {again})")
     elif speedup is not None and not spec.drafted and speedup < 1 / NOISE_MARGIN:
+        store.baselines.drop(key)
         pace += (" (a run that drafted nothing does the target alone's work: the two runs were timed "
-                 "under different loads; run again for a fair race)")
+                 f"under different loads; {again})")
     done = f"Done in {str(pair.dtype).removeprefix('torch.')}: {pace}{note}"
     status = f"{done}; greedy outputs {result.verdict}" if greedy else done
     chain = None
@@ -600,7 +610,8 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
         raise ValueError(f"samples must be in 10..{limits.max_samples} on this deployment "
                          "(operators: SPECVIZ_MAX_SAMPLES)")
     if s.temperature <= 0:
-        raise ValueError("set a temperature above 0: at 0 every sample is the same")
+        raise ValueError("set a temperature above 0 (Run tab, Sampling; the check samples with the Run "
+                         "tab's settings): at 0 every sample is the same")
     if s.proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
     prompt_ids = _prompt_ids(pair, s, limits)

@@ -117,6 +117,8 @@ _PATH = re.compile(r"(?<![\w.:~/-])(?:~|/)[^\s'\"()<>,;]*")
 def public_message(text: str) -> str:
     """A message fit for any visitor: server paths shortened to their last part (…/name)."""
     def short(m: re.Match) -> str:
+        if m.string[m.start() - 1:m.start()] == "…" and "/" not in m.group(0)[1:]:
+            return m.group(0)  # "…/name": shortened already (a saved trace's names, shown again)
         last = m.group(0).rstrip("/.").rsplit("/", 1)[-1]
         return f"…/{last}" if last and last != "~" else "…"
 

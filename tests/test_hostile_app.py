@@ -451,6 +451,11 @@ def test_the_float32_rerun_after_a_float32_run_is_refused_with_the_way_to_run_in
                                        "dtype and press Run"):
         next(rerun(SimpleNamespace(query_params={}), None, key, *args(dtype="bfloat16")))
     demo.specviz.shelf.drop(key)
+    # a sampled run has no near-tie to check: the button ran a whole float32 run for nothing
+    key = demo.specviz.shelf.put("rerun-sampled", SimpleNamespace(models={"dtype": "bfloat16"}), nbytes=1)
+    with pytest.raises(gr.Error, match="checks a greedy run's near-tie, and these settings sample"):
+        next(rerun(SimpleNamespace(query_params={}), None, key, *args(temperature=0.8)))
+    demo.specviz.shelf.drop(key)
 
 
 # --- links, messages and traces ---------------------------------------------------------------
@@ -527,6 +532,10 @@ def test_messages_show_no_server_paths_and_no_html():
     assert msg == "cannot load model '…/secret-7b': missing …/config.json"
     assert public_message("Qwen/Qwen2.5-7B-Instruct at 3.2 tokens/s, p/q") == \
         "Qwen/Qwen2.5-7B-Instruct at 3.2 tokens/s, p/q"
+    # an opened trace's names were shortened when it was saved: "……/target" said them twice
+    assert public_message("Replay of a saved run: …/target with …/draft") \
+        == "Replay of a saved run: …/target with …/draft"
+    assert public_message("…/srv/app/x") == "……/x"  # a longer path after one is still cut
     error = app.user_error(ValueError("unknown pair '<img src=x onerror=alert(1)>' in /srv/app/x"))
     assert "<img" not in error.message and "/srv" not in error.message and "&lt;img" in error.message
 
@@ -846,6 +855,26 @@ def test_opening_a_file_that_is_gone_names_the_fix(demo):
     request = SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={}, session_hash="gone")
     with pytest.raises(gr.Error, match="the uploaded file is gone .*upload the trace again"):
         open_trace("/nonexistent/specviz/missing.json", request)
+
+
+def test_the_k_explorer_says_what_to_do_before_any_run(demo):
+    """It showed an empty frame until a run: nothing said to run first."""
+    shown = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "explorer-numbers")
+    assert "Run at temperature 0 with the draft model or n-gram drafter first" in shown.value
+
+
+def test_a_file_that_is_no_trace_is_refused_with_what_to_open_instead(demo, tmp_path):
+    """A trace error said what was wrong inside the file ('"format" must be "specviz-trace"'),
+    not what to do about it."""
+    import gradio as gr
+
+    open_trace = next(fn for fn in demo.fns.values() if fn.name == "open_trace").fn
+    request = SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={}, session_hash="bad")
+    for name, body in (("cut.json", '{"format": "specviz-trace", "vers'), ("other.json", '{"a": 1}')):
+        (tmp_path / name).write_text(body)
+        with pytest.raises(gr.Error, match=r"not a valid specviz trace: .*\. Open a file saved with "
+                                           r"\"Save the last run as a trace\", whole and unedited"):
+            open_trace(str(tmp_path / name), request)
 
 
 def test_the_upload_progress_stream_is_closed(demo):

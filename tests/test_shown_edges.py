@@ -209,3 +209,15 @@ def test_tokens_per_pass_just_over_one_never_prints_as_the_target_alones_one():
     assert list(tree_vs_chain(five_in_three, five_in_three, 1).data[0].text) == ["1.67", "1.67"]
     pieces = lambda context, tokens: [f"<{t}>" for t in tokens]  # noqa: E731
     assert "1.004 tokens per target pass" in overview_html(rounds, pieces)
+
+
+def test_each_acceptance_bar_says_how_many_rounds_it_counts():
+    """Position 4 of a k=4 run showed 1.0 from a single round, with nothing to say so, and a k=2
+    run's axis had ticks at 0.5, 1.5 and 2.5. By hand: position 1 reached by 3 rounds, kept by 1."""
+    from specviz.figures import acceptance_by_position
+
+    rounds = [ev(1, 0, 4, 0, 0.1), ev(2, 1, 4, 0, 0.1), ev(3, 2, 4, 1, 0.1)]
+    spec = RunStats.of(rounds)
+    assert spec.acceptance_counts == [(1, 3), (0, 1), (0, 0), (0, 0)]
+    fig = acceptance_by_position(spec)
+    assert list(fig.data[0].text) == ["1/3", "0/1", "", ""] and fig.layout.xaxis.dtick == 1
