@@ -187,6 +187,7 @@ def tree_vs_chain(spec: RunStats, chain: RunStats | None, k: int | None = None) 
     fig.add_hline(y=1.0, line_dash="dash", line_color=BASE, annotation_text="target alone",
                   annotation_bgcolor=LABEL_BACKGROUND,
                   annotation_position="bottom right")
+    fig.update_yaxes(range=[0, 1.2 * max(1.0, *values)])  # headroom: the taller bar touched the top
     if len(names) == 1:
         fig.add_annotation(text="no chain run to compare (it follows a live tree run)", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.95)

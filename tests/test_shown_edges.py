@@ -207,6 +207,7 @@ def test_tokens_per_pass_just_over_one_never_prints_as_the_target_alones_one():
     five_in_three = RunStats.of([ev(1, 0, 1, 1, 0.1), ev(2, 2, 1, 1, 0.1), ev(3, 4, 0, 0, 0.1)])
     assert five_in_three.tokens_per_pass == 5 / 3  # a bar of its own value: 1.67, not 16 digits
     assert list(tree_vs_chain(five_in_three, five_in_three, 1).data[0].text) == ["1.67", "1.67"]
+    assert tree_vs_chain(spec, chain, 1).layout.yaxis.range == (0, 1.2 * 2.0)  # room above the taller bar
     pieces = lambda context, tokens: [f"<{t}>" for t in tokens]  # noqa: E731
     assert "1.004 tokens per target pass" in overview_html(rounds, pieces)
 
