@@ -18,6 +18,7 @@ from collections import Counter
 from statistics import fmean
 
 from . import profiles
+from .compare import compare
 from .engine import generate, warm_steps
 from .loading import Pair
 from .metrics import RunStats
@@ -111,9 +112,14 @@ def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens:
         seconds = round(time.perf_counter() - start, 2)
         # the promise, on this path and dtype (bfloat16 on a GPU: the refined head, captured
         # steps): greedy output token for token the target alone's, run after the timing
-        alone = generate(pair, prompt, k=k, max_new_tokens=tokens, proposer="none")
-        same = RunStats.of(events).tokens == RunStats.of(alone).tokens
-        return split(events, k, tokens) | {"seconds": seconds, "equals_target_alone": same}
+        alone = RunStats.of(generate(pair, prompt, k=k, max_new_tokens=tokens, proposer="none"))
+        result = compare(RunStats.of(events), alone, next(target.parameters()).dtype, str(target.device))
+        verdict = {} if result.identical else {  # a near-tie in bfloat16 is rounding, not the rule
+            "first_difference": result.position, "verdict": result.verdict,
+            "margins": [result.margin(result.spec_top2), result.margin(result.base_top2)],
+            "near_tie_bound": result.threshold}
+        return split(events, k, tokens) | {"seconds": seconds, "equals_target_alone": result.identical,
+                                           **verdict}
     finally:
         target.generation_config.eos_token_id = eos
 
@@ -129,7 +135,9 @@ def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") ->
                    f"{r['engine_ms']:.3f} ms ({r['engine_share']:.1%} of the time)"
                    + ("" if projected is None else f"; the profile projects {projected:.3f} ms")
                    + {True: "; output = the target alone's", False: "; output NOT the target alone's",
-                      None: ""}[r.get("equals_target_alone")])
+                      None: ""}[r.get("equals_target_alone")]
+                   + (f" from token {r['first_difference']}: {r['verdict']} (top-2 margins "
+                      f"{r['margins']}, near-tie bound {r['near_tie_bound']})" if "verdict" in r else ""))
     return out
 
 

@@ -556,6 +556,36 @@ def test_enginecheck_alone_compares_each_run_with_the_target_alone(capsys, monke
     assert "chain k=4" in capsys.readouterr().out.split("output NOT the target alone's")[0]
 
 
+def test_an_engine_run_that_differs_from_the_target_alone_says_where_and_whether_a_near_tie(compiled_pair,
+                                                                                              monkeypatch):
+    """On a GPU in bfloat16 a verify pass's rows can round apart from a one-token pass's: the
+    report said only "output NOT the target alone's". It now says from which token, the top-2
+    margins there and the near-tie bound (compare.compare, as the page's verdict)."""
+    from dataclasses import replace as swap
+
+    from specviz import enginecheck
+
+    generate = enginecheck.generate
+
+    def alone_differs(*a, **kw):  # the target alone's token 3 swapped for its runner-up
+        events = list(generate(*a, **kw))
+        if kw.get("proposer") == "none":
+            e = events[3]
+            events[3] = swap(e, token=e.target_top2[0][1][0], new_tokens=[e.target_top2[0][1][0]])
+        return events
+
+    monkeypatch.setattr(enginecheck, "generate", alone_differs)
+    models = {"target": compiled_pair.target, "draft": compiled_pair.draft}
+    r = enginecheck.engine_run(models, "static", "chain", k=2, context=8, tokens=6)
+    assert r["equals_target_alone"] is False and r["first_difference"] == 3
+    margin = r["margins"][1]
+    near = margin <= r["near_tie_bound"]
+    assert margin >= 0 and r["verdict"] == ("near-tie flipped by floating point" if near
+                                            else "unexplained: please report")
+    line = enginecheck.lines({"chain": r}, None)[1]
+    assert f"output NOT the target alone's from token 3: {r['verdict']}" in line
+
+
 def test_a_clock_can_keep_part_of_its_budget_back_for_a_later_section():
     clock = gpumeasure.Clock(100.0)
     kept = clock.keeping(40.0)
