@@ -656,7 +656,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 trace = loads(data)
                 view = replay_view(trace, store.current())
             except ValueError as e:
-                if str(e).startswith("not a valid specviz trace"):  # what it is, then what to do
+                if str(e).startswith("not a valid specviz trace") and "save it again" not in str(e):
                     e = ValueError(f"{e}. Open a file saved with \"Save the last run as a trace\", "
                                    "whole and unedited")
                 raise user_error(e) from None

@@ -136,8 +136,10 @@ def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") ->
                    + ("" if projected is None else f"; the profile projects {projected:.3f} ms")
                    + {True: "; output = the target alone's", False: "; output NOT the target alone's",
                       None: ""}[r.get("equals_target_alone")]
-                   + (f" from token {r['first_difference']}: {r['verdict']} (top-2 margins "
-                      f"{r['margins']}, near-tie bound {r['near_tie_bound']})" if "verdict" in r else ""))
+                   + (f" from token {r['first_difference']} ({r['verdict']}; the top-2 margins there "
+                      f"{', '.join('-' if m is None else f'{m:.4g}' for m in r['margins'])}, a near-tie "
+                      f"within {'-' if r['near_tie_bound'] is None else format(r['near_tie_bound'], '.4g')})"
+                      if "verdict" in r else ""))
     return out
 
 

@@ -65,13 +65,14 @@ def acceptance_by_position(spec: RunStats) -> go.Figure:
     rates, counts = spec.acceptance_by_position, spec.acceptance_counts
     fig = go.Figure(go.Bar(x=list(range(1, len(rates) + 1)), y=rates, marker_color=SPEC, name="measured",
                            text=[f"{kept}/{reached}" if reached else "" for kept, reached in counts],
-                           textposition="inside", hovertemplate="position %{x}: %{text} kept<extra></extra>"))
+                           textposition="outside", cliponaxis=False,  # a 0/1 bar has no inside
+                           hovertemplate="position %{x}: %{text} kept<extra></extra>"))
     fig.update_xaxes(dtick=1)  # positions are whole: no 0.5, 1.5 ticks after a k=2 run
     if spec.drafted:  # a tree's α is per candidate; its bars, any candidate at that depth kept
         what = "per-candidate" if spec.is_tree else "per-token"
         fig.add_hline(y=spec.alpha, line_dash="dot", line_color=THEORY, annotation_bgcolor=LABEL_BACKGROUND,
                       annotation_text=f"{what} α = {percent(spec.alpha)}")
-    fig.update_yaxes(range=[0, 1.05])
+    fig.update_yaxes(range=[0, 1.15])  # room for a full bar's count above it
     return _layout(fig, "Acceptance by draft position", "draft position i",
                    "P(kept | 1..i-1 kept)")
 

@@ -533,6 +533,16 @@ def test_an_opened_tree_trace_shows_the_texts_the_live_run_showed(store):
     assert same > 0  # nodes the spans do not show, named as the live page named them
 
 
+def measured_baseline(store, s: RunSettings, view) -> tuple:
+    """(key, events, when) of the baseline a run measured, from the run itself: the store drops
+    one whose race looked implausible (on these tiny models a first run is often 10-15% slower
+    than the baseline just after it, enough for a 'none' run to trip the check)."""
+    import time
+
+    key = store.baseline_key(store.get(s), s, list(view.trace.prompt_ids))
+    return key, tuple(view.base.events), time.time()
+
+
 def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_explain(store):
     """A run cannot be much faster than its tokens per target pass (a verify pass costs about a
     one-token pass or more): a reused baseline timed under another load made the page say 1.64x
@@ -547,7 +557,7 @@ def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_exp
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def g", dtype="float32", seed=11)
     first = list(run_views(store, s, Limits()))[-1]
     assert first.status.startswith("Done in float32: ")
-    ((key, (events, when)),) = store.baselines._runs.items()
+    key, events, when = measured_baseline(store, s, first)  # kept, or dropped if the race looked off
     # the same baseline, as if timed on a machine 1000x slower than the speculative run's (so a
     # second run slowed down by the other worker or a GC pause still cannot explain it)
     slow = first.spec.wall_seconds * 1000
@@ -563,7 +573,8 @@ def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_exp
     # and it is: that baseline was dropped (kept, every later run reused its times, as it advised)
     assert store.baselines.get(key) is None
     third = list(run_views(store, s, Limits()))[-1]
-    assert "baseline reused" not in third.status and store.baselines.get(key) is not None
+    assert "baseline reused" not in third.status  # measured anew (and kept, unless it looked off too)
+    assert (store.baselines.get(key) is not None) == ("can explain" not in third.status)
     assert ("can explain" in first.status) == (first.spec.speedup_over(first.base) >
                                                NOISE_MARGIN * first.spec.tokens_per_pass)
 
@@ -579,7 +590,7 @@ def test_a_run_that_drafted_nothing_well_behind_the_target_alone_says_the_loads_
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def h", dtype="float32", seed=3,
                     proposer="none")
     first = list(run_views(store, s, Limits()))[-1]
-    ((key, (events, when)),) = store.baselines._runs.items()
+    key, events, when = measured_baseline(store, s, first)
     # the same baseline, as if timed on a machine 1000x faster than the run about to be made
     store.baselines.put(key, tuple(swap(e, elapsed=e.elapsed / 1000) for e in events), when)
     again = list(run_views(store, s, Limits()))[-1]

@@ -222,3 +222,4 @@ def test_each_acceptance_bar_says_how_many_rounds_it_counts():
     assert spec.acceptance_counts == [(1, 3), (0, 1), (0, 0), (0, 0)]
     fig = acceptance_by_position(spec)
     assert list(fig.data[0].text) == ["1/3", "0/1", "", ""] and fig.layout.xaxis.dtick == 1
+    assert fig.data[0].textposition == "outside"  # inside, a bar at 0 (0/1) showed no count at all
