@@ -284,12 +284,19 @@ def _merged(params: dict, base: RunSettings, limits: Limits, known_pairs,
     """base with params' values (text, as a link sends them; None for a value of no type),
     each problem named in a notice and left at base's value."""
     notices, changes = [], {}
+
+    def kept(key: str) -> str:  # what the page shows in the refused value's place
+        value = getattr(base, key)  # as a link writes it: a switch 1 or 0, a text quoted and clipped
+        if isinstance(value, str):
+            return f" (kept {clip(value, 40)!r})"
+        return f" (kept {int(value) if isinstance(value, bool) else value})"
+
     for key, raw in params.items():
         if key not in _TYPES:
             notices.append(f"ignored unknown {what} {clip(key)!r}")
             continue
         if raw is None:
-            notices.append(f"ignored {what} {key}: not a valid {_TYPES[key]}")
+            notices.append(f"ignored {what} {key}: not a valid {_TYPES[key]}{kept(key)}")
             continue
         kind = _TYPES[key]
         try:
@@ -304,8 +311,9 @@ def _merged(params: dict, base: RunSettings, limits: Limits, known_pairs,
             else:
                 value = str(raw)
         except ValueError as e:
-            notices.append(f"ignored {what} {key}: {e}" if kind != "bool" else
-                           f"ignored {what} {key}={clip(raw)!r}: it must be 1 or 0 (true or false)")
+            notices.append((f"ignored {what} {key}: {e}" if kind != "bool" else
+                            f"ignored {what} {key}={clip(raw)!r}: it must be 1 or 0 (true or false)")
+                           + kept(key))
             continue
         changes[key] = value
     if "target" in changes or "draft" in changes:
@@ -317,7 +325,7 @@ def _merged(params: dict, base: RunSettings, limits: Limits, known_pairs,
             changes["pair"] = CUSTOM
     settings = replace(base, **changes)
     for key, message in settings.problems(limits, known_pairs).items():
-        notices.append(f"ignored {what} {key}: {message}")
+        notices.append(f"ignored {what} {key}: {message}{kept(key)}")
         settings = replace(settings, **{key: getattr(base, key)})
         if key == "pair":
             settings = replace(settings, target=base.target, draft=base.draft)

@@ -107,7 +107,7 @@ def test_share_link_round_trip(monkeypatch):
     back, notices, _ = from_query(query, RunSettings(), Limits(), presets.BY_KEY)
     assert back.pair == RunSettings().pair and back.k == 7
     assert notices == ["ignored link parameter pair: gpt2 cannot load on this deployment (not cached "
-                       "and no hub): pick another pair"]
+                       f"and no hub): pick another pair (kept {RunSettings().pair!r})"]
     with pytest.raises(ValueError, match="gpt2 cannot load on this deployment"):
         s.check(Limits(), presets.BY_KEY)
 
@@ -142,7 +142,7 @@ def test_a_run_link_runs_despite_unknown_parameters_but_not_repeated_or_refused_
         _, notices, run = from_query({"run": word}, RunSettings(), Limits(), presets.BY_KEY)
         assert run is False and notices == ["ignored link parameter run: it must be 1 (run on opening) or 0"]
     _, notices, _ = from_query({"chat": "maybe"}, RunSettings(), Limits(), presets.BY_KEY)
-    assert notices == ["ignored link parameter chat='maybe': it must be 1 or 0 (true or false)"]
+    assert notices == ["ignored link parameter chat='maybe': it must be 1 or 0 (true or false) (kept 1)"]
 
 
 def test_float16_is_not_offered_on_a_cpu_deployment():
@@ -187,10 +187,10 @@ def test_an_opened_traces_settings_come_back_as_they_were_run(monkeypatch):
     back, notices = from_trace(custom | {"max_new_tokens": 600, "seed": [1], "k": 2.5},
                                RunSettings(), Limits(), presets.BY_KEY)
     assert back == RunSettings() and notices == [
-        "ignored trace setting k: k must be a whole number, got 2.5",
-        "ignored trace setting seed: not a valid int",
+        "ignored trace setting k: k must be a whole number, got 2.5 (kept 4)",
+        "ignored trace setting seed: not a valid int (kept 0)",
         "ignored target/draft from the trace: custom models are disabled here",
-        "ignored trace setting max_new_tokens: max new tokens must be in 1..512, got 600"]
+        "ignored trace setting max_new_tokens: max new tokens must be in 1..512, got 600 (kept 64)"]
     back, notices = from_trace({"run": True}, RunSettings(), Limits(), presets.BY_KEY)
     assert back == RunSettings() and notices == ["ignored unknown trace setting 'run'"]
 
