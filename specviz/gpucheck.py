@@ -419,7 +419,7 @@ STEP_DEFAULTS = {name: getattr(lm, name) for _, name, _ in STEP_FLAGS}  # as lm 
 
 
 def add_step_args(p) -> None:
-    """--pack, --nested and --shared (STEP_FLAGS), each on or off."""
+    """--pack, --nested, --shared and --tuned (STEP_FLAGS), each on or off."""
     for flag, name, what in STEP_FLAGS:
         p.add_argument(f"--{flag}", choices=["on", "off"],
                        help=f"compiled path: {what} (default: {'on' if getattr(lm, name) else 'off'})")

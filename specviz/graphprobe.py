@@ -35,6 +35,7 @@ import time
 import torch
 
 from . import lm
+from .gpucheck import STEP_FLAGS
 from .gpumeasure import ROLES, config, random_model, random_pair, sync
 from .lm import GraphedStep, cache_argument, crop, step
 
@@ -225,7 +226,9 @@ def last_pass(kernels: list, passes: int) -> tuple[dict, str]:
     return summary, ("\n\nthe last pass's kernels in order (start and length in us):\n" + "\n".join(lines))
 
 
-EXTRAS = {"packed", "nested", "shared", "tuned"}  # what a --modes name may add to its capture mode, after "+"
+# what a --modes name may add to its capture mode, after "+": each is a gpucheck step flag (STEP_FLAGS)
+FLAG_EXTRAS = {"pack": "packed", "nested": "nested", "shared": "shared", "tuned": "tuned"}
+EXTRAS = set(FLAG_EXTRAS.values())
 COMPILER_ONLY = {"nested", "shared", "tuned"}  # extras only torch.compile reads (not the graphs mode)
 
 
@@ -233,9 +236,6 @@ def mode_parts(mode: str) -> tuple[str, set[str]]:
     """"direct+packed" -> ("direct", {"packed"}): a --modes name's capture mode and extras."""
     capture, *extras = mode.split("+")
     return capture, set(extras)
-
-
-FLAG_EXTRAS = {"pack": "packed", "nested": "nested", "shared": "shared", "tuned": "tuned"}  # gpucheck's
 
 
 def round_ms(r: dict) -> float | None:
@@ -253,8 +253,6 @@ def fastest(report: dict, margin: float = 0.02) -> tuple[str | None, list[str]]:
     least, and the gpucheck flags that set it up: the defaults' own mode stays unless another is
     faster by more than `margin` (timings move by about 1% from run to run). (None, []) when no
     such mode was timed."""
-    from .gpucheck import STEP_FLAGS
-
     costs = {m: c for m, r in report.get("modes", {}).items()
              if mode_parts(m)[0] == lm.CAPTURE and (c := round_ms(r)) is not None}
     if not costs:
@@ -279,13 +277,13 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
     from .gpumeasure import identity as check_identity
 
     s = Settings.for_device(device, quick, repeats=repeats, compile=True)
-    before = lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED
+    before = {name: getattr(lm, name) for name in ["CAPTURE"] + [name for _, name, _ in STEP_FLAGS]}
     try:
         for mode in names:
             capture, extras = mode_parts(mode)
             lm.CAPTURE, r = capture, out.setdefault(mode, {})
-            lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED = (x in extras
-                                                       for x in ("packed", "nested", "shared", "tuned"))
+            for flag, name, _ in STEP_FLAGS:
+                setattr(lm, name, FLAG_EXTRAS[flag] in extras)
             lm.forget_graphs()  # a slot's step is made as lm.CAPTURE says when the slot is
             models = random_pair(device, torch.bfloat16, quick)
             try:
@@ -319,7 +317,8 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
                 print(mode, "identity", json.dumps(r["identity_float32"]), flush=True)
                 save()
     finally:
-        lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED = before
+        for name, value in before.items():
+            setattr(lm, name, value)
         lm.forget_graphs()
     return out
 
