@@ -523,10 +523,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                              lambda: on_gpu_job("e2e", s, n))
 
         def e2e_job(s, n):
-            loading = "<div class='specviz-lab'>Loading the pair…</div>"
-            if not store.is_loaded(s):
-                yield loading
-            pair = yield from store.loading(s, loading)
+            pair = yield from store.loading(s, "<div class='specviz-lab'>Loading the pair…</div>")
             for step in continuations(pair, s, n, job_limits("e2e", s, n)):
                 if "stopped" in step:
                     yield f"<div class='specviz-lab'>{html.escape(step['stopped'])}</div>"

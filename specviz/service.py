@@ -174,8 +174,9 @@ class ModelStore:
         self._pair, self._key = pair, self.key(s)
 
     def loading(self, s: RunSettings, waiting, poll: float = LOAD_POLL_SECONDS):
-        """get(s) from a job's generator: the load runs in a thread, and `waiting` is yielded
-        every `poll` seconds until it ends (then the pair is returned, or its error raised). A Stop
+        """get(s) from a job's generator: where s is not loaded, the load starts in a thread and
+        `waiting` is yielded at once, then every `poll` seconds until the load ends (then the pair
+        is returned, or its error raised); a loaded pair is returned at once. A Stop
         pressed during a load closed the job only when the load ended, and Gradio held every other
         visitor's Stop meanwhile (its cancel waits on a generator that is inside a step, under one
         app-wide lock, up to 60 s). Stopped, the job lets go at once; the load goes on to its end
@@ -192,6 +193,7 @@ class ModelStore:
 
         thread = threading.Thread(target=load, daemon=True, name="specviz-load")
         thread.start()
+        yield waiting  # the page says so at once (each caller showed it before this wait)
         thread.join(poll)
         while thread.is_alive():
             yield waiting
@@ -428,8 +430,6 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     """
     s.check(limits, store.known_pairs)
     loading = View(f"Loading {markdown_text(clip(s.target)) if s.pair == CUSTOM else s.pair}…")
-    if not store.is_loaded(s):
-        yield loading
     pair = yield from store.loading(s, loading)
     if s.proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
