@@ -509,17 +509,15 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     result = compare(spec, base, pair.dtype, pair.device, pair.numerics)
     speedup = spec.speedup_over(base)
     pace = "no time measured" if speedup is None else f"{beside(speedup, 1.0)}× the target alone"
-    # An implausible race was timed under different loads: its baseline is dropped, so that running
-    # again measures both anew (kept, every later run with these settings reused its times)
-    again = "run again for a fair race (the baseline is measured again)"
+    implausible = None  # why the race cannot be fair, if it cannot
     if speedup is not None and speedup > NOISE_MARGIN * spec.tokens_per_pass:
-        store.baselines.drop(key)
-        pace += (f" (more than its {beside(spec.tokens_per_pass, 1.0)} tokens per target pass can explain: "
-                 f"the two runs were timed under different loads; {again})")
+        implausible = f"more than its {beside(spec.tokens_per_pass, 1.0)} tokens per target pass can explain"
     elif speedup is not None and not spec.drafted and speedup < 1 / NOISE_MARGIN:
-        store.baselines.drop(key)
-        pace += (" (a run that drafted nothing does the target alone's work: the two runs were timed "
-                 f"under different loads; {again})")
+        implausible = "a run that drafted nothing does the target alone's work"
+    if implausible:  # timed under different loads: its baseline is dropped, so that running again
+        store.baselines.drop(key)  # measures both anew (kept, every later run reused its times)
+        pace += (f" ({implausible}: the two runs were timed under different loads; run again for a fair "
+                 "race (the baseline is measured again))")
     done = f"Done in {str(pair.dtype).removeprefix('torch.')}: {pace}{note}"
     status = f"{done}; greedy outputs {result.verdict}" if greedy else done
     chain = None
