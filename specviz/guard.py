@@ -118,7 +118,12 @@ class PerAddress:
         self.per_network = 4 * per_address if per_network is None else per_network
         self.seen: dict[str, OrderedDict] = {}  # address (or network) -> key -> last use
         self.calls = 0
-        self.last_refused = self.refused.format(n=per_address, minutes=round(window / 60))
+        self.last_refused = self._message(per_address)
+
+    def _message(self, n: int, network: str | None = None) -> str:
+        """The refusal of a key past a bound of n: its address's, or its network's."""
+        text = self.refused.format(n=n, minutes=round(self.window / 60))
+        return text if network is None else text.replace("your address", f"your network ({network})", 1)
 
     def _recent(self, owner: str, now: float) -> OrderedDict:
         """owner's keys of the last window (an address's sessions, a network's (address, session)
@@ -139,11 +144,10 @@ class PerAddress:
         if session is not None and session in mine:
             mine.move_to_end(session)
         elif len(mine) >= self.per_address:
-            self.last_refused = self.refused.format(n=self.per_address, minutes=round(self.window / 60))
+            self.last_refused = self._message(self.per_address)
             return False
         elif theirs is not None and len(theirs) >= self.per_network:
-            self.last_refused = (self.refused.format(n=self.per_network, minutes=round(self.window / 60))
-                                 .replace("your address", f"your network ({network})", 1))
+            self.last_refused = self._message(self.per_network, network)
             return False
         mine[key] = now
         if theirs is not None:
