@@ -151,8 +151,8 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
                                    + ("; PARTIAL: written after a section, before the run ended" if partial
                                       else ""))
         report = {"format": "specviz-gpucheck", "version": 1, "partial": partial, "settings": dict(vars(s)),
-                  "steps": {"capture": lm.CAPTURE, "pack": lm.PACK, "nested": lm.NESTED,
-                            "shared": lm.SHARED, "tuned": lm.TUNED, "candidates": lm.CANDIDATES},
+                  "steps": {"capture": lm.CAPTURE, **{f: getattr(lm, name) for f, name, _ in STEP_FLAGS},
+                            "candidates": lm.CANDIDATES},
                   "seconds": round(clock.elapsed, 1), "skipped": skipped, "bandwidth_gbs": bandwidth,
                   "weights": {r: {"params": n, "bytes": t, "read_per_pass": p}
                               for r, (n, t, p) in sizes.items()},
