@@ -147,6 +147,31 @@ def notices_text(notices: list[str]) -> str:
 
 STOPPED = ("Stopped. What the page shows may be the stopped run's part; Save, the Exactness lab and "
            "the k explorer use your last finished run, if there is one.")
+# Stop with nothing running leaves the status as it is (it said "Stopped" over a finished run's
+# "Done"). A job shows its progress on one of these three: Gradio 6.31's tracker hides its .wrap
+# when idle. Gradio cancels the jobs once this has answered, and their updates already under way
+# still land (the status said "round 6" again), then the tracker shows a red "Error" pill (the
+# status said "Stopped" under "Error"): STOP_AFTER_JS waits for that (10 s at most), clears the
+# pill and says "Stopped" again.
+STOP_JS = f"""(shown) => {{
+  const running = ["#status", "#lab-info", "#e2e-out"].filter((id) => {{
+    const wrap = document.querySelector(`${{id}} .wrap`);
+    return wrap !== null && !wrap.classList.contains("hide") && wrap.querySelector(".error") === null;
+  }});
+  window.specvizStopped = running;
+  return running.length ? {json.dumps(STOPPED)} : shown;
+}}"""
+STOP_AFTER_JS = f"""async (shown) => {{
+  const running = window.specvizStopped || [];
+  window.specvizStopped = [];
+  if (running.length === 0) return shown;
+  const wrap = (id) => document.querySelector(`${{id}} .wrap`);
+  const settled = (id) => wrap(id) === null || wrap(id).classList.contains("hide")
+    || wrap(id).querySelector(".error") !== null;
+  for (let i = 0; i < 100 && !running.every(settled); i++) await new Promise((done) => setTimeout(done, 100));
+  running.forEach((id) => wrap(id)?.querySelector(".clear-status button")?.click());
+  return {json.dumps(STOPPED)};
+}}"""
 
 
 def link_notice(notices: list[str]) -> str:
@@ -156,6 +181,15 @@ def link_notice(notices: list[str]) -> str:
 def user_error(e: BaseException) -> gr.Error:
     """A ValueError's message for any visitor: no server paths, no HTML."""
     return gr.Error(html.escape(public_message(str(e)), quote=False), print_exception=False)
+
+
+def error_outputs(e: gr.Error, n: int, at: int = 0, markdown: bool = True) -> tuple:
+    """n outputs that keep what the page shows, but output `at` (the event's status) says e's
+    message as plain text: Gradio's toast goes after seconds, and the status under its Error pill
+    said what the job had said last ("Loading tiny…", "round 6", "Opened: …" a trace before)."""
+    message = "⚠ " + html.unescape(e.message)  # a user_error's is escaped once, for the toast
+    shown = markdown_text(message) if markdown else f"<div class='specviz-lab'>{html.escape(message)}</div>"
+    return tuple(shown if i == at else gr.skip() for i in range(n))
 
 
 def visitor_error(e: BaseException) -> gr.Error | None:
@@ -297,7 +331,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 e2e_n = gr.Slider(10, limits.max_samples, value=min(50, limits.max_samples), step=10,
                                   label="samples per method")
                 e2e_btn = gr.Button("Sample 2-token continuations, speculative and target alone")
-                e2e_out = gr.HTML()
+                e2e_out = gr.HTML(elem_id="e2e-out")
         with gr.Tab("k explorer") as explorer_tab:
             gr.Markdown(EXPLORER_INTRO)
             with gr.Row():
@@ -391,18 +425,22 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def run_stream(values, request, dtype=None):
             try:
-                s = settings_of(values)
-                s = replace(s, dtype=dtype) if dtype else s
-                s.check(limits, store.known_pairs)  # before a gate place and the GPU time it asks for
-            except ValueError as e:
-                raise user_error(e) from None
+                try:
+                    s = settings_of(values)
+                    s = replace(s, dtype=dtype) if dtype else s
+                    s.check(limits, store.known_pairs)  # before a gate place and the GPU time it asks for
+                except ValueError as e:
+                    raise user_error(e) from None
 
-            def job():
-                for view in on_gpu_job("run", s):
-                    yield show(view, request)  # the shelf lives in this process
+                def job():
+                    for view in on_gpu_job("run", s):
+                        yield show(view, request)  # the shelf lives in this process
 
-            waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
-            yield from gated(request, waiting, job)
+                waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
+                yield from gated(request, waiting, job)
+            except gr.Error as e:
+                yield error_outputs(e, len(outputs))
+                raise
 
         # gr.Request and gr.Progress are injected by position: they come before the settings, which
         # are named so that the API lists them by name (as `param_0`... under *values)
@@ -435,6 +473,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                                      "float32 rerun checks a near-tie of a bfloat16 or float16 run. "
                                      "To run new settings in float32, pick float32 under dtype and press Run")
             except ValueError as e:
+                yield error_outputs(user_error(e), len(outputs))
                 raise user_error(e) from None
             yield from run_stream(values, request, dtype="float32")
 
@@ -463,6 +502,13 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             return gr.update(value=preset.chat) if preset else gr.skip()
 
         def lab_run(source, round_number, trials, variants, key, request: gr.Request):
+            try:
+                yield from lab_stream(source, round_number, trials, variants, key, request)
+            except gr.Error as e:
+                yield error_outputs(e, 4, markdown=False)
+                raise
+
+        def lab_stream(source, round_number, trials, variants, key, request):
             try:
                 if source not in LAB_SOURCES:
                     raise ValueError(f"distributions must be one of {', '.join(LAB_SOURCES)}")
@@ -513,14 +559,17 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def e2e_run(request: gr.Request, n=None, *values):
             try:
-                n = coerce_int("samples", n, 10, limits.max_samples)
-                s = settings_of(values)
-                s.check(limits, store.known_pairs)
-            except ValueError as e:
-                raise user_error(e) from None
-
-            yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
-                             lambda: on_gpu_job("e2e", s, n))
+                try:
+                    n = coerce_int("samples", n, 10, limits.max_samples)
+                    s = settings_of(values)
+                    s.check(limits, store.known_pairs)
+                except ValueError as e:
+                    raise user_error(e) from None
+                yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
+                                 lambda: on_gpu_job("e2e", s, n))
+            except gr.Error as e:
+                yield error_outputs(e, 1, markdown=False)[0]
+                raise
 
         def e2e_job(s, n):
             pair = yield from store.loading(s, "<div class='specviz-lab'>Loading the pair…</div>")
@@ -636,8 +685,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             return str(path)
 
         def open_trace(path, request: gr.Request):
-            if not path:
-                return (gr.skip(),) * (len(outputs) + len(controls) + 1)
+            n = len(outputs) + len(controls) + 1
+            try:
+                yield opened(path, request) if path else (gr.skip(),) * n
+            except gr.Error as e:
+                yield error_outputs(e, n, at=n - 1)
+                raise
+
+        def opened(path, request):
             try:
                 if not isinstance(path, str):
                     raise ValueError("open a trace file (.json)")
@@ -690,8 +745,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         e2e_event = e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name="e2e",
                                   **(model | dict(show_progress_on=e2e_out)))
         # Gradio completes a cancelled event with no output: the page said "round 6" for good
-        stop_btn.click(None, None, status, js=f"() => {json.dumps(STOPPED)}", api_name=False,
-                       cancels=[run_event, auto_event, rerun_event, lab_event, e2e_event])
+        stop_btn.click(None, status, status, js=STOP_JS, api_name=False,
+                       cancels=[run_event, auto_event, rerun_event, lab_event, e2e_event]).then(
+            None, status, status, js=STOP_AFTER_JS, api_name=False)
         # The views of a held run, and uploads, each wait in a line of their own (one at a time):
         # a flood of uploads delays other uploads, not the k explorer or the tree playback.
         explore_inputs = [ex_k, ex_adaptive, ex_profile, last]

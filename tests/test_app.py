@@ -76,6 +76,31 @@ def test_bad_input_is_an_error_message_and_the_app_keeps_serving(app_url):
     assert "<tr><th>tokens</th><td>3</td><td>3</td></tr>" in final[3]
 
 
+def test_an_error_is_said_on_its_events_status_too(app_url, tmp_path):
+    """Gradio's toast goes after seconds, and under its Error pill the status said what the job
+    had said last: "Loading tiny…", or a trace opened before's "Opened: …"."""
+    from gradio_client import Client, handle_file
+
+    client = Client(app_url, verbose=False)
+    job = client.submit(*args(max_new_tokens=300), api_name="/run")  # past the tiny target's 256
+    with pytest.raises(Exception, match="shorten one of them"):  # positions: found once loaded
+        job.result()
+    status = job.outputs()[-1][0]
+    assert status.startswith("⚠ prompt") and status.endswith("shorten one of them"), status
+    job = client.submit("round", 1, 2000, ["exact"], None, api_name="/lab")
+    with pytest.raises(Exception, match="no run yet"):
+        job.result()
+    assert job.outputs()[-1][0] == "<div class='specviz-lab'>⚠ no run yet: run something first, or use " \
+                                   "the example</div>"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "specviz-trace", "<b>": 1}')
+    job = client.submit(handle_file(str(bad)), api_name="/open_trace")
+    with pytest.raises(Exception, match="not a valid specviz trace"):
+        job.result()
+    shown = job.outputs()[-1][-1]
+    assert shown.startswith("⚠ not a valid specviz trace") and "<b>" not in shown, shown
+
+
 def test_cancel_stops_a_run_and_frees_the_model(app_url):
     from gradio_client import Client
 
@@ -338,11 +363,22 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         bars = page.evaluate("() => document.querySelector('#lab-mc .nsewdrag')"
                              ".getBoundingClientRect().height")
         assert bars >= 150, bars  # the bars keep a plot's room (91 px under a 9-entry legend before)
-        # Stop says so (Gradio completes a cancelled event with no output: the status stayed put)
+        # Stop with nothing running leaves the status as it is (it said "Stopped" over "Done")
         page.get_by_role("tab", name="Run", exact=True).click()
+        shown = page.inner_text("#status")
         page.click("#stop")
+        page.wait_for_timeout(500)
+        assert page.inner_text("#status") == shown and shown.startswith("Done")
+        # Stop during a run says so (Gradio completes a cancelled event with no output: the status
+        # said "round 6" for good)
+        page.goto(app_url + "?pair=tiny&max_new_tokens=240&temperature=0&prompt=def+f&run=1")
+        page.wait_for_function("(document.querySelector('#status')?.innerText || '').includes('run: round')",
+                               timeout=60_000)
+        page.click("#stop")  # Gradio's "Error" pill for a stopped job is cleared: the text starts
         page.wait_for_function("(document.querySelector('#status')?.innerText || '').startsWith('Stopped.')",
-                               timeout=10_000)
+                               timeout=20_000)
+        page.wait_for_timeout(1000)  # and the stopped run's updates under way did not land after it
+        assert page.inner_text("#status").startswith("Stopped."), page.inner_text("#status")
 
         # A token-tree link: the tree panel shows the round's nodes with their tooltips.
         page.goto(app_url + "?pair=tiny&proposer=tree&k=4&nodes=12&branching=3&max_new_tokens=40"

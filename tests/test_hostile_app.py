@@ -438,7 +438,7 @@ def test_the_float32_rerun_checks_float32_before_it_queues(model_dirs, monkeypat
     rerun = next(fn for fn in built.fns.values() if fn.name == "rerun_float32").fn
     values = args(pair="qwen2.5-7b", dtype="bfloat16")
     with pytest.raises(gr.Error, match="qwen2.5-7b in float32 needs twice the memory"):
-        next(rerun(SimpleNamespace(query_params={}), None, None, *values))
+        list(rerun(SimpleNamespace(query_params={}), None, None, *values))
 
 
 def test_the_float32_rerun_after_a_float32_run_is_refused_with_the_way_to_run_in_float32(demo):
@@ -449,12 +449,12 @@ def test_the_float32_rerun_after_a_float32_run_is_refused_with_the_way_to_run_in
     key = demo.specviz.shelf.put("rerun-again", SimpleNamespace(models={"dtype": "float32"}), nbytes=1)
     with pytest.raises(gr.Error, match="the last run was in float32 already: .* pick float32 under "
                                        "dtype and press Run"):
-        next(rerun(SimpleNamespace(query_params={}), None, key, *args(dtype="bfloat16")))
+        list(rerun(SimpleNamespace(query_params={}), None, key, *args(dtype="bfloat16")))
     demo.specviz.shelf.drop(key)
     # a sampled run has no near-tie to check: the button ran a whole float32 run for nothing
     key = demo.specviz.shelf.put("rerun-sampled", SimpleNamespace(models={"dtype": "bfloat16"}), nbytes=1)
     with pytest.raises(gr.Error, match="checks a greedy run's near-tie, and these settings sample"):
-        next(rerun(SimpleNamespace(query_params={}), None, key, *args(temperature=0.8)))
+        list(rerun(SimpleNamespace(query_params={}), None, key, *args(temperature=0.8)))
     demo.specviz.shelf.drop(key)
 
 
@@ -854,7 +854,7 @@ def test_opening_a_file_that_is_gone_names_the_fix(demo):
     open_trace = next(fn for fn in demo.fns.values() if fn.name == "open_trace").fn
     request = SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={}, session_hash="gone")
     with pytest.raises(gr.Error, match="the uploaded file is gone .*upload the trace again"):
-        open_trace("/nonexistent/specviz/missing.json", request)
+        list(open_trace("/nonexistent/specviz/missing.json", request))
 
 
 def test_the_k_explorer_says_what_to_do_before_any_run(demo):
@@ -874,7 +874,7 @@ def test_a_file_that_is_no_trace_is_refused_with_what_to_open_instead(demo, tmp_
         (tmp_path / name).write_text(body)
         with pytest.raises(gr.Error, match=r"not a valid specviz trace: .*\. Open a file saved with "
                                            r"\"Save the last run as a trace\", whole and unedited"):
-            open_trace(str(tmp_path / name), request)
+            list(open_trace(str(tmp_path / name), request))
 
 
 def test_the_upload_progress_stream_is_closed(demo):
