@@ -22,7 +22,7 @@ import math
 import tempfile
 import threading
 import time
-from dataclasses import fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -39,6 +39,7 @@ from specviz.service import (
     RELOAD_SHARE,
     ModelStore,
     View,
+    check_continuations,
     continuations,
     explorer_refusal,
     replay_view,
@@ -94,6 +95,11 @@ COPY_JS = """(query) => {
 REDRAW_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 50); }"
 
 
+# A page whose run the shelf let go (visitors behind one address share its runs, and memory):
+# "no run to save yet: run something first" under that run was false
+LET_GO = ("the server no longer holds this page's last run (it keeps the newest {n} runs of each "
+          "address, and other pages at your address have run since, or it needed the memory): "
+          "run it again")
 TRACE_TTL = 3600  # seconds a page's trace key lives without a new run (pages that never close)
 CLEAN_CACHE = (300, 900)  # every 5 minutes, delete uploads and downloads older than 15 minutes
 MAX_NOTICES = 8
@@ -394,8 +400,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             if not view.is_tree:
                 hidden = gr.update(visible=False)
                 return [view.tree_html, hidden, gr.update(value="", visible=False), hidden, hidden]
-            rounds = len(view.spec.events)
-            slider = gr.update(visible=True, minimum=1, maximum=max(rounds, 2),
+            rounds = len(view.spec.events)  # one round: no playback (a slider needs two ends, and
+            slider = gr.update(visible=rounds > 1, minimum=1, maximum=max(rounds, 2),  # offered 2)
                                value=view.tree_round or rounds, interactive=final)
             f = view.figures
             plots = [gr.update(value=f[name], visible=True) if name in f else gr.skip()
@@ -460,10 +466,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             try:
                 # the settings' own errors first, in float32 (a 7-8B pair needs twice the memory)
                 replace(settings_of(values), dtype="float32").check(limits, store.known_pairs)
-                last_run = shelf.get(key)
-                if last_run is None:  # a curious click before any run cost minutes
-                    raise ValueError("run first: this button runs the page's settings again in float32 "
-                                     "after a run, to check a near-tie (float32 runs are slower)")
+                last_run = kept_run(key, "run first: this button runs the page's settings again in "
+                                    "float32 after a run, to check a near-tie (float32 runs are slower)")
                 if settings_of(values).temperature > 0:  # a sampled run has no near-tie to check
                     raise ValueError("a float32 rerun checks a greedy run's near-tie, and these settings "
                                      "sample (temperature above 0): set temperature 0 and press Run, or pick "
@@ -472,6 +476,13 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     raise ValueError(f"the last run was in {last_run.models['dtype']} already: a "
                                      "float32 rerun checks a near-tie of a bfloat16 or float16 run. "
                                      "To run new settings in float32, pick float32 under dtype and press Run")
+                # other settings than the last run's: it said "identical" of a run never made in bf16
+                ran, page = getattr(last_run, "settings", None), asdict(settings_of(values))
+                if not isinstance(ran, dict) or any(ran.get(name) != value for name, value in page.items()
+                                                    if name != "dtype"):
+                    raise ValueError("the page's settings changed since the last run: this button "
+                                     "checks the last run again in float32. Press Run first, or pick "
+                                     "float32 under dtype and press Run")
             except ValueError as e:
                 yield error_outputs(user_error(e), len(outputs))
                 raise user_error(e) from None
@@ -491,10 +502,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 gr.update(visible=False)
             return (*control_values(s), shown, autorun)
 
-        def share_query(*values) -> str:
+        def share_query(*values):
             try:
-                return settings_of(values).to_query()
+                yield settings_of(values).to_query()
             except (TypeError, ValueError) as e:
+                yield ""  # the box kept the last link: of settings the page no longer has
                 raise user_error(ValueError(f"cannot make a link: {e}")) from None
 
         def pair_changed(key):
@@ -520,9 +532,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 trace = None
                 if source == "round":
                     round_number = coerce_int("round", round_number, 1, 1_000_000)
-                    trace = shelf.get(key)
-                    if trace is None:
-                        raise ValueError("no run yet: run something first, or use the example")
+                    trace = kept_run(key, "no run yet: run something first, or use the example")
             except ValueError as e:
                 raise user_error(e) from None
 
@@ -563,6 +573,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     n = coerce_int("samples", n, 10, limits.max_samples)
                     s = settings_of(values)
                     s.check(limits, store.known_pairs)
+                    check_continuations(s, n, limits)
                 except ValueError as e:
                     raise user_error(e) from None
                 yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
@@ -617,6 +628,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 worker["key"] = store.home
                 raise
 
+        def kept_run(key, missing: str):
+            """The run the page's key names; else ValueError: `missing` on a page that has had
+            none, LET_GO on one whose run the shelf let go (the page still shows it)."""
+            trace = shelf.get(key)
+            if trace is None:
+                raise ValueError(LET_GO.format(n=shelf.per_address) if shelf.let_go(key) else missing)
+            return trace
+
         def explore(k_value, adaptive, profile, key):
             try:
                 k_value = coerce_int("k", k_value, 1, UI_MAX_K)
@@ -627,6 +646,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
             trace = shelf.get(key)
+            if trace is None and shelf.let_go(key):
+                return f"<div class='specviz-lab'>{LET_GO.format(n=shelf.per_address)}.</div>", "", None
             if (why := explorer_refusal(trace)) is not None:
                 return f"<div class='specviz-lab'>{html.escape(why)}</div>", "", None
             measured = [len(e.new_tokens) for e in trace.events]
@@ -643,7 +664,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             """The tree playback: one round of the kept run (no model call)."""
             try:
                 round_number = coerce_int("round", round_number, 1, 1_000_000)
-                return tree_round(shelf.get(key), round_number, store.current())
+                trace = kept_run(key, "no run yet: run the token tree drafter first (or open a trace)")
+                return tree_round(trace, round_number, store.current())
             except ValueError as e:
                 raise user_error(e) from None
 
@@ -652,9 +674,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             return int(trace.settings.get("k", 4)) if trace is not None else gr.skip()
 
         def save(key):
-            trace = shelf.get(key)
-            if trace is None:
-                raise gr.Error("no run to save yet: run something first")
+            try:
+                trace = kept_run(key, "no run to save yet: run something first")
+            except ValueError as e:
+                raise user_error(e) from None
             SAVES.mkdir(exist_ok=True)
             kept = 0  # bytes of the saves of the last SAVE_TTL seconds
             for old in SAVES.glob("*.json"):  # gradio copies the file into its cache at once

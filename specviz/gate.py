@@ -244,6 +244,9 @@ class Held(NamedTuple):
     uploaded: bool  # opened from a file (cheap to repeat), not run through the gate
 
 
+LET_GO_KEPT = 4096  # evicted keys the shelf remembers, to tell their pages so (60 bytes each)
+
+
 class Shelf:
     """Traces that visitors look at, held by the server; the page keeps only a key (a str).
 
@@ -261,6 +264,7 @@ class Shelf:
         self.max_bytes, self.per_address = max_bytes, per_address
         self._lock = threading.Lock()
         self._items: OrderedDict[str, Held] = OrderedDict()  # key -> what it holds, oldest first
+        self._let_go: OrderedDict[str, None] = OrderedDict()  # keys evicted (not dropped), oldest first
 
     def put(self, session: str | None, trace, nbytes: int | None = None, address: str | None = None,
             uploaded: bool = False) -> str:
@@ -273,11 +277,11 @@ class Shelf:
             if address:
                 mine = [k for k, held in self._items.items() if held.address == address]
                 for old in mine[:max(0, len(mine) - self.per_address + 1)]:  # oldest first
-                    del self._items[old]
+                    self._evict(old)
             self._items[key] = Held(session, trace, nbytes, address, uploaded)
             while len(self._items) > 1 and self.nbytes > self.max_bytes:  # the new key is last
                 uploads = (k for k, held in self._items.items() if held.uploaded and k != key)
-                del self._items[next(uploads, next(iter(self._items)))]
+                self._evict(next(uploads, next(iter(self._items))))
         return key
 
     def get(self, key) -> object | None:
@@ -286,6 +290,18 @@ class Shelf:
                 return None
             self._items.move_to_end(key)
             return self._items[key].trace
+
+    def let_go(self, key) -> bool:
+        """Whether the shelf let key's trace go while its page was open (among the last LET_GO_KEPT
+        it let go): a newer one of its address's replaced it, or the memory was needed."""
+        with self._lock:
+            return isinstance(key, str) and key in self._let_go
+
+    def _evict(self, key: str) -> None:  # under the lock
+        del self._items[key]
+        self._let_go[key] = None
+        while len(self._let_go) > LET_GO_KEPT:
+            self._let_go.popitem(last=False)
 
     def drop(self, key) -> None:
         with self._lock:

@@ -257,12 +257,20 @@ def _verdict(variant: str, r: lab.CheckResult, p: torch.Tensor) -> str:
     return f"no bias detected at this N (its exact output is {sig3(off)} from p in TV: more trials show it)"
 
 
+WEAK_NOISE = 0.5  # two exact samplers' mean TV past which the end-to-end check is called weak
+
+
 def continuations_html(step: dict) -> str:
     """The end-to-end check's result (service.continuations' final step) as one paragraph."""
     sec = step["seconds"]
     verdict = ("a difference this large is rare under one distribution: <b>a sign of a bias</b>, "
                "please report it with this page's share link" if step["pvalue"] < 1e-3
                else "consistent with one distribution")
+    # nearly every sample new (it said "consistent" of 100 distinct outcomes in 100 samples)
+    if step["pvalue"] >= 1e-3 and step["noise"] >= WEAK_NOISE:
+        verdict += (", but a weak check: with outcomes this spread, two exact samplers differ "
+                    "this much too, so only a gross bias could show. Lower the temperature or set "
+                    "top-k for fewer distinct outcomes, or take more samples")
     return (f"<div class='specviz-lab'>{step['samples']} samples each of 2 tokens, {step['outcomes']} "
             "distinct outcomes. TV distance between the speculative and the target-alone histograms: "
             f"<b>{step['tv']:.3f}</b>. Two exact samplers at this N differ by {step['noise']:.3f} on "

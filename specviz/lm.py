@@ -8,7 +8,9 @@ feed. After each engine round the target's cache holds the committed tokens minu
 In bfloat16 / float16 a logit is rounded to 8 / 11 significant bits, so two tokens often tie
 exactly, and a 1-token and a (k+1)-token pass break such ties differently. With `refine` the
 top logits of each row (every token that rounding could have put first) are recomputed in
-float32 from the same hidden state and weights: the argmax is then the float32 head's.
+float32 from the same hidden state and weights: the argmax is then the float32 head's. The hidden
+state itself is not the same: a 1-token and a (k+1)-token pass compute it in another order, so a
+near-tie there (top-2 a bf16 step apart) can still flip; the page's verdict names it a near-tie.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from .metrics import RunStats
 from .render import Span, round_spans, to_html
 from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text, public_message
 from .trace import Trace
-from .views import stats_html, timeline_html, verdict_html
+from .views import implausible_race, stats_html, timeline_html, verdict_html
 
 
 @dataclass(frozen=True)
@@ -264,11 +264,6 @@ def _over_budget(limits: Limits, what: str) -> str:
     return (f"Stopped {what} at this deployment's time limit of {limits.max_job_seconds:g} s per job "
             "(operators: SPECVIZ_MAX_JOB_SECONDS): ask for fewer tokens or samples")
 
-
-# A round's verify pass costs about a one-token pass or more, so a run cannot be much faster than
-# its tokens per target pass: past this factor the two runs' times were measured under different
-# loads (a shared machine, a baseline reused from earlier).
-NOISE_MARGIN = 1.2
 
 
 def _reading(what: str, r: Reading) -> str:
@@ -509,13 +504,9 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     result = compare(spec, base, pair.dtype, pair.device, pair.numerics)
     speedup = spec.speedup_over(base)
     pace = "no time measured" if speedup is None else f"{beside(speedup, 1.0)}× the target alone"
-    implausible = None  # why the race cannot be fair, if it cannot
-    if speedup is not None and speedup > NOISE_MARGIN * spec.tokens_per_pass:
-        implausible = f"more than its {beside(spec.tokens_per_pass, 1.0)} tokens per target pass can explain"
-    elif speedup is not None and not spec.drafted and speedup < 1 / NOISE_MARGIN:
-        implausible = "a run that drafted nothing does the target alone's work"
-    if implausible:  # timed under different loads: its baseline is dropped, so that running again
-        store.baselines.drop(key)  # measures both anew (kept, every later run reused its times)
+    if implausible := implausible_race(spec, base):  # timed under different loads: its baseline is
+        store.baselines.drop(key)  # dropped, so that running again measures both anew (kept, every
+        # later run reused its times)
         pace += (f" ({implausible}: the two runs were timed under different loads; run again for a fair "
                  "race (the baseline is measured again))")
     done = f"Done in {str(pair.dtype).removeprefix('torch.')}: {pace}{note}"
@@ -597,6 +588,17 @@ class _NoTokenizer:
         return "".join(self.text.get(i, f"⟨{i}⟩") for i in ids)
 
 
+def check_continuations(s: RunSettings, n: int, limits: Limits) -> None:
+    """ValueError naming the fix for what the end-to-end check cannot sample: before the line and
+    the load (at temperature 0 the refusal came after a switch to the page's pair or dtype)."""
+    if not 10 <= n <= limits.max_samples:
+        raise ValueError(f"samples must be in 10..{limits.max_samples} on this deployment "
+                         "(operators: SPECVIZ_MAX_SAMPLES)")
+    if s.temperature <= 0:
+        raise ValueError("set a temperature above 0 (Run tab, Sampling; the check samples with the Run "
+                         "tab's settings): at 0 every sample is the same")
+
+
 def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = None,
                   tokens: int = 2) -> Iterator[dict]:
     """n short samples with and without speculation, as a stream: progress dicts
@@ -604,12 +606,7 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
     {"stopped": message} when the job's time budget runs out; "seconds" maps "spec" and "base"
     to each run's time. ValueError on bad input."""
     limits = limits or Limits()
-    if not 10 <= n <= limits.max_samples:
-        raise ValueError(f"samples must be in 10..{limits.max_samples} on this deployment "
-                         "(operators: SPECVIZ_MAX_SAMPLES)")
-    if s.temperature <= 0:
-        raise ValueError("set a temperature above 0 (Run tab, Sampling; the check samples with the Run "
-                         "tab's settings): at 0 every sample is the same")
+    check_continuations(s, n, limits)
     if s.proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
     prompt_ids = _prompt_ids(pair, s, limits)

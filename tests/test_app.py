@@ -59,6 +59,19 @@ def test_run_streams_rounds_then_the_full_result(app_url):
     assert overview["visible"] is False and not overview["value"]  # a chain run: the panel's note only
 
 
+def test_a_tree_run_of_one_round_offers_no_playback(app_url):
+    """Its playback slider ran 1..2, and round 2 was an error."""
+    from gradio_client import Client
+
+    client = Client(app_url, verbose=False)
+    one = args(proposer="tree", max_new_tokens=2, dtype="float32", prompt="for i in range(10):", nodes=4)
+    *_, tree, slider, overview, _, _ = client.predict(*one, api_name="/run")  # 3 drafted (branching 3)
+    assert "Round 1 of 1</b>: 3 nodes verified" in tree and slider["visible"] is False and overview["visible"]
+    *_, tree, slider, _, _, _ = client.predict(*args(proposer="tree", max_new_tokens=8, dtype="float32"),
+                                               api_name="/run")
+    assert "Round 1 of 1" not in tree and slider["visible"] is True and slider["maximum"] >= 2
+
+
 def test_bad_input_is_an_error_message_and_the_app_keeps_serving(app_url):
     from gradio_client import Client
 

@@ -188,6 +188,35 @@ def test_events_without_an_api_name_coerce_their_arguments_too(demo):
         assert '"success":false' in text.replace(" ", "") and re.search(message, text), text
 
 
+def test_the_end_to_end_check_refuses_temperature_0_before_the_line_and_a_load(demo, monkeypatch):
+    """At temperature 0 the refusal came from inside the job: after a place in line, and a switch
+    to the page's pair or dtype (the panel said "Loading the pair…" until then)."""
+    import gradio as gr
+
+    e2e = next(fn for fn in demo.fns.values() if fn.name == "e2e_run").fn
+    monkeypatch.setattr(demo.specviz.store, "loading", lambda *a: pytest.fail("loaded"))
+    shown = []
+    with pytest.raises(gr.Error, match="set a temperature above 0"):
+        for out in e2e(None, 10, *args(temperature=0.0, dtype="bfloat16")):
+            shown.append(out)
+    assert shown == ["<div class='specviz-lab'>⚠ set a temperature above 0 (Run tab, Sampling; the check "
+                     "samples with the Run tab&#x27;s settings): at 0 every sample is the same</div>"]
+
+
+def test_a_link_that_cannot_be_made_clears_the_box(demo):
+    """The box (and the clipboard) kept the last link, of settings the page no longer had."""
+    import gradio as gr
+
+    share = next(fn for fn in demo.fns.values() if fn.name == "share_query").fn
+    made = RunSettings(**dict(zip(FIELDS, args(seed=3), strict=True)))
+    assert list(share(*args(seed=3))) == [made.to_query()] and "seed=3" in made.to_query()
+    shown = []
+    with pytest.raises(gr.Error, match="cannot make a link: seed must be a whole number, got 2.5"):
+        for out in share(*args(seed=2.5)):
+            shown.append(out)
+    assert shown == [""]
+
+
 def test_the_float32_rerun_needs_a_run_first(demo):
     """A curious click before any run started a full float32 run (minutes on a CPU)."""
     text = call_hidden(demo, "rerun_float32", [None, *args()], "rerun-first")
@@ -663,9 +692,43 @@ def test_one_client_cannot_push_everyone_elses_traces_off_the_shelf():
     sessionless = [shelf.put(None, trace, nbytes=100, address="9.9.9.9") for _ in range(20)]
     assert all(shelf.get(k) is trace for k in visitors + made_up[-2:] + sessionless[-1:])
     assert len(shelf) == 5 + 2 + 1 and shelf.nbytes == 800
+    # the pages whose trace was let go are told so (among the last LET_GO_KEPT), no other key
+    assert all(shelf.let_go(k) for k in made_up[:-2])  # not a session's own replaced: sessionless
+    assert not any(shelf.let_go(k) for k in [*visitors, *made_up[-2:], "trace-forged", None, ["x"]])
     # behind a proxy (a private address) only the byte cap holds, as before
     [shelf.put(f"p{i}", trace, nbytes=100, address="10.0.0.1") for i in range(5)]
     assert shelf.nbytes <= 1000
+
+
+def test_a_page_whose_run_the_shelf_let_go_is_told_so(demo, monkeypatch):
+    """Visitors behind one address share its runs: a third page's run let the first page's go,
+    and Save said "no run to save yet: run something first" under that run."""
+    import gradio as gr
+
+    from specviz import gate
+
+    shelf, fns = demo.specviz.shelf, {fn.name: fn.fn for fn in reversed(demo.fns.values())}
+    run = SimpleNamespace(models={"dtype": "bfloat16"}, settings={})
+    keys = [shelf.put(f"shared-{i}", run, nbytes=1, address="8.8.4.4") for i in range(shelf.per_address + 1)]
+    let_go = r"no longer holds this page's last run \(it keeps the newest 2 runs of each address"
+    with pytest.raises(gr.Error, match=let_go):
+        fns["save"](keys[0])
+    with pytest.raises(gr.Error, match=let_go):
+        list(fns["lab_run"]("round", 1, 1000, ["exact"], keys[0], None))
+    with pytest.raises(gr.Error, match=let_go):
+        fns["play_tree"](1, keys[0])
+    with pytest.raises(gr.Error, match=let_go):
+        list(fns["rerun_float32"](SimpleNamespace(query_params={}), None, keys[0], *args()))
+    assert re.search(let_go, fns["explore"](4, False, "", keys[0])[0])
+    with pytest.raises(gr.Error, match="no run to save yet: run something first"):
+        fns["save"]("trace-never-made")
+    with pytest.raises(gr.Error, match="the page's settings changed since the last run"):
+        list(fns["rerun_float32"](SimpleNamespace(query_params={}), None, keys[-1], *args()))
+    monkeypatch.setattr(gate, "LET_GO_KEPT", 3)  # the keys it remembers are bounded
+    [shelf.put(f"shared-again-{i}", run, nbytes=1, address="8.8.4.4") for i in range(5)]
+    assert len(shelf._let_go) == 3 and not shelf.let_go(keys[0])
+    for key in keys:
+        shelf.drop(key)
 
 
 def test_a_flood_of_uploads_pushes_out_only_uploads():

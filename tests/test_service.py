@@ -454,7 +454,14 @@ def test_end_to_end_text_states_the_measured_noise_and_verdict():
     assert "2,000 times" in text and "47% of the splits" in text and "consistent with one" in text
     assert "3.2 s speculative, 2.5 s target alone" in text and "bias" not in text
     biased = labview.continuations_html({**step, "tv": 0.4, "pvalue": 0.0005})
-    assert "0.05% of the splits" in biased and "a sign of a bias" in biased
+    assert "0.05% of the splits" in biased and "a sign of a bias" in biased and "weak" not in biased
+    assert "weak" not in text  # 0.146 of noise: a check that sees a bias of a few tenths
+    # 100 distinct outcomes in 2 x 50 samples: every split differs by 1.000, and it said "consistent"
+    spread = labview.continuations_html({**step, "samples": 50, "outcomes": 100, "tv": 1.0, "noise": 1.0,
+                                         "pvalue": 1.0})
+    assert "consistent with one distribution, but a weak check" in spread and "Lower the" in spread
+    assert "weak" in labview.continuations_html({**step, "noise": 0.5}) and "weak" not in \
+        labview.continuations_html({**step, "noise": 0.499})
 
 
 LONG = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
@@ -551,7 +558,8 @@ def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_exp
 
     from specviz.digits import beside
     from specviz.metrics import RunStats
-    from specviz.service import NOISE_MARGIN, Baselines
+    from specviz.service import Baselines
+    from specviz.views import NOISE_MARGIN
 
     store.baselines = Baselines()
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def g", dtype="float32", seed=11)
@@ -572,6 +580,9 @@ def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_exp
             "fair race (the baseline is measured again)") in again.status
     # and it is: that baseline was dropped (kept, every later run reused its times, as it advised)
     assert store.baselines.get(key) is None
+    # the table's speedup is not shown bold, as a result, but with the doubt (10.15x, bold, before)
+    assert f"{beside(speedup, 1.0)}× (not a fair race: timed under different loads; see the status)" \
+        in again.stats_html and f"<b>{beside(speedup, 1.0)}×</b>" not in again.stats_html
     third = list(run_views(store, s, Limits()))[-1]
     assert "baseline reused" not in third.status  # measured anew (and kept, unless it looked off too)
     assert (store.baselines.get(key) is not None) == ("can explain" not in third.status)
