@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from numbers import Integral
 
 import torch
 
@@ -23,7 +22,7 @@ from .proposers import (
     Proposer,
 )
 from .sampling import SamplingParams, process
-from .tree import TreeNode, TreeVerdict, check, walk
+from .tree import TreeNode, TreeVerdict, check, is_id, walk
 from .treedraft import MAX_BRANCHING, MAX_NODES, TreeProposer, check_tree_settings
 from .untrusted import whole
 from .verifycost import VerifyCost
@@ -266,7 +265,7 @@ def check_draft(draft, vocab_size: int, budget: int, room: int) -> None:
     if depth > budget:
         raise ValueError(f"the proposer drafted {depth} tokens deep, more than the {budget} it was asked "
                          "for (propose's k): draft at most k tokens")
-    bad = [t for t in draft.tokens if not (isinstance(t, Integral) and 0 <= t < vocab_size)]
+    bad = [t for t in draft.tokens if not is_id(t, vocab_size)]
     if bad:
         raise ValueError(f"the proposer drafted {bad[0]!r}, not a token id in 0..{vocab_size - 1}")
     if draft.q is not None and (not isinstance(draft.q, torch.Tensor)

@@ -77,19 +77,24 @@ def children(nodes: tuple[TreeNode, ...] | list[TreeNode]) -> dict[int, list[int
     return out
 
 
+def is_id(value, size: int) -> bool:
+    """value is a whole number in 0..size-1, and not a bool (True passed as the id 1)."""
+    return isinstance(value, Integral) and not isinstance(value, bool) and 0 <= value < size
+
+
 def check(nodes: list[TreeNode] | tuple[TreeNode, ...], vocab_size: int | None = None) -> None:
     """Parents come first, depths follow them, and siblings carry distinct tokens (in
     0..vocab_size-1 when given); ValueError otherwise. The walk needs all of it: two siblings
     with one token would try it twice (P(x) = 1 at p(x) = 1/2), a negative id reads the last row."""
     seen: set[tuple[int, int]] = set()
     for i, n in enumerate(nodes):
-        if not (isinstance(n.parent, int) and -1 <= n.parent < i):
+        if not (isinstance(n.parent, int) and not isinstance(n.parent, bool) and -1 <= n.parent < i):
             raise ValueError(f"tree node {i}: its parent must come before it (got {n.parent!r})")
         if n.depth != (1 if n.parent < 0 else nodes[n.parent].depth + 1):
             raise ValueError(f"tree node {i}: depth {n.depth!r} is not its parent's depth + 1")
         if (n.parent, n.token) in seen:
             raise ValueError(f"tree node {i}: token {n.token!r} repeats a sibling's; siblings must differ")
-        if vocab_size is not None and not (isinstance(n.token, Integral) and 0 <= n.token < vocab_size):
+        if vocab_size is not None and not is_id(n.token, vocab_size):
             raise ValueError(f"tree node {i}: token {n.token!r} is not an id in 0..{vocab_size - 1}")
         seen.add((n.parent, n.token))
 

@@ -296,6 +296,10 @@ def test_a_custom_proposers_malformed_draft_is_refused_not_verified(pair):
                            (proposer(tree=[TreeNode(-1, -1, 1, 0.5, 0.5)], tokens=[-1]), "not an id"),
                            (proposer(tokens=[3, pair.vocab_size]), "not a token id in 0.."),
                            (proposer(tokens=[-2]), "not a token id in 0.."),
+                           (proposer(tokens=[True]), "drafted True, not a token id"),  # read as id 1
+                           (proposer(tree=[TreeNode(-1, False, 1, 0.5, 0.5)], tokens=[0]), "not an id"),
+                           (proposer(tree=[TreeNode(-1, 3, 1, 0.5, 0.5), TreeNode(True, 4, 2, 0.5, 0.5)],
+                                     tokens=[3]), "parent must come before it \\(got True\\)"),
                            # deeper than asked: near the last position it ran the target past its
                            # position table (IndexError) or the static cache (a bare "holds 260")
                            (proposer(tokens=[3, 4, 5]), "3 tokens deep, more than the 2 it was asked"),
