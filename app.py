@@ -128,6 +128,11 @@ MAX_BODY_VALUES = 1024  # arrays, objects and separators in one (a Run's event h
 BODY_SECONDS = 60.0  # a request's body must arrive within this (an upload's 4 MiB at 70 KB/s)
 
 
+def page_assets() -> dict:
+    """The page's stylesheet and its script (a token's details on a tap), for demo.launch."""
+    return dict(css=(ASSETS / "style.css").read_text(), js=(ASSETS / "tips.js").read_text())
+
+
 def launch_options(demo: gr.Blocks) -> dict:
     """What demo.launch needs on hostile ground (main and the tests use the same)."""
     limits = demo.specviz.limits
@@ -845,8 +850,8 @@ def main(argv=None):
                              f"ZeroGPU requires: {type(e).__name__}: {e}") from e
     else:
         threading.Thread(target=preload, args=(store, default), daemon=True).start()
-    demo.launch(server_name=args.host, server_port=args.port, css=(ASSETS / "style.css").read_text(),
-                theme=gr.themes.Soft(), **launch_options(demo))
+    demo.launch(server_name=args.host, server_port=args.port, theme=gr.themes.Soft(), **page_assets(),
+                **launch_options(demo))
 
 
 if __name__ == "__main__":

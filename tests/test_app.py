@@ -31,7 +31,7 @@ def app_url(model_dirs):
     demo = app.build(store, limits, default)
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
-                css=(app.ASSETS / "style.css").read_text(), **app.launch_options(demo))
+                **app.page_assets(), **app.launch_options(demo))
     yield f"http://127.0.0.1:{port}/"
     demo.close()
 
@@ -352,6 +352,11 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         assert "p(x)=" in token.get_attribute("title")
         token.hover()
         assert page.locator("#verdict").inner_text().startswith("✔ Identical")
+        # on a phone no pointer hovers: a tap shows the same details, as text, and a tap elsewhere
+        token.click()  # closes them (the tooltips were out of reach there)
+        assert page.locator("#specviz-tip").inner_text() == token.get_attribute("title")
+        page.click("#status")
+        assert page.locator("#specviz-tip").is_hidden()
         page.screenshot(path=str(OUT / "app.png"), full_page=True)
         # every legend inside its plot: the k plot's break-even entry ran 100 px past its edge
         outside = page.evaluate(LEGENDS_JS)
@@ -420,7 +425,10 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         number.fill(kept)
         number.press("Enter")
         page.wait_for_selector(f'#tree .specviz-tree[data-round="{kept}"]', timeout=30_000)
-        page.locator("#tree .tree-node[data-node]").first.hover()
+        node = page.locator("#tree .tree-node[data-node]").first
+        node.hover()
+        node.click()  # a node's details on a tap too
+        assert page.locator("#specviz-tip").inner_text() == node.get_attribute("title")
         page.locator("#tree-panel").screenshot(path=str(OUT / "tree.png"))
 
         # A trace opened in the Save tab draws the Run tab's plots while that tab is hidden:
