@@ -725,8 +725,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 if not isinstance(path, str):
                     raise ValueError("open a trace file (.json)")
                 address = public_address(visitor(request))
-                if address and not opens.admit(address, None, time.monotonic()):  # each costs seconds
-                    raise ValueError(opens.refusal())
+                if address and (why := opens.refuse(address, None, time.monotonic())):  # each costs
+                    raise ValueError(why)  # seconds
                 try:
                     with open(path, "rb") as f:
                         data = f.read(MAX_TRACE_BYTES + 1)

@@ -118,7 +118,6 @@ class PerAddress:
         self.per_network = 4 * per_address if per_network is None else per_network
         self.seen: dict[str, OrderedDict] = {}  # address (or network) -> key -> last use
         self.calls = 0
-        self.last_refused = self._message(per_address)
 
     def _message(self, n: int, network: str | None = None) -> str:
         """The refusal of a key past a bound of n: its address's, or its network's."""
@@ -133,7 +132,9 @@ class PerAddress:
             mine.popitem(last=False)
         return mine
 
-    def admit(self, address: str, session: str | None, now: float) -> bool:
+    def refuse(self, address: str, session: str | None, now: float) -> str | None:
+        """Count session for address (and its network) and return None; or, past a bound, the
+        refusal's message (its address's bound, or its network's), counting nothing."""
         self.calls += 1
         if self.calls % 1024 == 0:  # now and then, forget addresses idle for a whole window
             self.seen = {a: m for a, m in self.seen.items()
@@ -144,21 +145,17 @@ class PerAddress:
         if session is not None and session in mine:
             mine.move_to_end(session)
         elif len(mine) >= self.per_address:
-            self.last_refused = self._message(self.per_address)
-            return False
+            return self._message(self.per_address)
         elif theirs is not None and len(theirs) >= self.per_network:
-            self.last_refused = self._message(self.per_network, network)
-            return False
+            return self._message(self.per_network, network)
         mine[key] = now
         if theirs is not None:
             theirs[(address, key)] = now
             theirs.move_to_end((address, key))
-        return True
+        return None
 
-    def refusal(self) -> str:
-        """The message for the last refusal: its address's bound, or its network's (read right
-        after admit refused, as its callers do, it is that refusal's)."""
-        return self.last_refused
+    def admit(self, address: str, session: str | None, now: float) -> bool:
+        return self.refuse(address, session, now) is None
 
 
 def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None = None,
@@ -262,8 +259,9 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
         network = network_of(address)
         if network is not None and held(lambda a: network_of(a) == network) >= per_network:
             return False, QUEUE_FULL.format(what=f"your network ({network})", n=per_network), "queue_full"
-        if address is not None and pages and not pages.admit(address, body.session_hash, time.monotonic()):
-            return False, pages.refusal(), "queue_full"
+        if address is not None and pages and (why := pages.refuse(address, body.session_hash,
+                                                                  time.monotonic())):
+            return False, why, "queue_full"
         joining[line, address] += 1
         try:
             ok, event_id, state = await push(body, request, username)
@@ -417,8 +415,8 @@ class RequestGuard:
             return None  # no session: the queue counts the call as a fresh page
         if len(session) > MAX_SESSION:
             return Refused(400, LONG_SESSION)
-        if address and self.pages and not self.pages.admit(address, session, time.monotonic()):
-            return Refused(429, self.pages.refusal())
+        if address and self.pages and (why := self.pages.refuse(address, session, time.monotonic())):
+            return Refused(429, why)
         return None
 
     def too_large(self, upload: bool) -> str:
@@ -456,8 +454,9 @@ class RequestGuard:
             beat = _HEARTBEAT.search(path)
             if beat and len(beat[1]) > MAX_SESSION:
                 raise Refused(400, LONG_SESSION)
-            if beat and address and self.pages and not self.pages.admit(address, beat[1], time.monotonic()):
-                raise Refused(429, self.pages.refusal())
+            if beat and address and self.pages and (why := self.pages.refuse(address, beat[1],
+                                                                              time.monotonic())):
+                raise Refused(429, why)
             try:
                 declared = int(_header(scope, b"content-length") or b"")
             except ValueError:

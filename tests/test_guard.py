@@ -442,11 +442,11 @@ def test_one_ipv6_48_makes_at_most_its_share_of_pages_opens_and_uploads(monkeypa
     pages = PerAddress(per_address=2, window=10, per_network=5)
     made = [pages.admit(net(i), f"s{i}-{j}", 0) for i in range(4) for j in range(2)]
     assert made == [True] * 5 + [False] * 3  # four /56s of one /48: five pages between them
-    assert "from your network (2a01:4f8:1::/48): 5 in 0 minutes" in pages.refusal()
+    assert "from your network (2a01:4f8:1::/48): 5 in 0 minutes" in pages.refuse(net(4), "s4-0", 0)
     assert pages.admit(net(0), "s0-0", 1)  # a page it has, used again
     assert pages.admit(public_address("2a01:4f8:2::1"), "t", 1)  # another /48
     assert pages.admit("8.8.8.8", "u", 1) and pages.admit("8.8.8.8", "v", 1)
-    assert not pages.admit("8.8.8.8", "w", 1) and "from your address: 2 in 0 minutes" in pages.refusal()
+    assert "from your address: 2 in 0 minutes" in pages.refuse("8.8.8.8", "w", 1)
     assert pages.admit(net(3), "s3-0", 11)  # the window has passed: room again
     opens = PerAddress(per_address=16, window=1200)  # by default a /48: four addresses' worth
     assert sum(opens.admit(net(i), None, 0) for i in range(256) for _ in range(16)) == 64
