@@ -122,6 +122,7 @@ def pair_choices(store: ModelStore, limits: Limits) -> list[tuple[str, str]]:
 QUEUE_PER_JOB = 8  # each line of Gradio's queue holds this many waiting events per model place
 UPLOADS_PER_ADDRESS = 16  # uploads one public address may make while a file stays in the cache
 MULTIPART_SLACK = 64 * 2**10  # an upload's body: one trace and its multipart headers
+OPEN_PER_PAGE = 3  # requests one of an address's pages may hold open at once (guard.RequestGuard)
 ADDRESSES_TO_EXPIRE = 16  # public addresses it takes, in an hour, to expire every page's state
 MAX_BODY = 2**20  # any other request's body (the largest, a Run's, is a few KiB of settings)
 MAX_BODY_VALUES = 1024  # arrays, objects and separators in one (a Run's event has about 40)
@@ -141,7 +142,10 @@ def launch_options(demo: gr.Blocks) -> dict:
                        window=sum(CLEAN_CACHE),  # the longest an upload stays on disk
                        deadline=BODY_SECONDS, pages=demo.specviz.pages,
                        proxies=limits.trust_forwarded, max_values=MAX_BODY_VALUES,
-                       max_page_query=12 * limits.max_prompt_chars + 4096)  # %XX of 4-byte characters
+                       max_page_query=12 * limits.max_prompt_chars + 4096,  # %XX of 4-byte characters
+                       # a page holds two streams (heartbeat, results) and a few short requests
+                       max_open=OPEN_PER_PAGE * demo.specviz.pages.per_address,
+                       max_open_network=OPEN_PER_PAGE * demo.specviz.pages.per_network)
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests

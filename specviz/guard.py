@@ -328,6 +328,10 @@ class RequestGuard:
       sees the call, or before it refuses one that must join the queue (1,001 made-up ones from
       one address expired another visitor's run in 13 s). A session hash may have MAX_SESSION
       characters (900 KB ones pinned 0.75 GiB).
+    - A public address may hold max_open requests open at once, its IPv6 /48 max_open_network
+      (429 past them): a page holds two streams (its heartbeat, its queue's results), and one
+      address held 20,000 heartbeats of one session open, every file descriptor the server had:
+      other visitors' requests hung, and the server logged an error on every accept.
     - A path or query string may have MAX_URL bytes (414; the page's own query, a share link
       with its prompt, max_page_query, also where the page appends it: queue/join and
       queue/data), and an upload's `upload_id` is dropped: Gradio kept a progress entry for each
@@ -338,8 +342,12 @@ class RequestGuard:
                  upload_bytes: int, window: float, deadline: float = 60.0,
                  pages: PerAddress | None = None, proxies: tuple = (),
                  min_charge: int = MIN_UPLOAD_CHARGE, max_values: int | None = None,
-                 max_page_query: int = 64 * 2**10):
+                 max_page_query: int = 64 * 2**10, max_open: int | None = None,
+                 max_open_network: int | None = None):
         self.app, self.max_body, self.max_upload = app, max_body, max_upload
+        self.max_open = max_open  # requests under way per public address (None: no bound)
+        self.max_open_network = 4 * max_open if max_open_network is None and max_open else max_open_network
+        self.open: Counter[str] = Counter()  # requests under way per public address and per /48
         self.max_page_query = max_page_query  # a share link carries its prompt, percent-encoded
         self.max_values = max_values
         self.per_address, self.upload_bytes, self.window = per_address, upload_bytes, window
@@ -465,7 +473,10 @@ class RequestGuard:
                 entry = self.admit(address, declared)
             elif declared is not None and declared > most:
                 raise Refused(413, self.too_large(upload))
+            held = self.hold(address)
         except Refused as e:
+            if entry is not None:
+                self.settle(entry, 0)
             return await _answer(send, e.status, e.message)
         parts = _Parts(_header(scope, b"content-type")) if upload else None
         started, body_done = time.monotonic(), False
@@ -519,6 +530,26 @@ class RequestGuard:
         finally:
             if entry is not None:
                 self.settle(entry, received)
+            for key in held:
+                self.open[key] -= 1
+                if not self.open[key]:
+                    del self.open[key]
+
+    def hold(self, address: str | None) -> list[str]:
+        """Count a request under way for address and its /48: the keys to let go when it ends;
+        Refused (429) past max_open or max_open_network."""
+        if address is None or self.max_open is None:
+            return []
+        network = network_of(address)
+        for key, bound, what in ((address, self.max_open, "your address"),
+                                 (network, self.max_open_network, f"your network ({network})")):
+            if key is not None and self.open[key] >= bound:
+                raise Refused(429, f"too many requests open at once from {what}: at most {bound}; "
+                                   "close other pages of this app and try again")
+        held = [key for key in (address, network) if key is not None]
+        for key in held:
+            self.open[key] += 1
+        return held
 
 
 class _Parts:

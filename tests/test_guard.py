@@ -596,6 +596,55 @@ def test_a_cut_upload_is_charged_what_arrived_not_what_it_declared():
     assert guard.charged == MIN_UPLOAD_CHARGE
 
 
+def test_an_address_holds_a_bounded_number_of_requests_open():
+    """One address held 20,000 heartbeats of one session open, every file descriptor the server
+    had: other visitors' requests hung. Past max_open at once (its /48 past max_open_network) a
+    request is refused; one that ends lets its place go."""
+    import asyncio
+
+    release = asyncio.Event()
+
+    async def app(scope, receive, send):  # a heartbeat: answers, then streams until let go
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await release.wait()
+        await send({"type": "http.response.body", "body": b""})
+
+    guard = RequestGuard(app, max_body=10, max_upload=100, per_address=2, upload_bytes=1000, window=10,
+                         max_open=3, max_open_network=5)
+
+    async def get(address: str) -> int:
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return {"type": "http.request", "body": b""}
+
+        scope = {"type": "http", "method": "GET", "path": "/gradio_api/heartbeat/one-session",
+                 "client": (address, 1), "headers": []}
+        await guard(scope, receive, send)
+        return sent[0]["status"]
+
+    async def main():
+        v6 = [f"2a01:4f8:1:{i:x}00::1" for i in range(3)]  # three /56s of one /48
+        held = [asyncio.create_task(get(a)) for a in ["9.9.9.9"] * 3 + v6[:1] * 2 + v6[1:2] * 3]
+        await asyncio.sleep(0.1)
+        assert guard.open == {"9.9.9.9": 3, public_address(v6[0]): 2, public_address(v6[1]): 3,
+                              "2a01:4f8:1::/48": 5}
+        # the address's fourth, and a third /56's first: the /48's sixth (answered while the rest wait)
+        refused = [await get("9.9.9.9"), await get(v6[2])]
+        private = [asyncio.create_task(get("10.0.0.1")) for _ in range(5)]  # a proxy's: no bound
+        await asyncio.sleep(0.1)
+        release.set()
+        statuses = [await t for t in held]
+        assert refused == [429, 429] and statuses == [200] * 8
+        assert [await t for t in private] == [200] * 5
+        assert guard.open == {} and await get("9.9.9.9") == 200  # their places let go
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+
+
 def test_an_event_with_too_much_text_is_refused_before_gradio_keeps_it():
     """Gradio keeps an event's inputs in its page's state for as long as the page lives: five
     cheap events with 1 MB values held 5.5 MiB a page (1.3 GiB from four addresses in 91 s)."""

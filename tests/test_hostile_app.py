@@ -1016,7 +1016,10 @@ def test_the_mcp_server_stays_off_whatever_the_environment(monkeypatch):
     import app
 
     monkeypatch.setenv("GRADIO_MCP_SERVER", "true")
-    assert app.launch_options(SimpleNamespace(specviz=SimpleNamespace(limits=Limits(), pages=None)))[
+    from specviz.guard import PerAddress
+
+    pages = PerAddress(4, 60)
+    assert app.launch_options(SimpleNamespace(specviz=SimpleNamespace(limits=Limits(), pages=pages)))[
         "mcp_server"] is False
 
 
