@@ -315,7 +315,8 @@ CPU_TOKENS_PER_PASS = {"draft-1": 1.8745, "draft-2": 2.6199, "draft-3": 3.2701, 
 
 
 def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS_PER_PASS) -> list[dict]:
-    """Per drafter: time per token (k * C_D + C_T(k+1)) / T(k) and the speedup over C_T(1).
+    """Per drafter: time per token (k * C_D + C_T(k+1)) / T(k) and the speedup over C_T(1);
+    "extrapolated" where k + 1 is wider than any pass the path measured (Costs.target_seconds).
 
     n-gram rounds cost no draft pass and verify up to k+1 tokens (fewer when the lookup finds a
     shorter match): on an eager path C_T(k+1) is the upper bound, so its speedup is a lower bound;
@@ -324,6 +325,7 @@ def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS
     would overstate it)."""
     costs = profile.path(path)
     alone = costs.target_seconds(1)
+    widest = max(w for w, _ in costs.target_ms)
     rows = []
     for drafter, tokens in rates.items():
         k = int(drafter.rsplit("-", 1)[1])
@@ -333,5 +335,6 @@ def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS
         draft = k * costs.draft_seconds if model else 0.0
         per_token = (draft + costs.target_seconds(k + 1)) / tokens
         rows.append({"drafter": drafter, "k": k, "tokens_per_pass": tokens, "ms_per_token": per_token * 1e3,
-                     "tokens_per_second": 1 / per_token, "speedup": alone / per_token})
+                     "tokens_per_second": 1 / per_token, "speedup": alone / per_token,
+                     "extrapolated": k + 1 > widest})  # C_T(k+1) past the widest pass measured
     return rows

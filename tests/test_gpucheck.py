@@ -257,8 +257,15 @@ def test_a_goal_without_its_measured_width_is_not_judged():
     p = hand_profile()
     only_one = profiles.PathCosts("static", True, 0.1, p.paths["fast"].target_ms[:1])
     short = profiles.Profile("hand", {}, {}, {"eager": p.paths["eager"], "fast": only_one})
-    goals = gpucheck.summary(short, 1, 1.0, None, 4)["goals"]
+    s = gpucheck.summary(short, 1, 1.0, None, 4)
+    goals = s["goals"]
     assert goals[3]["value"] is None and goals[3]["met"] is None  # C_T(5) was skipped
+    # and the table marks what it priced past C_T(1), flat: verifying as free (2.77x, unmarked)
+    lines = gpucheck.projection_lines(s["projection"])
+    fast = {line.split()[0]: line.split()[-1] for line in lines[1:-1]}
+    assert all(cell.endswith("x*") for cell in fast.values()) and lines[-1].startswith("  * C_T(k+1) not")
+    eager = {r["drafter"]: r["extrapolated"] for r in s["projection"]["eager"]}
+    assert eager == {d: int(d.rsplit("-", 1)[1]) + 1 > 5 for d in profiles.CPU_TOKENS_PER_PASS}  # eager: 1, 5
 
 
 def test_a_path_without_a_draft_cost_projects_no_draft_speedup():
@@ -273,7 +280,7 @@ def test_a_path_without_a_draft_cost_projects_no_draft_speedup():
     assert lines[0].split() == ["drafter", "eager", "ms/tok", "eager", "speedup", "fast", "ms/tok", "fast",
                                 "speedup"]
     draft4 = next(line for line in lines if line.split()[0] == "draft-4").split()
-    assert draft4[3:] == ["-", "-"] and len(lines) == 1 + len(profiles.CPU_TOKENS_PER_PASS)
+    assert draft4[3:] == ["-", "-"] and len(lines) == 1 + len(profiles.CPU_TOKENS_PER_PASS) + 1  # + the *'s
 
 
 def test_identity_through_a_failed_capture_is_not_called_met():
