@@ -27,7 +27,7 @@ from . import benchreport as report
 from . import profiles, quant
 from .benchreport import ALONE, TREE_NAME, tree_method, tree_name
 from .compare import compare, first_difference
-from .engine import MAX_K, generate
+from .engine import MAX_K, generate, round_room
 from .loading import Pair
 from .metrics import RunStats
 from .proposers import kept_of
@@ -277,6 +277,13 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
     log = log or (lambda line: print(line, flush=True))
     table = methods(ks, names, pair.draft is not None, spec_pair.draft is not pair.draft, tree_nodes)
     encoded = [pair.encode(p["prompt"], chat=True) for p in prompts]
+    # every prompt's run fits the models, before any method runs (transformers' methods ran past
+    # the target's positions with a warning, and a specviz method refused it after them)
+    room = max(round_room("tree" if tree_method(name) else "draft", k or 1) for name, (_, k, _) in
+               table.items())
+    drafted = any("draft" in name or "assisted" in name or tree_method(name) for name in table)
+    for ids in encoded:
+        spec_pair.check_length(len(ids), max_new_tokens, room, drafted=drafted)
     # warm-up; a chain's rounds also start the target's verify line, which the baseline's rounds
     # complete before the first n-gram run reads it (engine.ngram_price)
     for warmed in [spec_pair, pair] if spec_pair is not pair else [pair]:
@@ -352,7 +359,12 @@ def same_text_passes(pair, prompts, texts: dict[int, list[int]], max_new_tokens:
 
 def load_profile(value: str) -> profiles.Profile:
     """--profile: a shipped profile's name (assets/profiles/) or a profile file."""
-    return profiles.load_shipped(value) if value in profiles.shipped() else profiles.load(Path(value))
+    if value in profiles.shipped():
+        return profiles.load_shipped(value)
+    if not Path(value).exists():  # a mistyped name said only "No such file or directory"
+        raise ValueError(f"--profile {value[:60]!r}: no such file, and no shipped profile of that name: "
+                         f"give a profile file, or one of {', '.join(profiles.shipped())}")
+    return profiles.load(Path(value))
 
 
 def machine() -> dict:
@@ -386,6 +398,15 @@ def add_bench_args(p) -> None:
                                      "`gpucheck`, or a name in assets/profiles/)")
 
 
+def whole_numbers(flag: str, text: str) -> tuple[int, ...]:
+    """A comma list of whole numbers; ValueError naming the flag and the form."""
+    try:
+        return tuple(int(n) for n in text.split(","))
+    except ValueError:
+        raise ValueError(f"{flag} {text[:40]!r}: give whole numbers separated by commas, "
+                         "e.g. 2,4,8") from None
+
+
 def cmd_bench(args) -> int:
     from .cli import check_writable, load_from_args
 
@@ -394,10 +415,14 @@ def cmd_bench(args) -> int:
         check_writable(flag, path)  # written once every method has run: fail now, not in an hour
     try:
         prompts = json.loads(Path(args.prompts).read_text())
-        ks = tuple(int(k) for k in args.ks.split(",")) if args.ks else (4,) if args.quick else DEFAULT_KS
-        tree_nodes = tuple(int(n) for n in args.tree_nodes.split(",") if n.strip())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"bad --prompts, --ks or --tree-nodes: {e}") from e
+    except OSError as e:
+        raise ValueError(f"--prompts {args.prompts}: cannot read it ({e.strerror}): give a JSON file "
+                         "(assets/bench_prompts.json is one)") from None
+    except ValueError as e:
+        raise ValueError(f"--prompts {args.prompts} is not JSON ({e}): give a JSON list of "
+                         '{"class": ..., "prompt": ...} objects (assets/bench_prompts.json is one)') from None
+    ks = whole_numbers("--ks", args.ks) if args.ks else (4,) if args.quick else DEFAULT_KS
+    tree_nodes = whole_numbers("--tree-nodes", args.tree_nodes) if args.tree_nodes.strip() else ()
     if not isinstance(prompts, list) or not prompts or not all(
             isinstance(p, dict) and isinstance(p.get("prompt"), str) and isinstance(p.get("class"), str)
             for p in prompts):

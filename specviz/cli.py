@@ -87,7 +87,10 @@ def check_writable(flag: str, path: str | None) -> None:
     if path is None:
         return
     folder = Path(path).absolute().parent
-    if Path(path).is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+    if Path(path).is_dir():  # it said "is its folder missing or read-only?" of a folder
+        raise ValueError(f"{flag} {path} is a folder: give a file path (e.g. {Path(path) / 'out'}"
+                         f"{'.' + flag.lstrip('-') if flag in ('--json', '--html') else ''})")
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
         raise ValueError(f"{flag} {path}: cannot write a file there (is its folder {folder} missing or "
                          "read-only?): give a file path in a folder you can write")
 

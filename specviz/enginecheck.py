@@ -172,6 +172,12 @@ def main(argv=None) -> int:
     kinds = [kind for kind in args.kinds.split(",") if kind]
     if unknown := set(kinds) - set(RUNS):
         raise SystemExit(f"unknown kinds {sorted(unknown)}: pick from {', '.join(RUNS)}")
+    from .loading import check_device
+
+    try:
+        check_device(args.device)  # a CUDA device on a CPU-only torch raised torch's AssertionError
+    except ValueError as e:
+        raise SystemExit(f"enginecheck: {e}") from None
     dtype = getattr(torch, args.dtype)
     models = random_pair(args.device, dtype, args.quick)
     results: dict = {}

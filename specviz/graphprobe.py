@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -350,8 +351,18 @@ def main(argv=None) -> int:
                         "(see fastest()), and nothing else; nothing when it timed none")
     args = p.parse_args(argv)
     if args.fastest:
-        with open(args.fastest) as f:
-            best, flags = fastest(json.load(f))
+        try:
+            with open(args.fastest) as f:
+                report = json.load(f)
+        except (OSError, ValueError) as e:  # a probe that never wrote it: the defaults stand
+            print(f"graphprobe --fastest: cannot read {args.fastest} ({e}): no flags, the defaults "
+                  "stand", file=sys.stderr)
+            return 2
+        if not isinstance(report, dict):
+            print(f"graphprobe --fastest: {args.fastest} is no report of this probe (a JSON object): "
+                  "no flags, the defaults stand", file=sys.stderr)
+            return 2
+        best, flags = fastest(report)
         print(" ".join(flags))
         return 0
     variants = args.attention.split(",")

@@ -186,6 +186,21 @@ def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
     assert (tmp_path / "b.html").stat().st_size > 1000
 
 
+def test_a_run_past_the_models_positions_is_refused_before_any_method_runs(pair):
+    """transformers' methods generated 300 tokens past a 256-position target (a warning only),
+    then a specviz method refused it: on a 32k-position pair, hours before the error."""
+    from specviz.bench import run_bench
+
+    prompts = [{"class": "code", "prompt": "def fibonacci(n):"}]
+    lines = []
+    with pytest.raises(ValueError, match=r"max_new_tokens \(300\) needs .* positions, past"):
+        run_bench(pair, prompts, ks=(2,), max_new_tokens=300, names={"hf:target", "specviz:none"},
+                  log=lines.append)
+    assert lines == []
+    records, _ = run_bench(pair, prompts, ks=(2,), max_new_tokens=4, names={"specviz:none"}, log=lines.append)
+    assert [r.tokens for r in records] == [4] and len(lines) == 1
+
+
 def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
     from specviz.cli import main
 

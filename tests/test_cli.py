@@ -182,7 +182,10 @@ def loaded(*args, **kwargs):
     (["run", "--target", "T", "--proposer", "tree", "x"], "needs a draft model"),
     (["bench", "--target", "T", "--methods", "specviz:draft-4,specviz:tree-4"], "each needs a draft model"),
     (["bench", "--json", "/nonexistent-folder/b.json"], "--json /nonexistent-folder/b.json: cannot write"),
-    (["bench", "--html", "/tmp"], "--html /tmp: cannot write a file there"),
+    (["bench", "--html", "/tmp"], "--html /tmp is a folder: give a file path (e.g. /tmp/out.html)"),
+    (["bench", "--ks", "4,,5"], "--ks '4,,5': give whole numbers separated by commas, e.g. 2,4,8"),
+    (["bench", "--tree-nodes", "x"], "--tree-nodes 'x': give whole numbers"),
+    (["bench", "--prompts", "/nonexistent/p.json"], "--prompts /nonexistent/p.json: cannot read it (No such"),
     (["costs", "--pair", "embedded", "--draft", "D"], "--pair replaces"),
     # ignored without a word, the bench's meta still saying it ran them
     (["bench", "--methods", "specviz:draft-4", "--tree-nodes", "8"], "--methods names no tree of those"),

@@ -555,6 +555,9 @@ def test_enginecheck_alone_compares_each_run_with_the_target_alone(capsys, monke
     assert out.startswith("self {") and "\nchain {" in out
     with pytest.raises(SystemExit, match="unknown kinds"):
         enginecheck.main(["--kinds", "selfish"])
+    if not torch.cuda.is_available():  # torch's AssertionError before
+        with pytest.raises(SystemExit, match="enginecheck: device 'cuda': no CUDA GPU for this torch here"):
+            enginecheck.main(["--device", "cuda", "--quick"])
     run = enginecheck.engine_run  # an output that differs is the exit status 1
     monkeypatch.setattr(enginecheck, "engine_run",
                         lambda *a: run(*a) | {"equals_target_alone": a[2] != "chain"})
@@ -674,6 +677,14 @@ def test_the_fastest_probed_mode_gives_gpucheck_its_flags(tmp_path, monkeypatch,
     path.write_text(json.dumps({"modes": {}}))
     graphprobe.main(["--fastest", str(path)])
     assert capsys.readouterr().out == "\n"
+    # a probe that wrote no report (or a cut one): no flags, a line saying so (a traceback before)
+    for body in (None, "{\"modes\": {", "[1]"):
+        if body is not None:
+            path.write_text(body)
+        assert graphprobe.main(["--fastest", str(path if body else tmp_path / "none.json")]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and out.err.startswith("graphprobe --fastest: ")
+        assert "the defaults stand" in out.err
 
 
 def test_the_prepared_device_call_names_modes_and_flags_its_tools_accept():

@@ -278,7 +278,7 @@ def test_bench_projection_matches_a_hand_computation():
     assert "| specviz:draft-2 | 0.05 s, 130.4 tok/s, 1.30x | - |" in table
 
 
-def test_bench_records_passes_and_projects_onto_a_profile_file(model_dirs, tmp_path):
+def test_bench_records_passes_and_projects_onto_a_profile_file(model_dirs, tmp_path, capsys):
     from specviz.cli import main
 
     prompts = tmp_path / "p.json"
@@ -299,6 +299,9 @@ def test_bench_records_passes_and_projects_onto_a_profile_file(model_dirs, tmp_p
     assert data["projected"]["hf:target"]["eager"]["seconds"] == pytest.approx(alone["target_passes"] * 0.010)
     assert "Projected onto the cost profile hand-made" in (tmp_path / "b.md").read_text()
     assert main(["bench", "--profile", str(tmp_path / "nope.json")]) == 2  # refused before any load
+    assert main(["bench", "--profile", "nvidia-h200"]) == 2  # a mistyped name: the shipped ones named
+    assert "no shipped profile of that name: give a profile file, or one of cpu-x86-64-bfloat16, " \
+           "nvidia-h200-bfloat16" in capsys.readouterr().err
 
 
 def test_the_explorer_marks_the_measured_run_at_its_own_tokens_per_pass():
