@@ -166,8 +166,9 @@ def cmd_run(args) -> int:
     print(f"{stats.new_tokens} tokens in {stats.target_passes} target passes "
           f"({beside(stats.tokens_per_pass, 1.0)} per pass), {stats.draft_passes} draft passes; "
           + run_line(stats))
-    print(f"acceptance by position{' along the walked branch' if stats.is_tree else ''}: "
-          f"{', '.join('-' if a is None else percent(a, 0) for a in stats.acceptance_by_position)}")
+    if stats.drafted:  # a run that drafted nothing printed the label and nothing after it
+        print(f"acceptance by position{' along the walked branch' if stats.is_tree else ''}: "
+              f"{', '.join('-' if a is None else percent(a, 0) for a in stats.acceptance_by_position)}")
     print(f"{stats.wall_seconds:.2f} s, {stats.tokens_per_second:.2f} tok/s "
           f"(draft {stats.draft_seconds:.2f} s, target {stats.target_seconds:.2f} s, "
           f"other {stats.overhead_seconds:.3f} s)")

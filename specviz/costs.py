@@ -143,7 +143,8 @@ def cmd_costs(args) -> int:
         print(f"in two pieces: a drafted pass costs {1 + fit['step']:.3f} of a 1-token pass plus "
               f"{fit['drafted_slope']:.4f} a drafted token (a line through widths 2..{widest}); "
               "the run's own rounds fit the same pieces")
-    print("draft pass (1 token): " + ", ".join(f"{f}: {sig3(ms)} ms" for f, ms in result["draft_ms"].items()))
+    print("draft pass (1 token): " + (", ".join(f"{f}: {sig3(ms)} ms" for f, ms in result["draft_ms"].items())
+                                       or "no draft model (give --draft to time one)"))
     if args.profile and pair.draft is not None:
         draft = copy.deepcopy(pair.draft)
         quant.apply(draft, "auto")

@@ -404,7 +404,9 @@ def add_gpucheck_args(p) -> None:
                    help="fast path through torch.compile (auto: on CUDA only)")
     p.add_argument("--repeats", type=int, help="timed passes per measurement (median)")
     p.add_argument("--budget", type=float,
-                   help="seconds for the whole check (default 270 on CUDA, 900 on a CPU, 120 with --quick)")
+                   help="seconds for the whole check (default 270 on CUDA, 900 on a CPU, 120 with --quick); "
+                        "--quick runs the identity and engine sections whatever is left (the small "
+                        "form the tests run whole)")
     p.add_argument("--no-real", action="store_true", help="skip the real pair even when it is cached")
     add_step_args(p)
     p.add_argument("--out", default="gpucheck-out", help="folder for gpucheck.json and the cost profile "

@@ -215,6 +215,10 @@ def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
     rc = main(["costs", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
                "--dtype", "float32", "--device", "cpu", "--repeats", "1", "--profile"])
     assert rc == 0 and "Self CPU" in capsys.readouterr().out
+    rc = main(["costs", "--target", str(model_dirs["target"]), "--dtype", "float32", "--device", "cpu",
+               "--repeats", "1"])  # no draft: the line said "draft pass (1 token): " and nothing
+    assert rc == 0 and "draft pass (1 token): no draft model (give --draft to time one)" in \
+        capsys.readouterr().out
 
 
 def test_costs_time_each_model_as_the_engine_runs_it(pair, monkeypatch):

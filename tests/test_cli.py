@@ -43,6 +43,15 @@ def test_run_line_of_a_constructed_tree_run_and_a_chain_run():
     assert run_line(nothing) == "nothing drafted: no acceptance to report"
 
 
+def test_cli_run_of_the_target_alone_prints_no_empty_acceptance(model_dirs, capsys):
+    """It printed "acceptance by position: " and nothing after it."""
+    assert main(["run", *models(model_dirs), "--proposer", "none", "--max-new-tokens", "4", "def f"]) == 0
+    out = capsys.readouterr().out
+    assert "4 tokens in 4 target passes" in out and "acceptance by position" not in out
+    assert main(["run", *models(model_dirs), "--k", "2", "--max-new-tokens", "4", "def f"]) == 0
+    assert "\nacceptance by position: " in capsys.readouterr().out
+
+
 def test_cli_run_tree_json_counts_nodes_and_matches_the_target_alone(model_dirs, capsys):
     rc = main(["run", *models(model_dirs), "--proposer", "tree", "--k", "3", "--nodes", "6",
                "--branching", "2", "--max-new-tokens", "12", "--json", "--compare-baseline", "def f"])
