@@ -11,7 +11,7 @@ import time
 
 from specviz import generate
 from specviz.loading import load_pair
-from specviz.service import _prompt_ids, sample_continuations
+from specviz.service import _prompt_ids, continuations
 from specviz.settings import Limits, RunSettings
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 10
@@ -24,6 +24,6 @@ for proposer in (s.proposer, "none"):
     for seed in range(n):
         list(generate(pair, ids, proposer=proposer, k=s.k, max_new_tokens=2, temperature=0.8, seed=seed))
     print(f"fresh runs, {proposer}: {(time.perf_counter() - start) / n:.2f} s a sample")
-result = sample_continuations(pair, s, n, limits=Limits())
+*_, result = continuations(pair, s, n, Limits())  # progress steps, then the result
 for run, seconds in result["seconds"].items():
     print(f"continuations, {run}: {seconds / n:.2f} s a sample")
