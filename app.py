@@ -162,31 +162,43 @@ def notices_text(notices: list[str]) -> str:
 
 STOPPED = ("Stopped. What the page shows may be the stopped run's part; Save, the Exactness lab and "
            "the k explorer use your last finished run, if there is one.")
-# Stop with nothing running leaves the status as it is (it said "Stopped" over a finished run's
-# "Done"). A job shows its progress on one of these three: Gradio 6.31's tracker hides its .wrap
-# when idle. Gradio cancels the jobs once this has answered, and their updates already under way
-# still land (the status said "round 6" again), then the tracker shows a red "Error" pill (the
-# status said "Stopped" under "Error"): STOP_AFTER_JS waits for that (10 s at most), clears the
-# pill and says "Stopped" again.
-STOP_JS = f"""(shown) => {{
-  const running = ["#status", "#lab-info", "#e2e-out"].filter((id) => {{
-    const wrap = document.querySelector(`${{id}} .wrap`);
+LAB_STOPPED = "<div class='specviz-lab'>Stopped.</div>"
+
+
+def stop_js(said: dict[str, str]) -> tuple[str, str]:
+    """The browser's side of a Stop button over the jobs that show progress on the elements `said`
+    names (element id -> what it says once stopped): (on the click, after the cancel).
+
+    Each element says it was stopped only if its job was running (a Stop with nothing running
+    wrote "Stopped" over a finished run's "Done", and the Run tab's Stop over a lab job's status
+    wrote it on the run's); Gradio 6.31's tracker hides its .wrap when idle. Gradio cancels the
+    jobs once the click's function has answered, and their updates already under way still land
+    (the status said "round 22" again), then the tracker shows a red "Error" pill (over
+    "Stopped"): the second function, a .then step, waits (10 s at most) for the stopped jobs'
+    trackers to settle, clears the pill and says it again."""
+    ids, texts = json.dumps(list(said)), json.dumps(list(said.values()))
+    key = json.dumps("-".join(said))
+    click = f"""(...shown) => {{
+  const running = {ids}.map((id) => {{
+    const wrap = document.querySelector(`#${{id}} .wrap`);
     return wrap !== null && !wrap.classList.contains("hide") && wrap.querySelector(".error") === null;
   }});
-  window.specvizStopped = running;
-  return running.length ? {json.dumps(STOPPED)} : shown;
+  (window.specvizStopped ??= {{}})[{key}] = running;
+  return shown.map((text, i) => running[i] ? {texts}[i] : text);
 }}"""
-STOP_AFTER_JS = f"""async (shown) => {{
-  const running = window.specvizStopped || [];
-  window.specvizStopped = [];
-  if (running.length === 0) return shown;
-  const wrap = (id) => document.querySelector(`${{id}} .wrap`);
-  const settled = (id) => wrap(id) === null || wrap(id).classList.contains("hide")
-    || wrap(id).querySelector(".error") !== null;
-  for (let i = 0; i < 100 && !running.every(settled); i++) await new Promise((done) => setTimeout(done, 100));
-  running.forEach((id) => wrap(id)?.querySelector(".clear-status button")?.click());
-  return {json.dumps(STOPPED)};
+    after = f"""async (...shown) => {{
+  const running = (window.specvizStopped ??= {{}})[{key}] ?? [];
+  window.specvizStopped[{key}] = [];
+  if (!running.some(Boolean)) return shown;
+  const wrap = (i) => document.querySelector(`#${{{ids}[i]}} .wrap`);
+  const settled = (i) => !running[i] || wrap(i) === null || wrap(i).classList.contains("hide")
+    || wrap(i).querySelector(".error") !== null;
+  for (let t = 0; t < 100 && !running.every((_, i) => settled(i)); t++)
+    await new Promise((done) => setTimeout(done, 100));
+  running.forEach((stopped, i) => stopped && wrap(i)?.querySelector(".clear-status button")?.click());
+  return shown.map((text, i) => running[i] ? {texts}[i] : text);
 }}"""
+    return click, after
 
 
 def link_notice(notices: list[str]) -> str:
@@ -332,11 +344,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                                        ("a round of the last run", "round")], value="example",
                                       label="Distributions")
                 lab_round = gr.Number(1, precision=0, minimum=1, label="round")
-                lab_trials = gr.Slider(1_000, 1_000_000, value=200_000, step=1_000, label="trials N")
+                lab_trials = gr.Slider(1_000, 1_000_000, value=200_000, step=1_000, label="trials N",
+                                       elem_id="lab-trials")
             lab_variants = gr.CheckboxGroup([(v + ": " + d, v) for v, d in lab.VARIANTS.items()],
                                             value=list(lab.VARIANTS), label="variants to run")
-            lab_btn = gr.Button("Show masses and run the Monte Carlo check", variant="primary",
-                                elem_id="lab-run")
+            with gr.Row():
+                lab_btn = gr.Button("Show masses and run the Monte Carlo check", variant="primary",
+                                    elem_id="lab-run", scale=4)
+                lab_stop = gr.Button("Stop", variant="stop", elem_id="lab-stop", scale=1)
             lab_info = gr.HTML(elem_id="lab-info")
             with gr.Row():
                 lab_masses = gr.Plot(label="masses", elem_id="lab-masses")
@@ -365,7 +380,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             save_btn = gr.Button("Save the last run as a trace")
             save_file = gr.File(label="trace", interactive=False)
             open_file = gr.File(label="open a trace (.json)", file_types=[".json"], type="filepath")
-            replay_status = gr.Markdown(**NO_TEX)
+            replay_status = gr.Markdown(elem_id="replay-status", **NO_TEX)
 
         controls = [pair, target, draft, proposer, k, temperature, top_p, top_k, seed,
                     max_new_tokens, prompt, chat, dtype, nodes, branching]
@@ -777,9 +792,15 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         e2e_event = e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name="e2e",
                                   **(model | dict(show_progress_on=e2e_out)))
         # Gradio completes a cancelled event with no output: the page said "round 6" for good
-        stop_btn.click(None, status, status, js=STOP_JS, api_name=False,
-                       cancels=[run_event, auto_event, rerun_event, lab_event, e2e_event]).then(
-            None, status, status, js=STOP_AFTER_JS, api_name=False)
+        for button, shown, said, cancelled in (
+                (stop_btn, [status, lab_info, e2e_out], {"status": STOPPED, "lab-info": LAB_STOPPED,
+                                                         "e2e-out": LAB_STOPPED},
+                 [run_event, auto_event, rerun_event, lab_event, e2e_event]),
+                (lab_stop, [lab_info, e2e_out], {"lab-info": LAB_STOPPED, "e2e-out": LAB_STOPPED},
+                 [lab_event, e2e_event])):  # the lab's jobs wait in line too: a Stop of its own
+            click, after = stop_js(said)
+            button.click(None, shown, shown, js=click, api_name=False, cancels=cancelled).then(
+                None, shown, shown, js=after, api_name=False)
         # The views of a held run, and uploads, each wait in a line of their own (one at a time):
         # a flood of uploads delays other uploads, not the k explorer or the tree playback.
         explore_inputs = [ex_k, ex_adaptive, ex_profile, last]

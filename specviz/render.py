@@ -167,9 +167,10 @@ def more_note(text: str) -> str:
 
 
 def span_html(s: Span) -> str:
-    text = html.escape(shown(s.text)).replace("\n", "↵<br>") or "&#8203;"
-    return (f'<span class="tok {s.fate}" title="{html.escape(s.tooltip)}" '
-            f'data-round="{s.round}">{text}</span>')
+    text = html.escape(shown(s.text)).replace("\n", "↵<br>")
+    blank = "" if text else " blank"  # no text to show: a tappable width of its own (2 px before)
+    return (f'<span class="tok {s.fate}{blank}" title="{html.escape(s.tooltip)}" '
+            f'data-round="{s.round}">{text or "&#8203;"}</span>')
 
 
 def to_html(spans: list[Span], budget: int = HTML_BUDGET) -> str:

@@ -357,6 +357,19 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         assert page.locator("#specviz-tip").inner_text() == token.get_attribute("title")
         page.click("#status")
         assert page.locator("#specviz-tip").is_hidden()
+        # a token on the screen's last line: the box opens above it, inside the screen (below, 46 px
+        # of it were past the edge), and as wide as from scratch (narrowed by the last box's place)
+        width = page.evaluate("() => { const t = document.querySelector('#specviz-tip'); t.hidden = false;"
+                              " t.style.left = '0px'; const w = t.offsetWidth; t.hidden = true; return w; }")
+        token.evaluate("t => window.scrollBy(0, t.getBoundingClientRect().bottom - innerHeight + 2)")
+        token.click()
+        box = page.evaluate("() => { const tip = document.querySelector('#specviz-tip');"
+                            " const r = tip.getBoundingClientRect(); return [r.top, r.bottom, innerHeight,"
+                            " r.width]; }")
+        assert 0 <= box[0] and box[1] <= box[2] and abs(box[3] - width) <= 1, (box, width)
+        page.keyboard.press("Escape")
+        assert page.locator("#specviz-tip").is_hidden()
+        page.evaluate("() => window.scrollTo(0, 0)")
         page.screenshot(path=str(OUT / "app.png"), full_page=True)
         # every legend inside its plot: the k plot's break-even entry ran 100 px past its edge
         outside = page.evaluate(LEGENDS_JS)
@@ -381,6 +394,18 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         bars = page.evaluate("() => document.querySelector('#lab-mc .nsewdrag')"
                              ".getBoundingClientRect().height")
         assert bars >= 150, bars  # the bars keep a plot's room (91 px under a 9-entry legend before)
+        # the lab's own Stop: its job stopped says so, and the Run tab's status stays (the Run
+        # tab's Stop was the lab's only one, and wrote "Stopped" on the run's status)
+        run_status = page.evaluate("() => document.querySelector('#status').innerText")
+        trials = page.locator("#lab-trials input[type=number]")
+        trials.fill("1000000")
+        trials.press("Enter")
+        page.click("#lab-run")
+        page.wait_for_function("!document.querySelector('#lab-info .wrap').classList.contains('hide')")
+        page.click("#lab-stop")
+        page.wait_for_function("(document.querySelector('#lab-info')?.innerText || '') === 'Stopped.'",
+                               timeout=20_000)
+        assert page.evaluate("() => document.querySelector('#status').innerText") == run_status
         # Stop with nothing running leaves the status as it is (it said "Stopped" over "Done")
         page.get_by_role("tab", name="Run", exact=True).click()
         shown = page.inner_text("#status")
@@ -397,6 +422,12 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
                                timeout=20_000)
         page.wait_for_timeout(1000)  # and the stopped run's updates under way did not land after it
         assert page.inner_text("#status").startswith("Stopped."), page.inner_text("#status")
+        # an error is said on the status, whole: Gradio's "Error" pill hid the message's middle
+        page.goto(app_url + "?pair=tiny&max_new_tokens=300&temperature=0&prompt=def+f&run=1")
+        page.wait_for_function("(document.querySelector('#status')?.innerText || '').startsWith('⚠ prompt')",
+                               timeout=60_000)
+        assert page.locator("#status .wrap").is_hidden()
+        assert page.inner_text("#status").endswith("shorten one of them")
 
         # A token-tree link: the tree panel shows the round's nodes with their tooltips.
         page.goto(app_url + "?pair=tiny&proposer=tree&k=4&nodes=12&branching=3&max_new_tokens=40"
@@ -429,6 +460,8 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         node.hover()
         node.click()  # a node's details on a tap too
         assert page.locator("#specviz-tip").inner_text() == node.get_attribute("title")
+        page.locator("#tree-round input[type=range]").dispatch_event("pointerdown")  # a touch on
+        assert page.locator("#specviz-tip").is_hidden()  # the slider sends no click: it stayed open
         page.locator("#tree-panel").screenshot(path=str(OUT / "tree.png"))
 
         # A trace opened in the Save tab draws the Run tab's plots while that tab is hidden:
