@@ -27,7 +27,7 @@ from . import benchreport as report
 from . import profiles, quant
 from .benchreport import ALONE, TREE_NAME, tree_method, tree_name
 from .compare import compare, first_difference
-from .engine import MAX_K, generate, round_room
+from .engine import MAX_K, NEEDS_DRAFT, generate, round_room
 from .loading import Pair
 from .metrics import RunStats
 from .proposers import kept_of
@@ -269,6 +269,15 @@ def check_methods(names: set[str], ks, tree_nodes=(), has_draft: bool = True) ->
                          "ones)")
 
 
+def uses_draft(name: str) -> bool:
+    """A method that runs the draft model (so the draft's positions bound it too): transformers'
+    assisted generation, and specviz's drafters that need one (engine.NEEDS_DRAFT)."""
+    family, method = name.split(":", 1)
+    if family == "hf":
+        return method.startswith("assisted")
+    return bool(tree_method(name)) or method.split("-")[0] in NEEDS_DRAFT
+
+
 def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None,
               log=None, spec_pair=None, tree_nodes=()) -> tuple[list[Record], dict[int, list[int]]]:
     """Records of every run, and the target alone's output per prompt index (when a baseline
@@ -281,7 +290,7 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
     # the target's positions with a warning, and a specviz method refused it after them)
     room = max(round_room("tree" if tree_method(name) else "draft", k or 1) for name, (_, k, _) in
                table.items())
-    drafted = any("draft" in name or "assisted" in name or tree_method(name) for name in table)
+    drafted = any(uses_draft(name) for name in table)
     for ids in encoded:
         spec_pair.check_length(len(ids), max_new_tokens, room, drafted=drafted)
     # warm-up; a chain's rounds also start the target's verify line, which the baseline's rounds

@@ -469,14 +469,16 @@ class RequestGuard:
                 declared = int(_header(scope, b"content-length") or b"")
             except ValueError:
                 declared = None
-            if upload:
-                entry = self.admit(address, declared)
-            elif declared is not None and declared > most:
+            if not upload and declared is not None and declared > most:
                 raise Refused(413, self.too_large(upload))
-            held = self.hold(address)
+            held = self.hold(address)  # before an upload is counted: one refused here was
+            if upload:  # counted among its address's 16 (and refused the next ones)
+                try:
+                    entry = self.admit(address, declared)
+                except Refused:
+                    self.release(held)
+                    raise
         except Refused as e:
-            if entry is not None:
-                self.settle(entry, 0)
             return await _answer(send, e.status, e.message)
         parts = _Parts(_header(scope, b"content-type")) if upload else None
         started, body_done = time.monotonic(), False
@@ -530,10 +532,14 @@ class RequestGuard:
         finally:
             if entry is not None:
                 self.settle(entry, received)
-            for key in held:
-                self.open[key] -= 1
-                if not self.open[key]:
-                    del self.open[key]
+            self.release(held)
+
+    def release(self, held: list[str]) -> None:
+        """Let go of the places hold() took."""
+        for key in held:
+            self.open[key] -= 1
+            if not self.open[key]:
+                del self.open[key]
 
     def hold(self, address: str | None) -> list[str]:
         """Count a request under way for address and its /48: the keys to let go when it ends;

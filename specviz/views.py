@@ -136,8 +136,8 @@ def _speedup(r: RunStats, base: RunStats) -> str:
     speedup = r.speedup_over(base)
     if speedup is None:
         return "—"
-    if implausible_race(r, base):  # the status says why; the table showed it bold, as a result
-        return f"{beside(speedup, 1.0)}× (not a fair race: timed under different loads; see the status)"
+    if implausible_race(r, base):  # the table showed it bold, as a result
+        return f"{beside(speedup, 1.0)}× (not a fair race: the two were timed under different loads)"
     return f"<b>{beside(speedup, 1.0)}×</b>"  # 0.996 never reads 1.00
 
 

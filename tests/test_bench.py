@@ -199,6 +199,13 @@ def test_a_run_past_the_models_positions_is_refused_before_any_method_runs(pair)
     assert lines == []
     records, _ = run_bench(pair, prompts, ks=(2,), max_new_tokens=4, names={"specviz:none"}, log=lines.append)
     assert [r.tokens for r in records] == [4] and len(lines) == 1
+    # the draft's positions bound every method that runs it (hybrid and adaptive were missed)
+    from specviz.bench import uses_draft
+
+    assert [uses_draft(m) for m in ("specviz:hybrid-8", "specviz:adaptive", "specviz:draft-4",
+                                    "specviz:tree-4-n16", "hf:assisted-4-qdraft")] == [True] * 5
+    assert not any(uses_draft(m) for m in ("specviz:none", "specviz:ngram-8", "hf:target", "hf:lookup-8",
+                                           "specviz:none-plainhead"))
 
 
 def test_costs_report_every_format_and_verified_length(model_dirs, capsys):

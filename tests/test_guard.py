@@ -609,7 +609,7 @@ def test_an_address_holds_a_bounded_number_of_requests_open():
         await release.wait()
         await send({"type": "http.response.body", "body": b""})
 
-    guard = RequestGuard(app, max_body=10, max_upload=100, per_address=2, upload_bytes=1000, window=10,
+    guard = RequestGuard(app, max_body=10, max_upload=100, per_address=2, upload_bytes=10**7, window=10,
                          max_open=3, max_open_network=5)
 
     async def get(address: str) -> int:
@@ -641,6 +641,32 @@ def test_an_address_holds_a_bounded_number_of_requests_open():
         assert refused == [429, 429] and statuses == [200] * 8
         assert [await t for t in private] == [200] * 5
         assert guard.open == {} and await get("9.9.9.9") == 200  # their places let go
+        # an upload refused for the requests its address holds open is not counted among its
+        # uploads (it was, and two such refusals refused the next upload as the address's third)
+        release.clear()
+        held = [asyncio.create_task(get("9.9.9.9")) for _ in range(3)]  # all its places
+        await asyncio.sleep(0.1)
+        refused = [await upload("9.9.9.9") for _ in range(3)]
+        assert all(r[0] == 429 and r[1].startswith("too many requests open") for r in refused), refused
+        assert not guard.by_address and not guard.recent
+        release.set()
+        assert [await t for t in held] == [200] * 3 and await upload("9.9.9.9") == (200, "")
+        assert guard.by_address == {"9.9.9.9": 1}
+
+    async def upload(address: str) -> tuple[int, str]:
+        sent, messages = [], [{"type": "http.request", "body": b"--b--", "more_body": False}]
+
+        async def send(message):
+            sent.append(message)
+
+        async def receive():
+            return messages.pop() if messages else {"type": "http.disconnect"}
+
+        scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "client": (address, 1),
+                 "headers": [(b"content-length", b"5"),
+                             (b"content-type", b"multipart/form-data; boundary=b")]}
+        await guard(scope, receive, send)
+        return sent[0]["status"], json.loads(sent[1]["body"])["detail"] if sent[0]["status"] != 200 else ""
 
     asyncio.run(asyncio.wait_for(main(), 10))
 

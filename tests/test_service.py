@@ -581,7 +581,7 @@ def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_exp
     # and it is: that baseline was dropped (kept, every later run reused its times, as it advised)
     assert store.baselines.get(key) is None
     # the table's speedup is not shown bold, as a result, but with the doubt (10.15x, bold, before)
-    assert f"{beside(speedup, 1.0)}× (not a fair race: timed under different loads; see the status)" \
+    assert f"{beside(speedup, 1.0)}× (not a fair race: the two were timed under different loads)" \
         in again.stats_html and f"<b>{beside(speedup, 1.0)}×</b>" not in again.stats_html
     third = list(run_views(store, s, Limits()))[-1]
     assert "baseline reused" not in third.status  # measured anew (and kept, unless it looked off too)
