@@ -210,13 +210,24 @@ def user_error(e: BaseException) -> gr.Error:
     return gr.Error(html.escape(public_message(str(e)), quote=False), print_exception=False)
 
 
-def error_outputs(e: gr.Error, n: int, at: int = 0, markdown: bool = True) -> tuple:
+def error_outputs(e: gr.Error, n: int, at: int = 0, markdown: bool = True):
     """n outputs that keep what the page shows, but output `at` (the event's status) says e's
     message as plain text: Gradio's toast goes after seconds, and the status under its Error pill
-    said what the job had said last ("Loading tiny…", "round 6", "Opened: …" a trace before)."""
+    said what the job had said last ("Loading tiny…", "round 6", "Opened: …" a trace before).
+    One output is the value itself, as Gradio takes it."""
     message = "⚠ " + html.unescape(e.message)  # a user_error's is escaped once, for the toast
     shown = markdown_text(message) if markdown else f"<div class='specviz-lab'>{html.escape(message)}</div>"
-    return tuple(shown if i == at else gr.skip() for i in range(n))
+    return shown if n == 1 else tuple(shown if i == at else gr.skip() for i in range(n))
+
+
+def said_on_error(stream, n: int, at: int = 0, markdown: bool = True):
+    """An event's outputs from stream; on a gr.Error, first the outputs that say it on the event's
+    status (error_outputs), then the error itself (Gradio's toast)."""
+    try:
+        yield from stream
+    except gr.Error as e:
+        yield error_outputs(e, n, at, markdown)
+        raise
 
 
 def visitor_error(e: BaseException) -> gr.Error | None:
@@ -455,44 +466,45 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def run_stream(values, request, dtype=None):
             try:
-                try:
-                    s = settings_of(values)
-                    s = replace(s, dtype=dtype) if dtype else s
-                    s.check(limits, store.known_pairs)  # before a gate place and the GPU time it asks for
-                except ValueError as e:
-                    raise user_error(e) from None
+                s = settings_of(values)
+                s = replace(s, dtype=dtype) if dtype else s
+                s.check(limits, store.known_pairs)  # before a gate place and the GPU time it asks for
+            except ValueError as e:
+                raise user_error(e) from None
 
-                def job():
-                    for view in on_gpu_job("run", s):
-                        yield show(view, request)  # the shelf lives in this process
+            def job():
+                for view in on_gpu_job("run", s):
+                    yield show(view, request)  # the shelf lives in this process
 
-                waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
-                yield from gated(request, waiting, job)
-            except gr.Error as e:
-                yield error_outputs(e, len(outputs))
-                raise
+            waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
+            yield from gated(request, waiting, job)
 
         # gr.Request and gr.Progress are injected by position: they come before the settings, which
         # are named so that the API lists them by name (as `param_0`... under *values)
         def run(request: gr.Request, progress=gr.Progress(track_tqdm=True), pair=None, target=None,
                 draft=None, proposer=None, k=None, temperature=None, top_p=None, top_k=None, seed=None,
                 max_new_tokens=None, prompt=None, chat=None, dtype=None, nodes=None, branching=None):
-            yield from run_stream((pair, target, draft, proposer, k, temperature, top_p, top_k, seed,
-                                   max_new_tokens, prompt, chat, dtype, nodes, branching), request)
+            yield from said_on_error(run_stream((pair, target, draft, proposer, k, temperature, top_p, top_k,
+                                                 seed, max_new_tokens, prompt, chat, dtype, nodes, branching),
+                                                request), len(outputs))
 
         def auto_run(request: gr.Request, progress=gr.Progress(track_tqdm=True), autorun=False, *values):
             if autorun is not True:  # only a run=1 link sets it (on_load)
                 yield tuple(gr.skip() for _ in outputs)
                 return
-            yield from run_stream(values, request)
+            yield from said_on_error(run_stream(values, request), len(outputs))
 
         def rerun_float32(request: gr.Request, progress=gr.Progress(track_tqdm=True), key=None, *values):
+            yield from said_on_error(rerun_stream(key, values, request), len(outputs))
+
+        def rerun_stream(key, values, request):
             try:
+                page = settings_of(values)
                 # the settings' own errors first, in float32 (a 7-8B pair needs twice the memory)
-                replace(settings_of(values), dtype="float32").check(limits, store.known_pairs)
+                replace(page, dtype="float32").check(limits, store.known_pairs)
                 last_run = kept_run(key, "run first: this button runs the page's settings again in "
                                     "float32 after a run, to check a near-tie (float32 runs are slower)")
-                if settings_of(values).temperature > 0:  # a sampled run has no near-tie to check
+                if page.temperature > 0:  # a sampled run has no near-tie to check
                     raise ValueError("a float32 rerun checks a greedy run's near-tie, and these settings "
                                      "sample (temperature above 0): set temperature 0 and press Run, or pick "
                                      "float32 under dtype to run them in float32")
@@ -501,14 +513,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                                      "float32 rerun checks a near-tie of a bfloat16 or float16 run. "
                                      "To run new settings in float32, pick float32 under dtype and press Run")
                 # other settings than the last run's: it said "identical" of a run never made in bf16
-                ran, page = getattr(last_run, "settings", None), asdict(settings_of(values))
-                if not isinstance(ran, dict) or any(ran.get(name) != value for name, value in page.items()
-                                                    if name != "dtype"):
+                ran = getattr(last_run, "settings", None)
+                changed = [name for name, value in asdict(page).items()
+                           if name != "dtype" and (not isinstance(ran, dict) or ran.get(name) != value)]
+                if changed:
                     raise ValueError("the page's settings changed since the last run: this button "
                                      "checks the last run again in float32. Press Run first, or pick "
                                      "float32 under dtype and press Run")
             except ValueError as e:
-                yield error_outputs(user_error(e), len(outputs))
                 raise user_error(e) from None
             yield from run_stream(values, request, dtype="float32")
 
@@ -538,11 +550,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             return gr.update(value=preset.chat) if preset else gr.skip()
 
         def lab_run(source, round_number, trials, variants, key, request: gr.Request):
-            try:
-                yield from lab_stream(source, round_number, trials, variants, key, request)
-            except gr.Error as e:
-                yield error_outputs(e, 4, markdown=False)
-                raise
+            yield from said_on_error(lab_stream(source, round_number, trials, variants, key, request), 4,
+                                     markdown=False)
 
         def lab_stream(source, round_number, trials, variants, key, request):
             try:
@@ -592,19 +601,18 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                    labview.masses_figure(p, q, labels, tok), mc, table)
 
         def e2e_run(request: gr.Request, n=None, *values):
+            yield from said_on_error(e2e_stream(n, values, request), 1, markdown=False)
+
+        def e2e_stream(n, values, request):
             try:
-                try:
-                    n = coerce_int("samples", n, 10, limits.max_samples)
-                    s = settings_of(values)
-                    s.check(limits, store.known_pairs)
-                    check_continuations(s, n, limits)
-                except ValueError as e:
-                    raise user_error(e) from None
-                yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
-                                 lambda: on_gpu_job("e2e", s, n))
-            except gr.Error as e:
-                yield error_outputs(e, 1, markdown=False)[0]
-                raise
+                n = coerce_int("samples", n, 10, limits.max_samples)
+                s = settings_of(values)
+                s.check(limits, store.known_pairs)
+                check_continuations(s, n, limits)
+            except ValueError as e:
+                raise user_error(e) from None
+            yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
+                             lambda: on_gpu_job("e2e", s, n))
 
         def e2e_job(s, n):
             pair = yield from store.loading(s, "<div class='specviz-lab'>Loading the pair…</div>")
@@ -733,11 +741,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def open_trace(path, request: gr.Request):
             n = len(outputs) + len(controls) + 1
-            try:
-                yield opened(path, request) if path else (gr.skip(),) * n
-            except gr.Error as e:
-                yield error_outputs(e, n, at=n - 1)
-                raise
+            if not path:
+                yield (gr.skip(),) * n
+                return
+            yield from said_on_error(opened(path, request), n, at=n - 1)
 
         def opened(path, request):
             try:
@@ -764,8 +771,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             s, notices = from_trace(trace.settings, default, limits, store.known_pairs)
             kept = ("Its settings are in the Run tab's controls: **Run** runs it again"
                     + (f" (⚠ {notices_text(notices)})" if notices else "") + ".")
-            return (*show(replace(view, trace=None), None, final=True)[:-1], key, *control_values(s),
-                    f"Opened: {view.status}. See the Run tab and the k explorer. {kept}")
+            yield (*show(replace(view, trace=None), None, final=True)[:-1], key, *control_values(s),
+                   f"Opened: {view.status}. See the Run tab and the k explorer. {kept}")
 
         def free_session(request: gr.Request):
             shelf.drop_session(session_of(request))
