@@ -331,7 +331,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 text = gr.HTML(elem_id="tokens")
                 verdict = gr.HTML(elem_id="verdict")
                 stats = gr.HTML(elem_id="stats")
-                with gr.Accordion("Token tree", open=True, elem_id="tree-panel"):
+                # open while the drafter is the token tree: on chain runs it held only a note
+                with gr.Accordion("Token tree", open=default.proposer == "tree",
+                                  elem_id="tree-panel") as tree_panel:
                     tree_view = gr.HTML(treeview.chain_html(), elem_id="tree", css_template=treeview.CSS)
                     tree_slider = gr.Slider(1, 2, value=1, step=1, label="round (playback)",
                                             visible=False, elem_id="tree-round")
@@ -544,6 +546,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except (TypeError, ValueError) as e:
                 yield ""  # the box kept the last link: of settings the page no longer has
                 raise user_error(ValueError(f"cannot make a link: {e}")) from None
+
+        def tree_panel_open(drafter):  # a link's, an opened trace's or a visitor's choice
+            return gr.Accordion(open=drafter == "tree")
 
         def pair_changed(key):
             preset = presets.BY_KEY.get(key) if isinstance(key, str) else None
@@ -786,6 +791,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         model |= dict(show_progress_on=status)
         run_event = run_btn.click(run, controls, outputs, api_name="run", **model)
         pair.input(pair_changed, pair, chat, api_name=False, preprocess=False)
+        proposer.change(tree_panel_open, proposer, tree_panel, api_name=False, queue=False)
         link_btn.click(share_query, controls, link, api_name=False, preprocess=False).then(
             None, link, link, js=COPY_JS)
         demo.load(on_load, None, [*controls, notice, autorun], api_name=False)

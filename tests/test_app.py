@@ -345,6 +345,8 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         notice = page.locator(".prose.specviz-notice")
         assert "'<img src=x>'" in notice.inner_text() and "![x](http" in notice.inner_text()
         assert notice.locator("img").count() == 0 and notice.locator("a").count() == 0
+        # the tree panel is closed on a chain run (open, it held only a note above the plots)
+        assert "open" not in page.locator("#tree-panel .label-wrap").get_attribute("class").split()
         legend = page.inner_text(".specviz-legend")
         for fate in ("accepted", "rejected", "recovered", "bonus"):
             assert fate in legend
@@ -435,6 +437,7 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         page.wait_for_function("(document.querySelector('#status')?.innerText || '').startsWith('Done')",
                                timeout=120_000)
         assert "chain at k=4" in page.inner_text("#status")
+        assert "open" in page.locator("#tree-panel .label-wrap").get_attribute("class").split()
         nodes = page.locator("#tree .tree-node[data-node]")
         assert 1 <= nodes.count() <= 12 and page.locator("#tree .tok.accepted").count() >= 1
         title = nodes.first.get_attribute("title")
