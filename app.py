@@ -387,7 +387,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             ex_numbers = gr.HTML(EXPLORER_EMPTY, elem_id="explorer-numbers")
             ex_text = gr.HTML(elem_id="explorer-tokens")
             ex_plot = gr.Plot(label="every k")
-        with gr.Tab("Save / open a run"):
+        with gr.Tab("Save / open"):
             gr.Markdown("Save the last run as a JSON trace (settings, rounds, stats, recording), or "
                         "open one to replay it here without any model: see docs/trace-format.md.")
             save_btn = gr.Button("Save the last run as a trace")

@@ -469,7 +469,7 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
 
         # A trace opened in the Save tab draws the Run tab's plots while that tab is hidden:
         # Plotly kept their old size, wider than the room they had (clipped) until a resize.
-        page.get_by_role("tab", name="Save / open a run").click()
+        page.get_by_role("tab", name="Save / open").click()
         page.locator("input[type=file]").last.set_input_files(str(trace_file))
         page.wait_for_function("document.body.innerText.includes('Opened: Replay of a saved run')",
                                timeout=60_000)
@@ -483,6 +483,11 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
             pass
         widths = page.evaluate(WIDTHS_JS)
         assert abs(widths[0] - widths[1]) <= 0.1 * widths[1], widths  # drawn 700 px wide in 390 before
+        # a phone's width shows the four tabs (two were behind Gradio's "More tabs" menu at 390 px)
+        page.set_viewport_size({"width": 360, "height": 800})
+        tabs = page.get_by_role("tab")
+        page.wait_for_function("document.querySelectorAll('[role=tab]').length === 4", timeout=10_000)
+        assert tabs.all_inner_texts() == ["Run", "Exactness lab", "k explorer", "Save / open"]
         browser.close()
     assert (OUT / "app.png").stat().st_size > 10_000 and (OUT / "tree.png").stat().st_size > 10_000
 
