@@ -68,8 +68,10 @@ EXAMPLES = json.loads((ASSETS / "examples.json").read_text())
 INTRO = """# specviz: speculative decoding, visible
 A small **draft** proposes *k* tokens; the **target** checks them all in one forward pass and keeps
 the longest prefix it agrees with, plus one token of its own. Green tokens were drafted and kept, red
-ones were refused; orange (after a refusal) and blue (all k kept) are the target's own, and grey is the
-target's token in a round that drafted nothing. At temperature 0 the text is exactly the target's own;
+(struck through) ones were refused; orange (barred below, after a refusal) and blue (dashed, all k kept)
+are the target's own, and grey (barred above) is the target's token in a round that drafted nothing.
+Tap or point at a token for its p and q, or Tab to the text and use the arrow keys.
+At temperature 0 the text is exactly the target's own;
 at temperature > 0 it follows the target's distribution exactly (Leviathan et al. 2023).
 """
 LAB_INTRO = """**Why the rule is exact.** A drafted x ~ q is kept with probability min(1, p(x)/q(x)); on a

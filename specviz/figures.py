@@ -49,10 +49,11 @@ def _both_runs(spec: RunStats, base: RunStats | None, x_of, mode: str, title: st
     """Tokens so far after each round, speculative and baseline, against x_of(event); both from
     the origin, so a run's wait for its first tokens (the prompt's reading) shows."""
     fig = go.Figure()
-    for stats, name, color in ((spec, "speculative", SPEC), (base, "baseline", BASE)):
-        if stats and stats.events:
+    for stats, name, color, dash, symbol in ((spec, "speculative", SPEC, "solid", "circle"),
+                                             (base, "baseline", BASE, "dash", "square")):
+        if stats and stats.events:  # told apart by dash and symbol too: in grey the two are one
             fig.add_scatter(x=[0] + [x_of(e) for e in stats.events], y=[0] + stats.cumulative, name=name,
-                            mode=mode, line_color=color)
+                            mode=mode, line=dict(color=color, dash=dash), marker_symbol=symbol)
     return _layout(fig, title, x, "tokens")
 
 
@@ -143,12 +144,12 @@ def _tree_points(spec: RunStats, chain: RunStats | None, k: int | None) -> go.Fi
     """The tree run at the depth it drafted (k caps it), the chain at its k."""
     fig = go.Figure()
     capped = f" (k={k} caps its depth)" if k else ""
-    for stats, name, color in ((spec, f"this tree run{capped}", SPEC),
-                               (chain, "the chain at the same k", BASE)):
+    for stats, name, color, symbol in ((spec, f"this tree run{capped}", SPEC, "diamond"),
+                                       (chain, "the chain at the same k", BASE, "square")):
         if stats and stats.events:
             fig.add_scatter(x=[stats.draft_depth], y=[stats.tokens_per_pass], mode="markers",
                             name=f"{name}: {stats.draft_depth:.1f} deep a round on average",
-                            marker=dict(size=12, color=color, symbol="diamond"))
+                            marker=dict(size=12, color=color, symbol=symbol))
     fig.add_annotation(text="the i.i.d. chain prediction is not for trees", showarrow=False,
                        xref="paper", yref="paper", x=0.5, y=0.95)
     return _layout(fig, f"Tokens per pass at k={k}: measured" if k else "Tokens per pass: measured",

@@ -18,6 +18,11 @@ from .sampling import SamplingParams, process
 from .untrusted import gc_paused
 
 TOP = 8  # tokens shown by name; the rest is summed into "other"
+# the Monte Carlo's variants are told apart by a bar pattern each, not by plotly's colours alone
+# (under red-green colour blindness two pairs of them were one colour): plotly's seven shapes over
+# the bar's colour, then the same in the bar's colour over white
+PATTERNS = tuple(dict(shape=shape, fillmode=mode) for mode in ("overlay", "replace")
+                 for shape in ("/", "\\", "x", "-", "|", "+", "."))
 
 
 def flatten(q: torch.Tensor, factor: float = 0.5) -> torch.Tensor:
@@ -174,11 +179,11 @@ def masses_figure(p, q, labels, tokenizer=None) -> go.Figure:
     masses = lab.Masses(p, q)
     x = names + (["other"] if len(ids) < len(p) else [])
     fig = go.Figure()
-    series = {"target p": (p, SPEC), "draft q": (q, BASE),
-              "min(p, q): accepted mass": (masses.accepted, "#16a34a"),
-              "normalize(max(0, p - q)): residual": (masses.residual, THEORY)}
-    for name, ys in _bars(ids, names, {k: v[0] for k, v in series.items()}):
-        fig.add_bar(name=name, x=x, y=ys, marker_color=series[name][1])
+    series = {"target p": (p, SPEC, ""), "draft q": (q, BASE, "/"),
+              "min(p, q): accepted mass": (masses.accepted, "#16a34a", "."),
+              "normalize(max(0, p - q)): residual": (masses.residual, THEORY, "x")}
+    for name, ys in _bars(ids, names, {k: v[0] for k, v in series.items()}):  # a pattern each too
+        fig.add_bar(name=name, x=x, y=ys, marker=dict(color=series[name][1], pattern_shape=series[name][2]))
     fig.update_layout(barmode="group")
     return _layout(fig, "p, q, accepted mass and residual", "token", "probability", PAGE_HALF_PX)
 
@@ -223,10 +228,11 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     fig = go.Figure()
     fig.add_bar(name="target p", x=x, y=_bars(ids, names, {"p": p})[0][1], marker_color=SPEC)
     rows = []
-    for v in variants:
+    for i, v in enumerate(variants):
         r = lab.check(v, p, q, n, seed=seed, q_draw=flatten(q) if v == "mismatched_q" else None,
                       candidates=candidates)
-        fig.add_bar(name=v, x=x, y=_bars(ids, names, {v: r.empirical})[0][1])
+        fig.add_bar(name=v, x=x, y=_bars(ids, names, {v: r.empirical})[0][1],
+                    marker_pattern=PATTERNS[i % len(PATTERNS)])
         verdict = _verdict(v, r, p)
         what = lab.VARIANTS[v] + (f" (candidates: {named})" if v in lab.TREE_VARIANTS else "")
         rows.append(f"<tr><td>{v}</td><td>{html.escape(what)}</td><td>{r.tv_to_p:.4f}</td>"
@@ -363,9 +369,10 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
     fig = go.Figure()
     ks = [r.k for r in reps]
     fig.add_scatter(x=ks, y=[r.tokens_per_pass for r in reps], name="tokens per target pass", line_color=SPEC)
-    if profile is None:
+    if profile is None:  # dashed, square: the two lines were one in grey
         speed = [len(rec.output) / r.predicted_seconds if r.predicted_seconds else None for r in reps]
-        fig.add_scatter(x=ks, y=speed, name="predicted tokens / s", line_color=THEORY, yaxis="y2")
+        fig.add_scatter(x=ks, y=speed, name="predicted tokens / s", yaxis="y2",
+                        line=dict(color=THEORY, dash="dash"), marker_symbol="square")
     for path in profile.paths if profile else ():
         try:
             speed = [len(rec.output) / s if (s := profiles.project(r, profile, path)) else None
@@ -373,8 +380,8 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
         except ValueError:  # no draft cost on this path
             continue
         fig.add_scatter(x=ks, y=speed, name=f"tokens / s on {profile.name[:40]}, {profile.path_label(path)}",
-                        yaxis="y2",
-                        line=dict(color=THEORY, dash="solid" if path == "fast" else "dot"))
+                        yaxis="y2", marker_symbol="square",
+                        line=dict(color=THEORY, dash="dash" if path == "fast" else "dot"))
     if measured_k is not None and measured_rounds:  # the run's own figure, not its replay's
         fig.add_scatter(x=[measured_k], y=[sum(measured_rounds) / len(measured_rounds)], mode="markers",
                         name="measured run", marker=dict(size=12, color=BASE, symbol="diamond"))

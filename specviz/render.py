@@ -24,6 +24,12 @@ LEGEND = {
     BONUS: "target's extra token after all k drafts were kept",
     TARGET: "target's token in a round with no draft",
 }
+# A refused draft is a deletion and the target's own token an insertion: assistive technology
+# tells them apart (style.css marks every fate without colour too: struck, barred, outlined)
+TAGS = {REJECTED: "del", RECOVERED: "ins", BONUS: "ins"}
+# A view of tokens is one stop of the keyboard's Tab: its arrow keys step through the tokens'
+# details (assets/tips.js), as a tap or the pointer does
+KEYS = 'tabindex="0" data-tips aria-label="tokens: arrow keys read each token\'s details"'
 ANSI = {ACCEPTED: "\x1b[32m", REJECTED: "\x1b[31;9m", RECOVERED: "\x1b[33m", BONUS: "\x1b[34m",
         TARGET: ""}
 
@@ -166,11 +172,17 @@ def more_note(text: str) -> str:
     return f'<div class="specviz-more">{html.escape(text)}</div>'
 
 
+def token_html(fate: str, inner: str, title: str | None = None, classes: str = "", attrs: str = "") -> str:
+    """One token's element (TAGS) with its fate's class; inner is HTML already escaped."""
+    tag = TAGS.get(fate, "span")
+    title = "" if title is None else f' title="{html.escape(title)}"'
+    return f'<{tag} class="tok {fate}{classes}"{title}{attrs}>{inner}</{tag}>'
+
+
 def span_html(s: Span) -> str:
     text = html.escape(shown(s.text)).replace("\n", "↵<br>")
     blank = "" if text else " blank"  # no text to show: a tappable width of its own (2 px before)
-    return (f'<span class="tok {s.fate}{blank}" title="{html.escape(s.tooltip)}" '
-            f'data-round="{s.round}">{text or "&#8203;"}</span>')
+    return token_html(s.fate, text or "&#8203;", s.tooltip, blank, f' data-round="{s.round}"')
 
 
 def to_html(spans: list[Span], budget: int = HTML_BUDGET) -> str:
@@ -188,11 +200,10 @@ def to_html(spans: list[Span], budget: int = HTML_BUDGET) -> str:
     if len(shown_parts) < len(parts):
         notes.append(f"… {len(parts) - len(shown_parts)} more output tokens not shown: this view "
                      f"shows at most {budget // 2**10} KiB of them (a saved trace holds every one)")
-    return ('<div class="specviz-text">' + "".join(shown_parts) + "</div>"
+    return (f'<div class="specviz-text" role="group" {KEYS}>' + "".join(shown_parts) + "</div>"
             + ascii_html("".join(more_note(n) for n in notes)))
 
 
 def legend_html() -> str:
-    items = "".join(f'<span class="tok {fate}">{fate}</span> {html.escape(text)}'
-                    f'<br>' for fate, text in LEGEND.items())
+    items = "".join(f'{token_html(fate, fate)} {html.escape(text)}<br>' for fate, text in LEGEND.items())
     return f'<div class="specviz-legend">{items}</div>'

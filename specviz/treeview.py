@@ -10,8 +10,9 @@ after the tokens committed before its round.
 
 A round's tree reads left to right from the last committed token: each node is followed by its
 children (the draft's order, top to bottom). The accepted path keeps the usual colours (green
-accepted, then the target's own token, orange recovered or blue bonus); refused nodes (red,
-struck through) and nodes never reached (grey) are faded.
+accepted, then the target's own token, orange recovered or blue bonus); refused nodes are red and
+struck through, nodes never reached grey and outlined with dots: each fate is told by more than
+its colour, and a refused node is a deletion (render.TAGS) to assistive technology.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Callable, Sequence
 from .digits import beside, percent
 from .engine import RoundEvent
 from .metrics import RunStats
-from .render import shown, target_fate
+from .render import KEYS, shown, target_fate, token_html
 from .tree import ACCEPTED, REJECTED, UNREACHED, ancestors, children
 from .untrusted import visible_bidi
 
@@ -45,8 +46,7 @@ CSS = """
   margin-left: 3px; padding-left: 5px; }
 .tree-node { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre;
   margin: 1px 2px; display: inline-block; cursor: default; }
-.tree-faded { opacity: 0.45; }
-.tok.unreached { background: #f3f4f6; color: #6b7280; }
+.tok.unreached { background: #f3f4f6; color: #4b5563; outline: 1px dotted #4b5563; outline-offset: -1px; }
 .tree-root { color: #6b7280; }
 .tree-overview { max-height: 360px; overflow: auto; }
 .tree-overview table { border-collapse: collapse; width: 100%; }
@@ -54,9 +54,9 @@ CSS = """
   border-bottom: 1px solid var(--border-color-primary); }
 .tree-overview tr.tree-current { outline: 2px solid #2563eb; }
 .tree-bar { display: inline-block; width: 8px; height: 10px; margin-right: 1px; border-radius: 2px; }
-.tree-bar.accepted { background: #22c55e; } .tree-bar.refused { background: #e5e7eb; }
-.tree-bar.recovered { background: #f97316; } .tree-bar.bonus { background: #3b82f6; }
-.tree-bar.target { background: #6b7280; }
+.tree-bar.accepted { background: #15803d; } .tree-bar.refused { box-shadow: inset 0 0 0 1px #6b7280; }
+.tree-bar.recovered { background: #c2410c; } .tree-bar.bonus { background: #1d4ed8; }
+.tree-bar.target { background: #4b5563; }
 """
 
 
@@ -100,8 +100,7 @@ def _target_chip(event: RoundEvent, text: str) -> str:
            else "drawn from p after a leaf was kept" if event.tree else "the target's token: "
            "nothing was drafted this round")
     title = f"{fate}: {shown(text)!r}, the target's own token after the accepted path ({why})"
-    return (f'<div class="tree-branch"><span class="tok {fate} tree-node" '
-            f'title="{html.escape(title)}">{_chip_text(text)}</span></div>')
+    return f'<div class="tree-branch">{token_html(fate, _chip_text(text), title, " tree-node")}</div>'
 
 
 def kept_text(event: RoundEvent) -> str:
@@ -136,12 +135,11 @@ def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
 
     def branch(i: int) -> str:
         n = nodes[i]
-        faded = "" if n.fate == ACCEPTED else " tree-faded"
         fate = n.fate if n.fate in (ACCEPTED, REJECTED) else UNREACHED
         path = [nodes[a].token for a in ancestors(nodes, i)]  # root .. i
         text = pieces_of(context, path)[-1]
-        chip = (f'<span class="tok {fate} tree-node{faded}" data-node="{i}" '
-                f'title="{html.escape(node_tooltip(event, i, text))}">{_chip_text(text)}</span>')
+        chip = token_html(fate, _chip_text(text), node_tooltip(event, i, text), " tree-node",
+                          f' data-node="{i}"')
         return f'<div class="tree-branch">{chip}{below(i)}</div>'
 
     def below(i: int) -> str:
@@ -154,13 +152,15 @@ def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
             f"target pass, depth "
             f"{depth}; {kept_text(event)}. "
             f"Committed: <code>{_chip_text(committed, 80)}</code>. Hover a node for its p, q and "
-            "cumulative draft probability; refused and never-reached branches are faded.")
+            "cumulative draft probability; refused nodes are struck through, never-reached ones "
+            "outlined with dots.")
     if greedy:
         head += (" Greedy run: p is 1 for the target's top token and 0 otherwise; q is the draft's "
                  "softmax at temperature 1.")
     root = '<span class="tree-node tree-root" title="the last committed token">▶</span>'
     return (f'<div class="specviz-tree" data-round="{event.round}"><div class="tree-head">{head}</div>'
-            f'<div class="tree-body"><div class="tree-branch">{root}{below(-1)}</div></div></div>')
+            f'<div class="tree-body" role="group" {KEYS}><div class="tree-branch">{root}{below(-1)}</div>'
+            '</div></div>')
 
 
 def _bar(event: RoundEvent) -> str:

@@ -8,13 +8,13 @@ import math
 from .compare import Comparison
 from .digits import beside, percent
 from .metrics import RunStats
-from .render import HTML_BUDGET, Span, ascii_html, more_note, shown, within
+from .render import HTML_BUDGET, KEYS, Span, ascii_html, more_note, shown, token_html, within
 from .untrusted import visible_bidi
 
 
 def _chip(span: Span) -> str:
     text = html.escape(shown(span.text).replace("\n", "↵")) or "∅"
-    return f'<span class="tok {span.fate}" title="{html.escape(span.tooltip)}">{text}</span>'
+    return token_html(span.fate, text, span.tooltip)
 
 
 def timeline_html(spans: list[Span], stats: RunStats, budget: int = HTML_BUDGET) -> str:
@@ -38,7 +38,7 @@ def timeline_html(spans: list[Span], stats: RunStats, budget: int = HTML_BUDGET)
     hidden = len(stats.events) - len(rows)
     more = more_note(f"… {hidden} earlier rounds not shown: the timeline shows the newest 200 "
                      f"rounds, in at most {budget // 2**10} KiB") if hidden else ""
-    return ('<table class="specviz-timeline"><thead><tr><th>round</th><th>drafted</th>'
+    return (f'<table class="specviz-timeline" {KEYS}><thead><tr><th>round</th><th>drafted</th>'
             '<th>kept</th><th>target</th><th>tokens</th></tr></thead><tbody>'
             + "".join(rows) + "</tbody></table>" + ascii_html(more))
 

@@ -371,6 +371,25 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         assert 0 <= box[0] and box[1] <= box[2] and abs(box[3] - width) <= 1, (box, width)
         page.keyboard.press("Escape")
         assert page.locator("#specviz-tip").is_hidden()
+        # each fate is told by more than its colour (under colour blindness accepted and recovered
+        # were one), and a refused draft is a deletion, the target's own token an insertion
+        cues = page.evaluate("() => [...document.querySelectorAll('.specviz-legend .tok')].map(t => {"
+                             " const c = getComputedStyle(t); return [t.tagName, c.textDecorationLine,"
+                             " c.boxShadow, c.outlineStyle]; })")
+        assert len(cues) == 5 and len({tuple(c[1:]) for c in cues}) == 5, cues
+        assert [c[0] for c in cues] == ["SPAN", "DEL", "INS", "INS", "SPAN"]
+        # on a keyboard the tokens are one Tab stop whose arrow keys read each token's details
+        page.focus("#tokens .specviz-text")
+        page.keyboard.press("ArrowRight")
+        first = page.locator("#tokens .tok").first
+        assert page.locator("#specviz-tip").inner_text() == first.get_attribute("title")
+        assert "tip-current" in first.get_attribute("class").split()
+        page.keyboard.press("End")
+        assert page.locator("#specviz-tip").inner_text() == \
+            page.locator("#tokens .tok").last.get_attribute("title")
+        page.keyboard.press("Tab")  # leaving the tokens closes the box
+        assert page.locator("#specviz-tip").is_hidden() and page.locator(".tip-current").count() == 0
+        assert page.get_attribute("#status", "aria-live") == "polite"  # a job's status is read out
         page.evaluate("() => window.scrollTo(0, 0)")
         page.screenshot(path=str(OUT / "app.png"), full_page=True)
         # every legend inside its plot: the k plot's break-even entry ran 100 px past its edge

@@ -346,3 +346,32 @@ def test_a_mismatched_draw_onto_tokens_q_never_drafts_is_kept_as_the_rule_keeps_
     assert torch.allclose(lab.predicted("mismatched_q", p, q, q_draw), want)
     r = lab.check("mismatched_q", p, q, 100_000, seed=0, q_draw=q_draw)
     assert lab.chi_square_pvalue(r.empirical * 100_000, want) > 1e-3
+
+
+def looks(fig) -> list[tuple]:
+    """What tells a figure's series apart without colour: type, mode, dash, symbol and pattern."""
+    def look(t):
+        line, marker = getattr(t, "line", None), t.marker
+        pattern = getattr(marker, "pattern", None)
+        return (t.type, getattr(t, "mode", None), getattr(line, "dash", None) or "solid",
+                getattr(marker, "symbol", None), pattern and (pattern.shape or "", pattern.fillmode))
+    return [look(t) for t in fig.data]
+
+
+def test_every_lab_and_run_plot_tells_its_series_apart_without_colour():
+    """Under colour blindness (or in grey) the cumulative plot's speculative and baseline lines,
+    the lab's variants and its masses were told apart by colour alone."""
+    from test_metrics import run
+
+    from specviz import figures, labview
+    from specviz.metrics import RunStats
+
+    p, q = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.3, 0.5])
+    fig, _ = labview.monte_carlo(p, q, ["A", "B", "C"], 1_000, list(lab.VARIANTS))
+    assert len(fig.data) == len(lab.VARIANTS) + 1 and len(set(looks(fig))) == len(fig.data)
+    masses = labview.masses_figure(p, q, ["A", "B", "C"])
+    assert len(masses.data) == 4 and len(set(looks(masses))) == 4
+    spec, base = run([(4, 2), (4, 4), (4, 1)]), run([(0, 0)] * 3)
+    assert isinstance(base, RunStats)
+    for name, fig in figures.all_figures(spec, base).items():
+        assert len(set(looks(fig))) == len(fig.data), (name, looks(fig))

@@ -110,11 +110,11 @@ def test_a_long_token_text_from_an_opened_trace_is_clipped_on_the_page():
 def test_token_html_drops_refused_drafts_first_then_counts_the_output_tokens_it_left_out():
     """Past the budget the refused drafts go first: a 512-token run at k=16 keeping 2 drafts a
     round was cut part-way through its output while every refused draft still showed."""
-    from specviz.render import Span, to_html
+    from specviz.render import Span, span_html, to_html
 
     kept, refused = Span("ab", "accepted", 7, 1, 1), Span("ab", "rejected", 8, 1, 1)
-    one = len(to_html([kept])) - len('<div class="specviz-text"></div>')  # one span's HTML
-    assert len(to_html([refused])) == len(to_html([kept]))  # "rejected", "accepted": 8 letters
+    one = len(span_html(kept))  # one token's HTML: a refused one (a <del>) is 2 characters shorter
+    assert len(span_html(refused)) == one - 2
     spans = [kept, refused] * 5  # 5 output tokens, 5 refused drafts
     whole = to_html(spans, budget=10 * one)
     assert whole.count('class="tok ') == 10 and "not shown" not in whole

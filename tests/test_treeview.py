@@ -50,12 +50,14 @@ class Chips(HTMLParser):
 
     def __init__(self, text: str):
         super().__init__()
-        self.nodes, self.order = {}, []
+        self.nodes, self.order, self.tags = {}, [], {}  # tags: data-node -> element (None: the target's)
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if "tree-node" in a.get("class", "").split():
+            if "tree-root" not in a["class"].split():
+                self.tags[a.get("data-node")] = tag
             self.order.append((a["class"].split(), a.get("data-node")))
             if a.get("data-node") is not None:
                 self.nodes[int(a["data-node"])] = (set(a["class"].split()), a.get("title", ""))
@@ -65,18 +67,20 @@ def test_the_constructed_tree_is_a_valid_tree():
     check(TREE)
 
 
-def test_the_accepted_path_is_coloured_and_every_other_node_is_faded():
+def test_each_node_carries_its_fate_in_its_class_and_a_refused_one_is_a_deletion():
     chips = Chips(treeview.round_html(tree_round(), pieces))
     classes = {i: c for i, (c, _) in chips.nodes.items()}
     assert set(classes) == set(range(6))
-    assert classes[0] >= {"tok", "accepted"} and "tree-faded" not in classes[0]
-    assert {i for i, c in classes.items() if "tree-faded" in c} == {1, 2, 3, 4, 5}
+    assert classes[0] >= {"tok", "accepted"}
     assert "rejected" in classes[2] and "rejected" in classes[3]
     assert all("unreached" in classes[i] for i in (1, 4, 5))
+    # assistive technology hears a refused node as deleted, the target's recovered one as inserted
+    assert chips.tags == {"0": "span", "1": "span", "2": "del", "3": "del", "4": "span", "5": "span",
+                          None: "ins"}
     # The target's own token hangs under "def", before its refused children, in the recovered colour.
     order = [(c, n) for c, n in chips.order if "tree-root" not in c]
     assert [n for _, n in order] == ["0", None, "2", "5", "3", "1", "4"]
-    assert "recovered" in order[1][0] and "tree-faded" not in order[1][0]
+    assert "recovered" in order[1][0]
 
 
 def test_tooltips_show_the_hand_computed_p_q_and_cumulative_probability():
