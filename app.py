@@ -95,6 +95,13 @@ COPY_JS = """(query) => {
 # Plotly sizes a plot updated in a hidden tab (a trace opened from the Save tab updates the Run tab)
 # as it was, not to its room (700 px in 390 here): a resize when a tab is shown fits them again.
 REDRAW_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')), 50); }"
+# The Token tree panel is open while the drafter is the token tree (a link's, an opened trace's or
+# a visitor's choice): on chain runs it stood open above the plots holding only a note. In the
+# browser alone: an event with a Python function would run outside the queue or wait in it.
+TREE_PANEL_JS = """(drafter) => {
+  const label = document.querySelector('#tree-panel .label-wrap');
+  if (label && label.classList.contains('open') !== (drafter === 'tree')) label.click();
+}"""
 
 
 # A page whose run the shelf let go (visitors behind one address share its runs, and memory):
@@ -334,8 +341,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 verdict = gr.HTML(elem_id="verdict")
                 stats = gr.HTML(elem_id="stats")
                 # open while the drafter is the token tree: on chain runs it held only a note
-                with gr.Accordion("Token tree", open=default.proposer == "tree",
-                                  elem_id="tree-panel") as tree_panel:
+                with gr.Accordion("Token tree", open=default.proposer == "tree", elem_id="tree-panel"):
                     tree_view = gr.HTML(treeview.chain_html(), elem_id="tree", css_template=treeview.CSS)
                     tree_slider = gr.Slider(1, 2, value=1, step=1, label="round (playback)",
                                             visible=False, elem_id="tree-round")
@@ -548,9 +554,6 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except (TypeError, ValueError) as e:
                 yield ""  # the box kept the last link: of settings the page no longer has
                 raise user_error(ValueError(f"cannot make a link: {e}")) from None
-
-        def tree_panel_open(drafter):  # a link's, an opened trace's or a visitor's choice
-            return gr.Accordion(open=drafter == "tree")
 
         def pair_changed(key):
             preset = presets.BY_KEY.get(key) if isinstance(key, str) else None
@@ -793,7 +796,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         model |= dict(show_progress_on=status)
         run_event = run_btn.click(run, controls, outputs, api_name="run", **model)
         pair.input(pair_changed, pair, chat, api_name=False, preprocess=False)
-        proposer.change(tree_panel_open, proposer, tree_panel, api_name=False, queue=False)
+        proposer.change(None, proposer, None, js=TREE_PANEL_JS, api_name=False)  # in the browser
         link_btn.click(share_query, controls, link, api_name=False, preprocess=False).then(
             None, link, link, js=COPY_JS)
         demo.load(on_load, None, [*controls, notice, autorun], api_name=False)

@@ -509,7 +509,12 @@ def test_a_long_prompt_shows_its_reading_and_the_time_limit_acts_between_its_pas
     assert steps[0]["stopped"].startswith("Stopped the check after 0 of 20 samples (a shorter prompt")
 
 
-NODE = re.compile(r'data-node="(\d+)" title="([^"]*)"')
+NODE = re.compile(r'title="(?P<title>[^"]*)" data-node="(?P<node>\d+)"')
+
+
+def node_titles(page: str) -> dict[str, str]:
+    """A round's tree: {node index: its title}."""
+    return {m["node"]: m["title"] for m in NODE.finditer(page)}
 
 
 def test_an_opened_tree_trace_shows_the_texts_the_live_run_showed(store):
@@ -529,8 +534,8 @@ def test_an_opened_tree_trace_shows_the_texts_the_live_run_showed(store):
     assert texts and set(texts).isdisjoint(str(sp.token) for sp in opened.spans)
     same = 0
     for number, event in enumerate(opened.events, 1):
-        shown = dict(NODE.findall(service.tree_round(opened, number)[0]))
-        there = dict(NODE.findall(service.tree_round(live.trace, number, store.current())[0]))
+        shown = node_titles(service.tree_round(opened, number)[0])
+        there = node_titles(service.tree_round(live.trace, number, store.current())[0])
         assert len(shown) == len(there) == len(event.tree) and "⟨" not in "".join(shown.values())
         for i, title in shown.items():
             token = str(event.tree[int(i)].token)
