@@ -160,8 +160,8 @@ def cmd_run(args) -> int:
     if args.json:
         print(json.dumps(summary))
         return 0
-    color = sys.stdout.isatty()
-    print(to_ansi(all_spans(events, pair.tokenizer, prompt_ids), color=color))
+    color, no_color = sys.stdout.isatty(), bool(os.environ.get("NO_COLOR"))  # no-color.org
+    print(to_ansi(all_spans(events, pair.tokenizer, prompt_ids), color=color, marks_only=no_color))
     print()
     print(f"{stats.new_tokens} tokens in {stats.target_passes} target passes "
           f"({beside(stats.tokens_per_pass, 1.0)} per pass), {stats.draft_passes} draft passes; "

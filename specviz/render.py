@@ -30,8 +30,10 @@ TAGS = {REJECTED: "del", RECOVERED: "ins", BONUS: "ins"}
 # A view of tokens is one stop of the keyboard's Tab: its arrow keys step through the tokens'
 # details (assets/tips.js), as a tap or the pointer does
 KEYS = 'tabindex="0" data-tips aria-label="tokens: arrow keys read each token\'s details"'
-ANSI = {ACCEPTED: "\x1b[32m", REJECTED: "\x1b[31;9m", RECOVERED: "\x1b[33m", BONUS: "\x1b[34m",
-        TARGET: ""}
+# A terminal's fates: a colour and, as on the page, a mark that needs none (struck, underlined,
+# bold); under NO_COLOR (no-color.org) the marks alone
+ANSI = {ACCEPTED: "32", REJECTED: "31;9", RECOVERED: "33;4", BONUS: "34;1", TARGET: ""}
+MARKS = {REJECTED: "9", RECOVERED: "4", BONUS: "1"}
 
 
 @dataclass(frozen=True)
@@ -127,10 +129,13 @@ def all_spans(events: Iterable[RoundEvent], tokenizer, prompt_ids: list[int]) ->
     return spans
 
 
-def to_ansi(spans: list[Span], color: bool = True) -> str:
+def to_ansi(spans: list[Span], color: bool = True, marks_only: bool = False) -> str:
+    """The text for a terminal, every token styled by its fate (ANSI; MARKS with marks_only);
+    without color, the output alone (refused drafts left out), for a pipe or a file."""
     if not color:
         return "".join(s.text for s in spans if s.emitted)
-    return "".join(f"{ANSI[s.fate]}{s.text}\x1b[0m" if ANSI[s.fate] else s.text for s in spans)
+    codes = MARKS if marks_only else ANSI
+    return "".join(f"\x1b[{codes[s.fate]}m{s.text}\x1b[0m" if codes.get(s.fate) else s.text for s in spans)
 
 
 SHOWN_TOKEN_CHARS = 100  # a token's text on the page; an opened trace may hold up to 1,000

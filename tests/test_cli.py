@@ -52,6 +52,21 @@ def test_cli_run_of_the_target_alone_prints_no_empty_acceptance(model_dirs, caps
     assert "\nacceptance by position: " in capsys.readouterr().out
 
 
+def test_cli_run_on_a_terminal_under_no_color_marks_fates_without_colour(model_dirs, capsys, monkeypatch):
+    """NO_COLOR (no-color.org) was not honoured: a terminal got the colours whatever it set."""
+    import sys
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    argv = ["run", *models(model_dirs), "--k", "2", "--max-new-tokens", "8", "def f"]
+    assert main(argv) == 0
+    coloured = capsys.readouterr().out.splitlines()[0]
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert main(argv) == 0
+    marked = capsys.readouterr().out.splitlines()[0]
+    assert "\x1b[32m" in coloured and re.search(r"\x1b\[3\d", marked) is None
+    assert re.sub(r"\x1b\[[\d;]*m", "", marked) == re.sub(r"\x1b\[[\d;]*m", "", coloured)  # same text
+
+
 def test_cli_run_tree_json_counts_nodes_and_matches_the_target_alone(model_dirs, capsys):
     rc = main(["run", *models(model_dirs), "--proposer", "tree", "--k", "3", "--nodes", "6",
                "--branching", "2", "--max-new-tokens", "12", "--json", "--compare-baseline", "def f"])

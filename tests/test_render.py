@@ -184,3 +184,15 @@ def test_bidirectional_controls_are_shown_not_obeyed():
     assert "\u202e" not in html and "&#8238;" not in html and "U+202E" in html
     assert "⟨U\\+2067⟩" in markdown_text("a\u2067b") and "\u2067" not in markdown_text("a\u2067b")
     assert treeview._chip_text("x\u200fy") == "x⟨U+200F⟩y"
+
+
+def test_a_terminal_marks_each_fate_without_colour_too_and_no_color_keeps_only_the_marks():
+    """The CLI's text told recovered and bonus from accepted by colour alone, and NO_COLOR
+    (no-color.org) was not honoured."""
+    from specviz.render import Span, to_ansi
+
+    spans = [Span("a", "accepted", 1, 1, 1), Span("b", "rejected", 2, 1, 2), Span("c", "recovered", 3, 1, 0),
+             Span("d", "bonus", 4, 2, 0), Span("e", "target", 5, 3, 0)]
+    assert to_ansi(spans) == ("\x1b[32ma\x1b[0m\x1b[31;9mb\x1b[0m\x1b[33;4mc\x1b[0m\x1b[34;1md\x1b[0me")
+    assert to_ansi(spans, marks_only=True) == "a\x1b[9mb\x1b[0m\x1b[4mc\x1b[0m\x1b[1md\x1b[0me"
+    assert to_ansi(spans, color=False) == "acde"  # a pipe gets the output alone
