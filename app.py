@@ -31,7 +31,7 @@ from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf, public_address
-from specviz.guard import PerAddress, RequestGuard, cap_queue, forbid_downloads, request_address
+from specviz.guard import PerAddress, RequestGuard, Tidy, cap_queue, forbid_downloads, request_address
 from specviz.lm import out_of_memory
 from specviz.loading import check_device, default_device
 from specviz.render import legend_html
@@ -110,6 +110,10 @@ LET_GO = ("the server no longer holds this page's last run (it keeps the newest 
           "address, and other pages at your address have run since, or it needed the memory): "
           "run it again")
 TRACE_TTL = 3600  # seconds a page's trace key lives without a new run (pages that never close)
+# Gradio's state of a page (every output's last value) is dropped once the page has been closed
+# and unused this long, and twice a job's limit (its jobs have ended; Gradio cancels a closed
+# page's waiting ones), or unused for TRACE_TTL (pages that never close: API clients)
+PAGE_GRACE = 600
 CLEAN_CACHE = (300, 900)  # every 5 minutes, delete uploads and downloads older than 15 minutes
 MAX_NOTICES = 8
 NO_TEX = dict(latex_delimiters=[])  # Markdown that shows a visitor's text renders no $$...$$ as TeX
@@ -288,8 +292,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE),  # traces opened, by address (each
                            "too many traces opened from your address: at most {n} in {minutes} minutes",
                            per_network=2 * UPLOADS_PER_ADDRESS)  # costs up to seconds of a core)
+        tidy = Tidy(lambda: getattr(demo, "state_holder", None), idle=TRACE_TTL,  # Gradio's, once launched
+                    closed=max(PAGE_GRACE, 2 * limits.max_job_seconds), files=sum(CLEAN_CACHE))
         demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits, pages=pages,
-                                       default=default)
+                                       default=default, tidy=tidy)
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"], **NO_TEX)
         last = gr.State(None, time_to_live=TRACE_TTL, delete_callback=shelf.drop)  # a key on the shelf
@@ -420,6 +426,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         def gated(request, waiting, job):
             """Run job() (a generator of outputs) once the gate lets this visitor's ticket through;
             while waiting, yield waiting(jobs ahead) so the page shows it and Stop can act."""
+            tidy()  # pages gone (API clients close none)
             try:
                 with gate.ticket(session_of(request), visitor(request)) as ticket:
                     for ahead in ticket.waiting():
@@ -769,6 +776,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 except OSError:  # cleaned from the upload cache, or a path that names nothing
                     raise ValueError("the uploaded file is gone (uploads are cleaned after a few "
                                      "minutes): upload the trace again") from None
+                tidy(open_file.GRADIO_CACHE)  # the empty file Gradio left for this upload, and others
                 trace = loads(data)
                 view = replay_view(trace, store.current())
             except ValueError as e:
@@ -786,6 +794,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def free_session(request: gr.Request):
             shelf.drop_session(session_of(request))
+            tidy(open_file.GRADIO_CACHE)
 
         # Model jobs start at once (no Gradio limit): the gate is the limit, so a busy visitor or a
         # full line is answered at once, and waiting jobs show their place and can be stopped.

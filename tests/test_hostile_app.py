@@ -1049,3 +1049,19 @@ def test_a_share_link_with_the_longest_prompt_opens(demo):
         assert read.status_code == 200  # the event stream opens (and is closed here unread)
     longer = f"{query}&x={'y' * (12 * limits.max_prompt_chars + 4096 - len(query))}"  # past the page's bound
     assert httpx.post(f"{demo.url}gradio_api/queue/join?{longer}", json={}, timeout=10).status_code == 414
+
+
+def test_the_app_forgets_the_gradio_state_of_pages_gone_long_ago(demo):
+    """Gradio kept every page's state until 1,000 newer pages pushed it out, closed or not (about
+    0.5 MiB a page after a run): a run now lets go of pages closed and unused past the grace."""
+    import datetime
+
+    gone, other = client(demo), client(demo)
+    gone.predict(*args(), api_name="/run")
+    holder, page = demo.state_holder, gone.session_hash
+    assert page in holder.session_data
+    holder.session_data[page].is_closed = True  # as Gradio marks a page whose heartbeat ended
+    holder.time_last_used[page] -= datetime.timedelta(seconds=demo.specviz.tidy.closed + 1)
+    demo.specviz.tidy.last -= 3600  # due (it runs at most once a minute)
+    other.predict(*args(), api_name="/run")
+    assert page not in holder.session_data and other.session_hash in holder.session_data
