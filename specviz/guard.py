@@ -318,6 +318,21 @@ def forget_pages(holder, idle: float, closed: float, now: datetime.datetime | No
     return forgotten
 
 
+def _on_loop(fn):
+    """fn() on the server's event loop, where Gradio reads and changes its pages (its expiry task
+    checks that a page is there, then reads it: a page dropped from a worker thread between the
+    two would end that task for good); run directly where the caller is no worker thread of the
+    loop's (a test's direct call)."""
+    from anyio.from_thread import run_sync
+
+    try:
+        return run_sync(fn)
+    except RuntimeError as e:
+        if "worker thread" not in str(e):
+            raise
+        return fn()
+
+
 class Tidy:
     """At most once every `every` seconds (whoever calls first does it): forget_pages, and the
     empty files Gradio's File component (type="filepath") leaves in its cache's top folder, one an
@@ -337,7 +352,7 @@ class Tidy:
                 return 0, 0
             self.last = now
             holder = self.holder_of()
-            pages = forget_pages(holder, self.idle, self.closed) if holder is not None else 0
+            pages = 0 if holder is None else _on_loop(lambda: forget_pages(holder, self.idle, self.closed))
             return pages, self._files(cache)
         finally:
             self.lock.release()

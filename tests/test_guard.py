@@ -897,3 +897,23 @@ def test_tidy_runs_once_a_minute_and_removes_only_old_empty_temporary_files(tmp_
     assert tidy(str(tmp_path)) == (0, 0)  # not a minute since the last: nothing done
     tidy.last -= 61
     assert tidy(str(tmp_path)) == (0, 1) and not (tmp_path / "tmpnew").exists()
+
+
+def test_pages_are_forgotten_on_the_event_loop_where_gradio_reads_them():
+    """Gradio's expiry task (on the server's loop) checks that a page is there, then reads it: a
+    page dropped from a worker thread between the two would end that task for good."""
+    import asyncio
+    import threading
+
+    import anyio
+
+    from specviz.guard import _on_loop
+
+    async def main():
+        loop = threading.get_ident()
+        ran_on = await anyio.to_thread.run_sync(lambda: _on_loop(threading.get_ident))
+        return loop, ran_on, threading.get_ident()
+
+    loop, ran_on, _ = asyncio.run(main())
+    assert ran_on == loop  # from a worker thread of the loop: on the loop
+    assert _on_loop(threading.get_ident) == threading.get_ident()  # no loop: directly
