@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
+from gradio.utils import get_upload_folder
 from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
@@ -293,7 +294,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                            "too many traces opened from your address: at most {n} in {minutes} minutes",
                            per_network=2 * UPLOADS_PER_ADDRESS)  # costs up to seconds of a core)
         tidy = Tidy(lambda: getattr(demo, "state_holder", None), idle=TRACE_TTL,  # Gradio's, once launched
-                    closed=max(PAGE_GRACE, 2 * limits.max_job_seconds), files=sum(CLEAN_CACHE))
+                    closed=max(PAGE_GRACE, 2 * limits.max_job_seconds), files=sum(CLEAN_CACHE),
+                    cache=get_upload_folder())  # where Gradio's File puts uploads (its GRADIO_CACHE)
         demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits, pages=pages,
                                        default=default, tidy=tidy)
         gr.Markdown(INTRO)
@@ -764,6 +766,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             yield from said_on_error(opened(path, request), n, at=n - 1)
 
         def opened(path, request):
+            tidy()  # the empty files Gradio's File left for earlier uploads, and pages gone
             try:
                 if not isinstance(path, str):
                     raise ValueError("open a trace file (.json)")
@@ -776,7 +779,6 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 except OSError:  # cleaned from the upload cache, or a path that names nothing
                     raise ValueError("the uploaded file is gone (uploads are cleaned after a few "
                                      "minutes): upload the trace again") from None
-                tidy(open_file.GRADIO_CACHE)  # the empty file Gradio left for this upload, and others
                 trace = loads(data)
                 view = replay_view(trace, store.current())
             except ValueError as e:
@@ -794,7 +796,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def free_session(request: gr.Request):
             shelf.drop_session(session_of(request))
-            tidy(open_file.GRADIO_CACHE)
+            tidy()
 
         # Model jobs start at once (no Gradio limit): the gate is the limit, so a busy visitor or a
         # full line is answered at once, and waiting jobs show their place and can be stopped.

@@ -335,14 +335,15 @@ def _on_loop(fn):
 
 class Tidy:
     """At most once every `every` seconds (whoever calls first does it): forget_pages, and the
-    empty files Gradio's File component (type="filepath") leaves in its cache's top folder, one an
-    upload (a NamedTemporaryFile it makes and forgets), older than `files` seconds."""
+    empty files Gradio's File component (type="filepath") leaves in its cache's top folder `cache`,
+    one an upload (a NamedTemporaryFile it makes and forgets), older than `files` seconds."""
 
-    def __init__(self, holder_of, idle: float, closed: float, files: float, every: float = 60.0):
+    def __init__(self, holder_of, idle: float, closed: float, files: float, cache: str | None = None,
+                 every: float = 60.0):
         self.holder_of, self.idle, self.closed, self.files, self.every = holder_of, idle, closed, files, every
-        self.lock, self.last = threading.Lock(), -float("inf")
+        self.cache, self.lock, self.last = cache, threading.Lock(), -float("inf")
 
-    def __call__(self, cache: str | None = None) -> tuple[int, int]:
+    def __call__(self) -> tuple[int, int]:
         """(pages forgotten, files removed); (0, 0) where it is not yet time."""
         if not self.lock.acquire(blocking=False):
             return 0, 0
@@ -353,20 +354,22 @@ class Tidy:
             self.last = now
             holder = self.holder_of()
             pages = 0 if holder is None else _on_loop(lambda: forget_pages(holder, self.idle, self.closed))
-            return pages, self._files(cache)
+            return pages, self._files()
         finally:
             self.lock.release()
 
-    def _files(self, cache: str | None) -> int:
+    def _files(self) -> int:
         removed, now = 0, time.time()
         try:
-            entries = list(os.scandir(cache)) if cache else []
+            entries = list(os.scandir(self.cache)) if self.cache else []
         except OSError:
             return 0
         for entry in entries:
             try:
-                if (entry.name.startswith("tmp") and entry.is_file(follow_symlinks=False)
-                        and entry.stat().st_size == 0 and now - entry.stat().st_mtime > self.files):
+                if not (entry.name.startswith("tmp") and entry.is_file(follow_symlinks=False)):
+                    continue
+                stat = entry.stat()
+                if stat.st_size == 0 and now - stat.st_mtime > self.files:
                     os.unlink(entry.path)
                     removed += 1
             except OSError:  # gone meanwhile

@@ -32,8 +32,9 @@ TAGS = {REJECTED: "del", RECOVERED: "ins", BONUS: "ins"}
 KEYS = 'tabindex="0" data-tips aria-label="tokens: arrow keys read each token\'s details"'
 # A terminal's fates: a colour and, as on the page, a mark that needs none (struck, underlined,
 # bold); under NO_COLOR (no-color.org) the marks alone
-ANSI = {ACCEPTED: "32", REJECTED: "31;9", RECOVERED: "33;4", BONUS: "34;1", TARGET: ""}
 MARKS = {REJECTED: "9", RECOVERED: "4", BONUS: "1"}
+ANSI = {fate: ";".join(code for code in (colour, MARKS.get(fate)) if code) for fate, colour in
+        {ACCEPTED: "32", REJECTED: "31", RECOVERED: "33", BONUS: "34", TARGET: ""}.items()}
 
 
 @dataclass(frozen=True)

@@ -890,13 +890,13 @@ def test_tidy_runs_once_a_minute_and_removes_only_old_empty_temporary_files(tmp_
             os.utime(tmp_path / name, (mtime, mtime))
     (tmp_path / "tmpdir").mkdir()
     os.utime(tmp_path / "tmpdir", (old, old))
-    tidy = Tidy(lambda: None, idle=3600, closed=600, files=1200)
-    assert tidy(str(tmp_path)) == (0, 1)
+    tidy = Tidy(lambda: None, idle=3600, closed=600, files=1200, cache=str(tmp_path))
+    assert tidy() == (0, 1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tmpdir", "tmpfull", "tmpnew", "upload.json"]
     os.utime(tmp_path / "tmpnew", (old, old))
-    assert tidy(str(tmp_path)) == (0, 0)  # not a minute since the last: nothing done
+    assert tidy() == (0, 0)  # not a minute since the last: nothing done
     tidy.last -= 61
-    assert tidy(str(tmp_path)) == (0, 1) and not (tmp_path / "tmpnew").exists()
+    assert tidy() == (0, 1) and not (tmp_path / "tmpnew").exists()
 
 
 def test_pages_are_forgotten_on_the_event_loop_where_gradio_reads_them():

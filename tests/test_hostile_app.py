@@ -1056,6 +1056,9 @@ def test_the_app_forgets_the_gradio_state_of_pages_gone_long_ago(demo):
     0.5 MiB a page after a run): a run now lets go of pages closed and unused past the grace."""
     import datetime
 
+    import gradio as gr
+
+    assert demo.specviz.tidy.cache == gr.File().GRADIO_CACHE  # the empty files' folder: Gradio's
     gone, other = client(demo), client(demo)
     gone.predict(*args(), api_name="/run")
     holder, page = demo.state_holder, gone.session_hash
