@@ -43,7 +43,8 @@ class RoundEvent:
     kind: str  # "recovered" (after a rejection) or "bonus" (all k kept)
     new_tokens: list[int]  # committed this round, after truncation at max_new_tokens / EOS
     target_probs: list[float]  # p(x) for each drafted x, under the processed distribution
-    draft_probs: list[float]  # q(x) likewise (1.0 for a deterministic drafter)
+    draft_probs: list[float]  # q(x) likewise (1.0 for a deterministic chain drafter; a tree round's
+    # are the draft's probabilities of its walked nodes, TreeNode.q, though the rule tries them one-hot)
     target_passes: int  # cumulative
     draft_passes: int  # cumulative
     draft_seconds: float  # this round
@@ -230,14 +231,14 @@ def warm_steps(pair, k: int) -> None:
     draft = pair_draft_lm(pair, len(prompt) + 2) if pair.draft is not None else None
     warm_widths(target_lm(pair, len(prompt) + k + 1), prompt, (1, k + 1))
     if draft is not None:
-        # the draft reads one row of each pass, its 2-token catch-up too (ModelProposer.draft)
+        # the draft reads one row of each pass, its 2-token catch-up too (ModelProposer.propose)
         warm_widths(draft, prompt, (1, 2), rows=1)
 
 
 def _verify_tree(target: CachedLM, ids: list[int], tree: tuple[TreeNode, ...],
                  params: SamplingParams, generator: torch.Generator):
-    """One target pass over a drafted tree; (TreeVerdict, its chain-shaped Verdict, the rows
-    [k+1, vocab] of the walked branch's positions)."""
+    """One target pass over a drafted tree; (TreeVerdict, its chain-shaped Verdict, the walked
+    branch's tokens, the rows [k+1, vocab] of its positions)."""
     logits = target.forward_tree(ids, [n.token for n in tree], [n.parent for n in tree])  # [1+N, vocab]
     judged: TreeVerdict = walk(tree, logits if params.greedy else process(logits, params),
                                generator, params.greedy)
@@ -301,8 +302,9 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         raise ValueError(f"target: a target_lm of this pair's target with room for {length} positions")
     # the baseline's step and a full verify; narrower verifies are padded to k + 1 (CachedLM.forward)
     target.compiled_widths = {1, k + 1}
-    # The chain and the target alone measure the target's shared verify line (the sizing drafters,
-    # adaptive, hybrid and tree, feed their own; the n-gram rule keeps the price it started with).
+    # The chain and the target alone measure the target's shared verify line here (the sizing
+    # drafters, adaptive, hybrid and tree, feed the same line in their observe_round; the n-gram
+    # rule keeps the price it started with).
     line = VerifyCost.of(pair.target) if isinstance(drafter, (ModelProposer, NoProposer)) else None
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     prompt_len, draft_passes, target_passes, started = len(ids), 0, 0, time.perf_counter()

@@ -146,8 +146,8 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
     """Record a finished greedy run (one teacher-forced draft pass for the draft model).
 
     ngram_slope, ngram_step: the prices the n-gram run drafted with (its NgramProposer's slope and
-    step). Left out, the target's line as it stands now, which is the run's only if no chain or
-    baseline ran since."""
+    step). Left out, the target's line as it stands now, which is the run's only if no other run
+    (chain, baseline, adaptive, hybrid or tree) ran since."""
     if proposer not in EXPLORER_PROPOSERS:
         raise ValueError(f"the k explorer replays 'draft' or 'ngram' runs, not {proposer!r}")
     output = stats.tokens
@@ -293,7 +293,9 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
 
 ADAPTIVE_DIFFERS = ("a prediction: past a refused draft the live draft's confidences follow its own "
                     "wrong token (the recording holds the true prefix's), and the live rule learns "
-                    "from measured times, fitting its verify line to its rounds after the first, "
+                    "from measured times, fitting the target's verify line (which every run on this "
+                    "target feeds: its last 32 drafted and 32 one-token rounds after each run's "
+                    "first), "
                     "where this uses the recorded costs: the mean draft pass and the line fitted to "
                     "the whole run, its prompt pass included; and after a run's EOS it drafts no "
                     "further than the output's end, where no confidences were recorded (the live "

@@ -1,6 +1,7 @@
 """CachedLM: the one owner of a model's KV cache, with explicit rollback.
 
-Invariant: the cache holds exactly the key/values of `self.tokens`. `forward(ids, last)` feeds
+Invariant: the cache holds exactly the key/values of `self.tokens`, then of any tree nodes fed
+after them (`self.slots`, until keep() or a rollback). `forward(ids, last)` feeds
 only what the cache lacks and returns logits for the last `last` positions; `rollback(ids)`
 crops the cache to the longest common prefix it shares with ids, leaving at least the last id to
 feed. After each engine round the target's cache holds the committed tokens minus the last.

@@ -95,7 +95,8 @@ class RunStats:
     @property
     def fixed_k(self) -> int | None:
         """k when every round drafted it but those the token budget cut, and the last; None when
-        the rounds chose their own lengths (n-gram, adaptive, hybrid). Once fewer than k + 1
+        the rounds chose their own lengths (n-gram, adaptive; a hybrid where some round took the
+        n-gram: its model rounds are labelled "draft"). Once fewer than k + 1
         tokens are left, a chain round drafts what is left less one, so its cut rounds are the
         run's tail (the last round aside) and each names the same budget, position + k + 1: the
         end of a run that stopped on it, or past an EOS that came first."""

@@ -99,7 +99,8 @@ class NgramProposer:
         self.first: dict[int, list[float]] = {}  # match length -> [first token kept, proposals]
         self.later = [0.0, 0.0]  # [kept, reached] for tokens after a kept one
         self.tokens, self.cost = 0.0, 0.0  # the run so far, cost in target passes
-        self.last: tuple[list[int], list[int], int, int] | None = None  # ids, proposal, n, source
+        self.last: tuple[list[int], list[int], int, int] | None = None  # ids, proposal, n,
+        # where the copy starts in ids
         self.pointer: int | None = None  # where continuing the last kept copy reads next
         self._seen: list[int] = []  # the context indexed so far, and n-gram -> where it ends
         self._ends: dict[tuple[int, ...], list[int]] = {}
@@ -236,7 +237,7 @@ class ModelProposer:
                 break
         tokens = torch.cat(picks).tolist() if picks else []  # the draft's one read-back
         self.lm.settle(tokens)
-        q = torch.stack(qs) if qs else None  # [k, vocab]
+        q = torch.stack(qs) if qs else None  # [len(tokens), vocab]: the stop may end it before k
         return Draft(tokens, q, self.lm.passes - passes, time.perf_counter() - start, self.name,
                      tuple(confidences))
 

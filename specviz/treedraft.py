@@ -72,7 +72,7 @@ class TreeProposer:
         self.cost = cost or VerifyCost()
         self.kept, self.predicted = 2.0, 2.0  # c = kept / predicted
         self.tokens, self.seconds = 0, 0.0  # the run so far (from round 2, model time), for R
-        self.warm = False  # round 1 paid both prefills: its costs are not a fair sample
+        self.warm = False  # the first outcome _learn sees (round 1's) stays out of the calibration c
         self.last = None  # ids, drafted nodes, slot of each fed node, chosen nodes
 
     def calibrated(self, score: float) -> float:

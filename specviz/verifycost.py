@@ -74,7 +74,7 @@ class VerifyCost:
       the target alone's as n = 0, where those span (the step then counted as 0); until then the
       prior, b = VERIFY_SLOPE * a.
     - step: where rounds of both kinds are at hand and the slope is pieced, the drafted rounds'
-      intercept (their line's, else their mean excess over a + b n) over the mean one-token pass,
+      intercept (their line's, else their mean excess over b n) over the mean one-token pass,
       less one, at least 0; else as last measured (0 to start with).
     A fitted ratio holds while the windows lack what fitted it (a drafter that learnt to draft
     short no longer varies its sizes; a baseline's rounds carry no drafts); a is re-estimated

@@ -77,7 +77,7 @@ def perturbed(model, seed: int, noise: float):
 @pytest.fixture(autouse=True)
 def fresh_verify_lines(monkeypatch):
     """Each test starts with the target's verify line unmeasured (verifycost.VerifyCost.of keeps
-    one per target model, fed by every chain and baseline run): what the n-gram rule and the
+    one per target model, fed by every run but the n-gram's own): what the n-gram rule and the
     sizing drafters price a token at must not depend on the tests that ran before."""
     import weakref
 
