@@ -1,8 +1,9 @@
 """specviz web app: layout and wiring only. The engine and views live in specviz/.
 
-A public Space is hostile ground: every handler below takes raw values (preprocess=False) and
-coerces them itself, model jobs pass a fair gate (one at a time, one per visitor), traces live on
-a bounded server-side shelf, and messages are escaped and free of server paths.
+A public Space is hostile ground: every handler below takes raw values (preprocess=False), or
+for a file the path Gradio gives, and coerces them itself, model jobs pass a fair gate (one at a
+time, one per visitor), traces live on a bounded server-side shelf, and messages are escaped and
+free of server paths.
 """
 
 from __future__ import annotations
@@ -107,9 +108,9 @@ TREE_PANEL_JS = """(drafter) => {
 
 # A page whose run the shelf let go (visitors behind one address share its runs, and memory):
 # "no run to save yet: run something first" under that run was false
-LET_GO = ("the server no longer holds this page's last run (it keeps the newest {n} runs of each "
-          "address, and other pages at your address have run since, or it needed the memory): "
-          "run it again")
+LET_GO = ("the server no longer holds this page's last run (it keeps the newest {n} runs or "
+          "opened traces of each address, and other pages at your address have run or opened one "
+          "since, or it needed the memory): run it again")
 TRACE_TTL = 3600  # seconds a page's trace key lives without a new run (pages that never close)
 # Gradio's state of a page (every output's last value) is dropped once the page has been closed
 # and unused this long, and twice a job's limit (its jobs have ended; Gradio cancels a closed
@@ -386,7 +387,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 lab_masses = gr.Plot(label="masses", elem_id="lab-masses")
                 lab_mc = gr.Plot(label="Monte Carlo", elem_id="lab-mc")
             lab_table = gr.HTML(elem_id="lab-table")
-            with gr.Accordion("End to end: sample short continuations with the loaded pair", open=False):
+            with gr.Accordion("End to end: sample short continuations with the Run tab's pair", open=False):
                 e2e_n = gr.Slider(10, limits.max_samples, value=min(50, limits.max_samples), step=10,
                                   label="samples per method")
                 e2e_btn = gr.Button("Sample 2-token continuations, speculative and target alone")

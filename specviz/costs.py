@@ -2,7 +2,8 @@
 
 Draft pass (one token, warm cache) for each draft weight format; target pass by the number of
 tokens it verifies (C_T(k+1), up to a 64-node tree's 65); the fitted verify slope; and a
-torch.profiler table of one draft pass in the default format. Medians of repeated passes on a
+torch.profiler table of five one-token draft passes in --draft-quant's format (auto: the engine's
+default, int4 on CPU). Medians of repeated passes on a
 fixed context.
 
 The verify slope is what sizes adaptive drafts and token trees: T(n) = a + b * n least squares
@@ -110,7 +111,12 @@ def add_costs_args(p) -> None:
     _add_model_args(p)
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--json", action="store_true")
-    p.add_argument("--profile", action="store_true", help="also profile one draft pass")
+    next(a for a in p._actions if a.dest == "draft_quant").help = (
+        "the draft's weight format (auto: time every format this draft's device and dtype take: "
+        "none, int8 and int4 on CPU)")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile five one-token draft passes, in --draft-quant's format (auto: the "
+                        "engine's default, int4 on CPU)")
 
 
 def cmd_costs(args) -> int:
@@ -147,6 +153,6 @@ def cmd_costs(args) -> int:
                                        or "no draft model (give --draft to time one)"))
     if args.profile and pair.draft is not None:
         draft = copy.deepcopy(pair.draft)
-        quant.apply(draft, "auto")
+        quant.apply(draft, asked)
         print(profile_table(draft, pair.vocab_size, pair.encode(CONTEXT)))
     return 0

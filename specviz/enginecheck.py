@@ -4,11 +4,12 @@ The pass timings price a round as k draft passes plus one verify pass; the cost 
 projections (profiles.project) add nothing else. Everything else a round does is the engine's own
 work: sampling, the rule, the host read-backs, the KV bookkeeping, the event. On a CPU that is
 under 1% of a round; on a GPU, where a graphed pass takes about a millisecond, it may not be.
-This section runs `specviz.generate` (greedy, a chain at k and a token tree of depth k with a
-fixed node budget) and splits each round's wall time into the draft's passes, the target's
-verify pass and the rest, as the engine's RoundEvents time them. Random weights keep nearly
-every draft refused, so each round commits about one token: the split, not the speed, is the
-figure here.
+This section runs `specviz.generate` (greedy: the target drafting for itself, a chain at k and a
+token tree of depth k with a fixed node budget) and splits each round's wall time into the
+draft's passes, the target's verify pass and the rest, as the engine's RoundEvents time them.
+Drafting for itself, the target has nearly every draft kept; in the chain and the tree the
+random draft has nearly every draft refused, so each round commits about one token: the split,
+not the speed, is the figure here.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") ->
                    + ("" if projected is None else f"; the profile projects {projected:.3f} ms")
                    + {True: "; output = the target alone's", False: "; output NOT the target alone's",
                       None: ""}[r.get("equals_target_alone")]
-                   + (f" from token {r['first_difference']} ({r['verdict']}; the top-2 margins there "
+                   + (f" from output token {r['first_difference'] + 1} ({r['verdict']}; the top-2 "
+                      "margins there "
                       f"{', '.join('-' if m is None else f'{m:.4g}' for m in r['margins'])}, a near-tie "
                       f"within {'-' if r['near_tie_bound'] is None else format(r['near_tie_bound'], '.4g')})"
                       if "verdict" in r else ""))
@@ -145,7 +147,8 @@ def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") ->
 
 def main(argv=None) -> int:
     """python -m specviz.enginecheck: the engine's rounds on the random-weight pair, each run's
-    output against the target alone's on the same path; exit status 1 if any differs."""
+    output against the target alone's on the same path; exit status 1 if any run's output differs
+    or a run failed."""
     import argparse
     import json
 

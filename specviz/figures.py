@@ -1,4 +1,4 @@
-"""Plotly figures from RunStats. Plain figures: the app shows them, the benchmark saves them."""
+"""Plotly figures from RunStats, for the app's Run tab (service.run_views, replay_view)."""
 
 from __future__ import annotations
 

@@ -63,12 +63,12 @@ PROXIES = "127.0.0.0/8,::1/128,10.0.0.0/8"  # a same-host proxy's, and a Space's
 
 
 def proxy_networks(text: str | None) -> tuple:
-    """SPECVIZ_TRUST_FORWARDED: "1" or unset, PROXIES; "0", "false", "no" or "off", none; else
-    the proxies' networks, comma-separated ("10.0.0.0/8,172.17.0.0/16"). ValueError on a network
-    that does not parse."""
-    value = (text or "1").strip().lower()
+    """SPECVIZ_TRUST_FORWARDED: "1", unset or blank, PROXIES; "0", "false", "no" or "off", none;
+    else the proxies' networks, comma-separated ("10.0.0.0/8,172.17.0.0/16"). ValueError on a
+    network that does not parse."""
+    value = (text or "").strip().lower() or "1"  # blank keeps the default, as every setting's does
     switch = flag(value)
-    if value == "" or switch is False:
+    if switch is False:
         return ()
     if switch:
         value = PROXIES

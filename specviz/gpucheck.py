@@ -144,7 +144,7 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
         described = {role: {"name": f"{ROLES[role]} architecture, random weights{tiny}",
                             "params": sizes[role][0], "weight_bytes": sizes[role][1], "dtype": s.dtype,
                             "config": f"assets/configs/{ROLES[role]}/config.json"} for role in ROLES}
-        command = command_of(s)
+        command = command_of(s, every=True)
         profile = profiles.Profile(name, hw, packages(), costs, described,
                                    datetime.date.today().isoformat(), s.quick,
                                    f"measured by `{command}`" + load_note(loads)
@@ -310,9 +310,10 @@ def steps_line(report: dict) -> str:
             + f"head refined over the top {steps['candidates']} logits first")
 
 
-def command_of(s: Settings) -> str:
-    """The gpucheck command that measures as s and lm's step settings say (a profile's note: the
-    one record of how its costs were measured)."""
+def command_of(s: Settings, every: bool = False) -> str:
+    """The gpucheck command that measures as s and lm's step settings say: the step flags that
+    differ from lm's defaults, or every one of them (every: a profile's note, the one record of how
+    its costs were measured, must stay true when a later specviz changes the defaults)."""
     default = Settings.for_device(s.device, s.quick)
     words = ["python -m specviz gpucheck --device", s.device] + (["--quick"] if s.quick else [])
     if s.dtype != default.dtype:
@@ -320,7 +321,7 @@ def command_of(s: Settings) -> str:
     if s.compile != default.compile:
         words += ["--compile", "on" if s.compile else "off"]
     if s.compile:
-        words += [w for flag, name, _ in STEP_FLAGS if getattr(lm, name) != STEP_DEFAULTS[name]
+        words += [w for flag, name, _ in STEP_FLAGS if every or getattr(lm, name) != STEP_DEFAULTS[name]
                   for w in (f"--{flag}", "on" if getattr(lm, name) else "off")]
     return " ".join(words)
 

@@ -250,8 +250,8 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
               into: dict | None = None, margin: float = 1.0) -> dict:
     """{cache, compiled, draft_ms, target_ms: {width: ms}, seconds: {width: wall s}, compiled_ok} for
     one path; `into` extends an earlier result with more widths. A width is skipped when the time
-    left is under `margin` times the costliest width so far (on CUDA a width's first use compiles
-    its step)."""
+    left is under `margin` times width_price: the costliest width so far (on CUDA a width's first
+    use compiles its step), or, for a wide width sharing one graph already compiled, a capture's."""
     vocab = models["target"].config.vocab_size
     ctx = [(11 * i + 5) % vocab for i in range(s.context)]
     all_widths = s.eager_widths if path == "eager" else s.fast_widths

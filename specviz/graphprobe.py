@@ -336,7 +336,8 @@ def main(argv=None) -> int:
                    help="static cache positions (0: just the context and the pass; the engine's "
                         "compiled slots hold at least 1024)")
     p.add_argument("--profile", help="write torch.profiler's kernel tables here: each model's width-1 "
-                                     "replay (first attention variant), and each --modes target pass")
+                                     "replay (first attention variant), and each --modes target "
+                                     "pass (1 and k+1 tokens) and draft pass")
     p.add_argument("--modes", default="",
                    help=f"comma list of lm.CAPTURE modes ({', '.join(lm.CAPTURES)}), each alone or "
                         "with any of '+packed' (packing.pack), '+nested' (packing.nest), '+shared' "

@@ -75,13 +75,12 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
     events = trace.events
     if pair is None:
         raise ValueError("no pair is loaded: run something first, then come back")
-    made = trace.models if isinstance(trace.models, dict) else {}
-    from .service import pair_models  # the names a run here writes into its trace
+    from .service import made_here, pair_models  # the names a run here writes into its trace
 
-    here = {name: value for name, value in pair_models(pair).items() if name != "device"}
-    if any(str(made.get(name)) != str(value) for name, value in here.items()):
+    if not made_here(trace, pair):
+        made = trace.models if isinstance(trace.models, dict) else {}
         raise ValueError(f"this trace was made with {pair_name(made)}, but the loaded pair is "
-                         f"{pair_name(here)}: "
+                         f"{pair_name(pair_models(pair))}: "
                          "run it here first (Run tab, same settings), then look at its rounds")
     if isinstance(round_number, bool) or not isinstance(round_number, int) \
             or not 1 <= round_number <= len(events):

@@ -71,7 +71,8 @@ class Pair:
     draft_name: str | None = None
     chat_default: bool = False  # instruct models: apply the chat template by default
     refine: bool = True  # recompute the target's top logits in float32 (see lm.refine_top)
-    fast: str = "auto"  # lm.FAST_PATHS: eager, static cache, or static + compiled steps
+    fast: str = "auto"  # lm.FAST_PATHS: auto (the default), eager, static cache, static + compiled
+    # steps, or graphed (ZeroGPU: captured inside the call)
 
     @property
     def device(self) -> torch.device:

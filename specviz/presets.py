@@ -210,7 +210,8 @@ def large_flag() -> bool | None:
 def too_large(key: str, allow_large: bool | None = None, dtype: str | None = None) -> str | None:
     """Why a large preset is refused on this deployment in dtype (None when it is allowed or not
     large), as a clause that names the operators' switch. allow_large: that switch; None reads
-    SPECVIZ_ALLOW_LARGE_MODELS, and where that is unset too the machine's memory decides."""
+    SPECVIZ_ALLOW_LARGE_MODELS, and where that is unset too: refused on a Hugging Face Space, else
+    the machine's memory decides (large_flag)."""
     preset = BY_KEY.get(key)
     if preset is None or not preset.large:
         return None
@@ -228,7 +229,7 @@ def availability(preset: Preset, allow_large: bool | None = None) -> str | None:
     (too_large tells, for float32, whether it needs more).
 
     allow_large: the operator's switch for 7-8B presets; None reads SPECVIZ_ALLOW_LARGE_MODELS
-    (unset: allowed when the machine has room).
+    (unset: refused on a Hugging Face Space, else allowed when the machine has room).
     """
     if (why := too_large(preset.key, allow_large)) is not None:
         return why

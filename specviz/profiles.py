@@ -6,8 +6,9 @@ many tokens each target pass verified, so its time on a profile is
 
     seconds = draft passes * C_D + sum over rounds of C_T(tokens verified)
 
-with C_T interpolated linearly over the measured verify widths (extrapolated along the last
-segment past the widest). Round 1 also carries the prompt; a profile has no prefill cost, so
+(on a compiled path C_T at the width the engine pads the pass to: see fed), with C_T
+interpolated linearly over the measured verify widths (extrapolated along the last segment past
+the widest). Round 1 also carries the prompt; a profile has no prefill cost, so
 round 1 counts as one pass of its verify width (on a GPU an eager pass is overhead-bound, so
 that is close; on a CPU it underestimates).
 
@@ -108,7 +109,7 @@ class Profile:
     def label(self) -> str:
         """One line for a menu or a report: name, hardware, packages."""
         p = self.packages
-        quick = " (quick: tiny models)" if self.quick else ""
+        quick = " (quick: tiny widths, the real depths)" if self.quick else ""
         return (f"{self.name}: {self.hardware.get('name', '?')}, torch {p.get('torch', '?')}, "
                 f"transformers {p.get('transformers', '?')}{quick}")
 
@@ -316,7 +317,7 @@ CPU_TOKENS_PER_PASS = {"draft-1": 1.8745, "draft-2": 2.6199, "draft-3": 3.2701, 
 
 def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS_PER_PASS) -> list[dict]:
     """Per drafter: time per token (k * C_D + C_T(k+1)) / T(k) and the speedup over C_T(1);
-    "extrapolated" where k + 1 is wider than any pass the path measured (Costs.target_seconds).
+    "extrapolated" where k + 1 is wider than any pass the path measured (PathCosts.target_seconds).
 
     n-gram rounds cost no draft pass and verify up to k+1 tokens (fewer when the lookup finds a
     shorter match): on an eager path C_T(k+1) is the upper bound, so its speedup is a lower bound;

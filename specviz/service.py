@@ -260,6 +260,18 @@ def pair_models(pair: Pair) -> dict:
             "numerics": pair.numerics}
 
 
+SAME_PAIR = ("target", "draft", "dtype")  # what a trace's pair must share with the loaded one
+
+
+def made_here(trace: Trace, pair: Pair | None) -> bool:
+    """Whether the loaded pair made this trace's run as far as its tokens and probabilities go:
+    the same target, draft and dtype. Not the device or the numerics line (a trace from a GPU, or
+    one from before numerics were written, reads the same on a CPU)."""
+    made = trace.models if isinstance(trace.models, dict) else {}
+    here = pair_models(pair) if pair is not None else None
+    return here is not None and all(str(made.get(name)) == str(here[name]) for name in SAME_PAIR)
+
+
 def _over_budget(limits: Limits, what: str) -> str:
     return (f"Stopped {what} at this deployment's time limit of {limits.max_job_seconds:g} s per job "
             "(operators: SPECVIZ_MAX_JOB_SECONDS): ask for fewer tokens or samples")
@@ -274,8 +286,9 @@ def warm_up(pair: Pair, k: int = RunSettings.k) -> None:
     """One short run so the first timed round does not pay for lazy initialisation. On a compiled
     path (a dedicated GPU) it first captures every step a chain run at k feeds after
     its first round (engine.warm_steps: the target's 1 and k + 1, the draft's 1 and 2), whatever
-    the drafter and the text. Each shape's first use compiles and captures it, 18-28 s a shape on
-    the H200 run (docs/benchmarks.md), which the first visitor would otherwise wait through.
+    the drafter and the text. Each model compiles one graph for its one-token passes and one that
+    every wider pass shares (lm.SHARED), 18-32 s each on the H200 (docs/benchmarks.md); another
+    width is then a capture (0.1-0.5 s). The first visitor would otherwise wait through them.
     The time counts as the load's (ModelStore's switch budget): every visitor waits through it."""
     compiled = any(resolve_fast(pair.fast, m)[1] for m in (pair.target, pair.draft) if m is not None)
     if compiled:
@@ -339,11 +352,8 @@ def node_text(events, spans, tokenizer) -> dict[str, str]:
 def trace_text(trace: Trace, pair: Pair | None = None):
     """pieces_of for a trace's tree views: the loaded pair's tokenizer when this pair made the trace
     (same target, draft and dtype, as the lab asks), else the texts the trace itself holds."""
-    made = trace.models if isinstance(trace.models, dict) else {}
-    if pair is not None:
-        here = {name: value for name, value in pair_models(pair).items() if name != "device"}
-        if all(str(made.get(name)) == str(value) for name, value in here.items()):
-            return token_text(pair.tokenizer, vocab_size=pair.vocab_size)
+    if made_here(trace, pair):
+        return token_text(pair.tokenizer, vocab_size=pair.vocab_size)
     recording = trace.recording
     known = {**((recording.token_text or {}) if recording else {}), **(trace.node_text or {})}
     by_token = token_text(None, trace.spans, known=known)

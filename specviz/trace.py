@@ -24,7 +24,7 @@ __all__ = ["MAX_TRACE_BYTES", "Trace", "TraceError", "check_model", "loads"]
 @dataclass(frozen=True)
 class Trace:
     settings: dict
-    models: dict  # {"target": name, "draft": name, "dtype": ..., "device": ...}
+    models: dict  # {"target": name, "draft": name, "dtype": ..., "device": ..., "numerics": ...}
     prompt_ids: list[int]
     events: tuple[RoundEvent, ...]
     spans: tuple[Span, ...]
@@ -37,7 +37,8 @@ class Trace:
     def stats(self) -> RunStats:
         return RunStats.of(self.events)
 
-    def __hash__(self) -> int:  # by identity: the app's state keeps traces, dict fields do not hash
+    def __hash__(self) -> int:  # by identity, so a trace can key a dict or join a set: its dict
+        # fields do not hash
         return id(self)
 
     def to_json(self) -> str:
@@ -60,7 +61,8 @@ def _event_dict(e: RoundEvent) -> dict:
         del d["tree"]
         return d
     # A tree round carries up to 64 nodes: its probabilities are float32 values, which 9
-    # significant digits carry exactly (not 17), so a 512-token run of 64-node rounds fits the cap.
+    # significant digits carry exactly (not 17). A 64-node round still takes about 9 KB, so a tree
+    # run of 64-node rounds reaches the 4 MiB cap near 450 new tokens (Save refuses a larger one).
     for node in d["tree"]:
         node.update((name, _short(node[name])) for name in ("p", "q", "score"))
     d["target_probs"] = [_short(x) for x in d["target_probs"]]

@@ -1,10 +1,11 @@
-"""Checks for untrusted JSON: the traces and cost profiles a visitor may upload.
+"""Checks for untrusted JSON: the traces a visitor may upload, and the cost profiles a user may
+pass on the command line.
 
 Each check takes a parsed value and the field's name, and returns the value or raises Invalid
 naming the field; the reader (trace.loads, profiles.from_dict) words Invalid as its own error.
 Lists are checked a whole column at a time where they may be long (a trace holds ~10^5 ids).
-NaN never reaches a check (the readers refuse it while parsing), and an infinity fails every
-finite bound, so min/max order the numbers they see.
+The trace reader refuses NaN while parsing, and elsewhere NaN fails every bound (each
+comparison with it is false); an infinity fails every finite bound, so min/max order the numbers they see.
 """
 
 from __future__ import annotations

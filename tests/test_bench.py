@@ -228,6 +228,22 @@ def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
         capsys.readouterr().out
 
 
+def test_costs_profile_takes_the_draft_format_asked_for(model_dirs, monkeypatch, capsys):
+    """--profile profiled the default format (int4 on CPU) whatever --draft-quant said."""
+    from specviz.cli import main
+
+    asked = []
+    real = costs.quant.apply
+    monkeypatch.setattr(costs.quant, "apply",
+                        lambda model, mode, *a: asked.append(mode) or real(model, mode, *a))
+    for mode in ("none", "int8", "auto"):
+        rc = main(["costs", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+                   "--dtype", "float32", "--device", "cpu", "--repeats", "1", "--draft-quant", mode,
+                   "--profile"])
+        assert rc == 0 and "Self CPU" in capsys.readouterr().out
+        assert asked[-1] == mode  # the profiled copy's
+
+
 def test_costs_time_each_model_as_the_engine_runs_it(pair, monkeypatch):
     """The draft's passes skip the float32 head refinement (proposers.ModelProposer), the target's
     take the pair's own; a costs figure priced otherwise is not what a run pays."""

@@ -593,7 +593,8 @@ def test_an_engine_run_that_differs_from_the_target_alone_says_where_and_whether
     assert margin >= 0 and r["verdict"] == ("near-tie flipped by floating point" if near
                                             else "unexplained: please report")
     line = enginecheck.lines({"chain": r}, None)[1]
-    assert f"output NOT the target alone's from token 3 ({r['verdict']}; the top-2 margins there " in line
+    # 1-based, as `run` and the bench count: the fourth token
+    assert f"output NOT the target alone's from output token 4 ({r['verdict']}; the top-2 margins " in line
 
 
 def test_a_clock_can_keep_part_of_its_budget_back_for_a_later_section():
@@ -740,6 +741,9 @@ def test_the_report_says_how_its_steps_were_built_and_its_profile_the_command(mo
                                           "--compile on --pack on --shared off --tuned on")
     off = gpumeasure.Settings.for_device("cuda", compile=False)  # the step flags change nothing
     assert gpucheck.command_of(off) == "python -m specviz gpucheck --device cuda --compile off"
+    assert gpucheck.command_of(off, every=True) == gpucheck.command_of(off)  # nothing compiled
+    assert gpucheck.command_of(s, every=True) == ("python -m specviz gpucheck --device cuda --pack on "
+                                                  "--nested off --shared off --tuned on")
 
 
 def test_a_probe_modes_profiler_failure_keeps_its_timings_for_the_choice(monkeypatch):

@@ -764,7 +764,7 @@ def test_the_trusted_proxies_come_from_the_environment_with_a_message_naming_the
 
     assert [str(n) for n in proxy_networks(None)] == PROXIES.split(",") == ["127.0.0.0/8", "::1/128",
                                                                           "10.0.0.0/8"]
-    assert proxy_networks(" ON ") == proxy_networks("1") == proxy_networks(None)
+    assert proxy_networks(" ON ") == proxy_networks("1") == proxy_networks(None) == proxy_networks("  ")
     assert proxy_networks("Off") == proxy_networks("FALSE") == proxy_networks("0") == ()
     assert [str(n) for n in proxy_networks("172.17.0.0/16, 10.1.2.3")] == ["172.17.0.0/16", "10.1.2.3/32"]
     with pytest.raises(ValueError, match="SPECVIZ_TRUST_FORWARDED: .*give 0, 1 or the proxies' networks"):

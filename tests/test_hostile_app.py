@@ -710,7 +710,8 @@ def test_a_page_whose_run_the_shelf_let_go_is_told_so(demo, monkeypatch):
     shelf, fns = demo.specviz.shelf, {fn.name: fn.fn for fn in reversed(demo.fns.values())}
     run = SimpleNamespace(models={"dtype": "bfloat16"}, settings={})
     keys = [shelf.put(f"shared-{i}", run, nbytes=1, address="8.8.4.4") for i in range(shelf.per_address + 1)]
-    let_go = r"no longer holds this page's last run \(it keeps the newest 2 runs of each address"
+    let_go = (r"no longer holds this page's last run \(it keeps the newest 2 runs or opened traces of "
+              "each address")
     with pytest.raises(gr.Error, match=let_go):
         fns["save"](keys[0])
     with pytest.raises(gr.Error, match=let_go):

@@ -1,5 +1,7 @@
 """The exactness lab: exact masses on the built-in example, and each variant's bias detected."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 from conftest import finished
@@ -153,6 +155,16 @@ def test_lab_on_a_round_of_a_real_run(pair):
     assert "matches p" in table
     with pytest.raises(ValueError, match="round in 1.."):
         finished(labview.from_round_steps(pair, t, 99))
+    # The same pair on another device, or a trace from before numerics were written, is this pair
+    # (the lab refused both, naming two identical pairs); another dtype is not.
+    models = pair_models(pair)
+    for other in ({**models, "device": "cuda:0", "numerics": models["numerics"].replace("cpu", "cuda:0")},
+                  {name: v for name, v in models.items() if name != "numerics"}):
+        p2, q2, *_ = finished(labview.from_round_steps(pair, replace(t, models=other), 1))
+        assert torch.equal(p2, p) and torch.equal(q2, q)
+    dtype = "bfloat16" if models["dtype"] != "bfloat16" else "float32"
+    with pytest.raises(ValueError, match=rf"made with .*\({dtype}\), but the loaded pair is .*run it here"):
+        finished(labview.from_round_steps(pair, replace(t, models={**models, "dtype": dtype}), 1))
 
 
 # ---- token trees at depth 1 -------------------------------------------------------------------
