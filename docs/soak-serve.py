@@ -1,13 +1,14 @@
 """The soak's server (docs/load-test.md, "Two thousand jobs in a row"): the app on the tests' tiny
-pair, as tests/test_hostile_app.py's demo fixture builds it, printing how many pages Gradio holds
-every 15 s. From the repository root:
+pair, as tests/test_hostile_app.py's demo fixture builds it, printing every 15 s how many pages
+Gradio holds and how many runs (and MiB) the shelf holds. From the repository root:
 
     mkdir -p /tmp/soak && GRACE=60 JOBSECS=30 GRADIO_TEMP_DIR=/tmp/soak/gtmp \\
         python docs/soak-serve.py & echo $! > /tmp/soak/server.pid
     python docs/soak.py 720   # seconds of load; samples in /tmp/soak/samples.csv
 
 GRACE shortens app.PAGE_GRACE (a closed page's grace) for a measurement, with JOBSECS the job
-limit (the grace is at least twice it); MODELS is where the tiny pair is saved (made if missing);
+limit (the grace is at least twice it); IDLE shortens app.TRACE_TTL (how long a page that never
+closes keeps its state and its run); MODELS is where the tiny pair is saved (made if missing);
 PORT the port (7873)."""
 
 import os
@@ -40,6 +41,7 @@ def main() -> None:
             model.save_pretrained(root / name)
             tok.save_pretrained(root / name)
     app.PAGE_GRACE = int(os.environ.get("GRACE", app.PAGE_GRACE))
+    app.TRACE_TTL = int(os.environ.get("IDLE", app.TRACE_TTL))
     store = ModelStore({"tiny": (str(root / "target"), str(root / "draft"))}, device="cpu")
     limits = Limits(max_new_tokens=200, max_job_seconds=int(os.environ.get("JOBSECS", 300)))
     demo = app.build(store, limits, RunSettings(pair="tiny", chat=False, max_new_tokens=8, dtype="float32"))
@@ -49,7 +51,9 @@ def main() -> None:
     print("READY", port, flush=True)
     while True:
         time.sleep(15)
-        print("PAGES", round(time.time()), len(demo.state_holder.session_data), flush=True)
+        shelf = demo.specviz.shelf
+        print("PAGES", round(time.time()), len(demo.state_holder.session_data), "SHELF", len(shelf),
+              round(shelf.nbytes / 2**20, 2), flush=True)
 
 
 if __name__ == "__main__":
