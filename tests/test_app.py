@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import presets
+from specviz import presets, service
 from specviz.settings import Limits, RunSettings, from_query, from_trace
 
 OUT = Path(__file__).parent.parent / "test-output"
@@ -435,14 +435,22 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         assert page.inner_text("#status") == shown and shown.startswith("Done")
         # Stop during a run says so (Gradio completes a cancelled event with no output: the status
         # said "round 6" for good)
-        page.goto(app_url + "?pair=tiny&max_new_tokens=240&temperature=0&prompt=def+f&run=1")
-        page.wait_for_function("(document.querySelector('#status')?.innerText || '').includes('run: round')",
-                               timeout=60_000)
-        page.click("#stop")  # Gradio's "Error" pill for a stopped job is cleared: the text starts
-        page.wait_for_function("(document.querySelector('#status')?.innerText || '').startsWith('Stopped.')",
-                               timeout=20_000)
-        page.wait_for_timeout(1000)  # and the stopped run's updates under way did not land after it
-        assert page.inner_text("#status").startswith("Stopped."), page.inner_text("#status")
+        with pytest.MonkeyPatch.context() as mp:  # rounds slowed, so that a busy machine cannot
+            real = service.generate  # finish the run before the click lands
+
+            def slow(*a, **kw):
+                for event in real(*a, **kw):
+                    time.sleep(0.05)
+                    yield event
+
+            mp.setattr(service, "generate", slow)
+            page.goto(app_url + "?pair=tiny&max_new_tokens=240&temperature=0&prompt=def+f&run=1")
+            status_js = "(document.querySelector('#status')?.innerText || '')"
+            page.wait_for_function(status_js + ".includes('run: round')", timeout=60_000)
+            page.click("#stop")  # Gradio's "Error" pill for a stopped job is cleared: the text starts
+            page.wait_for_function(status_js + ".startsWith('Stopped.')", timeout=20_000)
+            page.wait_for_timeout(1000)  # and the stopped run's updates under way did not land after it
+            assert page.inner_text("#status").startswith("Stopped."), page.inner_text("#status")
         # an error is said on the status, whole: Gradio's "Error" pill hid the message's middle
         page.goto(app_url + "?pair=tiny&max_new_tokens=300&temperature=0&prompt=def+f&run=1")
         page.wait_for_function("(document.querySelector('#status')?.innerText || '').startsWith('⚠ prompt')",
