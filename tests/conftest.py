@@ -15,6 +15,9 @@ import torch  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one torch thread per worker: two workers share 2 cores
     torch.set_num_threads(1)
+    # and so do the processes a test starts (the quick gpucheck): two threads that wait on each
+    # other beside the other worker took 8 ms a tiny matrix product, and the check 70 s, not 10
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 CORPUS = [
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",

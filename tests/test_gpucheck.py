@@ -33,7 +33,7 @@ sys.exit(code)
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    """`python -m specviz gpucheck --device cpu --quick --json --out DIR` (about 30 s on 2 cores)."""
+    """`python -m specviz gpucheck --device cpu --quick --json --out DIR` (about 10 s on one core)."""
     out = tmp_path_factory.mktemp("gpucheck")
     env = os.environ | {"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", PROBE, "gpucheck", "--device", "cpu", "--quick", "--json",
