@@ -322,6 +322,25 @@ def test_a_custom_proposers_malformed_draft_is_refused_not_verified(pair):
         events = list(specviz.generate(pair, "def f", proposer=drafter, k=2, max_new_tokens=3))
         assert sum(len(e.new_tokens) for e in events) == 3
 
+    class Filling:  # a tree of exactly the positions the run has left (prompt + 2 new + k + 1), or one more
+        name = "mine"
+
+        def __init__(self, extra):
+            self.extra, self.start = extra, None
+
+        def propose(self, ids, k, params, generator):
+            if k < 1:  # the budget's last round
+                return Draft([], None, source="mine")
+            self.start = self.start or len(ids)
+            room = self.start + 2 + 1 + 1 - len(ids) + self.extra  # max_new_tokens 2, k 1
+            return Draft([10], None, source="mine", tree=tuple(TreeNode(-1, 10 + i, 1, 0.1, 0.1)
+                                                                for i in range(room)))
+
+    events = list(specviz.generate(pair, "def f", proposer=Filling(0), k=1, max_new_tokens=2))
+    assert sum(len(e.new_tokens) for e in events) == 2 and len(events[0].tree) > 1
+    with pytest.raises(ValueError, match=r"a tree of \d+ nodes, more than the \d+ positions"):
+        list(specviz.generate(pair, "def f", proposer=Filling(1), k=1, max_new_tokens=2))
+
 
 def test_chain_and_baseline_rounds_measure_the_targets_verify_line(pair, monkeypatch):
     """What the n-gram rule prices a token at comes from the target's measured line: the chain's

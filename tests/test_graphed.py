@@ -49,6 +49,25 @@ def test_a_graphed_step_captures_each_shape_once_and_gives_the_eager_rows(graphe
     assert not torch.equal(rows[0], rows[2]) and rows[0].data_ptr() != rows[2].data_ptr()
 
 
+def test_a_graphed_width_asked_for_fewer_rows_captures_its_own_graph(graphed_pair):
+    """A pass of the same width that wants fewer rows (a round 1 feeding two uncached tokens and a
+    budget-cut draft) is another graph: replaying the one captured for 4 rows gave other logits
+    (a mutation that dropped `last` from the shape key survived every other test)."""
+    pair = graphed_pair
+    ids = pair.encode(PROMPT)
+    graphed = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    rows = []
+    for m in (graphed, eager):
+        m.compiled_widths = {1, 4}
+        m.forward(ids)
+        m.forward(ids + [7, 3, 5], last=4)  # 4 fed, 4 rows: captured
+        m.rollback(ids[:-1])  # the cache holds ids[:-2]
+        rows.append(m.forward(ids + [7, 3], last=3))  # 4 fed again, 3 rows wanted
+    assert rows[0].shape == rows[1].shape and torch.allclose(rows[0], rows[1], atol=1e-5)
+    assert len(graphed._step.graphs) == 2 and graphed.compiled_passes == 2
+
+
 def test_the_warm_up_before_a_capture_leaves_the_cache_as_a_plain_pass_would(graphed_pair):
     """The two warm-up calls before a capture write a pass each and roll it back: the cache then
     holds exactly what a plain pass leaves (its length, and its keys where both wrote)."""

@@ -55,10 +55,13 @@ def test_an_oracle_proposer_is_asked_for_what_the_budget_can_use_and_one_past_it
 
 
 def test_a_tree_rounds_fields_describe_the_walked_branch(pair):
-    seen = 0
-    for e in specviz.generate(pair, PROMPT, proposer="tree", k=4, nodes=12, max_new_tokens=30):
+    seen = beyond = 0
+    events = [e for prompt in (PROMPT, "The quick brown fox")  # the second walks past a refusal
+              for e in specviz.generate(pair, prompt, proposer="tree", k=4, nodes=12, max_new_tokens=30)]
+    for e in events:
         if not e.tree:
             continue
+        beyond += e.k > e.accepted + 1  # the branch goes on below its first refused node
         path = [i for i, x in enumerate(e.tree) if x.fate == ACCEPTED]
         chain, node = list(path), (path[-1] if path else -1)
         while kids := [i for i, x in enumerate(e.tree) if x.parent == node]:
@@ -68,7 +71,7 @@ def test_a_tree_rounds_fields_describe_the_walked_branch(pair):
         # greedy: the target's argmax at each walked position is the token committed there
         assert [row[0][0] for row in e.target_top2[: len(e.new_tokens)]] == e.new_tokens
         seen += len(e.new_tokens) > 1
-    assert seen
+    assert seen and beyond
 
 
 @pytest.mark.parametrize("cache", ["dynamic", "static"])

@@ -617,3 +617,14 @@ def test_a_tree_round_reads_the_device_back_once_a_depth_and_twice_more(pair, te
                                                        nodes=12, max_new_tokens=24,
                                                        temperature=temperature))
         assert counts and max(counts) <= depth + 2 + (temperature > 0), (depth, counts)
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_a_tree_drafts_no_child_the_drafts_distribution_rules_out(pair, top_k):
+    """Under top-k the draft's q is zero past its k best: such a child can never be kept, and
+    drafting it spends the node budget on it (a mutation that drafted them filled every tree with
+    zero-q nodes, 214 of 332, and no other test saw it)."""
+    events = list(specviz.generate(pair, "The quick brown fox", proposer="tree", k=3, nodes=20, branching=3,
+                                   top_k=top_k, temperature=1.0, max_new_tokens=24, seed=0))
+    nodes = [n for e in events for n in e.tree]
+    assert nodes and all(n.q > 0 for n in nodes)  # (top-k keeps ties at its k-th value: no count)
