@@ -18,7 +18,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"specviz: error: {message} (see --help)\n")
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_args(p: argparse.ArgumentParser,
+                    draft_quant: str = "draft weight quantization (auto: int4 on CPU); the target is "
+                                       "never quantized") -> None:
     p.add_argument("--target", help="hub id, model folder or .gguf (default: the embedded pair)")
     p.add_argument("--draft", help="draft model (default: the embedded draft with the embedded target)")
     p.add_argument("--pair", help="a preset key instead of --target/--draft (see `presets`)")
@@ -26,7 +28,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--device-map", help='"auto" spreads a large target over the GPUs')
     p.add_argument("--draft-quant", choices=["auto", "none", "int8", "int4"], default="auto",
-                   help="draft weight quantization (auto: int4 on CPU); the target is never quantized")
+                   help=draft_quant)
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:

@@ -108,12 +108,10 @@ def verify_fit(target_ms: dict) -> dict:
 def add_costs_args(p) -> None:
     from .cli import _add_model_args
 
-    _add_model_args(p)
+    _add_model_args(p, draft_quant="the draft's weight format (auto: time every format this draft's "
+                                   "device and dtype take: none, int8 and int4 on CPU)")
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--json", action="store_true")
-    next(a for a in p._actions if a.dest == "draft_quant").help = (
-        "the draft's weight format (auto: time every format this draft's device and dtype take: "
-        "none, int8 and int4 on CPU)")
     p.add_argument("--profile", action="store_true",
                    help="also profile five one-token draft passes, in --draft-quant's format (auto: the "
                         "engine's default, int4 on CPU)")
