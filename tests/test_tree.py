@@ -506,18 +506,38 @@ def test_greedy_tree_output_is_the_targets_own(which, request):
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
 
 
+def token_path(drafted: list[TreeNode], i: int) -> list[int]:
+    """The tokens from the root down to drafted node i."""
+    return token_path(drafted, drafted[i].parent) + [drafted[i].token] if i >= 0 else []
+
+
+def assert_plain_forward_cache(lm: CachedLM) -> None:
+    """Every layer's keys and values in lm's cache are what one plain causal pass over its
+    committed tokens computes: no node of another branch (a cousin) was kept in their place."""
+    n = lm.cache_length
+    plain = lm.model(torch.tensor([lm.tokens]), use_cache=True).past_key_values
+    for mine, theirs in zip(lm.cache.layers, plain.layers, strict=True):
+        for a, b in ((mine.keys, theirs.keys), (mine.values, theirs.values)):
+            assert torch.allclose(a[:, :, :n], b, atol=1e-4)
+
+
 @pytest.mark.parametrize("which", ["pair", "static_pair", "compiled_pair"])
-def test_both_caches_hold_exactly_the_committed_path_every_round(which, request, monkeypatch):
+@pytest.mark.parametrize("prompt, nodes, branching, temperature", [
+    (PROMPTS[0], 10, None, 1.0),
+    (PROMPTS[1], 64, 8, 0.0),  # wide: a walked node has a cousin of its token drafted before it
+])
+def test_both_caches_hold_exactly_the_committed_path_every_round(which, prompt, nodes, branching,
+                                                                   temperature, request, monkeypatch):
     pair = request.getfixturevalue(which)
-    ids = pair.encode(PROMPTS[0])
-    drafter = specviz.engine.make_proposer(pair, "tree", max_len=256, nodes=10)
+    ids = pair.encode(prompt)
+    drafter = specviz.engine.make_proposer(pair, "tree", max_len=256, nodes=nodes, branching=branching)
     from specviz.engine import _rounds
 
     made = []  # the target's CachedLM, to count its compiled passes
     monkeypatch.setattr(specviz.engine, "CachedLM",
                         lambda *a, **kw: made.append(CachedLM(*a, **kw)) or made[-1])
-    events = _rounds(pair, drafter, ids, 4, 25, SamplingParams(1.0), 3, 256)
-    done = []
+    events = _rounds(pair, drafter, ids, 4, 25, SamplingParams(temperature), 3, 256)
+    done, cousins = [], 0
     for e in events:
         done += e.new_tokens
         assert e.target_cache_length == len(ids) + len(done) - 1
@@ -527,9 +547,17 @@ def test_both_caches_hold_exactly_the_committed_path_every_round(which, request,
         lm = drafter.lm  # before learning: the context it drafted from, then its fed nodes
         assert lm.tokens == (ids + done)[: len(lm.tokens)]
         assert lm.cache_length == len(lm.tokens) + len(lm.slots)
+        before, drafted, slot_of, _ = drafter.last or (lm.tokens, [], {}, [])
+        grown = (ids + done)[len(before):]
+        way = [i for i in slot_of if token_path(drafted, i) == grown[: drafted[i].depth]]  # fed, walked
+        fed = max((drafted[i].depth for i in way), default=0)  # the draft keeps all of them
+        cousins += sum(any(n.token == drafted[i].token and n.depth == drafted[i].depth for n in drafted[:i])
+                       for i in way)  # an earlier node of its token and depth, on another branch
         drafter._learn(ids + done)  # what its next propose does first (then a no-op there)
-        assert lm.slots == [] and lm.tokens == (ids + done)[: len(lm.tokens)]
+        assert lm.slots == [] and lm.tokens == (ids + done)[: len(before) + fed]
         assert lm.cache_length == len(lm.tokens)
+        assert_plain_forward_cache(lm)
+    assert cousins or branching is None  # the wide run walks past a cousin, so the check bites
     if which == "compiled_pair":  # every round after the first: padded, through the compiled steps
         assert made[0].compiled_passes == made[0].passes - 1 == e.round - 1
         assert drafter.lm.compiled_passes > 0
