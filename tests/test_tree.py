@@ -548,6 +548,8 @@ def test_both_caches_hold_exactly_the_committed_path_every_round(which, prompt, 
         assert lm.tokens == (ids + done)[: len(lm.tokens)]
         assert lm.cache_length == len(lm.tokens) + len(lm.slots)
         before, drafted, slot_of, _ = drafter.last or (lm.tokens, [], {}, [])
+        widest = max(Counter(drafted[i].depth for i in slot_of).values(), default=0)
+        assert widest <= (branching or widest)  # a set width expands that many nodes a depth at most
         grown = (ids + done)[len(before):]
         way = [i for i in slot_of if token_path(drafted, i) == grown[: drafted[i].depth]]  # fed, walked
         fed = max((drafted[i].depth for i in way), default=0)  # the draft keeps all of them
