@@ -29,6 +29,9 @@ def test_equal_p_and_q_never_reject():
 def test_greedy_rule_keeps_matching_prefix():
     v = verify_greedy(torch.tensor([5, 7, 9]), torch.tensor([5, 7, 8, 1]))
     assert (v.accepted, v.token, v.kind) == (2, 8, "recovered")
+    # p and q are one-hot: the target's p(x) is 1 for a draft it agrees with, 0 for one it refuses
+    # (the page shows it, and the keep chance min(1, p/q)); the draft's q(x) is 1 for each
+    assert (v.target_probs, v.draft_probs) == ((1.0, 1.0, 0.0), (1.0, 1.0, 1.0))
     v = verify_greedy(torch.tensor([5, 7]), torch.tensor([5, 7, 3]))
     assert (v.accepted, v.token, v.kind) == (2, 3, "bonus")
 

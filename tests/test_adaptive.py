@@ -138,6 +138,16 @@ def test_ngram_proposes_only_what_its_record_says_will_pay():
     burnt.proposal(ids + [1, 2, 42], 8)
     assert burnt.first[1] == [1.0, 11.0] and burnt.later == [1.0, 2.0]
     assert burnt.tokens == 13.0 and burnt.cost == 11.0 + 4 * VERIFY_SLOPE
+    whole = NgramProposer(3)
+    whole.first, whole.tokens, whole.cost = {1: [0.0, 10.0]}, 10.0, 10.0
+    assert whole.proposal(ids, 8) == [1, 2, 3, 4]
+    whole.proposal(ids + [1, 2, 3, 4, 6], 8)  # all 4 kept, then the target's own 6
+    # 3 tokens followed a kept one and all 3 were kept; nothing was tried after the 4th
+    assert whole.first[1] == [1.0, 11.0] and whole.later == [3.0, 3.0]
+    refused = NgramProposer(3)
+    assert refused.proposal(ids, 8) == [1, 2, 3, 4, 6, 7, 8, 9]
+    refused.proposal(ids + [42], 8)  # the first token refused: a miss for n = 1, no later record
+    assert refused.first == {1: [0.0, 1.0]} and refused.later == [0.0, 0.0]
     # where a verified token costs half a pass (this CPU), the bar is 2 / 2 * 0.5 = 0.5. A fresh
     # record's first token, 1/2 + sd sqrt(1/4 / 3) = 0.789, is tried; a second, 1/2 * 0.8, is not
     steep = NgramProposer(3, slope=0.5)

@@ -589,6 +589,27 @@ def test_a_long_prompt_is_read_a_pass_at_a_time_and_the_output_stays_the_targets
     assert events[0].round_seconds >= events[0].target_seconds + events[0].draft_seconds
 
 
+def test_round_1_counts_each_models_long_prompt_read_in_its_own_seconds(pair, monkeypatch):
+    """The chunked read of a long prompt happens before round 1 yet is its models' work: round 1's
+    draft and target seconds include it (not "other"). Each read here costs a marked 100 s more."""
+    from specviz import lm
+
+    monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
+    read = lm.CachedLM._read
+
+    def marked(self, tokens):
+        read(self, tokens)
+        self.seconds += 100.0
+
+    monkeypatch.setattr(lm.CachedLM, "_read", marked)
+    ids = pair.encode(LONG)
+    reads = len(range(8, len(ids) - 1, 8)) + 1  # a pass each 8 tokens, then the rest but the last
+    events = list(specviz.generate(pair, ids, k=3, max_new_tokens=8))
+    assert 100 * reads <= events[0].draft_seconds < 100 * reads + 60
+    assert 100 * reads <= events[0].target_seconds < 100 * reads + 60
+    assert all(e.draft_seconds < 60 and e.target_seconds < 60 for e in events[1:])
+
+
 def test_a_prompt_of_one_chunk_is_read_with_round_1_and_events_come_alone(pair, monkeypatch):
     from specviz import lm
 

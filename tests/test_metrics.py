@@ -6,7 +6,7 @@ import random
 import pytest
 
 from specviz.engine import RoundEvent
-from specviz.metrics import RunStats, target_line
+from specviz.metrics import RunStats, reach, target_line
 from specviz.theory import break_even_tokens, expected_tokens_per_pass
 
 
@@ -352,6 +352,9 @@ def test_drafts_accepted_past_an_eos_count_nowhere():
     assert (stats.accepted, stats.rejections) == (3, 1)  # round 1's refusal only
     assert stats.alpha == pytest.approx(3 / 4)
     assert stats.acceptance_by_position == [1.0, 0.5, None, None]
+    # the drafts that could have become output: round 1's k, and in round 2 the one before its EOS
+    # (the rule kept 2 drafts, EOS the second, so no correction follows it: kept == new tokens)
+    assert [reach(e) for e in stats.events] == [4, 1]
     target_eos = replace(round_(2, 5, 4, 2), new_tokens=[7, 8, 2], stop="eos")  # EOS is the target's
     assert RunStats.of([target_eos]).rejections == 1 and RunStats.of([target_eos]).accepted == 2
 
@@ -365,7 +368,6 @@ def test_a_round_an_accepted_eos_ended_is_predicted_at_its_reach():
     from dataclasses import replace
 
     from specviz import figures
-    from specviz.metrics import reach
 
     first_is_eos = replace(round_(2, 5, 4, 4), new_tokens=[2], stop="eos")
     stats = RunStats.of([round_(1, 0, 4, 4), first_is_eos])

@@ -43,6 +43,10 @@ def test_p_stays_over_the_targets_whole_vocabulary_with_a_short_draft(short_pair
         [t for e in specviz.generate(short_pair, ids + tail, proposer="none", max_new_tokens=6)
          for t in e.new_tokens]
     assert all(e.k == 0 for e in events)
+    for proposer in ("draft", "tree"):  # the first id past the draft's rows is one it cannot read
+        edge = list(specviz.generate(short_pair, ids + [short_pair.vocab_size - 16], proposer=proposer,
+                                     k=3, max_new_tokens=4))
+        assert all(e.k == 0 and not e.tree for e in edge)
 
 
 def test_short_draft_sampling_follows_the_targets_distribution(short_pair):

@@ -16,6 +16,12 @@ def test_temperature_top_k_top_p_exact():
     assert torch.allclose(process(logits, SamplingParams(1.0)), torch.tensor([0.5, 0.3, 0.15, 0.05]))
     assert torch.allclose(process(logits, SamplingParams(1.0, top_k=2)),
                           torch.tensor([0.625, 0.375, 0, 0]))
+    assert torch.allclose(process(logits, SamplingParams(1.0, top_k=3)),  # all but one: the last goes
+                          torch.tensor([0.5, 0.3, 0.15, 0]) / 0.95)
+    # top_p=1 (off) drops nothing, however small the tail: a float32 running sum reaches 1.0 before
+    # these last two tokens' mass (1.45e-8, 5.3e-9), so a cut applied at 1.0 would drop them
+    assert torch.allclose(process(torch.tensor([0.0, -3, -18, -19]), SamplingParams(1.0)),
+                          torch.tensor([0.0, -3, -18, -19]).softmax(-1), rtol=1e-5, atol=0)
     # top_p=0.8: 0.5 + 0.3 reaches it, so the rest is dropped.
     assert torch.allclose(process(logits, SamplingParams(1.0, top_p=0.8)),
                           torch.tensor([0.625, 0.375, 0, 0]))

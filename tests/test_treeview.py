@@ -181,6 +181,9 @@ def test_tree_figures_and_stats_match_hand_computations():
     bars = figures.tree_vs_chain(spec, chain, 3).data[0]
     # deepest nodes 3, 3 and 2 (TREE[:3]): the tree drafted 8/3 deep a round, the chain its k=3
     assert spec.draft_depth == pytest.approx(8 / 3) and chain.draft_depth == 3.0
+    alone = replace(tree_round(4), tree=(), k=0, draft_tokens=[], accepted=0, target_probs=[],
+                    draft_probs=[], new_tokens=[16])  # a budget's last round, which drafts nothing
+    assert RunStats.of([*events, alone]).draft_depth == pytest.approx(8 / 3)  # rounds that drafted
     assert list(bars.y) == [2.0, 3.0]
     assert list(bars.x) == ["token tree (depth 2.7 a round)", "chain (draft model, k=3)"]
     assert spec.predicted_tokens_per_pass is None
