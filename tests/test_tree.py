@@ -515,7 +515,8 @@ def assert_plain_forward_cache(lm: CachedLM) -> None:
     """Every layer's keys and values in lm's cache are what one plain causal pass over its
     committed tokens computes: no node of another branch (a cousin) was kept in their place."""
     n = lm.cache_length
-    plain = lm.model(torch.tensor([lm.tokens]), use_cache=True).past_key_values
+    with torch.no_grad():
+        plain = lm.model(torch.tensor([lm.tokens]), use_cache=True).past_key_values
     for mine, theirs in zip(lm.cache.layers, plain.layers, strict=True):
         for a, b in ((mine.keys, theirs.keys), (mine.values, theirs.values)):
             assert torch.allclose(a[:, :, :n], b, atol=1e-4)
