@@ -558,6 +558,35 @@ def test_costs_prints_the_slope_against_the_lines_intercept_and_the_measured_pas
     assert round(a, 1) == 291.6 and round(b, 2) == 167.53
     assert f"costs {b / a:.4f} of the line's 1-token pass" in out and "0.5745" in out
     assert "n = drafted tokens = width - 1" in out and "or 0.514 of the measured 1-token pass" in out
+    assert "2: 467 ms (1.43x)" in out and "(9.19x)" in out  # each width over the 1-token pass
+    # float32 on oneDNN (the next test's passes): 620 ms a drafted pass at n = 0, 365 alone, then
+    # 20 ms a drafted token: 620 / 365 = 1.699 of a 1-token pass, 20 / 365 = 0.0548 a token
+    monkeypatch.setattr(costs, "measure", lambda pair, repeats, formats: {
+        "target_ms": {1: 365.0, 2: 640.0, 3: 660.0, 5: 700.0, 9: 780.0}, "draft_ms": {}})
+    assert costs.cmd_costs(args) == 0
+    out = capsys.readouterr().out
+    assert "a drafted pass costs 1.699 of a 1-token pass plus 0.0548 a drafted token" in out
+
+
+def test_a_pass_cost_is_the_median_of_the_timed_passes_after_the_warm_up(monkeypatch):
+    """pass_seconds reads the cached ids once, warms up with one pass, then times `repeats`: a slow
+    first pass (100 ms here, on a clock the test moves) is not in the median."""
+    from types import SimpleNamespace
+
+    clock, calls = [0.0], []
+
+    class Stub:
+        def forward(self, ids, last=1):
+            calls.append(len(ids))
+            clock[0] += 0.1 if len(calls) == 2 else 0.001  # call 1 reads ids, call 2 warms up
+
+        def rollback(self, ids):
+            pass
+
+    monkeypatch.setattr(costs, "engine_lm", lambda *a: Stub())
+    monkeypatch.setattr(costs, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    assert costs.pass_seconds(None, 10, [1, 2], 3, repeats=1) == pytest.approx(0.001)
+    assert calls == [2, 5, 5]  # the ids, then the warm-up and one timed pass of 3 tokens after them
 
 
 def test_costs_splits_the_step_to_a_drafted_pass_from_each_drafted_token():

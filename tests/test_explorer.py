@@ -187,6 +187,12 @@ def test_a_draft_round_past_an_eos_drafts_and_pays_for_all_the_budget_allows():
     numbers = explorer_views(rec, 4, False, 4, [5, 1])[1]
     assert "2 target passes, 8 draft passes" in numbers and "predicted 0.028 s" in numbers
     assert "matches it round by round" in numbers
+    # the same passes in another order are another run: the check compares round by round
+    assert "does NOT match it" in explorer_views(rec, 4, False, 4, [1, 5])[1]
+    # no profile: the dashed curve is the output's tokens over each k's predicted seconds
+    fig = explorer_views(rec, 4, False, 4, [5, 1])[2]
+    assert list(fig.data[1].y) == pytest.approx([len(output) / r.predicted_seconds for r in rec.curve])
+    assert fig.data[1].y[3] == pytest.approx(6 / 0.028)  # k = 4, as above
     spans = explorer.spans(rep)  # the unrecorded drafts are not shown: every output token once
     assert [(s.token, s.fate) for s in spans] == [(t, "accepted") for t in output[:4]] + [
         (9, "bonus"), (0, "accepted")]

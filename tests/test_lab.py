@@ -100,6 +100,13 @@ def test_a_bias_too_small_for_the_trials_is_not_called_a_match():
     assert lab.tv(lab.predicted("correction_from_p", p, q), p) == pytest.approx(0.005)
     shown = _verdicts(p, q, 1_000, ["correction_from_p"])["correction_from_p"]
     assert shown == "no bias detected at this N (its exact output is 0.005 from p in TV: more trials show it)"
+    # a bias of 0.0004 in TV is one too: only an output exact to rounding matches p
+    from specviz import labview
+
+    r = replace(lab.check("exact", P, Q, 100, seed=0), pvalue_vs_p=0.5,
+                predicted=torch.tensor([0.5004, 0.2996, 0.2], dtype=torch.float64))
+    assert labview._verdict("exact", r, torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)).startswith(
+        "no bias detected at this N (its exact output is 0.0004 from p")
 
 
 def test_chi_square_pvalue_matches_scipy():

@@ -33,6 +33,10 @@ def test_target_cost_interpolates_over_verify_width():
     assert [round(eager.target_seconds(w) * 1e3, 9) for w in (1, 2, 3, 4, 5)] == [10, 12, 14, 16, 18]
     assert round(eager.target_seconds(7) * 1e3, 9) == 22  # past the widest: the last segment's slope
     assert profile().path("fast").target_seconds(9) == 1e-3  # one width: flat
+    raw = copy.deepcopy(PROFILE)  # noisy widest widths that fall: flat past them, never below
+    raw["paths"]["fast"].update(target_ms={"1": 10.0, "3": 12.0, "5": 8.0})
+    falling = profiles.load(raw).path("fast")
+    assert [falling.target_seconds(w) for w in (4, 5, 9, 17)] == [0.01, 0.008, 0.008, 0.008]
     with pytest.raises(ValueError, match="positive integer"):
         eager.target_seconds(0)
 
@@ -99,7 +103,7 @@ def test_a_chain_verify_narrower_than_k_is_charged_the_padded_k_plus_1_on_a_comp
     # k=4: two verifies of 2 drafts (width 3) pad to 5, a full one is 5, the last round's 1 stays
     # 1; C_T(5) = 1 + (5 - 1) / (9 - 1) * (2 - 1) = 1.5 ms
     chain = profiles.Passes(6, {3: 2, 5: 1, 1: 1}, k=4)
-    assert [profiles.fed(w, chain, True) for w in (1, 2, 3, 5, 6)] == [1, 5, 5, 5, 6]
+    assert [profiles.fed(w, chain, True) for w in (1, 2, 3, 4, 5, 6)] == [1, 5, 5, 5, 5, 6]
     assert math.isclose(profiles.project(chain, costs, "fast"), (2 * 1.5 + 1.5 + 1.0 + 6 * 1.0) / 1e3)
     # eager feeds each verify as it is: the run's k changes nothing there
     assert profiles.project(chain, costs, "eager") == profiles.project(replace(chain, k=0), costs, "eager")

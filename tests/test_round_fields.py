@@ -13,7 +13,7 @@ from specviz.proposers import Draft
 from specviz.sampling import SamplingParams, process
 from specviz.tree import ACCEPTED, ancestors
 from specviz.treedraft import TreeProposer
-from specviz.verifycost import spans_widths, split_step
+from specviz.verifycost import fit_line, spans_widths, split_step
 
 PROMPT = "def fibonacci(n):\n    if n < 2:"
 
@@ -147,6 +147,13 @@ def test_tree_rounds_time_their_target_pass(pair):
 
 def test_a_verify_line_needs_rounds_at_both_ends_and_its_step_is_never_negative():
     assert not spans_widths([1, 9, 9, 9, 9, 9])
+    # sizes 1..5, midpoint 3: a round at the midpoint counts with the narrow end, so 5, 5 are two
+    # wide rounds, one too few; one more wide round makes the line
+    assert not spans_widths([1, 1, 1, 3, 5, 5]) and spans_widths([1, 1, 1, 3, 5, 5, 5])
+    assert spans_widths([1, 1, 1, 5, 5, 5]) and not spans_widths([1, 1, 1, 4, 4, 4])  # spread 3 < 4
+    # a line through (1, 1) and (2, 2) has intercept 0: it says nothing about a pass's cost
+    assert fit_line([1.0, 2.0], [1.0, 2.0]) is None
+    assert fit_line([1.0, 2.0], [2.0, 3.0]) == pytest.approx((1.0, 1.0))
     assert split_step((0.30, 0.02), 0.365) == (0.365, 0.0, 0.02)
 
 
