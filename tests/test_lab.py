@@ -330,6 +330,24 @@ def test_the_lab_plots_only_tokens_with_mass_and_never_prints_a_p_value_of_0():
     assert labview.pvalue_text(0.0009996) == "0.0009996"  # never rounded onto the bar
 
 
+def test_the_lab_sums_the_tokens_past_its_top_8_into_an_other_bar():
+    # 12 tokens, q uniform: by p + q the top 8 are ids 0-7, so "other" holds ids 8-11: p 0.03 +
+    # 0.02, q 4/12, min(p, q) 0.03 + 0.02, and no residual (there p < q). The residual is p - q
+    # on ids 0-3 over its mass there, 0.69 - 4/12
+    from specviz import labview
+
+    p = torch.tensor([0.3, 0.2, 0.1, 0.09, 0.08, 0.07, 0.06, 0.05, 0.03, 0.02, 0.0, 0.0], dtype=torch.float64)
+    q = torch.full((12,), 1 / 12, dtype=torch.float64)
+    fig = labview.masses_figure(p, q, [f"t{i}" for i in range(12)])
+    assert list(fig.data[0].x) == [f"t{i}" for i in range(8)] + ["other"]
+    assert [bar.y[-1] for bar in fig.data] == pytest.approx([0.05, 4 / 12, 0.05, 0.0], abs=1e-12)
+    residual = (0.3 - 1 / 12) / (0.69 - 4 / 12)
+    assert [bar.y[0] for bar in fig.data] == pytest.approx([0.3, 1 / 12, 1 / 12, residual])
+    nine = labview.masses_figure(p[:9] / 0.98, torch.full((9,), 1 / 9, dtype=torch.float64),
+                                 [f"t{i}" for i in range(9)])  # one token past the top 8 gets "other" too
+    assert list(nine.data[0].x)[-1] == "other" and nine.data[0].y[-1] == pytest.approx(0.03 / 0.98)
+
+
 def test_the_lab_names_every_token_on_its_own_bar_and_shows_tags_as_text():
     from specviz import labview
 
