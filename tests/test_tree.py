@@ -508,7 +508,7 @@ def test_greedy_tree_output_is_the_targets_own(which, request):
 
 def token_path(drafted: list[TreeNode], i: int) -> list[int]:
     """The tokens from the root down to drafted node i."""
-    return token_path(drafted, drafted[i].parent) + [drafted[i].token] if i >= 0 else []
+    return [drafted[j].token for j in ancestors(drafted, i)]
 
 
 def assert_plain_forward_cache(lm: CachedLM) -> None:
