@@ -219,6 +219,12 @@ def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
     assert [int(n) for n in out["target_ms"]] == [1, 2, 3, 5, 9, 17, 33, 65]
     assert all(ms > 0 for ms in [*out["draft_ms"].values(), *out["target_ms"].values()])
     assert out["verify_fit"] == costs.verify_fit(out["target_ms"])
+    # a format asked for is the only one timed; auto times only "none" where the weight formats are
+    # not served (float16)
+    for dtype, quant, timed in (("float32", "int8", {"int8"}), ("float16", "auto", {"none"})):
+        rc = main(["costs", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+                   "--dtype", dtype, "--device", "cpu", "--repeats", "1", "--draft-quant", quant, "--json"])
+        assert rc == 0 and set(json.loads(capsys.readouterr().out)["draft_ms"]) == timed
     rc = main(["costs", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
                "--dtype", "float32", "--device", "cpu", "--repeats", "1", "--profile"])
     assert rc == 0 and "Self CPU" in capsys.readouterr().out

@@ -137,6 +137,8 @@ def test_profile_round_trips_through_a_file(tmp_path):
     path = profiles.save(p, tmp_path / "x.json")
     assert profiles.load(path) == p and profiles.load(path.read_text()) == p
     assert profiles.load(path.read_bytes()).to_dict() == p.to_dict()
+    # a str is a path (the CLI's --profile) unless it reads as JSON text, leading blanks and all
+    assert profiles.load(str(path)) == p and profiles.load("\n  " + path.read_text()) == p
     assert profiles.shipped(tmp_path) == ["x"] and profiles.load_shipped("x", tmp_path) == p
 
 
@@ -208,7 +210,10 @@ def test_hostile_profiles_are_refused_naming_the_problem(case):
 def test_hostile_files_are_refused(tmp_path):
     big = tmp_path / "big.json"
     big.write_text(json.dumps(PROFILE | {"note": "x" * 70_000}))
-    for source, match in [(big, "at most 64 KiB"), (tmp_path / "missing.json", "cannot read"),
+    missing = tmp_path / "missing.json"
+    for source, match in [(big, "at most 64 KiB"), (str(big), "at most 64 KiB"),
+                          (big.read_text(), "at most 64 KiB"),
+                          (missing, "cannot read"), (str(missing), "cannot read"),
                           ("{not json", "must be JSON"), ("[" * 100_000 + "]" * 100_000, "KiB|JSON"),
                           ("[" * 30_000, "JSON")]:
         with pytest.raises(ValueError, match=match):
