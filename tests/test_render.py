@@ -3,6 +3,7 @@ and against the rule itself."""
 
 import html
 import math
+import re
 from dataclasses import replace
 
 import torch
@@ -32,6 +33,11 @@ def test_a_chain_round_shows_min_1_p_over_q_up_to_its_first_refusal_and_nothing_
     spans = [s for s in round_spans(event(), Letters(), [5]) if s.position]
     kept, refused, untested = spans
     assert math.isclose(kept.keep, 0.5 / 0.6) and "kept with probability 0.8333" in kept.tooltip
+    assert "p(x)=0.5000  q(x)=0.6000  kept with probability 0.8333" in kept.tooltip
+    # p over q past 1 (0.9 against 0.6) is kept for sure: min(1, 1.5) = 1, shown as such
+    sure = [s for s in round_spans(event(target_probs=[0.9, 0.3, 0.9]), Letters(), [5]) if s.position][0]
+    assert sure.keep == 1.0 and "kept with probability 1.0000" in sure.tooltip
+    assert "token tree" not in sure.tooltip
     assert refused.fate == REJECTED and math.isclose(refused.keep, 0.3 / 0.35)
     # the third draft was verified in the same pass, but the rule stopped at the second
     assert untested.fate == REJECTED and untested.p is None and untested.keep is None
@@ -48,6 +54,25 @@ def test_nothing_of_a_round_is_shown_past_the_end_of_the_output():
     whole = event(k=4, draft_tokens=[0, 1, 2, 4], accepted=2, token=3, new_tokens=[0, 1, 3],
                   target_probs=[1.0, 1.0, 0.0, 1.0], draft_probs=[1.0] * 4)
     assert [s.text for s in round_spans(whole, Letters(), [5])] == ["a", "b", "d", "c", "e"]
+
+
+def test_each_rounds_tokens_are_read_after_the_output_so_far_not_after_its_drafts():
+    """A UTF-8 character split across two rounds: round 1 commits its first byte (0xC3), round 2
+    keeps the second (0xA9) as a draft, then the bonus b. The draft reads as the whole character
+    only after what round 1 committed; refused drafts never join the context."""
+    from specviz.render import all_spans
+
+    class Bytes:
+        def decode(self, ids, **_):
+            return bytes(ids).decode("utf-8", "replace")
+
+    r1 = event(round=1, k=0, draft_tokens=[], accepted=0, token=0xC3, kind="bonus", new_tokens=[0xC3],
+               target_probs=[], draft_probs=[])
+    r2 = event(round=2, k=2, draft_tokens=[0xA9, 0x41], accepted=1, token=ord("b"), kind="recovered",
+               new_tokens=[0xA9, ord("b")], target_probs=[1.0, 0.0], draft_probs=[1.0, 1.0])
+    spans = all_spans([r1, r2], Bytes(), [ord("x")])
+    assert [(s.text, s.fate) for s in spans] == [("", "target"), ("\u00e9", "accepted"),
+                                                 ("b", "recovered"), ("A", REJECTED)]
 
 
 def test_a_greedy_chain_keeps_with_p():
@@ -133,6 +158,9 @@ def test_the_timeline_counts_every_round_it_leaves_out():
     events = [event(round=i, new_tokens=[0], accepted=0) for i in range(1, 555)]
     page = timeline_html([], RunStats.of(events))
     assert page.count("<tr><td>") == 200 and "&#8230; 354 earlier rounds not shown" in page
+    rounds = re.findall(r"<tr><td>(\d+)</td>", page)  # the newest 200, newest first
+    assert (rounds[0], rounds[1], rounds[-1]) == ("554", "553", "355")
+    assert re.findall(r"<tr><td>(\d+)</td>", timeline_html([], RunStats.of(events[:3]))) == ["3", "2", "1"]
     assert "not shown" not in timeline_html([], RunStats.of(events[:200]))
 
 
@@ -149,6 +177,11 @@ def test_the_timeline_says_when_the_output_ended_among_the_kept_drafts():
               new_tokens=[10, 0], target_probs=[1.0] * 4, draft_probs=[1.0] * 4, stop="eos")
     spans = [Span("a", "accepted", 10, 1, 1), Span("<eos>", "accepted", 0, 1, 2)]
     assert "<td>4/4, 2 committed (EOS)</td>" in timeline_html(spans, RunStats.of([e]))
+    assert timeline_html(spans, RunStats.of([e])).endswith("<td>(cut)</td><td>2</td></tr></tbody></table>")
+    # EOS as the second draft of two kept (the third refused): 2 of 4 kept, both committed
+    two = replace(e, accepted=2, kind="recovered", target_probs=[1.0, 1.0, 0.0, 1.0])
+    assert "<td>2/4, 2 committed (EOS)</td><td>(cut)</td><td>2</td></tr>" in \
+        timeline_html([], RunStats.of([two]))
     whole = replace(e, new_tokens=[10, 0, 11, 12, 13], stop=None)
     assert "<td>4/4</td>" in timeline_html(spans, RunStats.of([whole]))
 
