@@ -168,7 +168,7 @@ def test_break_even_at_a_small_k_prices_the_baselines_one_token_pass():
     fast = RunStats.of([dataclasses.replace(e, target_seconds=0.9) for e in spec.events])
     assert target_line(fast, base) == pytest.approx((1.0, 0.0, 0.0))
     assert "exact at" not in next(t for t in k_prediction(fast, base=base).data if t.name.startswith("break"))
-    assert "exact at k=2, a guess elsewhere" in even.name
+    assert "a line through the 1- and 3-token passes: exact at k=2, a guess elsewhere" in even.name
     # a k = 1 chain and its baseline fit too: T(0) = 1.0, T(1) = 1.2, C_D = 0.3: (0.3 + 1.2) / 1.0
     one = RunStats.of([dataclasses.replace(e, draft_seconds=0.3, target_seconds=5.0 if e.round == 1 else 1.2)
                        for e in run([(1, 1)] * 6).events])
@@ -421,3 +421,14 @@ def test_a_baseline_that_measured_no_time_draws_no_break_even_line():
     names = [t.name for t in k_prediction(spec, base=base).data]
     assert [name for name in names if name.startswith("break-even")] == [
         "break-even 1 + k·C_D/C_T (C_D/C_T=0.05; assumes verifying k tokens costs one pass)"]
+
+
+def test_each_bar_of_tokens_per_pass_is_the_tokens_its_round_committed():
+    """Round 1 keeps all 4 drafts and the bonus (5 tokens); round 2 keeps 4 too, but the budget
+    cuts it at 2 tokens: its bar is 2, not accepted + 1 = 5."""
+    from specviz.figures import tokens_per_pass
+
+    events = list(run([(4, 4), (4, 1)]).events)
+    events[-1] = dataclasses.replace(events[-1], accepted=4, kind="bonus", new_tokens=[0, 1], stop="length")
+    fig = tokens_per_pass(RunStats.of(events))
+    assert list(fig.data[0].x) == [1, 2] and list(fig.data[0].y) == [5, 2]

@@ -3,6 +3,7 @@ measured, no drafts tested, no top-2 logits recorded, pass costs averaged over e
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import torch
 from test_hostile_trace import synthetic
@@ -70,6 +71,7 @@ def test_outputs_that_differ_without_recorded_logits_are_not_called_unexplained(
     tok = type("Tok", (), {"decode": lambda self, ids: "x"})()
     page = verdict_html(near, tok, greedy=True)
     assert "Re-run" not in page and "The run was in float32 already" in page
+    assert "(margin 1e-06)" in page  # the top logit less the runner-up's: 12.5 - (12.5 - 1e-6)
     half = compare(RunStats.of(alone(3, 0.1, top2=[recorded])), base, torch.bfloat16, "cpu")
     page = verdict_html(half, tok, greedy=True)
     assert "Re-run in float32 to confirm a near-tie" in page and "already" not in page
@@ -207,6 +209,9 @@ def test_tokens_per_pass_just_over_one_never_prints_as_the_target_alones_one():
     five_in_three = RunStats.of([ev(1, 0, 1, 1, 0.1), ev(2, 2, 1, 1, 0.1), ev(3, 4, 0, 0, 0.1)])
     assert five_in_three.tokens_per_pass == 5 / 3  # a bar of its own value: 1.67, not 16 digits
     assert list(tree_vs_chain(five_in_three, five_in_three, 1).data[0].text) == ["1.67", "1.67"]
+    # two bars 0.003 apart, neither near 1: the taller one never reads as the other's 2.00
+    stand_in = lambda rate: SimpleNamespace(tokens_per_pass=rate, draft_depth=2.0, k=4, events=[1])  # noqa: E731
+    assert list(tree_vs_chain(stand_in(2.004), stand_in(2.001), 4).data[0].text) == ["2.004", "2.00"]
     assert tree_vs_chain(spec, chain, 1).layout.yaxis.range == (0, 1.2 * 2.0)  # room above the taller bar
     pieces = lambda context, tokens: [f"<{t}>" for t in tokens]  # noqa: E731
     assert "1.004 tokens per target pass" in overview_html(rounds, pieces)
@@ -222,4 +227,22 @@ def test_each_acceptance_bar_says_how_many_rounds_it_counts():
     assert spec.acceptance_counts == [(1, 3), (0, 1), (0, 0), (0, 0)]
     fig = acceptance_by_position(spec)
     assert list(fig.data[0].text) == ["1/3", "0/1", "", ""] and fig.layout.xaxis.dtick == 1
+    assert list(fig.data[0].x) == [1, 2, 3, 4]  # draft positions count from 1, as the table's
     assert fig.data[0].textposition == "outside"  # inside, a bar at 0 (0/1) showed no count at all
+
+
+def test_a_race_is_called_unfair_only_past_the_noise_margin_over_its_tokens_per_pass():
+    """2.00 tokens a target pass: a speedup up to 1.2 x 2.00 = 2.4 can be a fair race (verify
+    passes priced near a one-token pass, timing noise); past it, or a run that drafted nothing at
+    under 1 / 1.2 of the target alone, the two runs were timed under different loads."""
+    from specviz.views import implausible_race
+
+    def stats(speedup, drafted=4):
+        return SimpleNamespace(tokens_per_pass=2.0, drafted=drafted, speedup_over=lambda base: speedup)
+
+    assert [implausible_race(stats(x), None) for x in (2.2, 2.39, None)] == [None] * 3
+    assert implausible_race(stats(2.41), None) == "more than its 2.00 tokens per target pass can explain"
+    assert implausible_race(stats(0.84, drafted=0), None) is None  # 1 / 1.2 = 0.833
+    assert implausible_race(stats(0.82, drafted=0), None) == \
+        "a run that drafted nothing does the target alone's work"
+    assert implausible_race(stats(0.82), None) is None  # a drafting run may lose

@@ -92,7 +92,8 @@ def test_tooltips_show_the_hand_computed_p_q_and_cumulative_probability():
     # Under a node that was not kept the rule never looked: p is not shown.
     assert title[4] == ("never reached: '\\n' at depth 2; p: not computed (its parent was not kept)  "
                         "q=0.9000  cumulative q=0.2700")
-    assert title[5].endswith("q=0.5000  cumulative q=0.1500") and XSS in title[5]
+    assert title[5] == (f"never reached: {XSS!r} at depth 3; p: not computed (its parent was not kept)  "
+                        "q=0.5000  cumulative q=0.1500")  # its parent "(" was refused: not tried either
     assert treeview.prob(3e-6) == "3.0e-06" and treeview.prob(0.0) == "0.0000"
 
 
@@ -153,6 +154,11 @@ def test_a_kept_run_opens_on_its_fullest_round_not_a_budget_cut_last_one():
     assert treeview.fullest_round(events) == 2
     assert treeview.fullest_round(events[:1] + events[2:]) == 2  # a tie: the later, second listed
     assert treeview.fullest_round([]) == 1
+    # nodes come before tokens kept: 6 nodes keeping 1 opens before 4 nodes keeping 2
+    four = tuple(replace(n, fate="accepted") if i == 2 else n for i, n in enumerate(TREE[:4]))
+    small_two = replace(tree_round(2, tree=four, accepted=2), new_tokens=[10, 12, 16])
+    assert (small_two.nodes, small_two.kept) == (4, 2)
+    assert treeview.fullest_round([tree_round(1), small_two]) == 1
 
 
 def test_a_chain_run_shows_the_note_instead_of_a_tree():
@@ -295,6 +301,16 @@ def test_a_round_whose_output_ended_inside_its_accepted_path_says_so():
     head = treeview.round_html(ended, pieces)
     assert "1 accepted, 1 of them committed: the output ended at EOS, before the target's token" in head
     assert "then the target's token" not in head
+    assert "6 nodes verified in one target pass, depth 3;" in head  # the deepest node: XSS, at 3
+    chips = Chips(head)  # "def" was committed, and no target token chip follows it
+    assert "not committed" not in chips.nodes[0][1] and None not in chips.tags
+    # "def" and "(" kept, the EOS at "def": "(" is accepted but not committed
+    two = tuple(replace(n, fate="accepted") if i == 2 else n for i, n in enumerate(TREE))
+    cut = Chips(treeview.round_html(replace(tree_round(tree=two, accepted=2), new_tokens=[10], stop="eos"),
+                                    pieces))
+    assert cut.nodes[2][1] == ("accepted (not committed: the run stopped before it): '(' at depth 2; "
+                               "p=0.1000  q=0.5000  cumulative q=0.3000")
+    assert "not committed" not in cut.nodes[0][1] and None not in cut.tags
 
 
 def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
@@ -304,6 +320,7 @@ def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
                     target_probs=[], draft_probs=[], target_top2=[])
     text = treeview.overview_html([tree_round(i) for i in range(1, 6)] + [plain], pieces)
     assert "5 of 6 rounds verified a tree: 30 nodes (6.0 a tree round, 5.0 a target pass), 5 accepted" in text
+    assert "<tr><td>6</td><td>\u2014</td><td>\u2014</td><td>0</td>" in text  # no tree: no nodes, no depth
     # the walked branch kept "def" and "(" (2 accepted), but "def" was an EOS: 1 kept, 1 token
     two = tuple(replace(n, fate="accepted") if i == 2 else n for i, n in enumerate(TREE))
     eos = replace(tree_round(2, tree=two, accepted=2), new_tokens=[10], stop="eos")
@@ -314,6 +331,12 @@ def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
     assert "2 accepted (16.7% of the nodes), 1.50 tokens per target pass" in overview
     row = overview.split("<tbody>")[1].split("</tr>")[1]  # round 2: 1 kept, the walk's 2 past the EOS
     assert "<td>2</td><td>6</td><td>3</td><td>1</td>" in row and row.count("tree-bar accepted") == 1
+    assert row.count("tree-bar refused") == 2  # the rest of depth 3 past the 1 kept
+    # both rounds verified 6 nodes and kept 1 (round 2's second accepted lies past its EOS): one
+    # point of 2 rounds, and a mean of (1 + 1) / 2
+    f = figures.tree_nodes(stats)
+    assert (list(f.data[0].x), list(f.data[0].y), list(f.data[0].text)) == ([6], [1], ["2 rounds"])
+    assert f.layout.shapes[0].y0 == 1.0 and f.layout.annotations[0].text == "mean accepted 1.00"
     line = next(s for s in figures.acceptance_by_position(stats).layout.shapes)
     assert line.y0 == pytest.approx(2 / 4)
     note = figures.acceptance_by_position(stats).layout.annotations[0].text
