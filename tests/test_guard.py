@@ -692,6 +692,8 @@ def test_the_values_of_a_body_are_counted_outside_its_strings():
 
     # outside the strings: [ [ 1 , ] , { : [ 2 ] } ]: three arrays, one object, two separators
     assert containers(b'[[1,"[[[,,{"],{"a\\"[,":[2]}]') == 6
+    # a string ending in an escaped backslash: ["\\", [[], []]]: four arrays, two separators
+    assert containers(b'["\\\\",[[],[]]]') == 6
     assert containers(("[" + ",".join(["[[]]"] * 1000) + "]").encode()) == 1 + 2000 + 999
 
 

@@ -115,6 +115,37 @@ def test_settings_from_turns_any_hostile_value_into_a_message_naming_the_fix(fie
         settings_from(values, limits).check(limits, {"tiny"} | set(presets.BY_KEY))
 
 
+# values a JSON call can send that the page's own controls cannot: checked at settings_from only
+HOSTILE_VALUES = [
+    ("k", True, "k must be a whole number, got bool"), ("seed", False, "seed must be a whole number"),
+    ("max_new_tokens", True, "max new tokens must be a whole number, got bool"),
+    ("chat", 5, "chat must be true or false, got '5'"), ("chat", -1, "chat must be true or false"),
+    ("chat", 10**30, "chat must be true or false"),
+    ("target", "a/" + "b" * 1001, "target has 1003 characters; this deployment allows 1000: shorten it"),
+    ("draft", "d" * 1001, "draft has 1001 characters"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), HOSTILE_VALUES,
+                         ids=[f"{f}={str(v)[:12]}" for f, v, _ in HOSTILE_VALUES])
+def test_settings_from_refuses_a_bool_for_a_number_and_overlong_names(field, value, message):
+    limits = Limits(allow_custom=True)
+    values = dict(zip(FIELDS, args(**{"pair": "custom", "target": "a/b"} | {field: value}), strict=True))
+    with pytest.raises(ValueError, match=message):
+        settings_from(values, limits)
+
+
+def test_a_link_whose_pair_is_refused_drops_its_target_and_draft_too():
+    """pair=nope&target=evil/model where custom models are allowed: the pair falls back to the
+    page's, and so must the target and draft that came with it."""
+    from specviz.settings import RunSettings, from_query
+
+    s, notices, run = from_query({"pair": "nope", "target": "evil/model", "draft": "evil/draft", "run": "1"},
+                                 RunSettings(), Limits(allow_custom=True), set(presets.BY_KEY))
+    assert (s.pair, s.target, s.draft) == (RunSettings().pair, RunSettings().target, RunSettings().draft)
+    assert any("ignored link parameter pair" in n for n in notices) and not run
+
+
 def test_a_prompt_with_a_lone_surrogate_is_refused_with_the_fix(demo):
     """Python's JSON reads "\\ud800" into a string no tokenizer takes: refused at the settings, in a
     message, not a TypeError from the tokenizer."""

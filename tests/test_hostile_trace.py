@@ -167,6 +167,8 @@ MUTATIONS = [  # (path, bad value, field named in the message)
     (("events", 0, "draft_probs"), [-0.5, 1.0, 1.0], "events[0].draft_probs"),
     (("events", 0, "round"), 2, "events[0].round"),
     (("events", 1, "position"), 0, "events[1].position"),
+    (("events", 0, "position"), False, "events[0].position"),
+    (("events", 1, "draft_passes"), 0, "events[1].draft_passes"),  # cumulative: never falls
     (("events", 0, "target_passes"), 10**15, "events[0].target_passes"),
     (("events", 1, "target_passes"), 0, "events[1].target_passes"),
     (("events", 1, "target_passes"), 1, "events[1].target_passes"),  # 24 tokens in "1 pass"
@@ -205,6 +207,12 @@ MUTATIONS = [  # (path, bad value, field named in the message)
     (("settings",), [], "settings must be an object"),
     (("settings", "k"), 10**12, "settings.k"),
     (("settings", "k"), "4", "settings.k"),
+    (("settings", "k"), 17, "settings.k must be an integer in 1..16"),
+    (("settings", "top_k"), -1, "settings.top_k"),
+    (("settings", "top_k"), 2**21, "settings.top_k"),
+    (("settings", "target"), "x" * 257, "settings.target"),
+    (("settings", "prompt"), "p\udfff", "settings.prompt holds a lone surrogate"),
+    (("models", "target"), "\ud800", "models.target holds a lone surrogate"),
     (("settings", "temperature"), -1, "settings.temperature"),
     (("settings", "top_p"), 0, "settings.top_p"),
     (("settings", "seed"), 2**70, "settings.seed"),
@@ -239,6 +247,12 @@ MUTATIONS = [  # (path, bad value, field named in the message)
     (("recording", "token_text"), {"abc": "x"}, "recording.token_text"),
     (("recording", "token_text"), {"1": 5}, "recording.token_text"),
     (("recording", "token_text"), {str(i): "x" for i in range(1000)}, "recording.token_text"),
+    (("recording", "token_text"), {"9" * 5000: "x"}, "recording.token_text keys must be token ids"),
+    (("recording", "token_text"), {"1048576": "x"}, "recording.token_text keys must be token ids"),
+    (("recording", "token_text"), {"": "x", "5": "y"}, "recording.token_text keys must be token ids"),
+    (("recording", "token_text"), {"\u0661": "x"}, "recording.token_text keys"),  # an Arabic-Indic 1
+    (("recording", "token_text"), {"\u00b2": "x"}, "recording.token_text keys"),  # superscript 2
+    (("recording", "output"), lambda r: [float(t) for t in r["output"]], "recording.output"),
     (("recording", "confidences"), lambda r: [2.0] * len(r["output"]), "recording.confidences"),
     (("recording", "verify_line"), [0.1, 0.05, 1.0], "recording.verify_line"),
     (("recording", "verify_line"), [0.1, -0.05], "recording.verify_line"),
@@ -427,6 +441,8 @@ def test_wrong_types_in_every_field_are_refused_naming_it(part):
 
 def test_deep_nesting_is_refused_before_parsing():
     refused("[" * 100_000 + "]" * 100_000, "nested deeper than 16")
+    # a string ending in an escaped backslash ends there: the brackets after it count
+    refused(b'["\\\\",' + b"[" * 40 + b"]" * 41, "nested deeper than 16")
     d = synthetic()
     d["summary"] = {"x": json.loads("[" * 20 + "]" * 20)}
     refused(d, "nested deeper than 16")
@@ -456,6 +472,12 @@ def test_huge_integers_are_refused():
 @pytest.mark.parametrize("text", ["[]", '"trace"', "5", "null", "{nope", b"\xff\xfe{", "{}"])
 def test_non_objects_and_broken_json_are_refused(text):
     refused(text, "not a valid specviz trace")
+
+
+def test_a_refusal_quotes_at_most_a_clip_of_the_value():
+    d = synthetic()
+    d["settings"]["k"] = "A" * 3_000_000
+    assert len(refused(d, "settings.k")) < 300
 
 
 def test_only_text_is_accepted():
@@ -505,6 +527,9 @@ def test_ids_are_checked_against_a_given_vocabulary_and_positions():
     t = trace.loads(text, vocab_size=300, max_positions=20)
     with pytest.raises(trace.TraceError, match="id 81, outside the model.s vocabulary of 50"):
         trace.check_model(t, 50)
+    with pytest.raises(trace.TraceError, match="id 81, outside the model.s vocabulary of 81"):
+        trace.check_model(t, 81)  # the largest id is 81: a vocabulary of 82 holds it, one of 81 not
+    trace.check_model(t, 82)
 
 
 def test_html_from_a_hostile_trace_is_escaped():
