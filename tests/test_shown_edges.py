@@ -212,6 +212,9 @@ def test_tokens_per_pass_just_over_one_never_prints_as_the_target_alones_one():
     # two bars 0.003 apart, neither near 1: the taller one never reads as the other's 2.00
     stand_in = lambda rate: SimpleNamespace(tokens_per_pass=rate, draft_depth=2.0, k=4, events=[1])  # noqa: E731
     assert list(tree_vs_chain(stand_in(2.004), stand_in(2.001), 4).data[0].text) == ["2.004", "2.00"]
+    # the budget cut every chain round to k=2: the bar still names the k the chain was run at
+    cut_chain = SimpleNamespace(tokens_per_pass=1.5, draft_depth=2.0, k=2, events=[1])
+    assert list(tree_vs_chain(stand_in(2.0), cut_chain, 4).data[0].x)[1] == "chain (draft model, k=4)"
     assert tree_vs_chain(spec, chain, 1).layout.yaxis.range == (0, 1.2 * 2.0)  # room above the taller bar
     pieces = lambda context, tokens: [f"<{t}>" for t in tokens]  # noqa: E731
     assert "1.004 tokens per target pass" in overview_html(rounds, pieces)
@@ -246,3 +249,12 @@ def test_a_race_is_called_unfair_only_past_the_noise_margin_over_its_tokens_per_
     assert implausible_race(stats(0.82, drafted=0), None) == \
         "a run that drafted nothing does the target alone's work"
     assert implausible_race(stats(0.82), None) is None  # a drafting run may lose
+
+
+def test_the_speedup_rows_wait_for_both_runs_to_finish():
+    """While the baseline streams (no stop yet), its time so far is no race result: no speedup row;
+    once both have finished, the rows appear."""
+    done = RunStats.of(alone(3, 0.1))
+    assert "speedup" not in stats_html(done, RunStats.of(alone(3, 0.2)[:2]))
+    assert "speedup" not in stats_html(RunStats.of(alone(3, 0.1)[:2]), RunStats.of(alone(3, 0.2)))
+    assert "<tr><th>speedup</th>" in stats_html(done, RunStats.of(alone(3, 0.2)))
