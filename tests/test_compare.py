@@ -25,6 +25,35 @@ def runs(margin_spec, margin_base):
 
 def test_ulp_of_bf16_and_fp32():
     assert ulp(20.0, torch.bfloat16) == 0.125 and ulp(20.0, torch.float32) == 2.0 ** -19
+    assert ulp(20.0, torch.float16) == 2.0 ** -6  # 10 mantissa bits: 16 * 2^-10
+
+
+def verdict_at(spec_top2, base_top2):
+    """The comparison of runs that differ at position 1 with these top-2 rows there (bf16)."""
+    first = event(0, [5], [(5, 20.0), (6, 19.0)])
+    spec = RunStats.of([first, event(1, [spec_top2[0][0]], spec_top2)])
+    base = RunStats.of([first, event(1, [base_top2[0][0]], base_top2)])
+    return compare(spec, base, torch.bfloat16, "cpu")
+
+
+def test_the_near_tie_bound_by_hand():
+    """bf16: a logit in [16, 32) has ulp 0.125 (bound 8 ulp = 1.0), one in [32, 64) 0.25 (2.0)."""
+    near = "near-tie flipped by floating point"
+    # a margin of exactly the bound is within it
+    assert verdict_at([(7, 21.0), (8, 20.0)], [(8, 21.0), (7, 20.0)]).verdict == near
+    # a near-tie in either run explains the flip: the smaller margin counts
+    assert verdict_at([(7, 20.125), (8, 20.0)], [(8, 23.0), (7, 20.0)]).verdict == near
+    # the bound scales with the larger top logit of the two runs (33 > 32), not the smaller one or a
+    # runner-up's: margin 1.5 is within 2.0
+    c = verdict_at([(7, 31.5), (8, 30.0)], [(8, 33.0), (7, 31.5)])
+    assert (c.threshold, c.verdict) == (2.0, near)
+    c = verdict_at([(7, 33.0), (8, 31.5)], [(8, 33.0), (7, 31.5)])
+    assert (c.threshold, c.verdict) == (2.0, near)
+    # by magnitude: top logits of -40 and -20 scale it by 40
+    c = verdict_at([(7, -40.0), (8, -41.5)], [(8, -20.0), (7, -21.5)])
+    assert (c.threshold, c.verdict) == (2.0, near)
+    wide = verdict_at([(7, 21.125), (8, 20.0)], [(8, 21.125), (7, 20.0)])  # one step past it
+    assert wide.verdict == "unexplained: please report"
 
 
 def test_identical_runs():
