@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 import threading
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -158,6 +159,8 @@ def test_all_uploads_together_stay_within_the_disk_budget_over_the_window(monkey
     assert guard.admit(None, 90) and refused(None, 1)[0] == 429  # one byte is charged min_charge, 5
     guard.settle(declared, 2)  # ended after 2 bytes: charged min_charge, 5
     assert guard.charged == 155 and guard.admit(None, 0)[1] == 5 and guard.charged == 160
+    clock[0] = 9.9  # inside the window the files may still be on disk: still charged
+    assert refused(None, 100)[0] == 429 and guard.charged == 160
     clock[0] = 10.0  # the window has passed: everything before is forgotten (cleaned from disk)
     assert guard.admit("8.8.8.8", 100) and len(guard.recent) == 1
     assert guard.admit("8.8.8.8", 1) and refused("8.8.8.8", 1)[0] == 429
@@ -413,6 +416,7 @@ def test_long_addresses_are_refused_and_an_upload_id_is_dropped(server):
     """Gradio kept a progress entry for every upload_id for good (400 uploads with 120 KB ids: +43 MiB)."""
     r = httpx.get(f"{server.url}/info", params={"x": "y" * 5000}, timeout=10)
     assert r.status_code == 414 and "at most 4,096 characters" in r.json()["detail"]
+    assert httpx.get(f"{server.url}/" + "x" * 5000, timeout=10).status_code == 414  # a path too
     files = {"files": ("t.json", b"{}", "application/json")}
     r = httpx.post(f"{server.url}/upload", params={"upload_id": "u" * 4000}, files=files, timeout=10,
                    headers={"X-Forwarded-For": "6.6.6.3"})
@@ -919,3 +923,108 @@ def test_pages_are_forgotten_on_the_event_loop_where_gradio_reads_them():
     loop, ran_on, _ = asyncio.run(main())
     assert ran_on == loop  # from a worker thread of the loop: on the loop
     assert _on_loop(threading.get_ident) == threading.get_ident()  # no loop: directly
+
+
+def asgi_call(guard, path: str, address: str) -> int:
+    """One request through the guard to an app that reads the body and answers 200; its status."""
+    sent, messages = [], [{"type": "http.request", "body": b"--b--", "more_body": False}]
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return messages.pop() if messages else {"type": "http.disconnect"}
+
+    scope = {"type": "http", "method": "POST" if "upload" in path else "GET", "path": path,
+             "client": (address, 1), "headers": [(b"content-length", b"5"),
+                                                  (b"content-type", b"multipart/form-data; boundary=b")]}
+    asyncio.run(guard(scope, receive, send))
+    return sent[0]["status"]
+
+
+def test_a_refused_upload_gives_its_open_request_place_back():
+    """An upload refused for the address's upload count kept its place among the address's open
+    requests: three such refusals locked the address (and everyone behind its NAT) out of every
+    route for the life of the process."""
+    async def app(scope, receive, send):
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    guard = RequestGuard(app, max_body=10, max_upload=100, per_address=1, upload_bytes=10**7, window=600,
+                         max_open=3)
+    assert [asgi_call(guard, "/gradio_api/upload", "9.9.9.9") for _ in range(5)] == [200] + [429] * 4
+    assert asgi_call(guard, "/", "9.9.9.9") == 200 and not guard.open
+
+
+def test_pages_per_address_forget_idle_addresses():
+    """Every address that ever called was remembered: one cycling through IPv6 /56s grew the table
+    for good. Every 1,024th call drops the addresses idle a whole window."""
+    pages = PerAddress(per_address=1, window=10)
+    for i in range(5000):
+        pages.refuse(f"8.{i // 256 % 256}.{i % 256}.1", f"s{i}", 0)
+    for j in range(2048):
+        pages.refuse("9.9.9.9", "one", 100 + j)  # every earlier address idle for ten windows
+    assert len(pages.seen) <= 2
+
+
+def fake_queue(lines: dict | None = None):
+    """A stand-in for Gradio's queue with one event line, "run": push records an unread event."""
+    fn = SimpleNamespace(concurrency_id="run")
+    lane = SimpleNamespace(queue=[])
+    queue = SimpleNamespace(blocks=SimpleNamespace(fns={0: fn}), event_queue_per_concurrency_id={"run": lane},
+                            active_jobs=[], pending_event_ids_session={}, pending_messages_per_session={},
+                            max_size=None)
+    ids = iter(range(10**6))
+
+    async def push(body, request, username):
+        i = f"e{next(ids)}"
+        queue.pending_event_ids_session.setdefault(body.session_hash, set()).add(i)
+        lane.queue.append(SimpleNamespace(concurrency_id="run", _id=i, session_hash=body.session_hash))
+        return True, i, "success"
+
+    async def clean(**_):
+        pass
+
+    queue.push, queue.clean_events = push, clean
+    return queue
+
+
+def pushed(queue, hosts_and_sessions) -> int:
+    async def run():
+        ok = 0
+        for host, session in hosts_and_sessions:
+            request = SimpleNamespace(client=SimpleNamespace(host=host), headers={})
+            ok += (await queue.push(SimpleNamespace(fn_index=0, session_hash=session, data=["x"]), request,
+                                    None))[0]
+        return ok
+    return asyncio.run(run())
+
+
+def test_a_line_holds_per_line_events_and_one_ipv6_48_a_quarter_of_it():
+    queue = fake_queue()
+    cap_queue(queue, per_line=6, per_address=3)
+    assert pushed(queue, [(f"8.8.{i}.8", f"s{i}") for i in range(20)]) == 6  # 20 addresses, 6 places
+    # the app's line (128 places, 16 an address): 256 /56s of one /48, four events each, hold 32
+    queue = fake_queue()
+    cap_queue(queue, per_line=128, per_address=16)
+    one_48 = [(f"2a01:4f8:1:{i:x}00::1", f"s{i}-{j}") for i in range(256) for j in range(4)]
+    assert pushed(queue, one_48) == 32
+
+
+def test_a_page_closed_during_its_run_drops_the_views_queued_for_it():
+    """Gradio's clean_events marks a running event's page gone but keeps the messages already
+    queued for it: 1 MB views of a closed tab stayed in memory for good."""
+    async def run():
+        messages = asyncio.Queue()
+        for _ in range(3):
+            messages.put_nowait(SimpleNamespace(event_id="e1", data="x" * 10**6))
+        queue = fake_queue()
+        queue.active_jobs = [[SimpleNamespace(_id="e1", session_hash="page", concurrency_id="run")]]
+        queue.pending_event_ids_session = {"page": {"e1"}}
+        queue.pending_messages_per_session = {"page": messages}
+        cap_queue(queue, per_line=6, per_address=3)
+        await queue.clean_events(session_hash="page")
+        return messages.qsize()
+    assert asyncio.run(run()) == 0

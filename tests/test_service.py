@@ -200,6 +200,39 @@ def test_a_run_past_the_job_time_limit_stops_with_a_clear_status(store, monkeypa
     assert last.trace is not None and len(last.trace.events) == 1 and last.trace.baseline == ()
 
 
+def clock_of_seconds(monkeypatch):
+    """service's monotonic clock reads one second later at every read (the rest of time as it is)."""
+    import itertools
+    import time
+
+    ticks = itertools.count()
+    monkeypatch.setattr(service, "time", SimpleNamespace(
+        monotonic=lambda: float(next(ticks)), time=time.time, perf_counter=time.perf_counter,
+        strftime=time.strftime, gmtime=time.gmtime))
+
+
+def test_the_job_time_budget_is_counted_in_seconds(store, monkeypatch):
+    """A budget of 20 s against a clock that moves a second at each read: a 40-token run (40
+    rounds of the target alone) and a 20-sample check both stop inside it. A budget scaled by 60
+    (20 minutes) let both run to the end; the limit test above only tried a budget of 1e-9 s."""
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=1,
+                    proposer="none")
+    pair = store.get(s)
+    clock_of_seconds(monkeypatch)
+    last = list(run_views(store, s, Limits(max_job_seconds=20)))[-1]
+    assert last.status.startswith("Stopped the speculative run after") and len(last.trace.events) < 40
+    last = list(continuations(pair, replace(s, temperature=1.0), 20, Limits(max_job_seconds=20)))[-1]
+    assert "stopped" in last and "final" not in last
+
+
+def test_a_prompt_of_exactly_the_token_limit_is_read():
+    pair = SimpleNamespace(encode=lambda prompt, chat: list(range(len(prompt))), tokenizer=SimpleNamespace())
+    limits = Limits(max_prompt_tokens=100)
+    assert len(service._prompt_ids(pair, RunSettings(prompt="x" * 100, chat=False), limits)) == 100
+    with pytest.raises(ValueError, match="the prompt is 101 tokens; this deployment allows 100"):
+        service._prompt_ids(pair, RunSettings(prompt="x" * 101, chat=False), limits)
+
+
 def test_a_prompt_over_the_token_limit_is_refused_after_encoding(store):
     s = RunSettings(pair="tiny", chat=False, prompt="東京 " * 50, dtype="float32")  # 150 chars
     with pytest.raises(ValueError, match=r"the prompt is \d+ tokens; this deployment allows 100 "
