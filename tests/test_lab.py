@@ -455,3 +455,12 @@ def test_a_draw_q_never_drafts_and_an_unnormalised_q_by_hand():
     # check() normalises q as it does p: a q given as weights is still a q, and the rule still gives p
     result = lab.check("exact", [.2, .5, .3], [1.2, .6, .2], 100_000)
     assert result.tv_to_p < 0.01 and result.pvalue_vs_p > 1e-3
+
+
+def test_simulate_takes_1_to_10_million_trials():
+    p = torch.tensor([.5, .3, .2], dtype=torch.float64)
+    q = torch.tensor([.2, .3, .5], dtype=torch.float64)
+    assert lab.simulate("exact", p, q, 10_000_000, torch.Generator().manual_seed(0)).sum() == 10_000_000
+    for n in (0, 10_000_001):
+        with pytest.raises(ValueError, match=r"trials must be in 1\.\.10\^7, got"):
+            lab.simulate("exact", p, q, n, torch.Generator())

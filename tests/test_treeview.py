@@ -364,3 +364,24 @@ def test_a_tree_run_that_verified_no_tree_shows_its_round_not_the_chain_note(pai
     assert "(no node was worth its verify cost, the draft cannot read a token of the context)" in shown
     ended = treeview.round_html(replace(events[0], stop="eos"), token_text(pair.tokenizer))  # the budget too
     assert "context, or only the target's token fitted the budget)" in ended
+
+
+def test_the_overviews_first_listed_round_reads_its_text_after_the_rounds_before_the_list():
+    """201 rounds, the newest 200 listed: round 1 (not listed) commits a character's first byte,
+    round 2 (the first listed) its second. Round 2 still reads after round 1: "é", not a broken
+    character."""
+    from specviz.detok import token_pieces
+
+    class Bytes:
+        def decode(self, ids, **_):
+            return bytes(ids).decode("utf-8", "replace")
+
+    def plain(n, token):
+        return replace(tree_round(n), tree=(), k=0, draft_tokens=[], accepted=0, new_tokens=[token],
+                       target_probs=[], draft_probs=[], target_top2=[])
+
+    events = [plain(1, 0xC3), plain(2, 0xA9)] + [plain(n, ord("a")) for n in range(3, 202)]
+    text = treeview.overview_html(events, lambda context, ids: token_pieces(Bytes(), context, ids))
+    assert "The newest 200 rounds are listed." in text
+    first = text.split("<tbody>")[1].split("</tr>")[0]
+    assert first.startswith("<tr><td>2</td>") and "<code>\u00e9</code>" in first
