@@ -325,6 +325,26 @@ def test_the_gate_lets_jobs_through_one_at_a_time_in_arrival_order():
     assert order == ["b", "c", "d"] and len(gate) == 0
 
 
+def test_a_released_model_wakes_the_next_job_at_once_not_at_its_next_poll():
+    """A waiter polling once a minute gets the model when the job ahead releases it, not up to a
+    minute later (the model idle meanwhile)."""
+    gate = Gate()
+    first, second = gate.ticket("a"), gate.ticket("b")
+    started = threading.Event()
+
+    def job():
+        for _ in second.waiting(poll=60.0):
+            started.set()
+        second.release()
+
+    waiter = threading.Thread(target=job, daemon=True)
+    waiter.start()
+    assert started.wait(5)  # it has answered "1 ahead" and now waits up to a minute
+    first.release()
+    waiter.join(20)
+    assert not waiter.is_alive() and len(gate) == 0
+
+
 def test_a_second_job_from_the_same_session_is_refused_at_once():
     gate = Gate()
     with gate.ticket("visitor"):
