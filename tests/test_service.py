@@ -200,15 +200,29 @@ def test_a_run_past_the_job_time_limit_stops_with_a_clear_status(store, monkeypa
     assert last.trace is not None and len(last.trace.events) == 1 and last.trace.baseline == ()
 
 
-def clock_of_seconds(monkeypatch):
-    """service's monotonic clock reads one second later at every read (the rest of time as it is)."""
+def clock_of_seconds(monkeypatch, step: float = 1.0):
+    """service's monotonic clock reads `step` seconds later at every read (the rest of time as it is)."""
     import itertools
     import time
 
     ticks = itertools.count()
     monkeypatch.setattr(service, "time", SimpleNamespace(
-        monotonic=lambda: float(next(ticks)), time=time.time, perf_counter=time.perf_counter,
+        monotonic=lambda: step * next(ticks), time=time.time, perf_counter=time.perf_counter,
         strftime=time.strftime, gmtime=time.gmtime))
+
+
+def test_views_stream_at_most_four_a_second_of_the_run(store, monkeypatch):
+    """At the real VIEW_SECONDS (0.25 s), against a clock that moves 10 ms at each read (a few reads
+    a round): the 80 rounds of a 40-token run and its baseline send a view every several rounds,
+    not one a round."""
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=1,
+                    proposer="none")
+    store.get(s)
+    store.baselines = service.Baselines()
+    clock_of_seconds(monkeypatch, 0.01)
+    views = list(run_views(store, s, Limits()))
+    rounds = len(views[-1].spec.events) + len(views[-1].base.events)
+    assert rounds == 80 and 3 <= len(views) <= rounds / 2
 
 
 def test_the_job_time_budget_is_counted_in_seconds(store, monkeypatch):
