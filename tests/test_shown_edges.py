@@ -258,3 +258,14 @@ def test_the_speedup_rows_wait_for_both_runs_to_finish():
     assert "speedup" not in stats_html(done, RunStats.of(alone(3, 0.2)[:2]))
     assert "speedup" not in stats_html(RunStats.of(alone(3, 0.1)[:2]), RunStats.of(alone(3, 0.2)))
     assert "<tr><th>speedup</th>" in stats_html(done, RunStats.of(alone(3, 0.2)))
+
+
+def test_a_number_beside_a_bar_takes_as_many_digits_as_tell_it_apart_and_never_reads_as_the_bar():
+    from specviz.digits import beside, percent, sig3
+
+    assert beside(1.004, 1.0) == "1.004" and beside(0.996, 1.0) == "0.996" and beside(2.5, 1.0) == "2.50"
+    assert beside(1.000041, 1.0) == "1.00004"  # five decimals: four still read 1.0000
+    assert beside(1 + 1e-12, 1.0) == "1.000000000001"  # past ten decimals: the whole value
+    assert beside(5 / 3, (1.0, 5 / 3)) == "1.67"  # a bar equal to the value is no verdict on it
+    assert percent(249 / 250) == "99.6%" and percent(1 / 3000) == "0.03%" and percent(0.5) == "50.0%"
+    assert [sig3(x) for x in (1234.6, 153.2, 1.4, 0.04, 0)] == ["1,235", "153", "1.4", "0.04", "0"]
