@@ -72,6 +72,38 @@ def test_a_hub_that_accepts_and_never_answers_is_unreachable_within_the_timeout(
     assert time.monotonic() - start < 2.0  # the probe's whole exchange is bounded
 
 
+def test_a_hub_that_sends_a_byte_now_and_then_cannot_hold_the_probe_past_its_timeout():
+    """A status line, then a header every 0.3 s: each read meets httpx's timeout, the exchange as
+    a whole does not. The probe gives up at its timeout (it took 13 s without its thread's bound)."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def drip(conn):
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(40):
+            time.sleep(0.3)
+            try:
+                conn.sendall(b"X-a: b\r\n")
+            except OSError:
+                return
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=drip, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        start = time.monotonic()
+        assert presets._answers(f"http://127.0.0.1:{server.getsockname()[1]}/", 1.0) is False
+        assert time.monotonic() - start < 3.0
+    finally:
+        server.close()
+
+
 @pytest.mark.parametrize("status, reachable", [(200, True), (404, True), (401, True), (503, False)])
 def test_any_answer_below_500_is_a_reachable_hub(hub, status, reachable):
     assert presets._answers(hub("root", status).url, timeout=2.0) is reachable
@@ -104,12 +136,14 @@ def test_the_probe_asks_the_configured_endpoint_and_keeps_its_answer_a_while(mon
     assert len(asked) == 2
     presets.mark_unreachable()  # a request timed out: unreachable from now on, for a while
     assert not presets.hub_reachable()
+    presets.mark_reachable()  # a request answered: reachable again, with no probe; offline mode wins
+    assert presets.hub_reachable() and len(asked) == 2
     for value in ("1", "true", "ON", "yes"):
         monkeypatch.setenv("HF_HUB_OFFLINE", value)
         assert not presets.hub_reachable()
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")  # huggingface_hub reads it when HF's is unset
-    assert not presets.hub_reachable()
+    assert not presets.hub_reachable() and len(asked) == 2
     monkeypatch.delenv("TRANSFORMERS_OFFLINE")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     now[0] += presets.PROBE_TTL_S + 1

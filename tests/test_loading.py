@@ -1,5 +1,7 @@
 """load_pair: local folders, vocab padding, compatibility and error messages."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -26,7 +28,7 @@ def test_incompatible_pair_names_both_models(model_dirs):
                           device="cpu", dtype="float32")
 
 
-@pytest.mark.parametrize("name", ["/no/such/model", "./missing-folder", "missing.gguf"])
+@pytest.mark.parametrize("name", ["/no/such/model", "./missing-folder", "missing.gguf", "a/b/c"])
 def test_unknown_path_is_a_clear_error(name):
     with pytest.raises(ValueError, match="check the path"):
         specviz.load_pair(name, device="cpu")
@@ -83,10 +85,50 @@ def test_cli_bad_arguments_exit_2_with_one_line(argv, capsys):
 
 
 def test_default_device_and_dtype():
-    from specviz.loading import default_dtype, parse_dtype
+    from specviz.loading import check_device, default_dtype, parse_dtype
 
     assert parse_dtype(None, "cpu") == default_dtype("cpu") == torch.bfloat16
     assert parse_dtype("float32", "cpu") == torch.float32
+    for short, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        assert parse_dtype(short, "cpu") == dtype
+    for device in ("meta", "xpu"):  # devices torch knows that specviz does not run on
+        with pytest.raises(ValueError, match="runs on cpu, cuda or mps"):
+            check_device(device)
+
+
+def test_loading_asks_only_the_local_cache_when_the_hub_is_unreachable_and_never_runs_remote_code(
+        monkeypatch):
+    """Where the probe finds no hub, transformers is told local_files_only (no request, so no
+    retries); and neither the tokenizer nor the model may run code from a repository."""
+    import transformers
+
+    from specviz import loading, presets
+
+    monkeypatch.setattr(presets, "hub_reachable", lambda timeout=1.5: False)
+    seen = []
+
+    def fake(kind):
+        def from_pretrained(where, **kwargs):
+            seen.append((kind, kwargs.get("local_files_only"), kwargs.get("trust_remote_code")))
+            if kind == "model":
+                raise OSError("not cached")
+            return SimpleNamespace(encode=lambda text: [1], chat_template=None)
+        return from_pretrained
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fake("tokenizer"))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", fake("model"))
+    with pytest.raises(ValueError):
+        loading.load_model("nobody/x", "cpu", torch.float32)
+    assert seen == [("tokenizer", True, False), ("model", True, False)]
+
+
+def test_a_broken_local_folder_is_not_blamed_on_the_hub(monkeypatch, tmp_path):
+    from specviz import loading
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError) as error:
+        loading.load_model(str(tmp_path), "cpu", torch.float32)
+    assert "unreachable" not in str(error.value)
 
 
 def test_unreachable_hub_fails_without_touching_the_network(monkeypatch):
