@@ -969,7 +969,7 @@ def test_pages_per_address_forget_idle_addresses():
     assert len(pages.seen) <= 2
 
 
-def fake_queue(lines: dict | None = None):
+def fake_queue():
     """A stand-in for Gradio's queue with one event line, "run": push records an unread event."""
     fn = SimpleNamespace(concurrency_id="run")
     lane = SimpleNamespace(queue=[])

@@ -15,7 +15,8 @@ from specviz import presets
 
 class FakeHub:
     """A local server. silent: accepts connections and never answers. root: answers HEAD / with
-    `status` (as a working hub or mirror does), then never answers any other request."""
+    `status` (as a working hub or mirror does), then never answers any other request. drip: sends
+    a status line, then a header every 0.3 s, never ending the headers."""
 
     def __init__(self, mode: str, status: int = 200):
         self.mode, self.status, self.requests, self.held = mode, status, [], []
@@ -42,7 +43,15 @@ class FakeHub:
             data += chunk
         method, path = data.split(b"\r\n")[0].decode().split()[:2]
         self.requests.append(f"{method} {path}")
-        if path == "/":
+        if self.mode == "drip":
+            conn.sendall(b"HTTP/1.1 200 OK\r\n")
+            for _ in range(40):
+                time.sleep(0.3)
+                try:
+                    conn.sendall(b"X-a: b\r\n")
+                except OSError:  # closed
+                    return
+        elif path == "/":
             conn.sendall(f"HTTP/1.1 {self.status} X\r\nContent-Length: 0\r\n\r\n".encode())
             conn.close()
 
@@ -72,36 +81,13 @@ def test_a_hub_that_accepts_and_never_answers_is_unreachable_within_the_timeout(
     assert time.monotonic() - start < 2.0  # the probe's whole exchange is bounded
 
 
-def test_a_hub_that_sends_a_byte_now_and_then_cannot_hold_the_probe_past_its_timeout():
+def test_a_hub_that_sends_a_byte_now_and_then_cannot_hold_the_probe_past_its_timeout(hub):
     """A status line, then a header every 0.3 s: each read meets httpx's timeout, the exchange as
     a whole does not. The probe gives up at its timeout (it took 13 s without its thread's bound)."""
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def drip(conn):
-        conn.recv(4096)
-        conn.sendall(b"HTTP/1.1 200 OK\r\n")
-        for _ in range(40):
-            time.sleep(0.3)
-            try:
-                conn.sendall(b"X-a: b\r\n")
-            except OSError:
-                return
-
-    def serve():
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:  # closed
-                return
-            threading.Thread(target=drip, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
-    try:
-        start = time.monotonic()
-        assert presets._answers(f"http://127.0.0.1:{server.getsockname()[1]}/", 1.0) is False
-        assert time.monotonic() - start < 3.0
-    finally:
-        server.close()
+    dripping = hub("drip")
+    start = time.monotonic()
+    assert presets._answers(dripping.url + "/", 1.0) is False
+    assert time.monotonic() - start < 3.0
 
 
 @pytest.mark.parametrize("status, reachable", [(200, True), (404, True), (401, True), (503, False)])

@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 
 import torch
+from test_detok import Bytes
 
 from specviz.engine import RoundEvent
 from specviz.render import REJECTED, round_spans
@@ -61,10 +62,6 @@ def test_each_rounds_tokens_are_read_after_the_output_so_far_not_after_its_draft
     keeps the second (0xA9) as a draft, then the bonus b. The draft reads as the whole character
     only after what round 1 committed; refused drafts never join the context."""
     from specviz.render import all_spans
-
-    class Bytes:
-        def decode(self, ids, **_):
-            return bytes(ids).decode("utf-8", "replace")
 
     r1 = event(round=1, k=0, draft_tokens=[], accepted=0, token=0xC3, kind="bonus", new_tokens=[0xC3],
                target_probs=[], draft_probs=[])

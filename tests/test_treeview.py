@@ -4,6 +4,7 @@ from dataclasses import replace
 from html.parser import HTMLParser
 
 import pytest
+from test_detok import Bytes
 
 from specviz import figures, treeview
 from specviz.engine import RoundEvent
@@ -371,10 +372,6 @@ def test_the_overviews_first_listed_round_reads_its_text_after_the_rounds_before
     round 2 (the first listed) its second. Round 2 still reads after round 1: "é", not a broken
     character."""
     from specviz.detok import token_pieces
-
-    class Bytes:
-        def decode(self, ids, **_):
-            return bytes(ids).decode("utf-8", "replace")
 
     def plain(n, token):
         return replace(tree_round(n), tree=(), k=0, draft_tokens=[], accepted=0, new_tokens=[token],
