@@ -111,7 +111,8 @@ def summarize(records: list[Record]) -> dict:
                 row["speedup"] = row["tokens_per_second"] / base[cls]["tokens_per_second"]
     for method, rows in out.items():
         for cls, row in rows.items():
-            if method == "specviz:none" and cls in out.get("hf:target", {}):
+            # a target alone, either head, against transformers' target alone
+            if method in ALONE[:2] and cls in out.get("hf:target", {}):
                 row["vs_transformers"] = row["tokens_per_second"] / out["hf:target"][cls]["tokens_per_second"]
                 continue
             twins = [out[t][cls]["speedup"] for t in counterparts(method, out)

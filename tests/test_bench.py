@@ -176,6 +176,8 @@ def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
         assert by["hf:target", i]["target_passes"] == by["specviz:none", i]["target_passes"]
         assert 1 <= by["hf:assisted-2", i]["target_passes"] <= by["hf:target", i]["tokens"]
     assert data["summary"]["hf:target"]["all"]["tokens_per_pass"] == 1.0
+    # --draft-quant auto on CPU: specviz drafts with int4 weights, transformers with the draft as loaded
+    assert "int4" in data["meta"]["specviz_draft"] and "int4" not in data["meta"]["draft"]
     # both n-gram rules replayed on the target's own text: at least one token per pass
     assert set(data["same_text_passes"]) == {"code", "text"}
     for row in data["same_text_passes"].values():
@@ -303,6 +305,10 @@ def test_passes_on_text_counts_rounds_exactly():
     assert bench.passes_on_text([1, 2, 3], out, oracle) == 1  # 3 kept + the target's own
     # keeps 4, 5, then the target says 6; the last round proposes nothing (no budget left)
     assert bench.passes_on_text([1, 2, 3], out, lambda ids, budget: [4, 5, 9][:budget]) == 2
+    # each round may draft what is left but the target's own token: 3 of 4, then 0 of the last 1
+    budgets = []
+    assert bench.passes_on_text([1, 2, 3], out, lambda ids, b: budgets.append(b) or [4, 5, 9][:b]) == 2
+    assert budgets == [3, 0]
 
 
 def test_lookup_rules_are_transformers_and_specviz_ngram(pair):
@@ -365,11 +371,15 @@ def test_tree_method_names_parse_select_and_bring_their_chain():
                 "specviz:tree-4-b9"):
         with pytest.raises(ValueError, match="specviz:tree-"):
             bench.tree_method(bad)
+    assert bench.tree_method("specviz:tree-32") == (32, None, None)  # MAX_K deep
+    bench.check_methods({"specviz:none-plainhead", "specviz:draft-4-plainhead"}, (4,))
     for shape in [(4, None, None), (4, 16, None), (4, 16, 3), (3, 8, 2)]:
         assert bench.tree_method(bench.tree_name(*shape)) == shape
     every = bench.methods((4,), None, True, tree_nodes=(16,))
     assert {"specviz:tree-4", "specviz:tree-4-n16"} <= set(every) and every["specviz:tree-4"][1] == 4
     assert not any(m.startswith("specviz:tree") for m in bench.methods((4,), None, False))
+    assert "hf:assisted-4-qdraft" in bench.methods((2, 4), None, True, quant_draft=True)
+    assert "hf:assisted-4-qdraft" not in bench.methods((2, 4), None, True, quant_draft=False)
     # a tree named alone brings the chain at its depth, whatever --ks holds
     assert set(bench.methods((2,), {"specviz:tree-4-n8-b2"}, True)) == {"specviz:tree-4-n8-b2",
                                                                         "specviz:draft-4"}
@@ -522,6 +532,7 @@ def test_tree_bench_on_tiny_models_reports_the_goal_ratios(model_dirs, tmp_path,
     for text in (printed, md.read_text()):
         assert "Token trees against the chain at the same depth" in text and "Per prompt" in text
         assert "| specviz:tree-3-n6-b2 | every class" in text
+        assert "| specviz:draft-3 | #0 | code |" in text  # the chain's rows beside its trees'
 
 
 def test_costs_verify_slope_is_the_least_squares_fit_of_pass_times():
@@ -643,3 +654,171 @@ def test_shares_and_rates_near_all_or_none_never_print_as_all_or_none():
     s["specviz:tree-4"]["edit"]["accepted_per_node"] = 0.996
     row = benchreport.tree_table(benchreport.tree_vs_chain(s), s).split("| specviz:tree-4 | edit |")[1]
     assert "| 0.996 |" in row.split("\n")[0] and "| 1.00 |" not in row.split("\n")[0]
+
+
+def test_a_compiled_path_pads_a_chain_to_its_k_and_a_tree_to_a_power_of_two():
+    """C_D 1 ms; C_T 1 ms at width 1, 0.125 ms more a token to 2 ms at 9. The chain (k = 4) verifies
+    3, 3, 5, 1 tokens, fed as 5, 5, 5, 1 (1.5 ms each, then 1) with 6 draft passes: 11.5 ms; the tree's
+    2 rounds of 6 nodes (width 7) feed 1 + 8 (2 ms each) with 4 draft passes: 8 ms. A path without a
+    draft cost, listed first, leaves the draft methods projected on the later ones."""
+    import copy
+
+    raw = copy.deepcopy(PROFILE)
+    raw["paths"] = {"nodraft": {"draft_ms": None, "target_ms": {"1": 1.0}},
+                    "fast": {"cache": "static", "compiled": True, "draft_ms": 1.0,
+                             "target_ms": {"1": 1.0, "9": 2.0, "17": 4.0}}}
+    records = [Record("specviz:draft-4", "specviz", 4, 0, "edit", 0, 12, 1.0, draft_passes=6,
+                      widths={3: 2, 5: 1, 1: 1}),
+               Record("specviz:tree-4", "specviz", 4, 0, "edit", 0, 12, 1.0, draft_passes=4, widths={7: 2})]
+    out = benchreport.projected(records, profiles.load(raw))
+    assert set(out["specviz:draft-4"]) == set(out["specviz:tree-4"]) == {"fast"}
+    assert math.isclose(out["specviz:draft-4"]["fast"]["seconds"], 0.0115)
+    assert math.isclose(out["specviz:tree-4"]["fast"]["seconds"], 0.008)
+    assert math.isclose(out["specviz:tree-4"]["fast"]["vs_chain"], 11.5 / 8)
+
+
+def test_only_the_target_alones_transformers_passes_have_known_widths(pair):
+    """Prompt lookup's verify widths are not observed: given the target alone's ({1: passes}), its
+    run was projected as if each pass verified one token."""
+    ids = pair.encode("The dog. The dog.")
+    tokens, alone = bench.hf_method("target", 0)(pair, ids, 6)
+    assert alone["widths"] == {1: alone["target_passes"]} and alone["target_passes"] == len(tokens)
+    assert bench.hf_method("lookup", 8)(pair, ids, 6)[1]["widths"] is None
+
+
+def test_each_method_runs_on_its_pair_and_only_a_target_alone_sets_the_reference(pair, monkeypatch):
+    """transformers runs the draft as loaded, but hf:assisted-4-qdraft specviz's quantized copy; the
+    plain head's methods drop the float32 refinement; a family whose target alone did not run is
+    compared with nothing (its first method is no reference)."""
+    import copy
+    from dataclasses import replace
+
+    spec_pair = replace(pair, draft=copy.deepcopy(pair.draft))
+    ran, real = [], bench.generate
+
+    def spy(p, ids, **kw):
+        ran.append((kw["proposer"], kw["max_new_tokens"], p.draft is spec_pair.draft, p.refine))
+        return real(p, ids, **kw)
+
+    def fake_hf(kind, k):
+        def run(on, ids, n):
+            ran.append((f"hf:{kind}", n, on.draft is spec_pair.draft, on.refine))
+            return [1] * n, dict(target_passes=n, draft_passes=0, widths=None)
+        return run
+
+    monkeypatch.setattr(bench, "generate", spy)
+    monkeypatch.setattr(bench, "hf_method", fake_hf)
+    names = {"hf:assisted-4", "hf:assisted-4-qdraft", "specviz:ngram-8", "specviz:none-plainhead",
+             "specviz:draft-4-plainhead"}
+    records, _ = bench.run_bench(pair, [{"class": "code", "prompt": "def f(n):"}], ks=(4,), max_new_tokens=3,
+                                 names=names, log=[].append, spec_pair=spec_pair)
+    assert [r for r in ran if r[1] == 3] == [("ngram", 3, True, True), ("hf:assisted", 3, False, True),
+                                             ("hf:assisted", 3, True, True), ("none", 3, True, False),
+                                             ("draft", 3, True, False)]
+    assert {r.method: r.matches_target for r in records} == {
+        "specviz:ngram-8": None, "hf:assisted-4": None, "hf:assisted-4-qdraft": None,
+        "specviz:none-plainhead": None, "specviz:draft-4-plainhead": True}
+
+
+def test_same_text_passes_add_up_each_classs_prompts(monkeypatch):
+    """Two prompts of one class: their passes are summed (one token a pass here: 3 + 4), not the last
+    prompt's alone; the table's "all" column adds the classes."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(bench, "lookup_rules", lambda pair, ids, n: {"none": lambda ids, budget: []})
+    pair = SimpleNamespace(encode=lambda text, chat: [ord(c) for c in text])
+    prompts = [{"class": c, "prompt": p} for c, p in (("code", "a"), ("code", "b"), ("chat", "c"))]
+    same = bench.same_text_passes(pair, prompts, {0: [1, 2, 3], 1: [4, 5, 6, 7], 2: [8]}, 8)
+    assert same == {"code": {"none": 7}, "chat": {"none": 1}}
+    assert "| none | 1 | 7 | 8 |" in benchreport.same_text_table(same)
+
+
+def test_the_reference_run_is_not_counted_as_a_match():
+    """Two repeats of the target alone: the first sets the reference (matches_target None), the
+    second matches it: 1 of 1 compared, not 2 of 1."""
+    records = [Record("specviz:none", "specviz", None, 0, "code", repeat, 10, 1.0, matches_target=m)
+               for repeat, m in ((0, None), (1, True))]
+    s = benchreport.summarize(records)
+    assert (s["specviz:none"]["all"]["matches_target"], s["specviz:none"]["all"]["compared"]) == (1, 1)
+    assert "| 1/1 |" in benchreport.markdown(s, META)
+
+
+def test_trees_ngrams_and_hybrids_are_measured_against_their_own_transformers_counterparts():
+    """hf:target 3 tok/s; assisted-4 6 (2x), assisted-4-qdraft 12 (4x, on the quantized draft: not what
+    a transformers user runs), lookup-8 5 (5/3x). specviz:none 3 tok/s; tree-4 7.5 (2.5x) against
+    assisted at its depth: 1.25; ngram-8 6 (2x) against lookup alone: 1.2; hybrid-8 15 (5x) against
+    the better of assisted-4 and lookup, not the qdraft: 2.5."""
+    runs = (("hf:target", 20.0), ("hf:assisted-4", 10.0), ("hf:assisted-4-qdraft", 5.0),
+            ("hf:lookup-8", 12.0), ("specviz:none", 20.0), ("specviz:tree-4", 8.0),
+            ("specviz:ngram-8", 10.0), ("specviz:hybrid-8", 4.0))
+    records = [rec(m, "transformers" if m.startswith("hf:") else "specviz", "c", 60, seconds)
+               for m, seconds in runs]
+    s = benchreport.summarize(records)
+    vs = {m: s[m]["c"].get("vs_transformers")
+          for m in ("specviz:tree-4", "specviz:ngram-8", "specviz:hybrid-8")}
+    assert vs == pytest.approx({"specviz:tree-4": 1.25, "specviz:ngram-8": 1.2, "specviz:hybrid-8": 2.5})
+
+
+def test_a_tree_exactly_at_a_goal_passes_it():
+    """The goals read ">= 1.1x" and ">= 0.95x": a tree at exactly 1.1x the chain's tokens per pass
+    (19 tokens in 19 passes against 20 in 22) and 0.95x its tok/s (19 against 20 in 1 s) meets both."""
+    records = [trec("specviz:tree-4", "edit", 19, 1.0, 19, 19),
+               trec("specviz:draft-4", "edit", 20, 1.0, 22, 22)]
+    t = benchreport.tree_vs_chain(benchreport.summarize(records))["specviz:tree-4"]
+    edit = t["classes"]["edit"]
+    assert edit["tokens_per_pass"] == 1.1 and edit["tokens_per_second"] == 0.95
+    assert t["tokens_per_pass_ok"] and t["tokens_per_second_ok"]
+
+
+def test_the_verdicts_read_the_prompt_classes_not_their_pooled_row():
+    """Tree 10 tokens in 5 passes (a), 90 in 90 (b); chain 90 in 50 (a), 10 in 12 (b): 1.11x and 1.2x
+    the chain's tokens per pass in each class, so the goal holds, though the pooled row is 100 / 95
+    against 100 / 62 (0.653x)."""
+    records = [trec("specviz:tree-4", "a", 10, 1.0, 5, 5),
+               trec("specviz:tree-4", "b", 90, 1.0, 90, 90, prompt=1),
+               trec("specviz:draft-4", "a", 90, 1.0, 50, 50),
+               trec("specviz:draft-4", "b", 10, 1.0, 12, 12, prompt=1)]
+    t = benchreport.tree_vs_chain(benchreport.summarize(records))["specviz:tree-4"]
+    assert [round(t["classes"][c]["tokens_per_pass"], 3) for c in ("a", "b", "all")] == [1.111, 1.2, 0.653]
+    assert t["tokens_per_pass_ok"]
+
+
+def test_a_chain_without_a_rate_gives_no_ratios_and_no_pass():
+    """A chain row of 0 tok/s (no time measured): no class is compared, and no goal is met by default
+    (no division by zero, no vacuous pass)."""
+    s = {"specviz:tree-4": {"c": {"tokens_per_pass": 2.0, "tokens_per_second": 5.0}},
+         "specviz:draft-4": {"c": {"tokens_per_pass": 1.5, "tokens_per_second": 0.0}}}
+    t = benchreport.tree_vs_chain(s)["specviz:tree-4"]
+    assert t["classes"] == {} and not t["tokens_per_pass_ok"] and not t["tokens_per_second_ok"]
+
+
+def test_the_markdown_file_holds_the_outputs_that_differ(tmp_path, monkeypatch, capsys):
+    """The printed list of outputs that parted from the target alone's goes to --markdown too."""
+    from types import SimpleNamespace
+
+    from specviz import cli
+
+    pair = SimpleNamespace(draft=None, target_name="t", draft_name=None, dtype="float32", device="cpu")
+    monkeypatch.setattr(cli, "load_from_args", lambda args: pair)
+    records = [rec("specviz:none", "specviz", "code", 4, 1.0),
+               rec("specviz:ngram-8", "specviz", "code", 4, 1.0, matches_target=False, first_difference=2,
+                   difference="near-tie")]
+    monkeypatch.setattr(bench, "run_bench", lambda *a, **kw: (records, {}))
+    prompts, md = tmp_path / "p.json", tmp_path / "b.md"
+    prompts.write_text(json.dumps([{"class": "code", "prompt": "x"}]))
+    assert cli.main(["bench", "--target", "T", "--prompts", str(prompts), "--methods",
+                     "specviz:none,specviz:ngram-8", "--markdown", str(md)]) == 0
+    line = "- specviz:ngram-8, prompt #0 (code), repeat 0: from output token 3: near-tie"
+    assert line in capsys.readouterr().out and line in md.read_text()
+
+
+def test_both_heads_target_alone_is_measured_against_transformers_target_alone():
+    """hf:target 20 tokens in 5 s (4 tok/s); specviz:none in 2 s (10: 2.5x), none-plainhead in 4 s (5:
+    1.25x, the plain head has a family of its own but the same counterpart), draft-4-plainhead in 2 s
+    (2x its target alone) against assisted-4 in 4 s (1.25x): 1.6."""
+    runs = (("hf:target", 5.0), ("hf:assisted-4", 4.0), ("specviz:none", 2.0),
+            ("specviz:none-plainhead", 4.0), ("specviz:draft-4-plainhead", 2.0))
+    s = benchreport.summarize([rec(m, "transformers" if m.startswith("hf:") else "specviz", "c", 20, t)
+                               for m, t in runs])
+    assert {m: s[m]["c"]["vs_transformers"] for m, _ in runs[2:]} == pytest.approx(
+        {"specviz:none": 2.5, "specviz:none-plainhead": 1.25, "specviz:draft-4-plainhead": 1.6})

@@ -210,6 +210,9 @@ def loaded(*args, **kwargs):
     (["bench", "--ks", "4,,5"], "--ks '4,,5': give whole numbers separated by commas, e.g. 2,4,8"),
     (["bench", "--tree-nodes", "x"], "--tree-nodes 'x': give whole numbers"),
     (["bench", "--prompts", "/nonexistent/p.json"], "--prompts /nonexistent/p.json: cannot read it (No such"),
+    (["bench", "--markdown", "/nonexistent-folder/b.md"],
+     "--markdown /nonexistent-folder/b.md: cannot write"),
+    (["bench", "--ks", "0"], "--ks must be in 1..32"),
     (["costs", "--pair", "embedded", "--draft", "D"], "--pair replaces"),
     # ignored without a word, the bench's meta still saying it ran them
     (["bench", "--methods", "specviz:draft-4", "--tree-nodes", "8"], "--methods names no tree of those"),
@@ -241,6 +244,24 @@ def test_bench_quick_keeps_the_ks_it_is_given_and_a_target_alone_bench_needs_no_
                  ["--json", str(tmp_path / "b.json")]):
         with pytest.raises(Loaded):
             main(["bench", *argv])
+
+
+def test_bench_quick_runs_one_prompt_a_class_and_at_most_32_tokens(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from specviz import bench, cli
+
+    ran = []
+    monkeypatch.setattr(cli, "load_from_args", lambda args: SimpleNamespace(draft=None))
+    monkeypatch.setattr(bench, "run_bench", lambda pair, prompts, ks, n, *a, **kw: ran.append(
+        ([p["prompt"] for p in prompts], ks, n)) or loaded())
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps([{"class": c, "prompt": p} for c, p in (("a", "1"), ("a", "2"), ("b", "3"),
+                                                                        ("a", "4"))]))
+    for tokens, expected in (("64", 32), ("8", 8)):
+        with pytest.raises(Loaded):
+            main(["bench", "--quick", "--prompts", str(path), "--max-new-tokens", tokens])
+        assert ran.pop() == (["1", "3"], (4,), expected)
 
 
 def test_a_model_folder_without_a_tokenizer_is_named_as_such(model_dirs, tmp_path):
