@@ -302,7 +302,8 @@ def test_figures_beside_a_bar_print_the_digits_that_keep_their_side():
     assert line[2] == "1.996x", line
 
 
-@pytest.mark.parametrize(("load", "shared"), [([1.5, 1.1], False), ([1.5, 99.0], True)])
+@pytest.mark.parametrize(("load", "shared"), [([1.5, 1.1], False), ([1.5, 99.0], True),
+                                             ([16.0, 2.0], False)])  # at the count: not above it
 def test_the_load_note_says_other_work_shared_the_cpus_only_when_the_load_passed_their_count(load, shared,
                                                                                           monkeypatch):
     monkeypatch.setattr(gpucheck.os, "cpu_count", lambda: 16)
@@ -772,3 +773,453 @@ def test_a_probe_modes_profiler_failure_keeps_its_timings_for_the_choice(monkeyp
     assert "error" not in out["direct+packed+shared"] and out["direct+tuned+shared"]["error"]
     assert profiled == [(False, False), (True, False)]  # not the mode whose timing failed
     assert graphprobe.fastest({"modes": out})[0] == "direct+packed+shared"  # 6.5 against 8.5 ms
+
+
+class FakeTime:
+    """A perf_counter that moves only when a fake pass or copy says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_the_copy_bandwidth_counts_bytes_read_and_written_over_the_median_timed_copy(monkeypatch):
+    """1 MiB copied in 2^-10 s, read and written: 2 MiB a copy, 2.147483648 GB/s; the first two
+    copies (10 s each here) are untimed warm-ups."""
+    clock, copies = FakeTime(), []
+    real_copy = torch.Tensor.copy_
+
+    def copy(dst, src):
+        copies.append(1)
+        clock.now += 10.0 if len(copies) <= 2 else 2.0 ** -10
+        return real_copy(dst, src)
+
+    monkeypatch.setattr(gpumeasure, "time", clock)
+    monkeypatch.setattr(torch.Tensor, "copy_", copy)
+    gbs = gpumeasure.copy_bandwidth("cpu", mib=1, repeats=1)
+    monkeypatch.undo()
+    assert len(copies) == 3 and math.isclose(gbs, 2 * 2**20 * 2**10 / 1e9)
+
+
+class TimedPasses:
+    """An lm whose passes take the given seconds on a FakeTime."""
+
+    def __init__(self, clock, seconds):
+        self.clock, self.seconds, self.fed, self.rolled = clock, list(seconds), [], []
+
+    def forward(self, ids, last=1):
+        self.fed.append((list(ids), last))
+        self.clock.now += self.seconds[len(self.fed) - 1]
+
+    def rollback(self, ids):
+        self.rolled.append(list(ids))
+
+
+@pytest.mark.parametrize(("seconds", "warmup", "settle", "repeats", "ms"), [
+    ((9.0, 5.0, 5.0, 0.001, 0.002, 0.009), 3, 0.0, 3, 2.0),  # the median of the passes after the warm-ups
+    ((5.0, 0.3, 0.3, 0.004), 1, 0.5, 1, 4.0),  # the first timed pass starts 0.6 s after the first pass
+])
+def test_pass_times_are_the_median_of_the_passes_after_warm_up_and_settling(monkeypatch, seconds, warmup,
+                                                                            settle, repeats, ms):
+    clock = FakeTime()
+    lm = TimedPasses(clock, seconds)
+    monkeypatch.setattr(gpumeasure, "time", clock)
+    got = gpumeasure.pass_ms(lm, [1, 2], 2, repeats=repeats, warmup=warmup, device="cpu", vocab=50,
+                             settle=settle)
+    assert math.isclose(got, ms) and len(lm.fed) == len(seconds)
+    assert lm.fed[0] == ([1, 2, 1, 4], 2) and lm.fed[1] == ([1, 2, 8, 11], 2)  # 2 new tokens a pass
+    assert lm.rolled == [[1, 2, 0]] * len(seconds)  # back to the context after every pass
+
+
+def test_a_wide_width_is_priced_at_a_capture_only_after_the_first_wide_one_and_never_width_one():
+    from specviz.gpumeasure import CAPTURE_SECONDS, width_price
+
+    # width 2 compiled the shared graph; 9 was its capture
+    assert width_price({1: 20.0, 2: 30.0, 9: 1.0}, 17, shared=True) == 1.0
+    assert width_price({1: 20.0, 2: 30.0}, 17, shared=True) == CAPTURE_SECONDS
+    assert width_price({5: 28.0, 9: 1.5}, 1, shared=True) == 28.0  # width 1: a graph of its own
+
+
+def at_the_bars(eager_ms: float, fast_ms: float, draft_ms: float) -> profiles.Profile:
+    return profiles.Profile("bars", {"name": "x"}, {}, {
+        "eager": profiles.PathCosts("dynamic", False, 7.0, ((1, eager_ms), (5, eager_ms))),
+        "fast": profiles.PathCosts("static", True, draft_ms, ((1, fast_ms), (5, fast_ms)))})
+
+
+@pytest.mark.parametrize(("eager_ms", "fast_ms", "draft_ms", "speedup", "met"), [
+    (12.0, 3.0, 1.5, 2.0, True),  # 4x, 3x the limit, 0.5 and 2x: each exactly at its bar
+    (10.5, 3.5, 1.925, 1.99, False),  # 3x, 3.5x the limit, 0.55 and 1.99x: each past it
+])
+def test_each_goal_is_met_at_its_bar_and_not_past_it(monkeypatch, eager_ms, fast_ms, draft_ms, speedup, met):
+    rows = [{"drafter": "draft-4", "k": 4, "ms_per_token": 1.0, "speedup": speedup, "extrapolated": False}]
+    monkeypatch.setattr(gpucheck.profiles, "projection", lambda profile, path: rows)
+    # 1 GB a pass over 1000 GB/s: a limit of 1 ms, 1000 tokens a second
+    s = gpucheck.summary(at_the_bars(eager_ms, fast_ms, draft_ms), 1_000_000_000, 1000.0, None, 4)
+    assert s["bandwidth_limit_ms"] == 1.0 and s["bandwidth_limit_tokens_per_second"] == 1000.0
+    values = [g["value"] for g in s["goals"][:4]]
+    want = [eager_ms / fast_ms, fast_ms, draft_ms / fast_ms, speedup]
+    assert all(math.isclose(v, w) for v, w in zip(values, want, strict=True)), values
+    assert [g["met"] for g in s["goals"][:4]] == [met] * 4
+    assert [g["bar"] for g in s["goals"][:4]] == [4, 3, 0.5, 2]
+    alone = s["target_alone"]["fast"]
+    assert math.isclose(alone["ms"], fast_ms) and math.isclose(alone["tokens_per_second"], 1e3 / fast_ms)
+    assert math.isclose(alone["over_limit"], fast_ms)
+
+
+def test_every_identity_check_must_hold_for_the_identity_goal():
+    for key in gpumeasure.IDENTITY_KEYS:
+        ident = dict.fromkeys(gpumeasure.IDENTITY_KEYS, True) | {key: False}
+        assert gpucheck.summary(hand_profile(), 1, 1.0, ident, 4)["goals"][4]["met"] is False, key
+
+
+def goal_report(*met) -> dict:
+    return {"profile": hand_profile().to_dict(),
+            "goals": [{"goal": f"goal {i}", "value": 1.0, "met": m, "bar": 1} for i, m in enumerate(met)]}
+
+
+@pytest.mark.parametrize(("met", "strict", "code"), [
+    ((True, None, True), True, 0),  # a goal not measured is no failure
+    ((True, False, None), True, 1),
+    ((True, False, None), False, 0),  # without --strict: 0 whatever was missed
+])
+def test_strict_exits_1_only_when_a_measured_goal_is_missed(tmp_path, monkeypatch, capsys, met, strict, code):
+    from specviz.cli import main
+
+    monkeypatch.setattr(gpucheck, "run", lambda s, log, checkpoint: goal_report(*met))
+    argv = ["gpucheck", "--device", "cpu", "--json", "--out", str(tmp_path)] + ["--strict"] * strict
+    assert main(argv) == code
+    assert json.loads((tmp_path / "gpucheck.json").read_text())["goals"] == goal_report(*met)["goals"]
+    assert profiles.load(tmp_path / "hand.json") == hand_profile()
+
+
+def test_the_settings_gpucheck_runs_with_come_from_its_arguments(tmp_path, monkeypatch, capsys):
+    from specviz.cli import main
+
+    seen = []
+    monkeypatch.setattr(gpucheck, "run", lambda s, log, checkpoint: seen.append(s) or goal_report(True))
+    monkeypatch.setattr(gpucheck.torch.cuda, "is_available", lambda: False)
+    out = ["--json", "--out", str(tmp_path)]
+    # the edges of --repeats 1..1000 and --budget 10..3600 are accepted
+    assert main(["gpucheck", "--repeats", "1", "--budget", "10", *out]) == 0
+    assert main(["gpucheck", "--device", "cpu", "--repeats", "1000", "--budget", "3600", "--no-real",
+                 *out]) == 0
+    assert main(["gpucheck", "--device", "cpu", "--repeats", "1001", *out]) == 2
+    assert main(["gpucheck", "--device", "cpu", "--budget", "3601", *out]) == 2
+    assert [(s.device, s.repeats, s.budget, s.real) for s in seen] == [("cpu", 1, 10.0, True),
+                                                                       ("cpu", 1000, 3600.0, False)]
+    monkeypatch.setattr(gpucheck.torch.cuda, "is_available", lambda: True)  # the default device: cuda here
+    assert main(["gpucheck", *out]) == 0 and seen[-1].device == "cuda" and seen[-1].compile is True
+
+
+def test_the_hardware_line_gives_memory_in_gib_and_the_copy_bandwidth_to_two_decimals(monkeypatch):
+    pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 3 * 2**18}  # 3 GiB
+    monkeypatch.setattr(gpucheck.os, "sysconf", pages.__getitem__)
+    monkeypatch.setattr(gpucheck.os, "cpu_count", lambda: 6)
+    hw = gpucheck.hardware("cpu", 12.3456)
+    assert (hw["device"], hw["memory_gib"], hw["cpus"], hw["copy_gbs"]) == ("cpu", 3.0, 6, 12.35)
+    assert ", 6 CPUs, torch " in hw["name"]
+    from types import SimpleNamespace
+
+    props = SimpleNamespace(name="GPU " + "x" * 120, total_memory=int(139.8 * 2**30))
+    monkeypatch.setattr(gpucheck.torch.cuda, "get_device_properties", lambda index: props)
+    assert gpucheck.hardware("cuda", 4250.06) == {"device": "cuda", "name": props.name[:100],
+                                                  "memory_gib": 139.8, "cpus": 6, "copy_gbs": 4250.1}
+
+
+def test_the_text_report_prints_the_hand_computed_figures():
+    """2 GB a pass over 4000 GB/s: a 0.5 ms limit, 2000 tok/s; the fast target at 1.48 ms a token is
+    675.7 tok/s and 2.96x the limit, printed 2.96 beside the 3x bar (not a 3.0 that reads as met)."""
+    hand = hand_profile()
+    fast = profiles.PathCosts("static", True, 0.1, ((1, 1.48), (5, 1.6)))
+    prof = profiles.Profile("hand", {"name": "x", "device": "cpu"}, {"torch": "t", "transformers": "x",
+                                                                     "python": "p", "cuda": None},
+                            {"eager": hand.paths["eager"], "fast": fast})
+    s = gpucheck.summary(prof, 2_000_000_000, 4000.0, None, 4)
+    report = {"profile": prof.to_dict(), "settings": {"device": "cpu", "compile": False}, "steps": {},
+              "seconds": 1.0, "bandwidth_gbs": 4000.0, "skipped": ["a width (time budget)"],
+              "weights": {"target": {"read_per_pass": 2_000_000_000}},
+              "paths": {"fast": {"seconds": {"1": 0.5}, "draft_seconds": 0.2, "compiled_ok": True}}, **s}
+    lines = gpucheck.text(report).splitlines()
+    assert "copy bandwidth 4000.0 GB/s; target reads 2.000 GB a pass: limit 0.500 ms, 2000 tok/s" in lines
+    assert "target alone, fast: 1.480 ms/token, 675.7 tok/s, 2.96x the bandwidth limit" in lines
+    assert "target alone, eager: 8.000 ms/token, 125.0 tok/s, 16.0x the bandwidth limit" in lines
+    assert "skipped: a width (time budget)" in lines
+    goals = lines[lines.index("goals (set for an H200):") + 1:]
+    assert goals[1] == "  met          target alone on the fast path within 3x of the bandwidth limit: 2.96"
+    assert goals[4] == "  not measured fast-path greedy identical to eager (float32): None"
+
+
+def identity_with(monkeypatch, eager=None, fast=None) -> dict:
+    """identity() on a tiny model, the eager or the fast path's logits changed by eager(logits) or
+    fast(logits)."""
+
+    class Changed(CachedLM):
+        def forward(self, ids, last=1):
+            logits = super().forward(ids, last)
+            change = fast if self.static else eager
+            return logits if change is None else change(logits)
+
+    monkeypatch.setattr(gpumeasure, "CachedLM", Changed)
+    model = gpumeasure.random_model(tiny(), "cpu", torch.float32, seed=4)
+    return gpumeasure.identity(model, gpumeasure.Settings.for_device("cpu", True))
+
+
+def below_the_least(logits):
+    """0.25 off each row's least logit: every argmax as it was."""
+    return logits - 0.25 * torch.nn.functional.one_hot(logits.argmin(-1), logits.shape[-1])
+
+
+def test_the_identity_check_reports_each_comparison_and_the_exact_differences(monkeypatch):
+    r = identity_with(monkeypatch, fast=below_the_least)
+    assert (r["tokens"], r["k"], r["fast_greedy_equals_eager"], r["fast_verify_equals_eager"]) \
+        == (12, 4, True, True)
+    assert r["eager_equals_cache_free"] and r["first_difference"] is None and r["compiled_ok"] is None
+    assert math.isclose(r["max_logit_difference"], 0.25, rel_tol=1e-5)  # the most, not the mean
+    model = gpumeasure.random_model(tiny(), "cpu", torch.float32, seed=4)
+    prompt = torch.randint(0, 300, (32,), generator=torch.Generator().manual_seed(3)).tolist()
+    _, rows = gpumeasure.greedy(CachedLM(model, 300), prompt, 12)
+    top2 = rows.topk(2, dim=-1).values
+    assert r["min_top2_margin"] == float((top2[:, 0] - top2[:, 1]).min())  # the nearest tie
+
+
+def test_the_identity_check_catches_an_eager_path_that_differs(monkeypatch):
+    """An eager cache that misleads: eager differs from the cache-free forward, and the (right)
+    fast path from eager, greedy and verify rounds both."""
+    def wrong(logits):
+        return logits + 1e3 * torch.nn.functional.one_hot(logits.argmin(-1), logits.shape[-1])
+
+    r = identity_with(monkeypatch, eager=wrong)
+    assert [r[key] for key in gpumeasure.IDENTITY_KEYS] == [False, False, False]
+    assert r["first_difference"] == 0
+
+
+class Staged:
+    """gpucheck.run with every measurement stood in for: each time_path call spends `costs[i]` of a
+    fake clock's budget and records what it was asked; the rest records its arguments."""
+
+    def __init__(self, monkeypatch, costs, real_cached=False, identity=None, real_identity=None):
+        self.spent, self.costs = 0.0, list(costs)
+        self.calls, self.built, self.engines, self.loaded = [], [], [], []
+        staged = self
+
+        class Clock:
+            def __init__(self, budget):
+                self.budget = budget
+
+            def left(self):
+                return self.budget - staged.spent
+
+            def keeping(self, seconds):
+                return Clock(self.budget - seconds)
+
+            elapsed = property(lambda self: staged.spent)
+
+        def time_path(models, path, s, clock, widths, skipped, label, into=None, margin=1.0):
+            self.calls.append((label, path, tuple(widths), clock.left(), into is not None, margin))
+            self.spent += self.costs.pop(0)
+            out = into or {"cache": "dynamic" if path == "eager" else "static", "compiled": False,
+                           "dtype": s.dtype, "target_ms": {}, "seconds": {}, "draft_ms": 0.5, "max_len": 99}
+            for w in widths:
+                out["target_ms"][w], out["seconds"][w] = 1.0 + w, 1.0
+            return out
+
+        def random_model(cfg, device, dtype, seed):
+            self.built.append((dtype, seed))
+            return gpumeasure.random_model(tiny(1), device, dtype, seed)
+
+        def ident(model, s):
+            return dict(identity if model.dtype == torch.float32 and not self.loaded else real_identity)
+
+        def real_models(device, dtype, roles=("target", "draft")):
+            self.loaded.append((dtype, roles))
+            return {r: gpumeasure.random_model(tiny(1), device, dtype, 7) for r in roles}
+
+        pair = {r: gpumeasure.random_model(tiny(1), "cpu", torch.float32, i)
+                for i, r in enumerate(gpumeasure.ROLES)}
+        for name, value in {"Clock": Clock, "time_path": time_path, "random_model": random_model,
+                            "identity": ident, "real_models": real_models, "preflight": lambda device: None,
+                            "copy_bandwidth": lambda device, mib: 100.0, "random_pair": lambda *a: pair,
+                            "real_cached": lambda: real_cached}.items():
+            monkeypatch.setattr(gpucheck, name, value)
+        monkeypatch.setattr(gpucheck.enginecheck, "engine_run",
+                            lambda models, fast, kind, *a: self.engines.append(kind) or {"kind": kind})
+
+
+SAME = dict.fromkeys(gpumeasure.IDENTITY_KEYS, True) | {"compiled_ok": None}
+
+
+def staged_settings(quick=False, **changes):
+    from dataclasses import replace
+
+    return replace(gpumeasure.Settings.for_device("cpu", quick), budget=100.0, fast_widths=(1, 5, 9, 3),
+                   **({"real": False} | changes))
+
+
+def test_gpucheck_times_the_goals_widths_first_then_the_rest_and_checks_identity_on_a_float32_target(
+        monkeypatch):
+    staged = Staged(monkeypatch, [10.0] * 4, identity=SAME)
+    report = gpucheck.run(staged_settings(), log=lambda line: None)
+    assert [c[1:3] + c[4:] for c in staged.calls] == [
+        ("eager", gpumeasure.Settings.for_device("cpu").eager_widths, False, 1.0),
+        ("fast", (1, 5), False, 1.0), ("fast", (9, 3), True, 2.0)]  # C_T(1) and C_T(k+1) first
+    assert staged.calls[2][3] == 80.0  # nothing kept back without a real pair to time
+    assert staged.built == [(torch.float32, 0)]  # the timed target's architecture and seed
+    assert report["identity"] == SAME and report["goals"][4]["met"] is True
+    assert staged.engines == ["self", "tree", "chain"] and report["skipped"] == []
+    assert [c["note"] for c in report["profile"]["paths"].values()] == ["", ""]  # no capture failed
+    read = report["weights"]["target"]["read_per_pass"]
+    assert read < report["weights"]["target"]["bytes"]
+    assert math.isclose(report["bandwidth_limit_ms"], read / 100e9 * 1e3)  # the bytes a pass reads
+
+
+def test_a_tight_budget_skips_the_identity_and_engine_sections_except_with_quick(monkeypatch):
+    # 15 s of 100 left after eager, 5 after the fast widths: under 5 + 2.5 or 3.5 captures of 1 s
+    staged = Staged(monkeypatch, [85.0, 1.0, 9.0], identity=SAME)
+    report = gpucheck.run(staged_settings(), log=lambda line: None)
+    assert report["identity"] is None and staged.built == [] and report["goals"][4]["met"] is None
+    assert report["skipped"] == ["float32 identity check (time budget)", "engine rounds, self (time budget)",
+                                 "engine rounds, tree (time budget)", "engine rounds, chain (time budget)"]
+    staged = Staged(monkeypatch, [85.0, 1.0, 9.0], identity=SAME)
+    report = gpucheck.run(staged_settings(quick=True), log=lambda line: None)
+    assert report["identity"] == SAME and staged.engines == ["self", "tree", "chain"]
+
+
+@pytest.mark.parametrize(("costs", "real_identity", "skipped"), [
+    ([10.0, 1.0, 1.0, 1.0, 1.0], True, []),  # 40 s of 100 kept back for the real pair
+    ([10.0, 1.0, 1.0, 70.0, 1.0], False, ["real pair: float32 identity check (time budget)"]),
+    ([10.0, 1.0, 50.0], None, [f"engine rounds, {kind} (time budget)" for kind in ("self", "tree", "chain")]
+     + ["real pair (time budget)"]),
+])
+def test_the_real_pair_has_its_share_of_the_budget_kept_back(monkeypatch, costs, real_identity, skipped):
+    staged = Staged(monkeypatch, costs, real_cached=True, identity=SAME, real_identity=SAME)
+    report = gpucheck.run(staged_settings(real=True), log=lambda line: None)
+    assert staged.calls[2][2:] == ((9, 3), 100.0 - 11.0 - 40.0, True, 2.0)  # the rest: within the 60 s
+    real = [c[1:3] for c in staged.calls if c[0] == "real"]
+    assert real == ([("eager", (1, 5)), ("fast", (1, 5))] if real_identity is not None else [])
+    assert staged.loaded == [(torch.bfloat16, ("target", "draft"))] * (real_identity is not None) \
+        + [(torch.float32, ("target",))] * bool(real_identity)
+    assert (report["real_identity"] == SAME) is bool(real_identity) and report["skipped"] == skipped
+
+
+@pytest.mark.parametrize(("random", "real", "met"), [
+    (SAME, SAME | {"fast_verify_equals_eager": False}, False),  # the real target's check failed
+    (SAME | {"compiled_ok": False}, SAME | {"compiled_ok": True}, None),  # a capture failed on one
+    (SAME | {"compiled_ok": True}, SAME | {"compiled_ok": True}, True),
+])
+def test_the_identity_goal_needs_both_targets_checks(monkeypatch, random, real, met):
+    Staged(monkeypatch, [10.0, 1.0, 1.0, 1.0, 1.0], real_cached=True, identity=random, real_identity=real)
+    report = gpucheck.run(staged_settings(real=True), log=lambda line: None)
+    assert report["identity"] == random and report["real_identity"] == real
+    assert report["goals"][4]["met"] is met
+
+
+def fake_passes(monkeypatch) -> list:
+    """pass_ms stood in for: 10 ms a token of width; each call's (width, warmup, static cache)."""
+    calls = []
+
+    def pass_ms(lm, ctx, width, repeats, warmup, device, vocab, settle=0.0):
+        calls.append((width, warmup, lm.static))
+        return 10.0 * width
+
+    monkeypatch.setattr(gpumeasure, "pass_ms", pass_ms)
+    return calls
+
+
+def test_a_path_is_timed_width_by_width_and_the_first_width_whatever_the_budget(monkeypatch):
+    calls = fake_passes(monkeypatch)
+    models = {role: gpumeasure.random_model(tiny(2), "cpu", torch.float32, seed=i)
+              for i, role in enumerate(gpumeasure.ROLES)}
+    s = gpumeasure.Settings.for_device("cpu", quick=True)  # 16 tokens of context, eager widths 1, 2, 5
+    skipped = []
+    out = gpumeasure.time_path(models, "eager", s, gpumeasure.Clock(0.0), (1, 2, 5), skipped, "random")
+    assert (out["cache"], out["compiled"], out["dtype"]) == ("dynamic", False, "bfloat16")
+    assert out["draft_ms"] == 10.0
+    assert out["target_ms"] == {1: 10.0} and set(out["seconds"]) == {1} and "compiled_ok" not in out
+    assert out["max_len"] == 16 + 5 + 2  # the context, the widest pass and 2
+    assert skipped == [f"random eager: target width {w} (time budget)" for w in (2, 5)]
+    assert calls == [(1, 1, False), (1, 1, False)]  # the draft's pass, the target's: one warm-up each
+
+
+def test_a_graphed_path_warms_up_past_its_capture_and_says_when_a_capture_failed(monkeypatch, cpu_graphs):
+    calls = fake_passes(monkeypatch)
+    models = {role: gpumeasure.random_model(tiny(2), "cpu", torch.float32, seed=i)
+              for i, role in enumerate(gpumeasure.ROLES)}
+    # the draft's capture failed, the target's did not
+    monkeypatch.setattr(gpumeasure, "compiled_throughout", lambda lm: lm.model is not models["draft"])
+    s = gpumeasure.Settings.for_device("cpu", quick=True)
+    out = gpumeasure.time_path(models, "graphed", s, gpumeasure.Clock(60.0), (1,), [], "random")
+    assert out["compiled"] and out["compiled_ok"] is False and out["max_len"] >= 1024
+    out = gpumeasure.time_path(models, "graphed", s, gpumeasure.Clock(60.0), (5,), [], "random", into=out)
+    assert out["compiled_ok"] is False and out["target_ms"] == {1: 10.0, 5: 50.0}  # still failed
+    assert calls == [(1, 3, True), (1, 3, True), (5, 3, True)]  # capture, graph warm-up, replay
+
+
+def test_a_pass_run_eager_for_want_of_memory_is_not_a_compiled_one():
+    from types import SimpleNamespace
+
+    assert gpumeasure.compiled_throughout(SimpleNamespace(_step=object(), memory_fallbacks=0))
+    assert not gpumeasure.compiled_throughout(SimpleNamespace(_step=object(), memory_fallbacks=1))
+    assert not gpumeasure.compiled_throughout(SimpleNamespace(_step=None))
+
+
+def test_verify_rounds_corrupt_a_draft_every_other_round():
+    """With an lm that always predicts the reference, a round keeps all k drafts and its own token,
+    but every other round one draft (position round % k) is off by one: the rounds then keep 1 + 1
+    and 0 + 1 tokens, so the cache is rolled back past rejected ones."""
+    prompt, reference, k = [1, 2], list(range(10, 22)), 3
+    truth, fed = prompt + reference + [0] * (k + 1), []
+
+    class Oracle:
+        vocab_size = 50
+
+        def forward(self, ids, last=1):
+            fed.append(ids[-k:])
+            rows = torch.zeros(last, 50)
+            for j in range(last):
+                rows[j, truth[len(ids) - last + j + 1]] = 1.0
+            return rows
+
+    assert gpumeasure.verify_rounds(Oracle(), prompt, reference, k) == reference
+    assert fed == [[10, 11, 12], [14, 16, 16], [16, 17, 18], [21, 21, 0], [21, 0, 0]]
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_preflight_refuses_a_cache_whose_logits_are_off_by_a_hundredth(monkeypatch, kind):
+    forward = CachedLM.forward
+
+    def off(self, ids, last=1):
+        return forward(self, ids, last) + (0.01 if self.static == (kind == "static") else 0.0)
+
+    monkeypatch.setattr(CachedLM, "forward", off)
+    with pytest.raises(ValueError, match=f"specviz's {kind} cache gives wrong logits .*difference 0.01 from"):
+        gpumeasure.preflight("cpu")
+
+
+def test_preflight_refuses_a_cache_that_is_not_rolled_back(monkeypatch):
+    from specviz import lm
+
+    monkeypatch.setattr(lm, "crop", lambda cache, remove: None)  # the written 2 positions stay
+    with pytest.raises(ValueError, match="specviz's (dynamic|static) cache"):
+        gpumeasure.preflight("cpu")
+
+
+def test_random_models_differ_by_seed():
+    a, b = (gpumeasure.random_model(tiny(1), "cpu", torch.float32, seed=i) for i in (0, 1))
+    assert not torch.equal(a.get_output_embeddings().weight, b.get_output_embeddings().weight)
+
+
+def test_the_settings_each_device_measures_with():
+    cuda, cpu, quick = (gpumeasure.Settings.for_device(d, q) for d, q in (("cuda", False), ("cpu", False),
+                                                                          ("cpu", True)))
+    assert (cuda.compile, cuda.repeats, cuda.context, cuda.k, cuda.copy_mib, cuda.budget, cuda.settle) \
+        == (True, 20, 128, 4, 2048, 270.0, 0.25)
+    assert cuda.eager_widths == (*range(1, 18), 33, 65) and cuda.fast_widths == (1, 5, 9, 3, 2, 17, 33, 65)
+    assert (cuda.identity_tokens, cuda.engine_tokens, cuda.real, cuda.dtype) == (48, 48, True, "bfloat16")
+    assert (cpu.compile, cpu.repeats, cpu.context, cpu.copy_mib, cpu.budget, cpu.settle) \
+        == (False, 3, 64, 256, 900.0, 0.0)
+    assert cpu.eager_widths == (1, 2, 3, 5, 9, 17) and cpu.fast_widths == (1, 5, 9, 3, 2, 17)
+    assert (quick.repeats, quick.context, quick.eager_widths, quick.fast_widths, quick.copy_mib, quick.real,
+            quick.budget, quick.identity_tokens) == (3, 16, (1, 2, 5), (1, 5), 64, False, 120.0, 12)
+    assert gpumeasure.Settings.for_device("cuda", repeats=None, budget=30.0).budget == 30.0  # None: unset
