@@ -175,6 +175,8 @@ def main(argv=None) -> int:
     kinds = [kind for kind in args.kinds.split(",") if kind]
     if unknown := set(kinds) - set(RUNS):
         raise SystemExit(f"unknown kinds {sorted(unknown)}: pick from {', '.join(RUNS)}")
+    if not kinds:  # nothing run would pass the check
+        raise SystemExit(f"--kinds {args.kinds!r} names no run: pick from {', '.join(RUNS)}")
     from .loading import check_device
 
     try:

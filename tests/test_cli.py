@@ -219,6 +219,8 @@ def loaded(*args, **kwargs):
     (["bench", "--methods", "specviz:tree-4", "--tree-nodes", "8"], "or specviz:tree-<k>-n8, or drop"),
     (["bench", "--target", "T", "--tree-nodes", "8"], "--tree-nodes 8: no method runs them (they need"),
     (["run", "--proposer", "ngram", "--ngram", "0", "x"], "ngram_size must be an integer in 1..16"),
+    (["run", "--k", "0", "x"], "k must be an integer in 1.."),
+    (["run", "--top-p", "0", "x"], "top_p must be in (0, 1]"),
     (["gpucheck", "--device", "cpu", "--out", "/proc/version/x"], "--out /proc/version/x: cannot make that"),
 ])
 def test_arguments_that_cannot_work_fail_before_loading_and_name_the_fix(argv, message, monkeypatch, capsys):
@@ -300,3 +302,113 @@ def test_the_app_refuses_a_device_it_cannot_use_before_serving():
 
     with pytest.raises(SystemExit, match="specviz: error: unknown device 'tpu'.*use cpu, cuda or mps"):
         app.main(["--device", "tpu"])
+
+
+def test_run_defaults_are_the_documented_ones():
+    from specviz.cli import build_parser
+
+    args = build_parser().parse_args(["run", "def f"])
+    assert (args.proposer, args.k, args.max_new_tokens, args.temperature, args.top_p, args.top_k, args.seed,
+            args.ngram, args.draft_quant, args.chat) == ("draft", 4, 64, 0.0, 1.0, 0, 0, 3, "auto", False)
+    assert args.nodes is None and args.branching is None  # a tree sized and widened as it runs
+
+
+def fake_run(monkeypatch, spec_events, base_events):
+    """cmd_run on a stand-in pair and engine: what generate, encode and compare were handed."""
+    from types import SimpleNamespace
+
+    from specviz import cli, engine, render, service
+
+    calls = {"generate": [], "encode": []}
+    pair = SimpleNamespace(target_name="T", draft_name="D", dtype="float32", device="cpu", numerics="N",
+                           tokenizer=SimpleNamespace(decode=lambda ids: f"{len(ids)} tokens"),
+                           encode=lambda prompt, chat: calls["encode"].append((prompt, chat)) or [1, 2])
+
+    def generate(p, prompt_ids, proposer, **kw):
+        calls["generate"].append((proposer, kw))
+        return iter(base_events if proposer == "none" else spec_events)
+
+    monkeypatch.setattr(cli, "load_from_args", lambda args: pair)
+    monkeypatch.setattr(service, "warm_up", lambda pair, k: None)
+    monkeypatch.setattr(engine, "generate", generate)
+    monkeypatch.setattr(render, "all_spans", lambda *a: [])
+    monkeypatch.setattr(render, "to_ansi", lambda spans, **kw: "TEXT")
+    return calls
+
+
+def test_cli_run_hands_every_setting_to_the_engine(monkeypatch, capsys):
+    calls = fake_run(monkeypatch, [event(1, 2, k=3)], [])
+    assert main(["run", "--proposer", "tree", "--k", "3", "--max-new-tokens", "5", "--temperature", "0.5",
+                 "--top-p", "0.9", "--top-k", "7", "--seed", "11", "--ngram", "2", "--chat", "--nodes", "6",
+                 "--branching", "2", "--json", "def f"]) == 0
+    assert calls["encode"] == [("def f", True)]
+    assert calls["generate"] == [("tree", dict(k=3, max_new_tokens=5, temperature=0.5, top_k=7, top_p=0.9,
+                                               seed=11, chat=True, ngram_size=2, nodes=6, branching=2))]
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert (summary["target"], summary["draft"], summary["text"]) == ("T", "D", "3 tokens")
+
+
+def test_cli_run_reports_a_baselines_speedup_and_where_its_output_differs(monkeypatch, capsys):
+    """By hand: 3 tokens in 1.0 s against the baseline's 2 in 2.0 s: 3 tok/s over 1, 3x; the
+    compared outputs differ at index 2, the third output token, with margins 0.5 and 0.25."""
+    from types import SimpleNamespace
+
+    from specviz import compare
+
+    spec = [event(1, 2)]  # 2 drafts kept and the target's token: 3 tokens at 1.0 s
+    base = [replace(event(1, 0, k=0), elapsed=1.0), replace(event(2, 0, k=0), elapsed=2.0)]
+    calls = fake_run(monkeypatch, spec, base)
+    compared = []
+    differs = SimpleNamespace(identical=False, position=2, verdict="unexplained: please report",
+                              spec_top2=0.5, base_top2=0.25, margin=lambda top2: top2)
+    monkeypatch.setattr(compare, "compare", lambda *a: compared.append(a[2:]) or differs)
+    argv = ["run", "--k", "2", "--max-new-tokens", "3", "--compare-baseline", "def f"]
+    assert main(argv + ["--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert [proposer for proposer, _ in calls["generate"]] == ["draft", "none"]
+    assert compared == [("float32", "cpu", "N")]
+    assert (summary["baseline_tokens_per_second"], summary["speedup"]) == (1.0, 3.0)
+    assert (summary["identical_to_baseline"], summary["first_difference"], summary["compared"]) \
+        == (False, 2, "N")
+    assert (summary["margin_speculative"], summary["margin_baseline"]) == (0.5, 0.25)
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "3 tokens in 1 target passes" in out
+    assert ("baseline: 1.00 tok/s, speedup 3.00x; output DIFFERENT from output token 3 on: unexplained: "
+            "please report (top-2 logit margin 0.5 speculative, 0.25 baseline)\ncompared: N\n") in out
+
+
+def test_a_file_error_is_exit_status_1_and_one_line(monkeypatch, capsys):
+    from specviz import loading, presets
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(loading, "load_pair", full)
+    assert main(["run", "--target", "T", "--draft", "D", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err == "specviz: error: [Errno 28] No space left on device\n"
+    monkeypatch.setattr(presets, "listing", lambda: [])
+    assert main(["presets"]) == 0
+
+
+def test_load_from_args_hands_every_model_argument_to_the_load(monkeypatch):
+    from specviz import cli, loading, presets
+
+    seen = []
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **kw: seen.append(("pair", a, kw)))
+    monkeypatch.setattr(presets, "load", lambda *a, **kw: seen.append(("preset", a, kw)))
+    model = ["--device", "cpu", "--dtype", "bfloat16", "--device-map", "auto", "--draft-quant", "int8"]
+    cli.load_from_args(cli.build_parser().parse_args(["run", "--target", "T", "--draft", "D", *model, "x"]))
+    cli.load_from_args(cli.build_parser().parse_args(["run", "--pair", "embedded", *model, "x"]))
+    kwargs = dict(device="cpu", dtype="bfloat16", device_map="auto", draft_quant="int8")
+    assert seen == [("pair", ("T", "D"), kwargs), ("preset", ("embedded",), kwargs)]
+
+
+def test_an_unwritable_folder_is_refused_before_the_run(tmp_path, monkeypatch):
+    from specviz import cli
+
+    cli.check_writable("--json", str(tmp_path / "b.json"))  # a folder it can write: fine
+    monkeypatch.setattr(cli.os, "access", lambda path, mode: False)  # read-only (root may write anyway)
+    with pytest.raises(ValueError, match=r"--json .*b\.json: cannot write a file there"):
+        cli.check_writable("--json", str(tmp_path / "b.json"))

@@ -1,5 +1,6 @@
 """gpucheck: the quick CPU run's report, its profile, its goals, and its import path."""
 
+import contextlib
 import json
 import math
 import os
@@ -129,6 +130,7 @@ def test_engine_section_splits_each_round_and_prices_its_passes():
     assert math.isclose(r["draft_ms"], 7 / 3) and math.isclose(r["target_ms"], 1.2)
     assert math.isclose(r["engine_ms"], (0.8 + 1.8 + 0.3) / 3)  # each round's rest
     assert math.isclose(r["engine_share"], 2.9 / 13.5)
+    assert r["accepted"] == 1 and r["tree"] is False  # round 3 kept one draft; no tree
     profile = profiles.Profile("hand", {"name": "x"}, {}, {
         "fast": profiles.PathCosts("static", True, 0.1, ((1, 1.0), (3, 1.1), (5, 1.2)))})
     # 7 draft passes at 0.1 ms and three verify passes of 3 tokens at 1.1 ms: 4.0 ms
@@ -141,6 +143,18 @@ def test_engine_section_splits_each_round_and_prices_its_passes():
     assert f"projects {(7.0 + 3.3) / 3:.3f} ms" in "\n".join(enginecheck.lines({"self": r}, profile))
     with pytest.raises(ValueError, match="a full round after the first"):
         enginecheck.split(events[:1] + events[-1:], k=2, max_new_tokens=7)
+    # tree rounds verify their nodes (3 and 5), a round of the chain its k (2): means, not the largest
+    from dataclasses import replace
+
+    from specviz.tree import TreeNode
+
+    node = TreeNode(-1, 5, 1, 0.5, 0.5)
+    mixed = [events[0], replace(events[1], tree=(node,) * 3), events[2], replace(events[3], tree=(node,) * 5),
+             events[4]]
+    r = enginecheck.split(mixed, k=2, max_new_tokens=7)
+    assert math.isclose(r["nodes"], 10 / 3) and r["widths"] == {"3": 1, "4": 1, "6": 1} and r["tree"] is True
+    untimed = [replace(e, draft_seconds=0.0, target_seconds=0.0, round_seconds=0.0) for e in events]
+    assert enginecheck.split(untimed, k=2, max_new_tokens=7)["engine_share"] == 0.0
 
 
 def test_the_engine_section_captures_the_drafts_catch_up_before_its_timed_rounds(compiled_pair, monkeypatch):
@@ -329,6 +343,83 @@ def test_the_graph_probe_catches_a_replay_that_baked_its_position_in(cpu_graphs,
     assert timed["max_logit_difference"] == 0.0 and timed["argmax_equal"]
 
 
+def test_the_graph_probe_reports_a_replay_that_differs_and_its_timings(monkeypatch):
+    """A stand-in capture that moves one logit by 1000 (onto another argmax): time_width's
+    difference and argmax verdict, greedy_identity's first differing token; the timings by a
+    hand clock: eager passes of 0.25 s, a capture of 0.5 s, replays of 0.0625 s."""
+    from types import SimpleNamespace
+
+    from specviz import graphprobe
+    from specviz.lm import cache_argument, step
+
+    calls, sizes = [], []
+
+    def captured(model, cache, width):
+        def replay(ids):
+            calls.append(1)
+            out = step(model, cache, ids, width, False, cache_argument(model)).clone()
+            if len(calls) == moved:
+                out[0, (int(out[0].argmax()) + 1) % out.shape[-1]] += 1000.0
+            return out
+        return replay
+
+    static_cache = graphprobe.static_cache
+    monkeypatch.setattr(graphprobe, "static_cache",
+                        lambda model, n: sizes.append(n) or static_cache(model, n))
+    monkeypatch.setattr(graphprobe, "captured", captured)
+    monkeypatch.setattr(graphprobe, "sync", lambda device: None)
+    clock = iter([0.0, 0.25, 1.0, 1.25, 2.0, 2.5, 3.0, 3.0625, 4.0, 4.0625])
+    monkeypatch.setattr(graphprobe, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    model = gpumeasure.random_model(gpumeasure.config("target", True), "cpu", torch.float32, seed=0)
+    moved = 1  # the capture's own pass
+    timed = graphprobe.time_width(model, 3, 16, 2, max_len=64)
+    assert sizes == [64] and not timed["argmax_equal"]
+    assert timed["max_logit_difference"] == pytest.approx(1000.0, rel=1e-5)
+    assert (timed["eager_static_ms"], timed["graph_ms"], timed["speedup"], timed["capture_s"]) == (
+        250.0, 62.5, 4.0, 0.5)
+    calls.clear()
+    moved = 3  # the third replay: the fourth output token
+    ident = graphprobe.greedy_identity(model, 6, 16)
+    assert not ident["graph_greedy_equals_eager"] and ident["first_difference"] == 3
+
+
+def test_each_sdpa_variant_holds_attention_to_its_backend(monkeypatch):
+    import torch.nn.attention as attn
+
+    from specviz import graphprobe
+
+    held = []
+    monkeypatch.setattr(attn, "sdpa_kernel",
+                        lambda backends: held.append(backends) or contextlib.nullcontext())
+    model = gpumeasure.random_model(gpumeasure.config("draft", True), "cpu", torch.float32, seed=1)
+    for variant in ("sdpa", "sdpa-efficient", "sdpa-math", "sdpa-cudnn", "eager"):
+        with graphprobe.attention(model, variant):
+            pass
+    B = attn.SDPBackend
+    assert held == [[B.EFFICIENT_ATTENTION], [B.MATH], [B.CUDNN_ATTENTION]]
+
+
+def test_the_probe_profiles_each_models_passes_and_checks_identity_only_where_asked(monkeypatch):
+    from specviz import gpumeasure, graphprobe
+
+    timed, profiled, checked = [], [], []
+    monkeypatch.setattr(graphprobe, "random_pair", lambda device, dtype, quick: {"target": "T", "draft": "D"})
+    monkeypatch.setattr(graphprobe, "random_model", lambda config, device, dtype, seed: "T32")
+    monkeypatch.setattr(gpumeasure, "time_path", lambda models, path, s, *a: timed.append((models, s.repeats))
+                        or {"draft_ms": 1.0, "target_ms": {1: 2.0, s.k + 1: 2.5}, "compiled_ok": True})
+    monkeypatch.setattr(graphprobe, "kernel_share", lambda model, s, width=1, refine=True:
+                        profiled.append((model, width, refine)) or ({}, "t"))
+    monkeypatch.setattr(gpumeasure, "identity", lambda model, s: checked.append(model) or {"ok": True})
+    out = {}
+    graphprobe.modes(["direct", "direct+packed"], ["direct+packed"], out, [], lambda: None, repeats=7,
+                     device="cpu", quick=True)  # 7: not the quick settings' own 3
+    k = gpumeasure.Settings.for_device("cpu", True).k
+    assert timed == [({"target": "T", "draft": "D"}, 7)] * 2
+    assert profiled == [("T", 1, True), ("T", k + 1, True), ("D", 1, False)] * 2  # the draft as it drafts
+    assert checked == ["T32"] and "identity_float32" not in out["direct"]
+    assert out["direct+packed"]["identity_float32"] == {"ok": True}
+
+
 def test_the_graph_probe_restores_the_models_attention_and_names_its_variants():
     from specviz import graphprobe
 
@@ -430,6 +521,9 @@ def test_the_probe_lists_the_last_passs_kernels_in_order_with_the_idle_time_betw
     assert [row.split() for row in rows] == [["0", "0.00", "4.00", "a"], ["1", "5.00", "2.00", "b"],
                                              ["2", "10.00", "1.00", "c"]]
     assert graphprobe.last_pass([], 10) == ({}, "")  # no CUDA kernels: the CPU tests' stand-in graphs
+    # a gap of HOST_GAP_US (10 us) or more is the host's
+    summary, _ = graphprobe.last_pass([kernel("a", 0, 4), kernel("b", 14, 15)], 1)
+    assert summary["last_pass_host_gaps"] == 1 and summary["last_pass_host_gaps_ms"] == 0.01
 
 
 def test_each_probe_mode_names_every_step_setting_it_times_under(monkeypatch):
@@ -556,6 +650,8 @@ def test_enginecheck_alone_compares_each_run_with_the_target_alone(capsys, monke
     assert out.startswith("self {") and "\nchain {" in out
     with pytest.raises(SystemExit, match="unknown kinds"):
         enginecheck.main(["--kinds", "selfish"])
+    with pytest.raises(SystemExit, match="--kinds ',' names no run: pick from chain, tree, self"):  # passed
+        enginecheck.main(["--kinds", ",", "--device", "cpu", "--quick"])
     if not torch.cuda.is_available():  # torch's AssertionError before
         with pytest.raises(SystemExit, match="enginecheck: device 'cuda': no CUDA GPU for this torch here"):
             enginecheck.main(["--device", "cuda", "--quick"])
@@ -565,6 +661,64 @@ def test_enginecheck_alone_compares_each_run_with_the_target_alone(capsys, monke
     assert enginecheck.main(["--device", "cpu", "--fast", "static", "--quick", "--kinds", "self,chain",
                              "--context", "16", "--tokens", "12"]) == 1
     assert "chain k=4" in capsys.readouterr().out.split("output NOT the target alone's")[0]
+
+
+def test_an_engine_runs_difference_keeps_each_runs_margin_in_order(compiled_pair, monkeypatch):
+    """margins: [the engine run's, the target alone's], as compare names them; the target's end of
+    sequence is put back after the run; "self" drafts with the target, "chain" with the draft."""
+    from types import SimpleNamespace
+
+    from specviz import enginecheck
+
+    drafts, pair = [], enginecheck.Pair
+    monkeypatch.setattr(enginecheck, "Pair", lambda target, vocab, draft, *a, **kw:
+                        drafts.append(draft) or pair(target, vocab, draft, *a, **kw))
+    warmed, warm = [], enginecheck.warm_steps
+    monkeypatch.setattr(enginecheck, "warm_steps", lambda p, k: warmed.append(k) or warm(p, k))
+
+    differs = SimpleNamespace(identical=False, position=2, verdict="unexplained: please report",
+                              threshold=0.125, spec_top2=0.5, base_top2=0.25, margin=lambda top2: top2)
+    monkeypatch.setattr(enginecheck, "compare", lambda *a: differs)
+    target = compiled_pair.target
+    monkeypatch.setattr(target.generation_config, "eos_token_id", 7)
+    r = enginecheck.engine_run({"target": target, "draft": compiled_pair.draft}, "static", "chain", k=2,
+                               context=8, tokens=6)
+    assert (r["equals_target_alone"], r["first_difference"], r["margins"], r["near_tie_bound"]) == (
+        False, 2, [0.5, 0.25], 0.125)
+    assert target.generation_config.eos_token_id == 7
+    enginecheck.engine_run({"target": target, "draft": compiled_pair.draft}, "static", "self", k=2, context=8,
+                           tokens=6)
+    assert drafts == [compiled_pair.draft, target] and warmed == [2, 2]  # each chain's steps warmed first
+
+
+def test_enginecheck_runs_each_kind_as_asked_and_a_failed_run_fails_the_check(tmp_path, monkeypatch, capsys):
+    from specviz import enginecheck, gpumeasure, lm
+
+    made, runs = [], []
+    monkeypatch.setattr(gpumeasure, "random_pair", lambda *a: made.append(a) or {"target": "T"})
+
+    def engine_run(models, fast, kind, k, context, tokens):
+        runs.append((models, fast, kind, k, context, tokens))
+        if kind == "chain":
+            raise RuntimeError("no graph")
+        return {"k": k, "nodes": 4.0, "round_ms": 1.0, "draft_ms": 0.5, "target_ms": 0.25, "engine_ms": 0.25,
+                "engine_share": 0.25, "equals_target_alone": True}
+
+    monkeypatch.setattr(enginecheck, "engine_run", engine_run)
+    monkeypatch.setattr(lm, "PACK", False)
+    out = tmp_path / "engine.json"
+    assert enginecheck.main(["--device", "cpu", "--pack", "on", "--out", str(out)]) == 1  # chain failed
+    assert made == [("cpu", torch.bfloat16, False)] and lm.PACK is True
+    assert runs == [({"target": "T"}, "compiled", kind, 4, 128, 48) for kind in ("self", "tree", "chain")]
+    report = json.loads(out.read_text())
+    assert list(report) == ["self", "tree", "chain"]
+    assert report["chain"] == {"error": "RuntimeError: no graph"}
+    assert "  self k=4, 4.0 nodes a round: round 1.000 ms" in capsys.readouterr().out
+    runs.clear()
+    assert enginecheck.main(["--device", "cpu", "--kinds", "self", "--k", "2", "--context", "16", "--tokens",
+                             "12", "--fast", "static", "--dtype", "float32", "--quick"]) == 0
+    assert runs == [({"target": "T"}, "static", "self", 2, 16, 12)]
+    assert made[-1] == ("cpu", torch.float32, True)
 
 
 def test_an_engine_run_that_differs_from_the_target_alone_says_where_and_whether_a_near_tie(compiled_pair,

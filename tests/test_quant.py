@@ -32,6 +32,57 @@ def test_quantized_linear_is_close_to_the_float_one(cls, bound):
     assert float((got - want).norm() / want.norm()) < bound
 
 
+def test_int8_keeps_each_rows_largest_weight_at_127_and_rounds_the_rest():
+    """Per-row scale amax / 127, codes rounded to the nearest step; a row of zeros stays zeros
+    (not 0 / 0)."""
+    linear = nn.Linear(16, 2, bias=False)
+    with torch.no_grad():
+        linear.weight.zero_()
+        linear.weight[0, :3] = torch.tensor([127.0, -3.4, 2.6])  # scale 127 / 127 = 1
+    layer = quant.Int8Linear(linear)
+    assert layer.weight[0, :3].tolist() == [127, -3, 3] and not layer.weight[0, 3:].any()
+    assert not layer.weight[1].any() and float(layer.scales[0]) == 1.0
+    assert torch.equal(layer(torch.ones(1, 16)), torch.tensor([[127.0, 0.0]]))  # 127 - 3 + 3
+
+
+def test_int4_groups_of_one_value_keep_it_exactly():
+    """A constant group has no range: its scale is floored, not 0 (0 / 0 made its codes NaN)."""
+    w = torch.cat([torch.full((16, 32), 0.25), torch.zeros(16, 32)], dim=1)  # [out, in]: two groups a row
+    codes, scale, low = quant.int4_groups(w)
+    assert not codes.any() and bool((scale > 0).all())
+    assert torch.equal(low, torch.tensor([[0.25, 0.0]]).expand(16, 2))
+    layer = nn.Linear(64, 16, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    assert torch.equal(quant.Int4Linear(layer)(torch.ones(1, 64)), torch.full((1, 16), 8.0))  # 32 * 0.25
+
+
+def test_each_int4_group_keeps_the_first_clip_with_the_least_squared_error():
+    """By hand per group: every clip c of CLIPS scales both ends of the range (lo = c * min,
+    hi = c * max, 15 steps between), codes round and clamp to 0..15; the group keeps the first
+    clip whose reconstruction has the least squared error."""
+    w = torch.randn(8, 64, generator=torch.Generator().manual_seed(4)) ** 3  # [out, in]: heavy tails
+    codes, scale, low = quant.int4_groups(w)
+    chosen = []
+    for row in range(8):
+        for g in range(2):
+            group = w[row, g * quant.GROUP:(g + 1) * quant.GROUP]
+            best = None
+            for clip in quant.CLIPS:
+                lo, hi = float(group.min()) * clip, float(group.max()) * clip
+                s = max((hi - lo) / 15, 1e-8)
+                c = ((group - lo) / s).round().clamp(0, 15)
+                error = float((c * s + lo - group).square().sum())
+                if best is None or error < best[0]:
+                    best = (error, clip, lo, s, c)
+            _, clip, lo, s, c = best
+            chosen.append(clip)
+            assert low[row, g].item() == pytest.approx(lo, rel=1e-6, abs=1e-7), (row, g)
+            assert scale[row, g].item() == pytest.approx(s, rel=1e-6), (row, g)
+            assert torch.equal(codes[row, g], c), (row, g)
+    assert set(chosen) == {1.0, 0.95}, chosen  # the clipped range fits some groups best
+
+
 def test_int4_groups_are_the_same_whatever_the_row_chunks():
     w = torch.randn(37, 96, generator=torch.Generator().manual_seed(2)) * 0.02  # [out, in]
     whole = quant.int4_groups(w, rows=37)
@@ -110,6 +161,24 @@ def test_modes_and_their_errors():
         quant.wanted(model, "int4")
 
 
+def test_only_a_cpu_draft_in_bfloat16_or_float32_is_quantized():
+    model = nn.Linear(64, 32)
+    model.device, model.dtype = torch.device("cpu"), torch.bfloat16
+    assert quant.wanted(model, "auto") == 4 and quant.wanted(model, "int8") == 8
+    model.device, model.dtype = torch.device("cuda"), torch.float32  # (only read: nothing runs there)
+    assert quant.wanted(model, "auto") is None
+    with pytest.raises(ValueError, match="needs the draft on CPU"):
+        quant.wanted(model, "int8")
+
+
+def test_a_draft_no_kernel_could_take_has_no_weights_label():
+    model = nn.Sequential(nn.Linear(24, 8), nn.Linear(8, 24))  # 24 and 8 inputs: neither kernel
+    model.device, model.dtype = torch.device("cpu"), torch.float32
+    assert quant.apply(model, "int4") is None and type(model[0]) is nn.Linear
+    assert quant.label({"dense": 3}) is None and quant.label({}) is None
+    assert quant.label({"int8": 2}) == "int8 weights"
+
+
 def test_the_shared_pair_runs_an_int4_draft(pair):
     """The engine's exactness tests use this pair, so they cover the quantized draft."""
     assert "int4 weights" in pair.draft_name
@@ -152,7 +221,7 @@ def test_int4_codes_are_kept_and_read_back_into_the_same_layers(tmp_path, monkey
     assert torch.equal(first(x), second(x))
 
 
-@pytest.mark.parametrize("damage", ["garbage", "other_shapes", "missing_layer"])
+@pytest.mark.parametrize("damage", ["garbage", "other_shapes", "other_dtype", "missing_layer"])
 def test_a_damaged_or_foreign_codes_file_is_recomputed_and_rewritten(tmp_path, damage, caplog):
     import copy
 
@@ -169,6 +238,8 @@ def test_a_damaged_or_foreign_codes_file_is_recomputed_and_rewritten(tmp_path, d
         tensors = load_file(path)
         if damage == "other_shapes":
             tensors["0.codes"] = tensors["0.codes"][:, :8].contiguous()
+        elif damage == "other_dtype":  # int8 codes: >> 4 keeps the sign of a code of 8 or more
+            tensors["0.codes"] = tensors["0.codes"].view(torch.int8)
         else:
             tensors = {k: v for k, v in tensors.items() if not k.startswith("3.")}
         save_file(tensors, path)
@@ -177,6 +248,7 @@ def test_a_damaged_or_foreign_codes_file_is_recomputed_and_rewritten(tmp_path, d
     want, got = layers(fresh), layers(model)
     assert all(torch.equal(want[k], got[k]) for k in want)
     assert sorted(load_file(path)) == ["0.codes", "0.low", "0.scale", "3.codes", "3.low", "3.scale"]
+    assert load_file(path)["0.codes"].dtype == torch.uint8
     assert (damage == "garbage") == ("ignoring the int4 codes" in caplog.text)
 
 
