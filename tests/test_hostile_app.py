@@ -266,7 +266,9 @@ def test_the_tree_playback_coerces_its_round_and_needs_a_run(demo):
 def test_the_auto_run_event_reads_run_from_the_servers_state_not_from_the_caller(demo):
     gate = demo.specviz.gate
     text = call_hidden(demo, "auto_run", [True, *args(k=math.nan)], "auto-run-caller")
-    assert '"success":true' in text.replace(" ", "") and "Done" not in text and len(gate) == 0
+    completed = text.replace(" ", "").splitlines()[-1]  # the messages before it say "success":true anyway
+    assert '"process_completed"' in completed and '"success":true' in completed
+    assert "Done" not in text and len(gate) == 0
 
 
 def test_a_fourteen_thousand_token_prompt_is_refused_with_the_fix(demo):
@@ -1120,3 +1122,205 @@ def test_the_app_forgets_the_gradio_state_of_pages_gone_long_ago(demo):
     demo.specviz.tidy.last -= 3600  # due (it runs at most once a minute)
     other.predict(*args(), api_name="/run")
     assert page not in holder.session_data and other.session_hash in holder.session_data
+
+
+# --- what each handler passes on and shows (a mutation test found these unguarded) ----------------
+
+
+def handler(demo, name: str):
+    return next(fn.fn for fn in demo.fns.values() if fn.name == name)
+
+
+def test_at_most_eight_notices_are_listed_and_the_rest_counted():
+    import app
+
+    notices = [f"n{i}" for i in range(1, 11)]
+    assert app.notices_text(notices) == "n1; n2; n3; n4; n5; n6; n7; n8; and 2 more"
+    assert app.notices_text(notices[:8]) == "n1; n2; n3; n4; n5; n6; n7; n8"
+
+
+def test_a_run_streams_its_tree_panel_and_hands_the_page_its_run_only_at_the_end(demo, monkeypatch):
+    """While a tree run streams, the playback slider is not usable and the page keeps its last
+    finished run (Stop leaves Save, the lab and the explorer on it); the finished run's slider is
+    usable and stands on its fullest round, and the plots go to their own places."""
+    import gradio as gr
+
+    from specviz import service, treeview
+
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)  # every round a view
+    values = args(proposer="tree", k=3, nodes=8, branching=2, max_new_tokens=16, prompt="def f")
+    shown = list(handler(demo, "run")(None, None, *values))
+    streamed = [out for out in shown if str(out[0]).startswith("Speculative run: round")]
+    assert streamed and all(out[-1] == gr.skip() and out[11]["interactive"] is False for out in streamed)
+    # while it streams, the panel follows the newest round
+    assert [out[11]["value"] for out in streamed] == [int(out[0].split("round ")[1]) for out in streamed]
+    *_, last = shown
+    trace = demo.specviz.shelf.get(last[-1])
+    rounds = len(trace.events)
+    fullest = treeview.fullest_round(trace.events)
+    assert last[0].startswith("Done") and 1 < fullest < rounds  # the fullest round is not the last
+    assert last[11]["interactive"] is True and (last[11]["value"], last[11]["maximum"]) == (fullest, rounds)
+    figures = [fig.layout.title.text for fig in last[5:10]]
+    assert figures == ["Tokens per target pass, by round", "Tokens against target passes",
+                       "Acceptance by draft position", "Tokens per pass at k=3: measured",
+                       "Tokens against wall-clock time"]
+    demo.specviz.shelf.drop(last[-1])
+
+
+def test_an_error_on_the_status_is_escaped_once(demo):
+    """The toast's message is escaped for HTML; the status (Markdown) shows the visitor's text as
+    typed, not its escapes escaped again (&amp;lt;)."""
+    import gradio as gr
+
+    shown = []
+    with pytest.raises(gr.Error, match="unknown pair 'a&lt;b&gt;&amp;c'"):
+        for out in handler(demo, "run")(None, None, *args(pair="a<b>&c")):
+            shown.append(out)
+    assert len(shown) == 1 and shown[0][1:] == (gr.skip(),) * 15
+    assert shown[0][0] == "⚠ unknown pair \\'a&lt;b&gt;&amp;c\\'\\: pick one from the list"
+
+
+def test_the_float32_rerun_runs_the_last_runs_settings_in_float32(demo):
+    """The button runs the page's settings again in float32, whatever the page's dtype menu says
+    (the dtype is the one setting it may differ in from the last run)."""
+    trace = make_trace(demo, dtype="bfloat16")
+    key = demo.specviz.shelf.put("rerun-float32", trace)
+    values = [trace.settings[name] for name in FIELDS]
+    rerun = handler(demo, "rerun_float32")
+    for dtype in ("bfloat16", "auto"):
+        values[FIELDS.index("dtype")] = dtype
+        last = list(rerun(SimpleNamespace(query_params={}), None, key, *values))[-1]
+        assert last[0].startswith("Done in float32"), (dtype, last[0])
+        assert demo.specviz.shelf.get(last[-1]).settings["dtype"] == "float32"
+        demo.specviz.shelf.drop(last[-1])
+    demo.specviz.shelf.drop(key)
+
+
+def test_a_page_load_takes_the_links_pair_says_its_notices_and_runs_only_on_run_1(model_dirs):
+    import app
+    from specviz.service import ModelStore
+
+    pairs = {name: (str(model_dirs["target"]), str(model_dirs["draft"])) for name in ("tiny", "other")}
+    built = app.build(ModelStore(pairs, device="cpu"), Limits(), RunSettings(pair="tiny", chat=False))
+    load = handler(built, "on_load")
+    *controls, notice, autorun = load(SimpleNamespace(query_params={"pair": "other", "k": "6", "run": "1"}))
+    assert controls[0]["value"] == "other" and controls[FIELDS.index("k")] == 6
+    assert notice == {"__type__": "update", "visible": False} and autorun is True
+    *controls, notice, autorun = load(SimpleNamespace(query_params={"evil": "1"}))
+    assert controls[0]["value"] == "tiny" and autorun is False
+    assert notice == {"__type__": "update", "value": "⚠ ignored unknown link parameter \\'evil\\'",
+                      "visible": True}
+
+
+def test_picking_a_preset_sets_its_chat_template_switch(demo):
+    import gradio as gr
+
+    changed = handler(demo, "pair_changed")
+    assert changed("gpt2") == {"__type__": "update", "value": False}  # a base model
+    assert changed("qwen2.5-1.5b") == {"__type__": "update", "value": True}  # an instruct model
+    assert changed("tiny") == gr.skip() and changed(["gpt2"]) == gr.skip()
+
+
+def test_the_lab_shows_the_masses_and_the_monte_carlo_each_in_its_own_plot(demo):
+    info, masses, mc, table = list(handler(demo, "lab_run")("example", 1, 2000, ["exact"], None, None))[-1]
+    assert "1 − TV(p, q) = <b>0.6000</b>" in info and "<table" in table
+    assert masses.layout.title.text == "p, q, accepted mass and residual"
+    assert mc.layout.title.text == "Monte Carlo: 2,000 one-token rounds per variant"
+
+
+def test_the_end_to_end_check_says_how_many_of_its_samples_are_done(demo):
+    shown = list(handler(demo, "e2e_run")(None, 10, *args(temperature=1.0, k=2)))
+    progress = [out for out in shown if "Sampling:" in out]
+    assert progress[0] == "<div class='specviz-lab'>Sampling: 1 of 20 samples…</div>"
+    assert progress[-1] == "<div class='specviz-lab'>Sampling: 20 of 20 samples…</div>"
+    assert "10 samples each of 2 tokens" in shown[-1]
+
+
+def test_the_k_explorer_replays_the_pages_run_at_its_k(demo):
+    """The explorer's numbers, re-laid text and curve go to their own places, the run's own k and
+    measured rounds reach the replay, and the k slider moves to the run's k."""
+    from specviz import labview
+
+    trace = make_trace(demo, k=3)
+    key = demo.specviz.shelf.put("explorer", trace)
+    measured = [len(e.new_tokens) for e in trace.events]
+    text, numbers, fig = labview.explorer_views(trace.recording, 5, False, 3, measured, None,
+                                                trace.stats.prefilled_costs)
+    got = handler(demo, "explore")(5, False, "", key)
+    assert got[0] == numbers and got[1] == text and got[2].to_json() == fig.to_json()
+    assert handler(demo, "explorer_k")(key) == 3 and "Measured run (k=3)" in numbers
+    # a recording under another drafter's settings (an edited trace): its rounds are not the
+    # replay's to check against
+    hybrid = demo.specviz.shelf.put("explorer-hybrid", replace(trace, settings=trace.settings | {
+        "proposer": "hybrid"}))
+    assert "Measured run" not in handler(demo, "explore")(3, False, "", hybrid)[0]
+    for held in (key, hybrid):
+        demo.specviz.shelf.drop(held)
+
+
+def test_the_lab_stop_cancels_the_labs_jobs_and_the_run_tabs_stop_every_model_job(demo):
+    names = {fn._id: fn.name for fn in demo.fns.values()}
+    stops = sorted((sorted(names[i] for i in fn.cancels) for fn in demo.fns.values() if fn.cancels), key=len)
+    assert stops == [["e2e_run", "lab_run"], ["auto_run", "e2e_run", "lab_run", "rerun_float32", "run"]]
+
+
+def test_an_opened_tree_trace_is_shown_whole_and_held_as_an_upload(demo, tmp_path):
+    """An opened trace is a finished run: its playback slider is usable at once. The shelf holds
+    it as an upload (the first to go over its budget), and a setting this deployment refuses is
+    named in the status, after the trace's own view."""
+    from specviz import treeview
+
+    trace = make_trace(demo, proposer="tree", nodes=6, branching=2, max_new_tokens=16)
+    path = tmp_path / "tree.json"
+    path.write_text(trace.to_json())
+    request = SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={}, session_hash="opener")
+    *shown, key = list(handler(demo, "open_trace")(str(path), request))[-1][:16]
+    slider, rounds = shown[11], len(trace.events)
+    assert slider["interactive"] is True and slider["visible"] is True
+    assert (slider["value"], slider["maximum"]) == (treeview.fullest_round(trace.events), rounds)
+    assert demo.specviz.shelf._items[key].uploaded is True
+    assert shown[8].layout.title.text == "Tokens per pass at k=3: measured"  # the run's k, as it ran
+    status = list(handler(demo, "open_trace")(str(path), request))[-1][-1]
+    assert status.endswith("Its settings are in the Run tab's controls: **Run** runs it again.")
+    path.write_text(replace(trace, settings=trace.settings | {"max_new_tokens": 300}).to_json())
+    status = list(handler(demo, "open_trace")(str(path), request))[-1][-1]
+    assert status.endswith("**Run** runs it again (⚠ ignored trace setting max\\_new\\_tokens\\: max new "
+                           "tokens must be in 1\\.\\.200, got 300 \\(kept 8\\)).")
+
+
+def test_the_lab_on_a_tree_round_tries_the_rounds_root_candidates(demo):
+    import html
+
+    from specviz import labview
+
+    trace = make_trace(demo, proposer="tree", nodes=8, branching=2, max_new_tokens=12)
+    key = demo.specviz.shelf.put("lab-tree", trace)
+    root = labview.tree_root(trace, 1)
+    assert len(root) == 2
+    *_, table = list(handler(demo, "lab_run")("round", 1, 2000, ["tree_exact"], key, None))[-1]
+    tokenizer = demo.specviz.store.current().tokenizer
+    named = ", ".join(repr(tokenizer.decode([c])) for c in root)
+    assert html.escape(f"candidates: {named}") in table
+    demo.specviz.shelf.drop(key)
+
+
+def test_the_auto_run_runs_only_once_a_run_1_link_has_set_its_state(demo):
+    import gradio as gr
+
+    auto = handler(demo, "auto_run")
+    assert list(auto(None, None, False, *args())) == [(gr.skip(),) * 16]  # a page opened without run=1
+    last = list(auto(None, None, True, *args(max_new_tokens=4)))[-1]
+    assert last[0].startswith("Done") and demo.specviz.shelf.get(last[-1]) is not None
+    demo.specviz.shelf.drop(last[-1])
+
+
+def test_the_tree_playback_reads_a_run_made_here_with_the_loaded_pairs_tokenizer(demo):
+    """The playback of a run this pair made names its nodes as the live page did, with the loaded
+    tokenizer, not with the texts a trace carries for the tokens no span shows."""
+    trace = make_trace(demo, proposer="tree", nodes=8, branching=2, max_new_tokens=12)
+    assert trace.node_text  # refused or never-reached candidates
+    marked = replace(trace, node_text={token: "QQMARK" for token in trace.node_text})
+    key = demo.specviz.shelf.put("playback", marked)
+    shown = [handler(demo, "play_tree")(n, key)[0] for n in range(1, len(trace.events) + 1)]
+    assert all('data-round="' in page and "QQMARK" not in page for page in shown)
+    demo.specviz.shelf.drop(key)

@@ -745,3 +745,72 @@ def test_a_job_waiting_on_a_load_yields_so_stop_closes_it_at_once(model_dirs, mo
     monkeypatch.setattr(service.ModelStore, "_load", broken)
     with pytest.raises(ValueError, match="no such folder"):
         list(store.loading(RunSettings(pair="tiny", dtype="bfloat16"), "waiting", poll=0.05))
+
+
+def test_a_sampled_run_draws_with_its_settings_and_makes_no_greedy_claims(store):
+    """A sampled run (temperature, top-k, top-p and seed as set) draws what the engine draws with
+    them, for the speculative run and the target alone; its status and verdict say nothing of
+    greedy outputs, and it has no recording for the k explorer (which replays greedy runs)."""
+    import specviz
+
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def f", dtype="float32", k=3,
+                    temperature=0.8, top_k=5, top_p=0.9, seed=5)
+    last = list(run_views(store, s, Limits()))[-1]
+    pair, ids = store.current(), list(last.trace.prompt_ids)
+    sampling = dict(k=3, max_new_tokens=12, temperature=0.8, top_k=5, top_p=0.9)
+    spec = specviz.RunStats.of(specviz.generate(pair, ids, seed=5, **sampling))
+    base = specviz.RunStats.of(specviz.generate(pair, ids, proposer="none", seed=5, **sampling))
+    assert last.spec.tokens == spec.tokens and last.base.tokens == base.tokens
+    other = specviz.RunStats.of(specviz.generate(pair, ids, seed=6, **sampling))
+    assert other.tokens != spec.tokens  # the seed decides the draw
+    assert last.status.startswith("Done in float32") and "greedy" not in last.status
+    assert "Sampling (temperature &gt; 0)" in last.verdict_html and "Identical" not in last.verdict_html
+    assert last.trace.recording is None
+    replayed = replay_view(loads(last.trace.to_json()))  # opened again: still a sampled run
+    assert replayed.verdict_html == last.verdict_html
+
+
+def test_a_tree_run_reuses_a_chain_run_only_at_its_own_depth(store, monkeypatch):
+    from specviz.service import Baselines
+
+    store.chains = Baselines()
+    s = tree_settings()
+    list(run_views(store, replace(s, proposer="draft", k=2), Limits()))  # a chain run at k=2
+    calls = counting(monkeypatch)
+    last = list(run_views(store, s, Limits()))[-1]  # the tree at k=3: its chain is measured
+    assert calls == ["tree", "draft"] and "chain comparison reused" not in last.status
+
+
+def test_a_sampled_tree_runs_playback_makes_no_greedy_claim_and_the_lab_wants_the_runs_dtype(store):
+    from specviz.service import tree_round
+
+    sampled = tree_settings(temperature=0.8, seed=2, dtype="bfloat16")
+    trace = list(run_views(store, sampled, Limits()))[-1].trace
+    pair = store.current()
+    assert "Greedy run:" not in tree_round(trace, 1, pair)[0]
+    greedy = list(run_views(store, tree_settings(dtype="bfloat16"), Limits()))[-1].trace
+    assert "Greedy run: p is 1 for the target's top token" in tree_round(greedy, 1, pair)[0]
+    store.get(tree_settings())  # the same pair in float32: not the pair that made the run
+    with pytest.raises(ValueError, match="this trace was made with .* run it here first"):
+        finished(labview.from_round_steps(store.current(), trace, 1))
+
+
+def test_the_chat_switch_applies_only_where_the_tokenizer_has_a_template_and_settings_are_checked(
+        store, monkeypatch):
+    s = RunSettings(pair="tiny", chat=True, max_new_tokens=4, prompt="def f", dtype="float32")
+    pair = store.get(s)
+    templated = list(run_views(store, s, Limits()))[-1]
+    assert list(templated.trace.prompt_ids) == pair.encode("def f", chat=True) != pair.encode("def f")
+    monkeypatch.setattr(pair.tokenizer, "chat_template", None)  # a base model's tokenizer
+    last = list(run_views(store, s, Limits()))[-1]
+    assert last.status.startswith("Done") and list(last.trace.prompt_ids) == pair.encode("def f")
+    with pytest.raises(ValueError, match="k must be in 1..16, got 99"):
+        next(run_views(store, replace(s, k=99), Limits()))
+
+
+def test_a_pair_without_a_draft_model_names_the_drafters_it_can_run(model_dirs):
+    alone = ModelStore({"alone": (str(model_dirs["target"]), None)}, device="cpu", warm=False)
+    s = RunSettings(pair="alone", chat=False, max_new_tokens=4, prompt="def f", dtype="float32")
+    with pytest.raises(ValueError, match="this pair has no draft model: pick the n-gram drafter or 'none'"):
+        list(run_views(alone, s, Limits()))
+    assert list(run_views(alone, replace(s, proposer="ngram"), Limits()))[-1].status.startswith("Done")
