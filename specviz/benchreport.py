@@ -112,7 +112,7 @@ def summarize(records: list[Record]) -> dict:
     for method, rows in out.items():
         for cls, row in rows.items():
             # a target alone, either head, against transformers' target alone
-            if method in ALONE[:2] and cls in out.get("hf:target", {}):
+            if method.removesuffix("-plainhead") == "specviz:none" and cls in out.get("hf:target", {}):
                 row["vs_transformers"] = row["tokens_per_second"] / out["hf:target"][cls]["tokens_per_second"]
                 continue
             twins = [out[t][cls]["speedup"] for t in counterparts(method, out)
