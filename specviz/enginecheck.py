@@ -171,12 +171,12 @@ def main(argv=None) -> int:
 
     add_step_args(p)
     args = p.parse_args(argv)
-    apply_step_args(args)
     kinds = [kind for kind in args.kinds.split(",") if kind]
     if unknown := set(kinds) - set(RUNS):
         raise SystemExit(f"unknown kinds {sorted(unknown)}: pick from {', '.join(RUNS)}")
     if not kinds:  # nothing run would pass the check
         raise SystemExit(f"--kinds {args.kinds!r} names no run: pick from {', '.join(RUNS)}")
+    apply_step_args(args)  # after the checks: a refused command changes no step setting
     from .loading import check_device
 
     try:

@@ -378,7 +378,7 @@ def test_cli_run_reports_a_baselines_speedup_and_where_its_output_differs(monkey
             "please report (top-2 logit margin 0.5 speculative, 0.25 baseline)\ncompared: N\n") in out
 
 
-def test_a_file_error_is_exit_status_1_and_one_line(monkeypatch, capsys):
+def test_a_file_error_is_exit_status_1_and_one_line_and_presets_exits_0(monkeypatch, capsys):
     from specviz import loading, presets
 
     def full(*args, **kwargs):
@@ -405,7 +405,7 @@ def test_load_from_args_hands_every_model_argument_to_the_load(monkeypatch):
     assert seen == [("pair", ("T", "D"), kwargs), ("preset", ("embedded",), kwargs)]
 
 
-def test_an_unwritable_folder_is_refused_before_the_run(tmp_path, monkeypatch):
+def test_check_writable_refuses_a_folder_it_cannot_write_in(tmp_path, monkeypatch):
     from specviz import cli
 
     cli.check_writable("--json", str(tmp_path / "b.json"))  # a folder it can write: fine

@@ -191,6 +191,11 @@ def test_every_model_endpoint_gives_a_clean_error_for_hostile_values_and_keeps_s
     assert c.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
 
 
+def handler(demo, name: str):
+    """An event's function by its name, to call as Gradio does."""
+    return next(fn.fn for fn in demo.fns.values() if fn.name == name)
+
+
 def call_hidden(demo, name: str, values: list, session: str) -> str:
     """Call an event that has no API name (api_name=False) by its index, as anyone can, and
     return its messages up to the one that completes it."""
@@ -224,7 +229,7 @@ def test_the_end_to_end_check_refuses_temperature_0_before_the_line_and_a_load(d
     to the page's pair or dtype (the panel said "Loading the pair…" until then)."""
     import gradio as gr
 
-    e2e = next(fn for fn in demo.fns.values() if fn.name == "e2e_run").fn
+    e2e = handler(demo, "e2e_run")
     monkeypatch.setattr(demo.specviz.store, "loading", lambda *a: pytest.fail("loaded"))
     shown = []
     with pytest.raises(gr.Error, match="set a temperature above 0"):
@@ -238,7 +243,7 @@ def test_a_link_that_cannot_be_made_clears_the_box(demo):
     """The box (and the clipboard) kept the last link, of settings the page no longer had."""
     import gradio as gr
 
-    share = next(fn for fn in demo.fns.values() if fn.name == "share_query").fn
+    share = handler(demo, "share_query")
     made = RunSettings(**dict(zip(FIELDS, args(seed=3), strict=True)))
     assert list(share(*args(seed=3))) == [made.to_query()] and "seed=3" in made.to_query()
     shown = []
@@ -527,7 +532,7 @@ def test_the_float32_rerun_after_a_float32_run_is_refused_with_the_way_to_run_in
     """After a float32 run the button ran the same float32 run again: minutes for nothing."""
     import gradio as gr
 
-    rerun = next(fn for fn in demo.fns.values() if fn.name == "rerun_float32").fn
+    rerun = handler(demo, "rerun_float32")
     key = demo.specviz.shelf.put("rerun-again", SimpleNamespace(models={"dtype": "float32"}), nbytes=1)
     with pytest.raises(gr.Error, match="the last run was in float32 already: .* pick float32 under "
                                        "dtype and press Run"):
@@ -896,7 +901,7 @@ def test_saving_again_writes_nothing_new(demo):
     Gradio copied each into its cache: 47 saves of a 3.3 MiB trace wrote 334 MiB in a minute.
     Then files were named by the page's key: opening one trace under eight made-up sessions and
     saving each wrote eight copies (33.7 MiB in 14 s). A file is named by its content now."""
-    save = next(fn for fn in demo.fns.values() if fn.name == "save").fn
+    save = handler(demo, "save")
     trace = make_trace(demo)
     key, other = demo.specviz.shelf.put("saver", trace), demo.specviz.shelf.put("another", trace)
     first = save(key)
@@ -918,7 +923,7 @@ def test_saves_are_utf8_and_all_saves_kept_at_once_stay_within_the_upload_budget
     import app
 
     monkeypatch.setattr(app, "SAVES", tmp_path / "saves")
-    save = next(fn for fn in demo.fns.values() if fn.name == "save").fn
+    save = handler(demo, "save")
     trace = make_trace(demo)
     spans = [replace(span, text="😀" * 50) for span in trace.spans]
     key = demo.specviz.shelf.put("emoji", replace(trace, spans=spans))
@@ -948,7 +953,7 @@ def test_a_trace_too_large_to_open_again_is_not_saved_and_the_page_says_how_to_f
     from specviz.trace import MAX_TRACE_BYTES
 
     monkeypatch.setattr(app, "SAVES", tmp_path / "saves")
-    save = next(fn for fn in demo.fns.values() if fn.name == "save").fn
+    save = handler(demo, "save")
     trace = make_trace(demo)
     def padded(n: int):  # the trace with its first token's text n characters long
         return replace(trace, spans=[replace(trace.spans[0], text="x" * n), *trace.spans[1:]])
@@ -968,7 +973,7 @@ def test_opening_a_file_that_is_gone_names_the_fix(demo):
     made up) raised FileNotFoundError: an empty error for the visitor, a traceback in the log."""
     import gradio as gr
 
-    open_trace = next(fn for fn in demo.fns.values() if fn.name == "open_trace").fn
+    open_trace = handler(demo, "open_trace")
     request = SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={}, session_hash="gone")
     with pytest.raises(gr.Error, match="the uploaded file is gone .*upload the trace again"):
         list(open_trace("/nonexistent/specviz/missing.json", request))
@@ -985,7 +990,7 @@ def test_a_file_that_is_no_trace_is_refused_with_what_to_open_instead(demo, tmp_
     not what to do about it."""
     import gradio as gr
 
-    open_trace = next(fn for fn in demo.fns.values() if fn.name == "open_trace").fn
+    open_trace = handler(demo, "open_trace")
     request = SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={}, session_hash="bad")
     for name, body in (("cut.json", '{"format": "specviz-trace", "vers'), ("other.json", '{"a": 1}')):
         (tmp_path / name).write_text(body)
@@ -1125,10 +1130,6 @@ def test_the_app_forgets_the_gradio_state_of_pages_gone_long_ago(demo):
 
 
 # --- what each handler passes on and shows (a mutation test found these unguarded) ----------------
-
-
-def handler(demo, name: str):
-    return next(fn.fn for fn in demo.fns.values() if fn.name == name)
 
 
 def test_at_most_eight_notices_are_listed_and_the_rest_counted():

@@ -33,8 +33,7 @@ def test_quantized_linear_is_close_to_the_float_one(cls, bound):
 
 
 def test_int8_keeps_each_rows_largest_weight_at_127_and_rounds_the_rest():
-    """Per-row scale amax / 127, codes rounded to the nearest step; a row of zeros stays zeros
-    (not 0 / 0)."""
+    """Per-row scale amax / 127, codes rounded to the nearest step; a row of zeros stays zeros."""
     linear = nn.Linear(16, 2, bias=False)
     with torch.no_grad():
         linear.weight.zero_()
