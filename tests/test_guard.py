@@ -600,6 +600,24 @@ def test_a_cut_upload_is_charged_what_arrived_not_what_it_declared():
     assert guard.charged == MIN_UPLOAD_CHARGE
 
 
+async def five_byte_request(guard, path: str, address: str) -> tuple[int, str]:
+    """One request of a 5-byte multipart body through the guard (a POST to an upload route, else a
+    GET): its status, and the refusal's detail ("" when answered 200)."""
+    sent, messages = [], [{"type": "http.request", "body": b"--b--", "more_body": False}]
+
+    async def send(message):
+        sent.append(message)
+
+    async def receive():
+        return messages.pop() if messages else {"type": "http.disconnect"}
+
+    scope = {"type": "http", "method": "POST" if "upload" in path else "GET", "path": path,
+             "client": (address, 1), "headers": [(b"content-length", b"5"),
+                                                  (b"content-type", b"multipart/form-data; boundary=b")]}
+    await guard(scope, receive, send)
+    return sent[0]["status"], json.loads(sent[1]["body"])["detail"] if sent[0]["status"] != 200 else ""
+
+
 def test_an_address_holds_a_bounded_number_of_requests_open():
     """One address held 20,000 heartbeats of one session open, every file descriptor the server
     had: other visitors' requests hung. Past max_open at once (its /48 past max_open_network) a
@@ -658,19 +676,7 @@ def test_an_address_holds_a_bounded_number_of_requests_open():
         assert guard.by_address == {"9.9.9.9": 1}
 
     async def upload(address: str) -> tuple[int, str]:
-        sent, messages = [], [{"type": "http.request", "body": b"--b--", "more_body": False}]
-
-        async def send(message):
-            sent.append(message)
-
-        async def receive():
-            return messages.pop() if messages else {"type": "http.disconnect"}
-
-        scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "client": (address, 1),
-                 "headers": [(b"content-length", b"5"),
-                             (b"content-type", b"multipart/form-data; boundary=b")]}
-        await guard(scope, receive, send)
-        return sent[0]["status"], json.loads(sent[1]["body"])["detail"] if sent[0]["status"] != 200 else ""
+        return await five_byte_request(guard, "/gradio_api/upload", address)
 
     asyncio.run(asyncio.wait_for(main(), 10))
 
@@ -925,23 +931,6 @@ def test_pages_are_forgotten_on_the_event_loop_where_gradio_reads_them():
     assert _on_loop(threading.get_ident) == threading.get_ident()  # no loop: directly
 
 
-def asgi_call(guard, path: str, address: str) -> int:
-    """One request through the guard to an app that reads the body and answers 200; its status."""
-    sent, messages = [], [{"type": "http.request", "body": b"--b--", "more_body": False}]
-
-    async def send(message):
-        sent.append(message)
-
-    async def receive():
-        return messages.pop() if messages else {"type": "http.disconnect"}
-
-    scope = {"type": "http", "method": "POST" if "upload" in path else "GET", "path": path,
-             "client": (address, 1), "headers": [(b"content-length", b"5"),
-                                                  (b"content-type", b"multipart/form-data; boundary=b")]}
-    asyncio.run(guard(scope, receive, send))
-    return sent[0]["status"]
-
-
 def test_a_refused_upload_gives_its_open_request_place_back():
     """An upload refused for the address's upload count kept its place among the address's open
     requests: three such refusals locked the address (and everyone behind its NAT) out of every
@@ -954,8 +943,11 @@ def test_a_refused_upload_gives_its_open_request_place_back():
 
     guard = RequestGuard(app, max_body=10, max_upload=100, per_address=1, upload_bytes=10**7, window=600,
                          max_open=3)
-    assert [asgi_call(guard, "/gradio_api/upload", "9.9.9.9") for _ in range(5)] == [200] + [429] * 4
-    assert asgi_call(guard, "/", "9.9.9.9") == 200 and not guard.open
+    def status(path: str) -> int:
+        return asyncio.run(five_byte_request(guard, path, "9.9.9.9"))[0]
+
+    assert [status("/gradio_api/upload") for _ in range(5)] == [200] + [429] * 4
+    assert status("/") == 200 and not guard.open
 
 
 def test_pages_per_address_forget_idle_addresses():

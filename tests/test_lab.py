@@ -415,21 +415,24 @@ def test_every_lab_and_run_plot_tells_its_series_apart_without_colour():
         assert len(set(looks(fig))) == len(fig.data), (name, looks(fig))
 
 
+def f64(*xs) -> torch.Tensor:
+    return torch.tensor(xs, dtype=torch.float64)
+
+
 def test_the_chi_square_p_value_by_hand_at_its_pooling_edges():
-    T = lambda *xs: torch.tensor(xs, dtype=torch.float64)  # noqa: E731
     chi = lab.chi_square_pvalue
     # p forbids the third outcome: none seen is a perfect fit, one seen refutes p
-    assert chi(T(50., 50., 0.), T(.5, .5, 0.)) == 1.0 and chi(T(50., 50., 1.), T(.5, .5, 0.)) == 0.0
+    assert chi(f64(50., 50., 0.), f64(.5, .5, 0.)) == 1.0 and chi(f64(50., 50., 1.), f64(.5, .5, 0.)) == 0.0
     # two cells expecting exactly MIN_EXPECTED (5) each stay cells: 25/5 + 25/5 = 10, 1 df, erfc(sqrt 5)
-    assert chi(T(10., 0.), T(.5, .5)) == pytest.approx(math.erfc(math.sqrt(5)), rel=1e-9)
+    assert chi(f64(10., 0.), f64(.5, .5)) == pytest.approx(math.erfc(math.sqrt(5)), rel=1e-9)
     # a pool expecting exactly 5 (2.5 + 2.5) is a cell: 25/75 + 25/5 = 16/3, 1 df
-    assert chi(T(70., 10., 0.), T(.9375, .03125, .03125)) == \
+    assert chi(f64(70., 10., 0.), f64(.9375, .03125, .03125)) == \
         pytest.approx(math.erfc(math.sqrt(8 / 3)), rel=1e-9)
     # a pool expecting 1 joins the smallest big cell (19 -> 20 expected, 25 seen): 25/50 + 0 + 25/20 =
     # 1.75 on 2 df, exp(-1.75 / 2)
-    assert chi(T(45., 30., 19., 6.), T(.5, .3, .19, .01)) == pytest.approx(math.exp(-0.875), rel=1e-9)
+    assert chi(f64(45., 30., 19., 6.), f64(.5, .3, .19, .01)) == pytest.approx(math.exp(-0.875), rel=1e-9)
     # every cell small (a flat p over many tokens at few trials): one pooled cell, no evidence
-    assert chi(T(1., 1.), T(.5, .5)) == 1.0
+    assert chi(f64(1., 1.), f64(.5, .5)) == 1.0
 
 
 def test_the_permutation_p_value_counts_the_observed_split():
@@ -449,9 +452,8 @@ def test_tree_candidates_up_to_the_widest_branching_and_within_the_vocabulary():
 def test_a_draw_q_never_drafts_and_an_unnormalised_q_by_hand():
     # p = q = (.5, .5, 0); the draw puts .5 on token 2, which q never drafts and p forbids: refused
     # there, and the target's correction (p less q is nothing: p itself) restores p exactly
-    T = lambda *xs: torch.tensor(xs, dtype=torch.float64)  # noqa: E731
-    out = lab.predicted("mismatched_q", T(.5, .5, 0.), T(.5, .5, 0.), q_draw=T(.25, .25, .5))
-    assert torch.allclose(out, T(.5, .5, 0.), atol=1e-12)
+    out = lab.predicted("mismatched_q", f64(.5, .5, 0.), f64(.5, .5, 0.), q_draw=f64(.25, .25, .5))
+    assert torch.allclose(out, f64(.5, .5, 0.), atol=1e-12)
     # check() normalises q as it does p: a q given as weights is still a q, and the rule still gives p
     result = lab.check("exact", [.2, .5, .3], [1.2, .6, .2], 100_000)
     assert result.tv_to_p < 0.01 and result.pvalue_vs_p > 1e-3
