@@ -260,6 +260,11 @@ def read_backs_per_round(events) -> list[int]:
         counts.append(count.n)
 
 
+def handler(demo, name: str):
+    """An app event's function by its name (the Python function's), to call as Gradio does."""
+    return next(fn.fn for fn in demo.fns.values() if fn.name == name)
+
+
 def finished(steps):
     """A generator run to its end: what it returns (labview.from_round_steps: p, q, labels,
     drafted, note)."""

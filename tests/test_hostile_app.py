@@ -12,7 +12,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from conftest import finished
+from conftest import finished, handler
 
 from specviz import presets
 from specviz.gate import BUSY, Busy, Gate
@@ -189,11 +189,6 @@ def test_every_model_endpoint_gives_a_clean_error_for_hostile_values_and_keeps_s
         stream = raw_call(demo, "e2e", [n, *args(temperature=1.0)])
         assert "event: error" in stream and re.search(message, stream), stream
     assert c.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
-
-
-def handler(demo, name: str):
-    """An event's function by its name, to call as Gradio does."""
-    return next(fn.fn for fn in demo.fns.values() if fn.name == name)
 
 
 def call_hidden(demo, name: str, values: list, session: str) -> str:
@@ -1284,9 +1279,13 @@ def test_an_opened_tree_trace_is_shown_whole_and_held_as_an_upload(demo, tmp_pat
     status = list(handler(demo, "open_trace")(str(path), request))[-1][-1]
     assert status.endswith("Its settings are in the Run tab's controls: **Run** runs it again.")
     path.write_text(replace(trace, settings=trace.settings | {"max_new_tokens": 300}).to_json())
-    status = list(handler(demo, "open_trace")(str(path), request))[-1][-1]
-    assert status.endswith("**Run** runs it again (⚠ ignored trace setting max\\_new\\_tokens\\: max new "
-                           "tokens must be in 1\\.\\.200, got 300 \\(kept 8\\)).")
+    last = list(handler(demo, "open_trace")(str(path), request))[-1]
+    assert last[-1].endswith("**Run** runs it again (⚠ ignored trace setting max\\_new\\_tokens\\: max new "
+                             "tokens must be in 1\\.\\.200, got 300 \\(kept 8\\)).")
+    held = demo.specviz.shelf._items
+    assert key not in held and last[15] in held  # the session's newest opening replaced its older one
+    demo.specviz.shelf.drop(last[15])  # and leaves the shared page's shelf as it found it
+    assert last[15] not in held
 
 
 def test_the_lab_on_a_tree_round_tries_the_rounds_root_candidates(demo):

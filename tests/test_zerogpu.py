@@ -3,6 +3,7 @@
 import os
 
 import pytest
+from conftest import handler
 
 from specviz import zerogpu
 
@@ -70,7 +71,7 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
                        fast=zerogpu.FAST, warm=False)
     default = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def f", dtype="float32")
     demo = app.build(store, Limits(), default)
-    run = next(f.fn for f in demo.fns.values() if f.api_name == "run")
+    run = handler(demo, "run")
     names = ("pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
              "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching")
     values = [getattr(default, n) for n in names]
@@ -84,9 +85,9 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
     assert len(decorated) == 1 and asked == [zerogpu.duration(12), zerogpu.duration(8, runs=3)]
     # the lab's round (its trace crosses to the worker) and the end-to-end check, on the same workers
     key = last[-1]  # the newest run's trace (a session's newer run replaces its older one)
-    lab_run = next(f.fn for f in demo.fns.values() if f.name == "lab_run")
+    lab_run = handler(demo, "lab_run")
     assert "specviz-lab" in list(lab_run("round", 2, 1000, ["exact"], key, None))[-1][0]
-    e2e = next(f.fn for f in demo.fns.values() if f.name == "e2e_run")
+    e2e = handler(demo, "e2e_run")
     warm = [{"temperature": 0.8}.get(n, v) for n, v in zip(names, values, strict=True)]
     assert "specviz-lab" in list(e2e(None, 10, *warm))[-1]
     assert len(decorated) == 1 and asked[2:] == [zerogpu.LAB_SECONDS, zerogpu.duration(20)]
@@ -135,7 +136,7 @@ def test_a_visitors_error_inside_a_zerogpu_job_keeps_its_message(monkeypatch, mo
                        warm=False)
     default = RunSettings(pair="tiny", chat=False, max_new_tokens=4, prompt="def f " * 40, dtype="float32")
     demo = app.build(store, Limits(max_prompt_tokens=20), default)
-    run = next(f.fn for f in demo.fns.values() if f.api_name == "run")
+    run = handler(demo, "run")
     names = ("pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
              "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching")
     values = [getattr(default, n) for n in names]
@@ -181,7 +182,7 @@ def test_the_k_explorer_takes_only_shipped_cost_profiles(model_dirs):
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
     demo = app.build(store, Limits(), RunSettings(pair="tiny", chat=False))
-    explore = next(f.fn for f in demo.fns.values() if f.name == "explore")
+    explore = handler(demo, "explore")
     with pytest.raises(gr.Error, match="cost profile from the list"):
         explore(4, False, "../../etc/passwd", None)
     assert profiles.shipped()  # the CPU profile measured here
@@ -254,7 +255,7 @@ def test_on_zerogpu_a_jobs_clock_ends_inside_the_gpu_time_it_asked_for(monkeypat
                        warm=False)
     default = RunSettings(pair="tiny", chat=False, max_new_tokens=120, prompt="def f", dtype="float32")
     demo = app.build(store, Limits(max_job_seconds=25.0), default)
-    run = next(f.fn for f in demo.fns.values() if f.api_name == "run")
+    run = handler(demo, "run")
     names = ("pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
              "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching")
     for tokens, clock in ((120, 20 + 0.1 * 120 * 2 - 10), (10, 20 + 0.1 * 10 * 2 - 10), (500, 25.0)):
