@@ -260,6 +260,30 @@ def read_backs_per_round(events) -> list[int]:
         counts.append(count.n)
 
 
+class FakeTime:
+    """A perf_counter that moves only when a fake pass or copy says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+class TimedPasses:
+    """An lm whose passes take the given seconds on a FakeTime."""
+
+    def __init__(self, clock, seconds):
+        self.clock, self.seconds, self.fed, self.rolled = clock, list(seconds), [], []
+
+    def forward(self, ids, last=1):
+        self.fed.append((list(ids), last))
+        self.clock.now += self.seconds[len(self.fed) - 1]
+
+    def rollback(self, ids):
+        self.rolled.append(list(ids))
+
+
 def handler(demo, name: str):
     """An app event's function by its name (the Python function's), to call as Gradio does."""
     return next(fn.fn for fn in demo.fns.values() if fn.name == name)

@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+from conftest import FakeTime, TimedPasses
 
 from specviz import bench, benchreport, costs, profiles
 from specviz.bench import Record
@@ -588,22 +589,12 @@ def test_costs_prints_the_slope_against_the_lines_intercept_and_the_measured_pas
 def test_a_pass_cost_is_the_median_of_the_timed_passes_after_the_warm_up(monkeypatch):
     """pass_seconds reads the cached ids once, warms up with one pass, then times `repeats`: a slow
     first pass (100 ms here, on a clock the test moves) is not in the median."""
-    from types import SimpleNamespace
-
-    clock, calls = [0.0], []
-
-    class Stub:
-        def forward(self, ids, last=1):
-            calls.append(len(ids))
-            clock[0] += 0.1 if len(calls) == 2 else 0.001  # call 1 reads ids, call 2 warms up
-
-        def rollback(self, ids):
-            pass
-
-    monkeypatch.setattr(costs, "engine_lm", lambda *a: Stub())
-    monkeypatch.setattr(costs, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    clock = FakeTime()
+    lm = TimedPasses(clock, [0.001, 0.1, 0.001])  # reading the ids, the warm-up, the timed pass
+    monkeypatch.setattr(costs, "engine_lm", lambda *a: lm)
+    monkeypatch.setattr(costs, "time", clock)
     assert costs.pass_seconds(None, 10, [1, 2], 3, repeats=1) == pytest.approx(0.001)
-    assert calls == [2, 5, 5]  # the ids, then the warm-up and one timed pass of 3 tokens after them
+    assert [len(ids) for ids, _ in lm.fed] == [2, 5, 5]  # the ids, then the warm-up and one timed pass
 
 
 def test_costs_splits_the_step_to_a_drafted_pass_from_each_drafted_token():

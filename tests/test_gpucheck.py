@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import FakeTime, TimedPasses
 
 from specviz import gpucheck, gpumeasure, profiles
 from specviz.lm import CachedLM
@@ -929,16 +930,6 @@ def test_a_probe_modes_profiler_failure_keeps_its_timings_for_the_choice(monkeyp
     assert graphprobe.fastest({"modes": out})[0] == "direct+packed+shared"  # 6.5 against 8.5 ms
 
 
-class FakeTime:
-    """A perf_counter that moves only when a fake pass or copy says so."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def perf_counter(self):
-        return self.now
-
-
 def test_the_copy_bandwidth_counts_bytes_read_and_written_over_the_median_timed_copy(monkeypatch):
     """1 MiB copied in a median 2^-10 s (of 2^-12, 2^-10 and 2^-6), read and written: 2 MiB a copy,
     2.147483648 GB/s; the first two copies (10 s each here) are untimed warm-ups."""
@@ -956,20 +947,6 @@ def test_the_copy_bandwidth_counts_bytes_read_and_written_over_the_median_timed_
     gbs = gpumeasure.copy_bandwidth("cpu", mib=1, repeats=3)
     monkeypatch.undo()
     assert len(copies) == 5 and math.isclose(gbs, 2 * 2**20 * 2**10 / 1e9)
-
-
-class TimedPasses:
-    """An lm whose passes take the given seconds on a FakeTime."""
-
-    def __init__(self, clock, seconds):
-        self.clock, self.seconds, self.fed, self.rolled = clock, list(seconds), [], []
-
-    def forward(self, ids, last=1):
-        self.fed.append((list(ids), last))
-        self.clock.now += self.seconds[len(self.fed) - 1]
-
-    def rollback(self, ids):
-        self.rolled.append(list(ids))
 
 
 @pytest.mark.parametrize(("seconds", "warmup", "settle", "repeats", "ms"), [
