@@ -107,6 +107,8 @@ def test_cli_run_tree_text_prints_what_the_json_says(model_dirs, capsys):
 
 
 @pytest.mark.parametrize("argv", [
+    ["run", "--k", "0", "x"], ["run", "--k", "40", "x"], ["run", "--temperature", "-1", "x"],
+    ["run", "--top-p", "2", "x"], ["run", "--proposer", "magic", "x"], ["run"], ["frobnicate"],
     ["run", "--proposer", "tree", "--nodes", "0", "x"], ["run", "--proposer", "tree", "--nodes", "65", "x"],
     ["run", "--proposer", "tree", "--branching", "9", "x"], ["run", "--nodes", "8", "x"],
     ["run", "--proposer", "ngram", "--branching", "2", "x"],
@@ -115,7 +117,7 @@ def test_cli_run_tree_text_prints_what_the_json_says(model_dirs, capsys):
     ["costs", "--repeats", "0"],
     ["run", "--device", "foo", "x"], ["run", "--device", "cuda", "x"], ["costs", "--device", "tpu"],
 ])
-def test_bad_tree_arguments_fail_before_loading_with_one_line(argv, capsys):
+def test_bad_arguments_fail_before_loading_with_one_line(argv, capsys):
     try:
         rc = main(argv)
     except SystemExit as e:

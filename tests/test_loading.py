@@ -72,18 +72,6 @@ def test_cli_run_plain_text_when_not_a_tty(model_dirs, capsys):
     assert rc == 0 and "\x1b[" not in out and "target passes" in out
 
 
-@pytest.mark.parametrize("argv", [["run", "--k", "0", "x"], ["run", "--k", "40", "x"],
-                                  ["run", "--temperature", "-1", "x"], ["run", "--top-p", "2", "x"],
-                                  ["run", "--proposer", "magic", "x"], ["run"], ["frobnicate"]])
-def test_cli_bad_arguments_exit_2_with_one_line(argv, capsys):
-    try:
-        rc = main(argv)
-    except SystemExit as e:
-        rc = e.code
-    err = capsys.readouterr().err
-    assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("specviz: error:")
-
-
 def test_default_device_and_dtype():
     from specviz.loading import check_device, default_dtype, parse_dtype
 
