@@ -12,7 +12,8 @@ attack did before and after.
   refuses routes that fetch URLs, feed running events, or that the app does not use.
 - `forbid_downloads` turns Gradio's downloader into a refusal.
 - `forget_pages` and `Tidy` drop what Gradio keeps of pages that are gone: their state (a copy of
-  every output's last value) and the empty file each upload leaves in its cache.
+  every output's last value), the empty file each upload leaves in its cache, and the folders
+  Gradio's cache cleaner empties.
 
 Addresses count as gate.public_address says: a private one (a proxy's) is not counted.
 """
@@ -333,10 +334,18 @@ def _on_loop(fn):
         return fn()
 
 
+HASH_NAME = re.compile(r"[0-9a-f]{64}")  # a folder of Gradio's cache: its content's sha256
+
+
 class Tidy:
-    """At most once every `every` seconds (whoever calls first does it): forget_pages, and the
-    empty files Gradio's File component (type="filepath") leaves in its cache's top folder `cache`,
-    one an upload (a NamedTemporaryFile it makes and forgets), older than `files` seconds."""
+    """At most once every `every` seconds (whoever calls first does it): forget_pages, and in
+    Gradio's cache's top folder `cache`, what is older than `files` seconds of what Gradio leaves
+    there: the empty file its File component (type="filepath") makes for each upload and forgets
+    (a NamedTemporaryFile), and the empty folders its cleaner leaves (an upload or a saved file
+    goes into a folder named by its content's sha256; the cleaner deletes the file, not the folder;
+    only folders so named go, should the cache be a folder others use too).
+    A folder goes on the server's event loop, where Gradio makes an upload's (or a saved file's)
+    folder and moves (copies) the file in with no await between, so none finds its folder gone."""
 
     def __init__(self, holder_of, idle: float, closed: float, files: float, cache: str | None = None,
                  every: float = 60.0):
@@ -344,7 +353,7 @@ class Tidy:
         self.cache, self.lock, self.last = cache, threading.Lock(), -float("inf")
 
     def __call__(self) -> tuple[int, int]:
-        """(pages forgotten, files removed); (0, 0) where it is not yet time."""
+        """(pages forgotten, files and folders removed); (0, 0) where it is not yet time."""
         if not self.lock.acquire(blocking=False):
             return 0, 0
         try:
@@ -354,17 +363,19 @@ class Tidy:
             self.last = now
             holder = self.holder_of()
             pages = 0 if holder is None else _on_loop(lambda: forget_pages(holder, self.idle, self.closed))
-            return pages, self._files()
+            return pages, self._files() + _on_loop(self._folders)
         finally:
             self.lock.release()
 
+    def _entries(self) -> list[os.DirEntry]:
+        try:
+            return list(os.scandir(self.cache)) if self.cache else []
+        except OSError:
+            return []
+
     def _files(self) -> int:
         removed, now = 0, time.time()
-        try:
-            entries = list(os.scandir(self.cache)) if self.cache else []
-        except OSError:
-            return 0
-        for entry in entries:
+        for entry in self._entries():
             try:
                 if not (entry.name.startswith("tmp") and entry.is_file(follow_symlinks=False)):
                     continue
@@ -373,6 +384,18 @@ class Tidy:
                     os.unlink(entry.path)
                     removed += 1
             except OSError:  # gone meanwhile
+                continue
+        return removed
+
+    def _folders(self) -> int:
+        removed, now = 0, time.time()
+        for entry in self._entries():
+            try:
+                if (HASH_NAME.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)
+                        and now - entry.stat().st_mtime > self.files):
+                    os.rmdir(entry.path)  # refuses a folder that is not empty
+                    removed += 1
+            except OSError:  # not empty, or gone meanwhile
                 continue
         return removed
 

@@ -886,29 +886,40 @@ def test_gradio_forgets_pages_closed_or_unused_for_long_and_their_states_go_firs
     assert forget_pages(object(), 1, 1) == 0  # another Gradio's holder: nothing to do
 
 
-def test_tidy_runs_once_a_minute_and_removes_only_old_empty_temporary_files(tmp_path):
+def test_tidy_runs_once_a_minute_and_removes_only_old_empty_temporary_files_and_folders(tmp_path):
     """Gradio's File (type="filepath") leaves an empty NamedTemporaryFile in its cache for every
-    upload and never removes it (280 of them after a soak's 280 uploads)."""
+    upload and never removes it (280 of them after a soak's 280 uploads); its cache cleaner deletes
+    an upload's file and leaves the folder named by its hash."""
     import os
     import time
 
     from specviz.guard import Tidy
 
-    old = time.time() - 2000
+    old, full, oldhash, newhash = time.time() - 2000, "a" * 64, "b" * 64, "c" * 64
+    (tmp_path / full).mkdir()
+    (tmp_path / full / "trace.json").write_bytes(b"{}")
+    for name in (oldhash, newhash, "X" * 64, "mine"):
+        (tmp_path / name).mkdir()
+    os.symlink(tmp_path / newhash, tmp_path / ("d" * 64))
     for name, body, mtime in (("tmpold", b"", old), ("tmpnew", b"", None), ("tmpfull", b"x", old),
                               ("upload.json", b"", old)):
         (tmp_path / name).write_bytes(body)
         if mtime:
             os.utime(tmp_path / name, (mtime, mtime))
-    (tmp_path / "tmpdir").mkdir()
-    os.utime(tmp_path / "tmpdir", (old, old))
+    for name in (full, oldhash, "d" * 64, "X" * 64, "mine"):
+        os.utime(tmp_path / name, (old, old), follow_symlinks=False)
     tidy = Tidy(lambda: None, idle=3600, closed=600, files=1200, cache=str(tmp_path))
-    assert tidy() == (0, 1)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmpdir", "tmpfull", "tmpnew", "upload.json"]
+    # tmpold and oldhash go; a folder with a file in it stays, and a link, and folders not named by
+    # a sha256 (should the cache be a folder others use)
+    assert tidy() == (0, 2)
+    kept = ["X" * 64, full, newhash, "d" * 64, "mine", "tmpfull", "tmpnew", "upload.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == kept
     os.utime(tmp_path / "tmpnew", (old, old))
+    os.utime(tmp_path / newhash, (old, old))
     assert tidy() == (0, 0)  # not a minute since the last: nothing done
     tidy.last -= 61
-    assert tidy() == (0, 1) and not (tmp_path / "tmpnew").exists()
+    assert tidy() == (0, 2) and sorted(p.name for p in tmp_path.iterdir()) == [
+        n for n in kept if n not in (newhash, "tmpnew")]
 
 
 def test_pages_are_forgotten_on_the_event_loop_where_gradio_reads_them():
@@ -929,6 +940,33 @@ def test_pages_are_forgotten_on_the_event_loop_where_gradio_reads_them():
     loop, ran_on, _ = asyncio.run(main())
     assert ran_on == loop  # from a worker thread of the loop: on the loop
     assert _on_loop(threading.get_ident) == threading.get_ident()  # no loop: directly
+
+
+def test_tidy_removes_folders_on_the_event_loop_where_gradio_fills_them(tmp_path, monkeypatch):
+    """Gradio makes an upload's folder and moves the file in on the server's loop, with no await
+    between: a folder removed from a worker thread could go between the two and fail the upload."""
+    import asyncio
+    import os
+    import threading
+    import time
+
+    import anyio
+
+    from specviz import guard
+
+    old = time.time() - 2000
+    emptied = tmp_path / ("e" * 64)
+    emptied.mkdir()
+    os.utime(emptied, (old, old))
+    removed_on, rmdir = [], os.rmdir
+    monkeypatch.setattr(guard.os, "rmdir", lambda p: (removed_on.append(threading.get_ident()), rmdir(p)))
+    tidy = guard.Tidy(lambda: None, idle=3600, closed=600, files=1200, cache=str(tmp_path))
+
+    async def main():
+        return threading.get_ident(), await anyio.to_thread.run_sync(tidy)
+
+    loop, done = asyncio.run(main())
+    assert done == (0, 1) and removed_on == [loop] and not emptied.exists()
 
 
 def test_a_refused_upload_gives_its_open_request_place_back():

@@ -853,6 +853,32 @@ def test_one_upload_request_holds_one_trace_and_an_address_a_few(demo):
     assert codes == [200] * app.UPLOADS_PER_ADDRESS + [429]
 
 
+def test_the_folder_an_upload_leaves_once_the_cleaner_empties_it_goes(demo):
+    """Gradio puts an upload into a folder named by its content's sha256, and its cleaner deletes
+    the file, not the folder: one folder a distinct upload stayed for the life of the process."""
+    import os
+    import secrets
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    from specviz.guard import HASH_NAME
+
+    body = b'{"unique": "%s"}' % secrets.token_hex(8).encode()
+    r = httpx.post(f"{demo.url}gradio_api/upload", files=[("files", ("t.json", body, "application/json"))],
+                   headers={"X-Forwarded-For": "7.7.7.9"}, timeout=30)
+    file = Path(r.json()[0])
+    folder, tidy = file.parent, demo.specviz.tidy
+    assert folder.parent == Path(tidy.cache) and HASH_NAME.fullmatch(folder.name)
+    assert file.read_bytes() == body
+    file.unlink()  # what Gradio's cleaner does, 15 to 20 minutes on
+    os.utime(folder, (time.time() - tidy.files - 1,) * 2)
+    tidy.last -= 3600  # due (it runs at most once a minute)
+    tidy()
+    assert not folder.exists()
+
+
 def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(monkeypatch):
     import inspect
     from pathlib import Path
