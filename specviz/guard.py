@@ -335,6 +335,7 @@ def _on_loop(fn):
 
 
 HASH_NAME = re.compile(r"[0-9a-f]{64}")  # a folder of Gradio's cache: its content's sha256
+TEMP_NAME = re.compile(r"tmp[a-z0-9_]{8}")  # a NamedTemporaryFile's name (tempfile's default)
 
 
 class Tidy:
@@ -343,7 +344,7 @@ class Tidy:
     there: the empty file its File component (type="filepath") makes for each upload and forgets
     (a NamedTemporaryFile), and the empty folders its cleaner leaves (an upload or a saved file
     goes into a folder named by its content's sha256; the cleaner deletes the file, not the folder;
-    only folders so named go, should the cache be a folder others use too).
+    only files and folders so named go, should the cache be a folder others use too).
     A folder goes on the server's event loop, where Gradio makes an upload's (or a saved file's)
     folder and moves (copies) the file in with no await between, so none finds its folder gone."""
 
@@ -377,7 +378,7 @@ class Tidy:
         removed, now = 0, time.time()
         for entry in self._entries():
             try:
-                if not (entry.name.startswith("tmp") and entry.is_file(follow_symlinks=False)):
+                if not (TEMP_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False)):
                     continue
                 stat = entry.stat()
                 if stat.st_size == 0 and now - stat.st_mtime > self.files:

@@ -901,25 +901,27 @@ def test_tidy_runs_once_a_minute_and_removes_only_old_empty_temporary_files_and_
     for name in (oldhash, newhash, "X" * 64, "mine"):
         (tmp_path / name).mkdir()
     os.symlink(tmp_path / newhash, tmp_path / ("d" * 64))
-    for name, body, mtime in (("tmpold", b"", old), ("tmpnew", b"", None), ("tmpfull", b"x", old),
-                              ("upload.json", b"", old)):
+    for name, body, mtime in (("tmpold_1234", b"", old), ("tmpnew_1234", b"", None),
+                              ("tmpfull_123", b"x", old), ("upload.json", b"", old), ("tmp.lock", b"", old),
+                              ("tmpTOOLONG123", b"", old)):
         (tmp_path / name).write_bytes(body)
         if mtime:
             os.utime(tmp_path / name, (mtime, mtime))
     for name in (full, oldhash, "d" * 64, "X" * 64, "mine"):
         os.utime(tmp_path / name, (old, old), follow_symlinks=False)
     tidy = Tidy(lambda: None, idle=3600, closed=600, files=1200, cache=str(tmp_path))
-    # tmpold and oldhash go; a folder with a file in it stays, and a link, and folders not named by
-    # a sha256 (should the cache be a folder others use)
+    # tmpold_1234 and oldhash go; a folder with a file in it stays, and a link, and what is not
+    # named as tempfile names a file or Gradio a folder (should the cache be a folder others use)
     assert tidy() == (0, 2)
-    kept = ["X" * 64, full, newhash, "d" * 64, "mine", "tmpfull", "tmpnew", "upload.json"]
+    kept = ["X" * 64, full, newhash, "d" * 64, "mine", "tmp.lock", "tmpTOOLONG123", "tmpfull_123",
+            "tmpnew_1234", "upload.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == kept
-    os.utime(tmp_path / "tmpnew", (old, old))
+    os.utime(tmp_path / "tmpnew_1234", (old, old))
     os.utime(tmp_path / newhash, (old, old))
     assert tidy() == (0, 0)  # not a minute since the last: nothing done
     tidy.last -= 61
     assert tidy() == (0, 2) and sorted(p.name for p in tmp_path.iterdir()) == [
-        n for n in kept if n not in (newhash, "tmpnew")]
+        n for n in kept if n not in (newhash, "tmpnew_1234")]
 
 
 def test_pages_are_forgotten_on_the_event_loop_where_gradio_reads_them():

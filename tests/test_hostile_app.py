@@ -853,30 +853,38 @@ def test_one_upload_request_holds_one_trace_and_an_address_a_few(demo):
     assert codes == [200] * app.UPLOADS_PER_ADDRESS + [429]
 
 
-def test_the_folder_an_upload_leaves_once_the_cleaner_empties_it_goes(demo):
+def test_what_an_opened_trace_leaves_in_gradios_cache_goes_once_old(demo, tmp_path):
     """Gradio puts an upload into a folder named by its content's sha256, and its cleaner deletes
-    the file, not the folder: one folder a distinct upload stayed for the life of the process."""
+    the file, not the folder; its File (type="filepath") makes an empty NamedTemporaryFile beside
+    them and forgets it. One folder a distinct upload, and one file an opening, stayed for the life
+    of the process."""
     import os
     import secrets
     import time
     from pathlib import Path
 
-    import httpx
+    from gradio_client import handle_file
 
-    from specviz.guard import HASH_NAME
+    from specviz.guard import HASH_NAME, TEMP_NAME
 
-    body = b'{"unique": "%s"}' % secrets.token_hex(8).encode()
-    r = httpx.post(f"{demo.url}gradio_api/upload", files=[("files", ("t.json", body, "application/json"))],
-                   headers={"X-Forwarded-For": "7.7.7.9"}, timeout=30)
-    file = Path(r.json()[0])
-    folder, tidy = file.parent, demo.specviz.tidy
-    assert folder.parent == Path(tidy.cache) and HASH_NAME.fullmatch(folder.name)
-    assert file.read_bytes() == body
+    tidy = demo.specviz.tidy
+    cache = Path(tidy.cache)
+    name = f"cleaned-{secrets.token_hex(4)}.json"
+    path = tmp_path / name
+    path.write_text(make_trace(demo).to_json() + " " * (1 + secrets.randbelow(4096)))  # content of its own
+    before = {p.name for p in cache.iterdir()}
+    client(demo).predict(handle_file(str(path)), api_name="/open_trace")
+    [file] = cache.glob(f"*/{name}")
+    folder = file.parent
+    assert folder.parent == cache and HASH_NAME.fullmatch(folder.name)
+    empty = [p for p in cache.iterdir() if p.name not in before and p.is_file() and p.stat().st_size == 0]
+    assert empty and all(TEMP_NAME.fullmatch(p.name) for p in empty)
     file.unlink()  # what Gradio's cleaner does, 15 to 20 minutes on
-    os.utime(folder, (time.time() - tidy.files - 1,) * 2)
+    for p in (folder, *empty):
+        os.utime(p, (time.time() - tidy.files - 1,) * 2)
     tidy.last -= 3600  # due (it runs at most once a minute)
     tidy()
-    assert not folder.exists()
+    assert not folder.exists() and not any(p.exists() for p in empty)
 
 
 def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(monkeypatch):
