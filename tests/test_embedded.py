@@ -191,6 +191,9 @@ def test_embedded_pair_is_exact_and_cached(monkeypatch):
     ("ENOSPC", "about 0.0 GB free there: free some space"),
     ("EACCES", "Set SPECVIZ_CACHE to a folder you can write to"),
     ("EIO", "Check that folder (or set SPECVIZ_CACHE to another)"),
+    ("EDQUOT", "about 0.0 GB free there: free some space"),  # a quota is a full disk to the user
+    ("EPERM", "Set SPECVIZ_CACHE to a folder you can write to"),
+    ("EROFS", "Set SPECVIZ_CACHE to a folder you can write to"),
 ])
 def test_a_failed_build_names_the_fix_its_error_calls_for(tmp_path, monkeypatch, code, says):
     import errno
@@ -205,13 +208,15 @@ def test_a_failed_build_names_the_fix_its_error_calls_for(tmp_path, monkeypatch,
     with pytest.raises(ValueError, match=re.escape(says)) as info:
         embedded.prepare(model)
     assert os.strerror(getattr(errno, code)) in str(info.value)
-    if code != "ENOSPC":
+    if code not in ("ENOSPC", "EDQUOT"):
         assert "free some space" not in str(info.value)  # a disk with room is not called full
 
 
 def test_a_build_parses_each_gguf_once_and_puts_the_reader_back(tmp_path, monkeypatch):
     """transformers opens a fresh GGUFReader for the tokenizer, the config and the weights; inside
     _one_gguf_parse they share one parse of the file (a third of a first load)."""
+    import os
+
     import gguf
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
@@ -228,6 +233,7 @@ def test_a_build_parses_each_gguf_once_and_puts_the_reader_back(tmp_path, monkey
     with embedded._one_gguf_parse():
         for _ in range(3):
             assert load_gguf_checkpoint(str(path))["config"]["num_hidden_layers"] == 1
+        assert gguf.GGUFReader(os.path.relpath(path)) is gguf.GGUFReader(str(path))  # one file, one parse
         assert len(parses) == 1
     assert gguf.GGUFReader is original
     load_gguf_checkpoint(str(path))
@@ -266,3 +272,172 @@ def test_the_cache_build_does_not_pass_on_advice_a_user_cannot_take(tmp_path, mo
         advice.removeHandler(handler)
     assert [r.getMessage() for r in shown] == ["after the build"] and advice.level == level
     assert (tmp_path / "out" / "config.json").exists()
+
+
+def test_the_cache_folder_is_specviz_cache_else_xdg_cache_home_else_home(tmp_path, monkeypatch):
+    """$SPECVIZ_CACHE (~ expanded), else $XDG_CACHE_HOME/specviz, else ~/.cache/specviz; an empty
+    variable counts as unset. Each model's folder names its sha256: another build is another folder."""
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="where")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SPECVIZ_CACHE", "~/mine")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert embedded.cache_root() == tmp_path / "home" / "mine"
+    monkeypatch.setenv("SPECVIZ_CACHE", "")
+    assert embedded.cache_root() == tmp_path / "xdg" / "specviz"
+    monkeypatch.setenv("XDG_CACHE_HOME", "")
+    assert embedded.cache_root() == tmp_path / "home" / ".cache" / "specviz"
+    assert embedded.cache_dir(model) == tmp_path / "home" / ".cache" / "specviz" / "embedded" / (
+        f"where-{model.sha256[:12]}")
+    rebuilt = embedded.EmbeddedModel(**{**model.__dict__, "sha256": "f" * 64})
+    assert embedded.cache_dir(rebuilt) != embedded.cache_dir(model)
+
+
+def test_a_part_without_its_path_function_or_file_names_the_package(tmp_path, monkeypatch):
+    """A part package that imports but lacks get_part_path, or whose path is not a file (a folder
+    left where the file was), names the package to reinstall, like a missing one."""
+    model = fake_model(tmp_path, monkeypatch, [b"abc", b"def"], name="odd")
+    (tmp_path / "site" / "odd_part1" / "__init__.py").write_text("")
+    sys.modules.pop("odd_part1", None)
+    with pytest.raises(ValueError, match=r"part 1 of 2 is missing.*get_part_path.*pip install odd-part1=="):
+        model.part_path(1)
+    part = tmp_path / "site" / "odd_part2" / "data" / "part02.bin"
+    part.unlink()
+    part.mkdir()
+    with pytest.raises(ValueError, match="pip install --force-reinstall odd-part2==1.0"):
+        model.part_path(2)
+
+
+def test_parts_longer_than_a_read_are_assembled_whole(tmp_path, monkeypatch):
+    """Parts are read in chunks (8 MiB; 2 bytes here): every chunk of every part is kept."""
+    model = fake_model(tmp_path, monkeypatch, [b"abcde", b"fghij"], name="chunked")
+    monkeypatch.setattr(embedded, "_CHUNK", 2)
+    out = embedded.assemble(model, tmp_path / "whole.gguf")
+    assert out.read_bytes() == b"abcdefghij"
+
+
+def test_a_stale_folder_without_the_complete_marker_is_rebuilt(tmp_path, monkeypatch):
+    """A cache folder without its `complete` marker (an older layout's, half written) is not
+    a cache: the build replaces it."""
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="stale")
+    (embedded.cache_dir(model)).mkdir(parents=True)
+    (embedded.cache_dir(model) / "weights.bin").write_bytes(b"old")
+    (embedded.cache_dir(model) / "leftover.bin").write_bytes(b"older")
+    assert not embedded.is_cached(model)
+    monkeypatch.setattr(embedded, "_dequantize_to", fake_dequantize)
+    path = embedded.prepare(model)
+    assert sorted(p.name for p in path.iterdir()) == ["complete", "weights.bin"]
+    assert (path / "weights.bin").read_bytes() == b"abc" and embedded.is_cached(model)
+
+
+def test_a_build_killed_before_its_cleanup_is_cleaned_by_the_next(tmp_path, monkeypatch):
+    """A build whose own cleanup never ran (killed outright) leaves its temp folder beside the
+    cache, where the next build finds and removes it."""
+    import shutil
+
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="cut")
+    root = tmp_path / "cache" / "embedded"
+
+    def killed(gguf_path, out_dir):
+        raise KeyboardInterrupt
+
+    rmtree = shutil.rmtree
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)  # no cleanup: as if killed
+    monkeypatch.setattr(embedded, "_dequantize_to", killed)
+    with pytest.raises(KeyboardInterrupt):
+        embedded.prepare(model)
+    left = [p for p in root.iterdir() if p.is_dir()]
+    assert len(left) == 1 and (left[0] / "cut.gguf").read_bytes() == b"abc"
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    monkeypatch.setattr(embedded, "_dequantize_to", fake_dequantize)
+    path = embedded.prepare(model)
+    assert [p for p in root.iterdir() if p.is_dir()] == [path]
+
+
+def test_a_built_cache_is_read_without_taking_the_build_lock(tmp_path, monkeypatch):
+    """A finished cache in a folder the user cannot write (a shared, read-only cache) still loads:
+    the lock file is only opened to build."""
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="shared")
+    monkeypatch.setattr(embedded, "_dequantize_to", fake_dequantize)
+    path = embedded.prepare(model)
+    monkeypatch.setattr(embedded, "_build_lock", lambda *a: pytest.fail("took the lock to read"))
+    assert embedded.prepare(model) == path
+
+
+def test_a_lock_file_that_cannot_be_opened_is_a_clear_error(tmp_path, monkeypatch):
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="locked")
+    (tmp_path / "cache" / "embedded" / ".locked.lock").mkdir(parents=True)  # not a file
+    with pytest.raises(ValueError, match=r"cannot build the locked model cache in .*embedded: .*"
+                                         r"Check that folder \(or set SPECVIZ_CACHE to another\)"):
+        embedded.prepare(model)
+
+
+def test_the_room_a_build_needs_is_the_gguf_beside_its_safetensors_copy(tmp_path, monkeypatch):
+    """The peak of a build is the assembled GGUF and the safetensors copy together: 3 + 4 GB
+    needs 7 GB, and exactly what it needs is enough."""
+    import collections
+    import shutil
+
+    assert embedded.DRAFT.room_needed == 491_400_064 + 1_271_818_000
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="roomy")
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**11, 0, 10**9))
+    monkeypatch.setattr(embedded, "_dequantize_to", fake_dequantize)
+    exact = embedded.EmbeddedModel(**{**model.__dict__, "cache_size": 10**9 - 3})  # 3 + cache_size
+    assert embedded.prepare(exact) and embedded.is_cached(exact)
+    big = embedded.EmbeddedModel(**{**model.__dict__, "name": "big", "size": 3 * 10**9,
+                                    "cache_size": 4 * 10**9})
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**11, 0, 5 * 10**9))
+    with pytest.raises(ValueError, match=r"only 5\.0 GB is free.*about 7\.0 GB free there"):
+        embedded.prepare(big)
+
+
+def test_prepare_all_returns_the_target_then_the_draft(tmp_path, monkeypatch):
+    """`python -m specviz prepare` builds both and reads the pair's folders as (target, draft)."""
+    target = fake_model(tmp_path, monkeypatch, [b"big"], name="tgt")
+    draft = fake_model(tmp_path / "d", monkeypatch, [b"small"], name="drf")
+    monkeypatch.setattr(embedded, "TARGET", target)
+    monkeypatch.setattr(embedded, "DRAFT", draft)
+    monkeypatch.setattr(embedded, "_dequantize_to", fake_dequantize)
+    t, d = embedded.prepare_all()
+    assert (t / "weights.bin").read_bytes() == b"big" and (d / "weights.bin").read_bytes() == b"small"
+
+
+def test_an_os_error_without_a_message_is_named_by_its_type(tmp_path, monkeypatch):
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="mute")
+
+    def failing(gguf_path, out_dir):
+        raise OSError()
+
+    monkeypatch.setattr(embedded, "_dequantize_to", failing)
+    with pytest.raises(ValueError, match=r"cache in .*embedded: OSError\. Check that folder"):
+        embedded.prepare(model)
+
+
+def test_the_cache_copy_is_a_plain_model_that_stops_at_either_chat_end(tmp_path, monkeypatch, model_dirs):
+    """The safetensors copy is no longer marked quantized (a loader would look for the GGUF), holds
+    the tokenizer, and its generation config stops at <|im_end|> (a chat turn's end) and at
+    <|endoftext|>, where the GGUF's config names one of them."""
+    import json
+
+    import transformers
+
+    target = str(model_dirs["target"])
+    real = transformers.AutoModelForCausalLM.from_pretrained
+    tok = transformers.PreTrainedTokenizerFast.from_pretrained(target)
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_end|>"]})
+    im_end, eot = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
+    assert im_end != eot and im_end >= 0
+
+    def from_pretrained(folder, gguf_file=None, **kwargs):  # loaded from a GGUF: marked quantized
+        model = real(target, **kwargs)
+        model.config.quantization_config = {"quant_method": "gguf"}
+        return model
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda folder, gguf_file=None: tok)
+    out = tmp_path / "out"
+    embedded._dequantize_to(tmp_path / "x.gguf", out)
+    assert "quantization_config" not in json.loads((out / "config.json").read_text())
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [im_end, eot]
+    monkeypatch.undo()
+    assert transformers.AutoTokenizer.from_pretrained(str(out)).convert_tokens_to_ids("<|im_end|>") == im_end

@@ -367,3 +367,118 @@ def test_a_replay_needs_a_k_a_run_could_have():
         with pytest.raises(ValueError, match="k must be in 1..32"):
             explorer.replay(rec, k)
     assert explorer.replay(rec, 2).draft_passes >= 1
+
+
+def test_replay_spans_by_hand_refused_drafts_recovered_tokens_and_a_round_with_no_room_to_draft():
+    """Output 5 6 7 8 with drafts 5 9 9 8 (given the true prefix), at k = 3 of a 4-token budget:
+    round 1 drafts 3 and keeps 5 (6 replaces the refused 9), round 2 may draft 1 (9, refused: 7),
+    round 3 has no room to draft (the budget's last token): the target's own 8."""
+    import dataclasses
+
+    from specviz.render import ACCEPTED, RECOVERED, REJECTED, TARGET
+
+    rec = explorer.Recording("draft", [1, 2], [5, 6, 7, 8], [5, 9, 9, 8], 0.01, 0.1, 4,
+                             output_pieces=("a", "b", "c", "d"), guess_pieces=("a", "X", "Y", "d"))
+    rep = explorer.replay(rec, 3)
+    assert rep.rounds == (explorer.Round(0, 3, 1, 9, 2), explorer.Round(2, 1, 0, 9, 1),
+                          explorer.Round(3, 0, 0, None, 1))
+    assert [(s.text, s.fate, s.token, s.round, s.position) for s in explorer.spans(rep)] == [
+        ("a", ACCEPTED, 5, 1, 1), ("b", RECOVERED, 6, 1, 0), ("X", REJECTED, 9, 1, 2),
+        ("c", RECOVERED, 7, 2, 0), ("Y", REJECTED, 9, 2, 1), ("d", TARGET, 8, 3, 0)]
+    # an older trace without display pieces: token ids, a refused token's text where known
+    bare = dataclasses.replace(rec, output_pieces=(), guess_pieces=(), token_text={"9": "nine"})
+    assert [s.text for s in explorer.spans(explorer.replay(bare, 3))] == ["5", "6", "nine", "7", "nine", "8"]
+    unknown = dataclasses.replace(bare, token_text=None)
+    assert [s.text for s in explorer.spans(explorer.replay(unknown, 3)) if s.fate == REJECTED] == ["⟨9⟩"] * 2
+
+
+def test_the_committed_tokens_kept_per_k_are_each_ks_own():
+    """Recording.committed keeps a few k's rounds: asked for one k after another (more than it
+    keeps, and back again), each answer is that k's replay."""
+    output = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]
+    rec = explorer.Recording("draft", [1], output, [10, 11, 99, 13, 14, 15, 99, 17, 18, 19, 20, 99],
+                             0.01, 0.1, 12)
+    for k in (1, 2, 3, 4, 5, 6, 2, 1, 6):
+        assert rec.committed(k) == tuple(r.committed for r in explorer.replay(rec, k).rounds), k
+    assert rec.committed(1) != rec.committed(6)
+
+
+def test_the_adaptive_replay_needs_a_draft_recording_with_every_confidence_and_a_k_a_run_could_have():
+    import dataclasses
+
+    output = [5, 6, 7, 8]
+    rec = explorer.Recording("draft", [1, 2], output, list(output), 0.01, 0.1, 4, confidences=[0.9] * 4)
+    assert rec.replays_adaptive and explorer.replay_adaptive(rec, 1).rounds
+    for other in (dataclasses.replace(rec, confidences=[0.9] * 3), dataclasses.replace(rec, confidences=()),
+                  dataclasses.replace(rec, proposer="ngram")):
+        assert not other.replays_adaptive
+        with pytest.raises(ValueError, match="replays draft-model recordings with confidences"):
+            explorer.replay_adaptive(other)
+    for k in (0, 33):
+        with pytest.raises(ValueError, match="k must be in 1..32"):
+            explorer.replay_adaptive(rec, k)
+    assert max(r.k for r in explorer.replay_adaptive(rec, 32).rounds) == 3  # the budget: 4 tokens
+
+
+def test_a_run_with_a_token_the_draft_cannot_read_is_refused_by_name(pair):
+    """The draft reads ids below its embedding's rows: an output holding the first id past them
+    is a ValueError that says so, not an index error inside the draft's pass."""
+    import types
+
+    from specviz.lm import input_rows
+
+    rows = input_rows(pair.draft)
+    stats = types.SimpleNamespace(tokens=[5, rows], events=(), draft_pass_seconds=0.0,
+                                  target_pass_seconds=0.1)
+    with pytest.raises(ValueError, match="the draft cannot read every token of this run"):
+        explorer.record(pair, [1, 2], stats, "draft", max_new_tokens=4)
+
+
+def test_an_ngram_recording_keeps_the_runs_prices_and_the_text_of_every_token_it_could_propose(pair):
+    """The lookup copies the prompt as well as the output: a refused proposal shows its text, so the
+    recording holds the text of every prompt and output token. The prices the run drafted with,
+    given, are the recording's (the target's line may since have moved)."""
+    ids = pair.encode(PROMPT)
+    rec = explorer.record(pair, ids, real(pair, "ngram", 4, n=12), "ngram", max_new_tokens=12,
+                          ngram_slope=0.3, ngram_step=0.125)
+    assert set(rec.token_text) == {str(t) for t in ids + rec.output}
+    assert all(rec.token_text[str(t)] == pair.tokenizer.decode([t]) for t in ids)
+    assert (rec.ngram_slope, rec.ngram_step) == (0.3, 0.125)
+    assert (rec.lookup().slope, rec.lookup().step) == (0.3, 0.125)
+
+
+def test_the_runs_drafts_are_its_kept_ones_and_the_first_refused():
+    """Given the true prefix a round's drafts hold up to its first refused one (the rest followed
+    that wrong token); a last round with no room to draft adds none, and a hybrid run's n-gram
+    rounds are not the draft model's."""
+    import types
+
+    def event(position, drafts, accepted, source="draft"):
+        return types.SimpleNamespace(position=position, draft_tokens=drafts, accepted=accepted, source=source)
+
+    events = [event(0, [5, 9, 8], 1), event(2, [], 0), event(3, [4, 4], 2, "ngram"), event(6, [7], 0)]
+    assert explorer.run_drafts(events) == {0: 5, 1: 9, 6: 7}
+
+
+def test_a_padded_drafts_guesses_and_confidences_are_over_the_vocabulary(model_dirs, monkeypatch):
+    """A draft whose output rows run 16 past the tokenizer (embedding padding) is read over the
+    vocabulary only: where its padding would win, the recorded guess and confidence are the best
+    real token's, at the positions the run never drafted (after a round that kept every draft)."""
+    pair = specviz.load_pair(str(model_dirs["target"]), str(model_dirs["padded-draft"]), device="cpu",
+                             dtype="float32")
+    measured = real(pair, "draft", 4, n=24)
+    undrafted = sorted(set(range(24)) - set(explorer.run_drafts(measured.events)))
+    assert undrafted
+    forward, seen = pair.draft.forward, []
+
+    def padding_wins(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        seen.append(out.logits[0, :, : pair.vocab_size].clone())
+        out.logits[..., pair.vocab_size:] = out.logits.amax() + 10
+        return out
+
+    monkeypatch.setattr(pair.draft, "forward", padding_wins)
+    rec = explorer.record(pair, pair.encode(PROMPT), measured, "draft", max_new_tokens=24)
+    best = seen[0].softmax(-1).amax(-1)
+    assert [rec.guesses[i] for i in undrafted] == [int(seen[0][i].argmax()) for i in undrafted]
+    assert rec.confidences == pytest.approx(best.tolist())
