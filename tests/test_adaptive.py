@@ -246,3 +246,216 @@ def test_ngram_match_is_its_definition_on_random_and_repetitive_contexts():
             k, low = rng.randint(1, 6), rng.randint(1, size)
             assert drafter.match(ids, k, low) == brute_match(ids, k, size, drafter.pointer, low)
             ids = ids + ([1] if trial == 0 else [rng.randrange(vocab)])
+
+
+def test_kept_of_counts_the_proposal_the_committed_ids_repeat_before_the_targets_own():
+    from specviz.proposers import kept_of
+
+    assert kept_of([1, 2, 3], [1, 2, 3, 9]) == 3  # all kept, then the target's bonus
+    assert kept_of([1, 2, 3], [1, 5]) == 1 and kept_of([1, 2, 3], [7]) == 0 and kept_of([], [4]) == 0
+    # the output cut inside the proposal: the last committed id is still the target's own
+    assert kept_of([1, 2, 3, 4], [1, 2]) == 1 and kept_of([1, 2], [1]) == 0
+
+
+def test_ngram_records_an_output_cut_inside_its_proposal_as_kept_up_to_the_targets_own_token():
+    """The round committed 1, 2 of the proposal 1..9 and the output stopped: 1 was kept, 2 is the
+    target's own token. The record: a kept first token, one later token reached and not kept; the
+    copy pointer past the kept 1 and the target's 2 (at 3, where the next 3-token match starts)."""
+    from specviz.proposers import NgramProposer
+
+    ids = [5, 1, 2, 3, 4, 6, 7, 8, 9, 10, 5]
+    cut = NgramProposer(3)
+    assert cut.proposal(ids, 8) == [1, 2, 3, 4, 6, 7, 8, 9]  # n = 1, copied from 1
+    # (5, 1, 2) matched at 0..2: a fresh n = 3 record; a_c = 4 / 6, R = 4 / (2 + 1.32): bar 0.048,
+    # and 0.5 * (2/3)^j > 0.048 for j <= 5: six tokens
+    assert cut.proposal(ids + [1, 2], 8) == [3, 4, 6, 7, 8, 9]
+    assert cut.first == {1: [1.0, 1.0]} and cut.later == [0.0, 1.0] and cut.pointer == 3
+    assert cut.tokens == 2.0 and cut.cost == pytest.approx(1 + 8 * VERIFY_SLOPE)
+
+
+@pytest.mark.parametrize("temperature, top_k", [(0.0, 0), (0.5, 3)])
+def test_a_drafts_confidence_is_its_processed_top_probability_and_feeds_the_stop(pair, temperature, top_k):
+    """The adaptive rule calibrates the draft's confidence, its top probability under the run's
+    sampling settings: at T > 0 the max of the processed q it samples from (not the raw softmax's,
+    nor the drafted token's own q). The stop test sees each one as it is drafted and ends the draft."""
+    import torch
+
+    from specviz.proposers import ModelProposer
+    from specviz.sampling import SamplingParams, process
+
+    drafter, seen = ModelProposer(pair.draft, pair.vocab_size), []
+    drafter.stop = lambda c: seen.append(c) or len(seen) == 3  # the third token ends it
+    ids, params = pair.tokenizer("def fibonacci(n):")["input_ids"], SamplingParams(temperature, top_k)
+    draft = drafter.propose(ids, 6, params, torch.Generator().manual_seed(0))
+    assert len(draft.tokens) == draft.passes == 3 and list(draft.confidences) == seen
+    with torch.no_grad():  # the same three contexts, read by a plain forward
+        logits = pair.draft(torch.tensor([ids + draft.tokens])).logits[0, len(ids) - 1:-1]  # [3, vocab]
+    raw = logits.softmax(-1).max(-1).values.tolist()
+    if not temperature:
+        assert draft.q is None and seen == pytest.approx(raw, abs=1e-5)
+        return
+    assert draft.q.shape == (3, pair.vocab_size) and seen == draft.q.max(-1).values.tolist()
+    assert seen == pytest.approx(process(logits, params).max(-1).values.tolist(), abs=1e-5)
+    assert all(c > 10 * r for c, r in zip(seen, raw, strict=True))  # top-3 at T = 0.5: far sharper
+    drafted_q = draft.q[range(3), draft.tokens].tolist()
+    assert drafted_q[0] < seen[0] - 0.1  # seed 0 drew a token other than the draft's favourite
+
+
+def test_ngram_sizes_outside_1_to_16_are_refused():
+    from specviz.proposers import NgramProposer
+
+    assert NgramProposer(16).max_ngram == 16 and NgramProposer(1).max_ngram == 1
+    for size in (0, 17):
+        with pytest.raises(ValueError, match="ngram size must be in 1..16"):
+            NgramProposer(size)
+
+
+def test_ngram_learns_only_from_the_context_it_proposed_for_and_counts_every_token_committed_since():
+    from specviz.proposers import NgramProposer
+
+    ids = [5, 1, 2, 3, 4, 6, 7, 8, 9, 10, 5]
+    other = NgramProposer(3)
+    assert other.proposal(ids, 8) == [1, 2, 3, 4, 6, 7, 8, 9]
+    assert other.proposal(ids[:-1] + [6, 42], 8) == []  # not that context grown: no outcome to learn
+    assert (other.first, other.later, other.pointer) == ({}, [0.0, 0.0], None)
+    assert (other.tokens, other.cost) == (0.0, 0.0)
+    skipped = NgramProposer(3)
+    skipped.proposal(ids, 8)
+    skipped.proposal(ids + [42, 43, 44], 8)  # the first refused, then two more rounds it did not see
+    assert skipped.first == {1: [0.0, 1.0]} and skipped.pointer is None  # nothing kept: no copy to follow
+    assert skipped.tokens == 3.0 and skipped.cost == pytest.approx(1 + 8 * VERIFY_SLOPE)
+    # an index built for one context is rebuilt for another, not extended past its length
+    index = NgramProposer(3)
+    assert index.match([1, 2, 3, 1], 4) == ([2, 3, 1], 1, 1) and index.match([4, 5, 4], 4) == ([5, 4], 1, 1)
+
+
+def test_ngram_follows_a_match_after_the_copy_pointer_over_reading_on_at_it():
+    """A match wins over reading on at the pointer: that is only for when nothing matches."""
+    from specviz.proposers import NgramProposer
+
+    ids = [7, 1, 2, 8, 7, 3, 4, 0, 7, 1, 2, 8, 9]
+    drafter = NgramProposer(3)
+    assert drafter.proposal(ids[:10], 4) == [2, 8, 7, 3]
+    assert drafter.proposal(ids, 4) == [3, 4, 0, 7]  # 9 never occurred: read on at 5
+    # 3, 4 kept, then 1: the pointer moves to 8; 1 occurred at 1 and 9, the first at or after 8 wins
+    assert drafter.proposal(ids + [3, 4, 1], 4) == [2, 8, 9, 3] and drafter.pointer == 8
+    assert drafter.first == {2: [1.0, 1.0], 0: [1.0, 1.0]} and drafter.later == [2.0, 4.0]
+
+
+def test_the_stop_rule_stops_at_the_bar_and_its_acceptance_is_never_negative():
+    rule = DraftLength(draft_pass=0.25, target_pass=0.0)
+    rule.observe([], 0, tokens=2, seconds=1.0)  # R = 2: bar 2 * 0.25 = 0.5, exactly
+    assert rule.stopper()(0.5) and not rule.stopper()(0.5 + 1e-9)  # s = 0.5 buys no more than it costs
+    rule.rejected, rule.predicted = 6.0, 2.0  # rejections three times the raw confidences' forecast
+    assert rule.acceptance(0.9) == pytest.approx(0.7) and rule.acceptance(0.5) == 0.0
+
+
+def test_adaptive_drafts_at_most_four_until_it_has_a_rule_then_up_to_k_with_its_stop():
+    asked = []
+
+    def propose(ids, k, params, generator):
+        asked.append((k, inner.stop))
+        return Draft([1] * k, None, k, 0.0, "draft")
+
+    inner = types.SimpleNamespace(report_confidences=False, propose=propose)
+    drafter = AdaptiveProposer(inner, VerifyCost())
+    assert inner.report_confidences  # it learns from the draft's confidences
+    assert drafter.propose([1], 2, None, None).source == "adaptive" and drafter.last.tokens == [1, 1]
+    drafter.propose([1], 12, None, None)
+    assert asked == [(2, None), (4, None)]
+    drafter.rule = DraftLength(0.03, 0.25)
+    drafter.propose([1], 12, None, None)
+    assert asked[-1][0] == 12 and callable(asked[-1][1])
+
+
+def test_adaptive_learns_only_from_a_round_that_verified_its_own_latest_draft():
+    """A round whose drafts are not the ones it proposed (another drafter's) still measures the
+    target's verify line, but teaches the stop rule nothing; the rule's C_D follows the running mean."""
+    drafter = AdaptiveProposer(types.SimpleNamespace(report_confidences=False), VerifyCost())
+    for n, s in ((1, 9.0), (2, 0.04)):  # round 1 (it drafted it: its prefill), round 2 counts
+        drafter.last = Draft([1, 2], None, 2, s, confidences=(0.9, 0.9))
+        drafter.observe_round(measured_round(n, 2, 1, s, 0.3))
+    rule = drafter.rule
+    assert rule.tokens == 2 and rule.draft_pass == drafter.draft_pass == pytest.approx(0.02)
+    drafter.last = Draft([5, 6], None, 2, 0.08, confidences=(0.9, 0.9))
+    drafter.observe_round(measured_round(3, 2, 1, 0.08, 0.3))  # it verified drafts 1, 2, not 5, 6
+    assert rule.tokens == 2 and drafter.draft_pass == pytest.approx(0.02) and len(drafter.cost.drafted) == 2
+    drafter.last = Draft([1, 2], None, 2, 0.08, confidences=(0.9, 0.9))
+    drafter.observe_round(measured_round(4, 2, 1, 0.08, 0.3))
+    assert rule.tokens == 4
+    assert rule.draft_pass == drafter.draft_pass == pytest.approx(0.7 * 0.02 + 0.3 * 0.04)
+
+
+def test_hybrid_copies_only_a_repeat_of_4_or_more_tokens_and_lets_the_draft_catch_up_after():
+    from specviz.proposers import HybridProposer, NgramProposer
+
+    calls = []
+    model = types.SimpleNamespace(
+        inner=types.SimpleNamespace(name="draft"), lm="the draft's cache",
+        forget=lambda: calls.append("forget"), observe_round=lambda event: calls.append(event),
+        propose=lambda ids, k, params, generator: Draft([9] * k, None, k, source="adaptive"))
+    hybrid = HybridProposer(model, NgramProposer(8))
+    assert hybrid.lm == "the draft's cache"
+    three = [1, 2, 3, 8, 1, 2, 3]  # its last 3 tokens repeat: too short a match
+    assert hybrid.propose(three, 2, None, None) == Draft([9, 9], None, 2, source="draft") and calls == []
+    four = [1, 2, 3, 4, 8, 1, 2, 3, 4]
+    assert hybrid.propose(four, 2, None, None) == Draft([8, 1], None, source="ngram")
+    assert calls == ["forget"]
+    hybrid.observe_round("round")  # an n-gram round still measures the target's verify cost
+    assert calls == ["forget", "round"]
+
+
+def test_a_draft_that_cannot_read_an_id_of_the_context_drafts_nothing(pair):
+    import torch
+
+    from specviz.proposers import ModelProposer
+    from specviz.sampling import SamplingParams
+
+    drafter = ModelProposer(pair.draft, pair.vocab_size)
+    drafter.readable = 100  # as if its embedding had rows for ids 0..99 only
+    params, gen = SamplingParams(), torch.Generator()
+    assert drafter.propose([5, 100, 7], 3, params, gen).tokens == []
+    assert len(drafter.propose([5, 99, 7], 3, params, gen).tokens) == 3
+
+
+def test_ngram_stops_at_a_token_that_only_breaks_even():
+    from specviz.proposers import NgramProposer
+
+    ids = [5, 1, 2, 3, 4, 6, 7, 8, 9, 10, 5]
+    # fresh: R = 1, bar = slope 0.4; the second token's P(kept) 0.5 * 0.8 = 0.4 buys what it costs
+    even = NgramProposer(3, slope=0.4)
+    assert even.proposal(ids, 8) == [1]
+
+
+def test_ngram_tries_a_first_token_while_one_posterior_sd_up_clears_the_bar():
+    from specviz.proposers import NgramProposer
+
+    ids = [5, 1, 2, 3, 4, 6, 7, 8, 9, 10, 5]
+    # 0 of 1 kept: a_1 = 1/3, sd sqrt(1/3 * 2/3 / 4) = 0.236, hope 0.569: a bar of 0.56 is cleared,
+    # one of 0.58 is not (R = 1, the bar is the slope)
+    for slope, expected in ((0.56, [1]), (0.58, [])):
+        lookup = NgramProposer(3, slope=slope)
+        lookup.first = {1: [0.0, 1.0]}
+        assert lookup.proposal(ids, 8) == expected, slope
+
+
+def test_ngram_prices_every_proposed_token_and_the_step_at_the_runs_own_rate():
+    import math
+
+    from specviz.proposers import NgramProposer
+
+    ids = [5, 1, 2, 3, 4, 6, 7, 8, 9, 10, 5]
+    # R counts the run with a prior of 2 tokens in 2 passes: 8 tokens in 2 passes, R = 10 / 4 = 2.5;
+    # at a slope of 0.3 the bar is 0.75: a fresh first token (hope 0.789) pays, a second (0.4) not
+    fast = NgramProposer(3, slope=0.3)
+    fast.tokens, fast.cost = 8.0, 2.0
+    assert fast.proposal(ids, 8) == [1]
+    # 0 of 10 kept: three tokens pay their 0.05 each (see above), expected 0.39 kept; with a step of
+    # 0.3 they cost 0.3 + 3 * 0.05 = 0.45: nothing
+    burnt = NgramProposer(3, slope=0.05, step=0.3)
+    burnt.first = {1: [0.0, 10.0]}
+    assert burnt.proposal(ids, 8) == []
+    # a proposal expected to keep exactly what it costs, step and token, is not made
+    hope = 0.5 + math.sqrt(0.5 * 0.5 / 3)  # a fresh record's first token, one sd up
+    even = NgramProposer(3, slope=0.5, step=hope - 0.5)
+    assert even.proposal(ids, 1) == []

@@ -429,6 +429,8 @@ def test_an_unset_width_widens_while_the_tree_keeps_a_last_child_and_narrows_bac
               [node(0, 20 + i, 2, score=0.1 - 0.01 * i) for i in range(3)]
     drafter.widen(drafted, [0, 1, 3])  # widest kept rank 1 < 2: width 3 stays (never below 3)
     assert drafter.branching == 3
+    drafter.widen(drafted, [0, 3])  # none of the last two kept, but 3 is the narrowest
+    assert drafter.branching == 3
     drafter.widen(drafted, [0, 3, 4, 5])  # node 5 is the last of the 3 children offered
     assert drafter.branching == 4
     drafter.widen(drafted, [0, 1, 2])  # at width 4 a kept rank 2 is not a last child: stays
@@ -659,3 +661,102 @@ def test_a_tree_drafts_no_child_the_drafts_distribution_rules_out(pair, top_k):
                                    top_k=top_k, temperature=1.0, max_new_tokens=24, seed=0))
     nodes = [n for e in events for n in e.tree]
     assert nodes and all(n.q > 0 for n in nodes)  # (top-k keeps ties at its k-th value: no count)
+
+
+def test_a_nodes_score_is_the_float32_product_of_its_path():
+    import numpy as np
+
+    from specviz.treedraft import float32_product
+
+    assert float32_product(0.1, 0.3) == float(np.float32(0.1) * np.float32(0.3)) != 0.1 * 0.3
+    assert float32_product(1.0, 0.25) == 0.25
+
+
+def test_the_calibrated_score_is_a_probability_however_far_the_run_outdid_its_scores(pair):
+    proposer = TreeProposer(pair.draft, pair.vocab_size)
+    proposer.kept, proposer.predicted = 8.0, 2.0  # nodes kept 4 times as often as scored
+    assert proposer.calibrated(0.1) == pytest.approx(0.4) and proposer.calibrated(0.5) == 1.0
+    drafted = [node(-1, 1, 1, score=0.5), node(-1, 2, 1, score=0.4), node(0, 3, 2, score=0.3)]
+    # a bar above 1 (a steep verify line at a fast rate): no node pays but the best
+    assert proposer._choose(drafted, bar=1.5) == [0]
+    fresh = TreeProposer(pair.draft, pair.vocab_size)  # c = 1: a node pays only above the bar
+    assert fresh.calibrated(0.3) == 0.3 and fresh._choose(drafted, bar=0.3) == [0, 1]
+
+
+class RecordingCache:
+    """A draft cache that records which fed tree slots the drafter kept, and when it dropped them."""
+
+    def __init__(self):
+        self.kept, self.dropped = [], 0
+
+    def keep(self, slots):
+        self.kept.append(slots)
+
+    def drop_slots(self):
+        self.dropped += 1
+
+
+def test_the_tree_learns_from_the_committed_path_through_all_it_drafted(pair):
+    """The committed ids 7, 3, 5 walk root -> 7 (0) -> 3 (2, not the root's own 3) -> 5 (4); the
+    draft's cache keeps the slots of the fed nodes on that way (0, 2; leaf 4 was never fed). From
+    the second outcome on, calibration counts the kept nodes the tree verified (2: node 4 was not
+    chosen) against the chosen nodes' summed scores (not their q)."""
+    drafter = TreeProposer(pair.draft, pair.vocab_size)
+    drafter.lm = cache = RecordingCache()
+    drafted = [TreeNode(-1, 7, 1, 0.6, 0.6), TreeNode(-1, 3, 1, 0.3, 0.3), TreeNode(0, 3, 2, 0.5, 0.3),
+               TreeNode(0, 4, 2, 0.4, 0.24), TreeNode(2, 5, 3, 0.9, 0.27)]
+    last = ([1, 2], drafted, {0: 10, 2: 11}, [0, 1, 2, 3])
+    drafter.last = last
+    drafter._learn([1, 2, 7, 3, 5, 8])  # the first outcome (round 1's): the cache only
+    assert cache.kept == [[10, 11]] and (drafter.kept, drafter.predicted) == (2.0, 2.0) and drafter.warm
+    drafter.last = last
+    drafter._learn([1, 2, 7, 3, 5, 8])
+    assert drafter.kept == 4.0 and drafter.predicted == pytest.approx(2 + 0.6 + 0.3 + 0.3 + 0.24)
+    drafter.last = last
+    drafter._learn([1, 9, 7])  # another context: the fed slots go, nothing is learnt
+    assert cache.dropped == 1 and len(cache.kept) == 2 and drafter.kept == 4.0 and drafter.last is None
+
+
+def test_the_frontier_is_the_best_nodes_of_a_depth_that_can_still_make_the_tree(pair):
+    # root -> 0 (0.5), 1 (0.3); 0 -> 2 (0.25), 3 (0.2); 1 -> 4 (0.15), 5 (0.12)
+    drafted = [node(-1, 1, 1, score=0.5), node(-1, 2, 1, score=0.3), node(0, 3, 2, score=0.25),
+               node(0, 4, 2, score=0.2), node(1, 5, 2, score=0.15), node(1, 6, 2, score=0.12)]
+    budgeted = TreeProposer(pair.draft, pair.vocab_size, nodes=4, branching=2)
+    # the best 2 of depth 2, each with fewer than 4 nodes above it (node 3 ties the 4th best)
+    assert budgeted._frontier(drafted, 2, bar=0.9, cap=4) == [2, 3]
+    assert budgeted._frontier(drafted, 2, bar=0.9, cap=3) == [2]  # node 3 is 4th: cannot make 3
+    assert budgeted._frontier(drafted, 1, bar=0.9, cap=4) == [0, 1]
+    budgeted.branching = 3  # a third candidate, 4 only if 5 nodes may be verified
+    assert budgeted._frontier(drafted, 2, bar=0.9, cap=4) == [2, 3]
+    assert budgeted._frontier(drafted, 2, bar=0.9, cap=5) == [2, 3, 4]
+    sized = TreeProposer(pair.draft, pair.vocab_size, branching=2)  # no budget: each must pay (c = 1)
+    assert sized._frontier(drafted, 2, bar=0.2, cap=64) == [2]  # 0.2 does not clear a bar of 0.2
+
+
+def test_a_drafted_tree_holds_the_cap_and_its_nodes_score_their_paths(pair):
+    """With every node paying (a calibration that says all are kept), the tree is as big as the
+    round's cap: k nodes and k + MIN_SPREAD in turn while the verify cost is unmeasured; a node's score
+    is its parent's times its own q (float32)."""
+    from specviz.treedraft import float32_product
+
+    cost = VerifyCost()
+    drafter = TreeProposer(pair.draft, pair.vocab_size, cost=cost)
+    drafter.kept = 1e6
+    ids, params, gen = pair.tokenizer(PROMPTS[0])["input_ids"], SamplingParams(), torch.Generator()
+    sizes = []
+    for k in (1, 3, 3):
+        tree = drafter.propose(ids, k, params, gen).tree
+        drafter.last = None
+        drafter.lm.drop_slots()
+        sizes.append(len(tree))
+        assert all(n.score == (n.q if n.parent < 0 else float32_product(tree[n.parent].score, n.q))
+                   for n in tree) and max(n.depth for n in tree) <= k
+        cost.observe(len(tree), 0.3)
+    assert sizes == [1, 3 + VerifyCost.MIN_SPREAD, 3]
+
+
+def test_the_width_follows_the_verified_tree_not_all_the_draft_offered(pair):
+    drafter = TreeProposer(pair.draft, pair.vocab_size, nodes=1)  # 3 + 3 drafted, the best one verified
+    ids = pair.tokenizer(PROMPTS[0])["input_ids"]
+    draft = drafter.propose(ids, 2, SamplingParams(), torch.Generator())
+    assert len(draft.tree) == 1 and len(drafter.last[1]) == 6 and drafter.branching == 3
