@@ -193,3 +193,26 @@ def test_a_cpu_with_bf16_instructions_keeps_torchs_bfloat16_kernel(monkeypatch):
     model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8).to(torch.bfloat16))
     assert dense.native_bf16() and dense.route(model) == 1
     assert type(model[0]) is dense.OneDNNLinear and type(model[1]) is nn.Linear
+
+
+def test_a_prompt_is_read_apart_from_prompt_rows_tokens_and_prefilled_in_wider_passes(pair, monkeypatch):
+    """Where prompts are read on another kernel, a head of PROMPT_ROWS tokens or more (all of the
+    ids but the last) is read in a pass of its own, and a long prompt WIDE_CHUNKS chunks a pass."""
+    monkeypatch.setattr(dense, "PROMPT_ROWS", 8)
+    reads, read = [], lm.CachedLM._read
+    monkeypatch.setattr(lm.CachedLM, "_read", lambda self, ids: reads.append(len(ids)) or read(self, ids))
+
+    def apart(*args, **kwargs):
+        cached = lm.CachedLM(*args, **kwargs)
+        cached.wide_prompts = True  # as a routed bfloat16 model's: the kernel does not matter here
+        return cached
+
+    ids = [5 + i % 30 for i in range(40)]
+    for n, expected in ((9, [8]), (8, [])):
+        reads.clear()
+        logits = apart(pair.target, pair.vocab_size).forward(ids[:n])
+        assert reads == expected, n
+        assert torch.allclose(logits, lm.CachedLM(pair.target, pair.vocab_size).forward(ids[:n]), atol=1e-5)
+    reads.clear()
+    assert list(apart(pair.target, pair.vocab_size).prefill(ids, 4)) == [16, 32, 39]
+    assert reads == [16, 16, 7]

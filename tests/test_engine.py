@@ -493,6 +493,57 @@ def test_static_caches_roll_back_by_moving_a_length(static_pair):
         lm.forward(list(range(65)))
 
 
+def test_a_static_cache_takes_exactly_its_positions_and_names_its_size_beyond(pair):
+    from specviz.lm import CachedLM
+
+    ids = [5 + i % 40 for i in range(17)]
+    assert CachedLM(pair.target, pair.vocab_size, cache="static").max_len == 256  # the model's positions
+    full = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=16)
+    logits = full.forward(ids[:16], last=2)  # every position the cache holds
+    assert torch.allclose(logits, CachedLM(pair.target, pair.vocab_size).forward(ids[:16], last=2), atol=1e-5)
+    with pytest.raises(ValueError, match="static cache holds 16 positions, not 17"):
+        full.forward_next(torch.tensor([7]))
+    with pytest.raises(ValueError, match="static cache holds 16 positions, not 17"):
+        full.forward(ids)
+    prompt = ids * 2 + [5, 6, 7, 8, 9, 10]  # 40 ids: 39 to read before round 1
+    with pytest.raises(ValueError, match="static cache holds 16 positions, not 39"):
+        list(CachedLM(pair.target, pair.vocab_size, cache="static", max_len=16).prefill(prompt, 8))
+
+
+def test_a_rollback_that_keeps_a_position_too_many_is_caught_at_once(pair, monkeypatch):
+    from specviz import lm
+
+    ids, real = pair.encode(PROMPT), lm.crop
+    cached = lm.CachedLM(pair.target, pair.vocab_size)
+    cached.forward(ids + [5, 6, 7], last=4)
+    monkeypatch.setattr(lm, "crop", lambda cache, remove: real(cache, remove + 1))
+    n = len(ids)
+    with pytest.raises(AssertionError, match=f"cache holds {n + 2} positions where {n + 1} were committed"):
+        cached.rollback(ids + [5, 9])
+
+
+def test_a_pass_whose_cache_was_ignored_is_caught_at_once(pair):
+    """Handed the cache by a name its forward does not take (transformers 5.17 ignored cache=
+    silently), the model caches nothing: the pass that fed it says so."""
+    from specviz.lm import CachedLM
+
+    ids = pair.encode(PROMPT)
+    cached = CachedLM(pair.target, pair.vocab_size)
+    cached.kv = "cache_that_is_not"
+    with pytest.raises(AssertionError, match=f"cache holds 0 positions where {len(ids)} were committed"):
+        cached.forward(ids)
+
+
+def test_a_prompt_holding_an_id_the_model_cannot_read_is_left_to_round_1(pair):
+    from specviz.lm import CachedLM, input_rows
+
+    rows = input_rows(pair.target)
+    lm = CachedLM(pair.target, pair.vocab_size)
+    assert list(lm.prefill([5] * 20 + [rows - 1, 6], 8)) == [8, 16, 21] and lm.cache_length == 21
+    lm = CachedLM(pair.target, pair.vocab_size)
+    assert list(lm.prefill([5] * 20 + [rows, 6], 8)) == [] and lm.cache_length == 0
+
+
 def test_a_static_cache_whose_length_is_an_inference_tensor_still_rolls_back(static_pair, monkeypatch):
     """On CUDA a static layer moves its length to the device inside its first forward, an
     inference-mode pass, so the length becomes an inference tensor; on an H200 the first rollback
@@ -608,6 +659,29 @@ def test_round_1_counts_each_models_long_prompt_read_in_its_own_seconds(pair, mo
     assert 100 * reads <= events[0].draft_seconds < 100 * reads + 60
     assert 100 * reads <= events[0].target_seconds < 100 * reads + 60
     assert all(e.draft_seconds < 60 and e.target_seconds < 60 for e in events[1:])
+
+
+def test_a_long_prompts_reads_are_timed_in_the_models_seconds(pair, monkeypatch):
+    import itertools
+    import time
+
+    from specviz.lm import CachedLM
+
+    monkeypatch.setattr(time, "perf_counter", itertools.count().__next__)  # a second a reading
+    cached = CachedLM(pair.target, pair.vocab_size)
+    assert list(cached.prefill([5 + i % 30 for i in range(40)], 8)) == [8, 16, 24, 32, 39]
+    assert cached.seconds == 5
+
+
+def test_a_prefill_after_another_prompt_reads_on_from_what_the_two_share(pair):
+    from specviz.lm import CachedLM
+
+    ids = [5 + i % 30 for i in range(40)]
+    cached = CachedLM(pair.target, pair.vocab_size)
+    cached.forward(ids[:20] + [7] * 10)
+    assert list(cached.prefill(ids, 8)) == [28, 36, 39]
+    assert cached.tokens == ids[:-1] and cached.cache_length == 39
+    assert torch.allclose(cached.forward(ids), CachedLM(pair.target, pair.vocab_size).forward(ids), atol=1e-5)
 
 
 def test_a_prompt_of_one_chunk_is_read_with_round_1_and_events_come_alone(pair, monkeypatch):

@@ -49,6 +49,24 @@ def test_a_graphed_step_captures_each_shape_once_and_gives_the_eager_rows(graphe
     assert not torch.equal(rows[0], rows[2]) and rows[0].data_ptr() != rows[2].data_ptr()
 
 
+def test_a_drafters_one_and_two_token_steps_run_through_the_captured_step(graphed_pair):
+    """A drafter feeds its pick from the device one token at a time, and reads 1 or 2 tokens a
+    round before drafting: each of those through a captured graph, with the eager rows."""
+    pair = graphed_pair
+    ids = pair.encode(PROMPT)
+    graphed = lm_module.draft_lm(pair.draft, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+    eager = lm_module.draft_lm(pair.draft, pair.vocab_size, cache="static", max_len=64)
+    for m in (graphed, eager):
+        m.forward(ids)  # the prompt's width: eager
+    assert graphed.compiled_passes == 0
+    got, want = graphed.forward_next(torch.tensor([5])), eager.forward_next(torch.tensor([5]))
+    assert torch.allclose(got, want, atol=1e-5) and graphed.compiled_passes == 1
+    for m in (graphed, eager):
+        m.settle([5])
+    got, want = graphed.forward(ids + [5, 9, 2]), eager.forward(ids + [5, 9, 2])  # two tokens to feed
+    assert torch.allclose(got, want, atol=1e-5) and graphed.compiled_passes == 2
+
+
 def test_a_graphed_width_asked_for_fewer_rows_captures_its_own_graph(graphed_pair):
     """A pass of the same width that wants fewer rows (a round 1 feeding two uncached tokens and a
     budget-cut draft) is another graph: replaying the one captured for 4 rows gave other logits
@@ -562,3 +580,28 @@ def test_a_tree_pass_at_the_caches_end_is_padded_only_where_the_pads_fit(pair, m
         m.rollback(ids)
         with pytest.raises(ValueError, match="the static cache holds 1024 positions, not 1025"):
             m.forward_tree(ids, [5, 6, 7, 8], [-1, -1, 0, 0])
+
+
+def test_a_failures_causes_name_its_root_and_say_whether_memory_ran_out():
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode
+
+    try:
+        try:
+            raise KeyError("inner")
+        except KeyError as inner:
+            raise RuntimeError("outer\nmore") from inner
+    except RuntimeError as e:
+        assert lm_module.failure(e) == "RuntimeError from KeyError: 'inner'"
+    assert lm_module.out_of_memory(MemoryError())
+    assert lm_module.out_of_memory(RuntimeError("CUDA Out Of Memory"))
+    try:
+        try:
+            raise MemoryError
+        except MemoryError:
+            raise ValueError("other") from None  # the memory error is not this one's cause
+    except ValueError as e:
+        assert not lm_module.out_of_memory(e)
+    # the compiler refusing a graph, as opposed to a graph that failed as it ran
+    assert lm_module.compile_error(ConstraintViolationError("width fixed"))
+    assert lm_module.compile_error(GuardOnDataDependentSymNode(None, "data-dependent"))
+    assert not lm_module.compile_error(RuntimeError("replay failed"))

@@ -84,7 +84,8 @@ def tiny(config_name: str, **extra):
 
 def test_caches_that_cannot_roll_back_are_refused_at_load():
     model = tiny("Qwen3NextConfig", layer_types=["linear_attention", "full_attention"])
-    with pytest.raises(ValueError, match="cannot be rolled back.*full-attention"):
+    with pytest.raises(ValueError, match=r"Qwen3-Next uses .* cannot be rolled back.*full-attention models "
+                                         r"\(pick another pair\)"):
         rollback_window(model, "Qwen3-Next")
     with pytest.raises(ValueError, match="cannot be rolled back"):
         Pair(tiny("Qwen2Config"), None, model).window  # noqa: B018
@@ -110,6 +111,14 @@ def test_sliding_window_models_run_below_their_window_and_refuse_beyond(pair):
     # a tree round may cache up to 64 nodes: the same run as a tree needs more room than there is
     with pytest.raises(ValueError, match="a token tree needs more room"):
         specviz.generate(slide_pair, ids, proposer="tree", k=4, max_new_tokens=64 - 33 - len(ids) - 1)
+
+
+def test_a_sliding_window_model_stays_on_the_dynamic_cache_whatever_the_fast_path(pair):
+    from specviz.lm import resolve_fast
+
+    model = sliding_pair(pair).target
+    for mode in ("static", "compiled", "graphed"):
+        assert resolve_fast(mode, model) == ("dynamic", None), mode
 
 
 def test_the_sampling_check_prices_a_tree_round_as_the_engine_does(pair, monkeypatch):
@@ -268,3 +277,135 @@ def test_a_row_with_more_candidates_than_the_fixed_count_has_all_of_them_refined
     for row in range(3):  # each row what it gets alone: only the wide row was refined again
         assert torch.allclose(refine_top(hidden[row:row + 1], weight, low[row:row + 1])[0], refined[row],
                               rtol=0, atol=1e-6)
+
+
+def written(cache, *lengths):
+    """cache with layer i written lengths[i] positions (None or absent: never written, as a layer
+    whose keys and values another layer shares)."""
+    for layer, n in zip(cache.layers, lengths, strict=False):
+        if n is not None:
+            layer.update(torch.randn(1, 2, n, 8), torch.randn(1, 2, n, 8))
+    return cache
+
+
+@pytest.mark.parametrize("has_crop", [True, False])
+def test_a_static_rollback_moves_only_the_layers_written_so_far(pair, has_crop, monkeypatch):
+    """A layer never written holds nothing: cropping the cache leaves it at 0 (at -2 it would
+    write its first keys two places before the start), each written layer moves by the count.
+    Without StaticLayer.crop (transformers 5.17) crop_layer moves the length by hand."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    from specviz.lm import crop, crop_layer
+
+    if not has_crop:
+        monkeypatch.delattr(StaticLayer, "crop")
+    cache = written(StaticCache(config=pair.target.config, max_cache_len=16), 5)
+    crop(cache, -2)
+    assert [int(layer.get_seq_length()) for layer in cache.layers] == [3, 0]
+    assert int(cache.layers[1].cumulative_length) == 0
+    if not has_crop:  # crop_layer's own move, as truncate and a cache of mixed layers use it
+        for layer in cache.layers:
+            crop_layer(layer, -1)
+        assert [int(layer.cumulative_length) for layer in cache.layers] == [2, 0]
+
+
+def test_a_failed_step_is_cut_back_layer_by_layer_without_static_crop(pair, monkeypatch):
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    from specviz.lm import truncate
+
+    monkeypatch.delattr(StaticLayer, "crop")
+    cache = written(StaticCache(config=pair.target.config, max_cache_len=16), 7, 4)
+    truncate(cache, 5)
+    assert [int(layer.get_seq_length()) for layer in cache.layers] == [5, 4]
+
+
+def test_layers_that_cannot_crop_name_the_transformers_that_can(pair, monkeypatch):
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    from specviz.lm import crop
+
+    monkeypatch.delattr(DynamicLayer, "crop")
+    cache = written(DynamicCache(config=pair.target.config), 3, 3)
+    with pytest.raises(ValueError, match="DynamicLayer cache layers cannot roll back in this transformers: "
+                                         "upgrade to 5.24 or later"):
+        crop(cache, -1)
+
+
+def test_the_rollback_window_is_the_smallest_sliding_window(pair, monkeypatch):
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    from specviz import lm
+
+    class Mixed:  # the layers a config with per-layer windows gives, a full-attention one among them
+        def __init__(self, config):
+            self.layers = [DynamicSlidingWindowLayer(sliding_window=w) for w in (64, 32, 48)]
+            self.layers.insert(1, DynamicLayer())
+
+    monkeypatch.setattr(lm, "DynamicCache", Mixed)
+    assert rollback_window(pair.target) == 32
+
+
+def test_only_plain_low_precision_heads_are_refined(pair):
+    """refinable: a bfloat16 or float16 model whose logits are exactly a bias-free linear head over
+    the last hidden state; float32 needs no refining, and neither a biased head nor an architecture
+    that soft-caps its logits (gemma2) gives its own logits from base_model and the head's weight."""
+    from torch import nn
+
+    from specviz.lm import refinable
+
+    assert refinable(copy.deepcopy(pair.target).to(torch.bfloat16))
+    assert refinable(copy.deepcopy(pair.target).to(torch.float16))
+    assert not refinable(pair.target)  # float32
+    biased = copy.deepcopy(pair.target)
+    head = biased.get_output_embeddings()
+    biased.set_output_embeddings(nn.Linear(head.in_features, head.out_features, bias=True))
+    assert not refinable(biased.to(torch.bfloat16))
+    assert not refinable(tiny("Gemma2Config", head_dim=8).to(torch.bfloat16))
+
+
+def test_a_refined_head_with_padded_rows_gives_the_vocabularys_logits_and_a_drafter_never_refines(pair):
+    from specviz.lm import draft_lm
+
+    padded = make_model("qwen2", pair.vocab_size + 16, 4, pair.tokenizer.eos_token_id).to(torch.bfloat16)
+    ids = pair.encode("def fibonacci(n):")
+    target = CachedLM(padded, pair.vocab_size)
+    logits = target.forward(ids, last=2)
+    assert target.refine and logits.shape == (2, pair.vocab_size)
+    assert not draft_lm(padded, pair.vocab_size).refine  # the float32 head is for the target's p only
+
+
+def test_a_refined_row_recomputes_the_logits_within_4_ulp_of_its_maximum_and_no_others():
+    """Row maximum 1.5 (bf16's spacing there 2^-7): a logit 3 spacings below it is a candidate,
+    made exact in float32; one 5 below, or far below, is left as bf16 gave it."""
+    hidden = torch.tensor([[1.0, 2.0 ** -10]]).bfloat16()  # [1, d]
+    weight = torch.tensor([[1.5, 0.0], [1.5 - 3 / 128, 1.0], [1.5 - 5 / 128, 1.0], [0.5, 1.0]]).bfloat16()
+    low = hidden @ weight.T  # [1, 4]: the 2^-10 is lost to bf16's rounding
+    exact = hidden.float() @ weight.float().T
+    assert torch.equal(low.float(), weight.float()[:, 0][None])
+    refined = refine_top(hidden, weight, low)
+    assert refined.tolist() == [[1.5, 1.5 - 3 / 128 + 2 ** -10, 1.5 - 5 / 128, 0.5]]
+    assert torch.equal(refined[0, :2], exact[0, :2])
+
+
+def test_the_refined_path_gives_the_cache_by_the_base_models_own_argument(pair):
+    """A refined pass calls base_model, not the model: the cache goes by the name base_model's
+    forward takes, whatever the model's own class names it."""
+
+    class OldStyle(type(pair.target)):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None, logits_to_keep=0, **kw):
+            return super().forward(input_ids=input_ids, cache=past_key_values, use_cache=use_cache,
+                                   logits_to_keep=logits_to_keep)
+
+    target = copy.deepcopy(pair.target).to(torch.bfloat16)
+    old = copy.deepcopy(target)
+    old.__class__ = OldStyle
+    ids = pair.encode("def fibonacci(n):")
+    lm, ref = CachedLM(old, pair.vocab_size), CachedLM(target, pair.vocab_size)
+    assert lm.refine and lm.kv == "cache"
+    lm.forward(ids)
+    assert lm.cache_length == len(ids)  # the cache was filled, not ignored
+    assert torch.equal(lm.forward(ids + [5, 6], last=2), ref.forward(ids + [5, 6], last=2))
