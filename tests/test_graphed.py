@@ -436,6 +436,27 @@ def test_a_wide_pass_that_fails_other_than_in_the_compiler_goes_eager_without_a_
     assert len(messages) == 1 and "running eager from now on" in messages[0]
 
 
+def test_a_one_token_step_the_compiler_refuses_goes_eager_and_is_not_tried_again(pair, monkeypatch, caplog):
+    """A one-token pass has its own static graph, never the shared one: the compiler refusing it
+    is a failed step (eager from now on, one log line), not a refused shared graph (which would
+    mark the model UNSHARED and try the same one-token graph again, and again)."""
+    made = []
+
+    def refuse_all(gm, inputs):
+        made.append(gm)
+        raise RuntimeError("no graphs here")
+
+    model, fast, eager, ids = compiled_and_eager(pair, monkeypatch, refuse_all, True, 64, {1, 3})
+    with caplog.at_level(logging.WARNING, logger="specviz.lm"):
+        rows = fast.forward(ids)  # the prompt's last token: width 1
+    assert torch.allclose(rows, eager.forward(ids), atol=1e-5)
+    assert fast._step is None and fast.compiled_passes == 0 and model not in lm_module.UNSHARED
+    assert len(made) == 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "running eager from now on" in messages[0]
+    assert "no graphs here" in messages[0]
+
+
 class FakeStreams:
     """torch.cuda's stream calls, recorded: which stream is current, and each wait_stream."""
 
