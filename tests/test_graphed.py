@@ -256,6 +256,27 @@ def test_a_warm_up_that_fails_part_way_leaves_the_cache_holding_its_committed_to
     assert torch.allclose(rows, fresh.forward(ids + [5]), atol=1e-5)
 
 
+def test_a_tree_step_that_fails_part_way_keeps_the_nodes_cached_before_it(graphed_pair):
+    """A drafter grows its tree a level a pass: a captured step failing on the second level is cut
+    back to the committed tokens and the first level's nodes (not to the tokens alone), and the
+    eager retry reads those nodes as a plain eager tree pass does."""
+    pair = graphed_pair
+    ids = pair.encode(PROMPT)
+    fast = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    for m in (fast, eager):
+        m.forward(ids)
+    first = fast.forward_tree(ids, [5, 6], [-1, -1])
+    assert fast.compiled_passes == 1
+    assert torch.allclose(first, eager.forward_tree(ids, [5, 6], [-1, -1]), atol=1e-5)
+    cached = len(ids) + len(fast.slots)  # the level's nodes and its pads
+    with fails_once(pair.target.model.layers[1]) as failed:
+        second = fast.forward_tree(ids, [7, 8], [0, 1])
+    assert failed and fast._step is None
+    assert torch.allclose(second, eager.forward_tree(ids, [7, 8], [0, 1]), atol=1e-5)
+    assert {int(layer.get_seq_length()) for layer in fast.cache.layers} == {cached + 2}
+
+
 def test_running_out_of_memory_in_a_captured_step_serves_the_pass_eager_and_keeps_the_graphs(graphed_pair):
     """Any failed step went eager for good: on a dedicated GPU, where a slot outlives its run, one
     capture short of memory left every later run 3-5x slower. Now that pass runs eager, the model's
