@@ -346,7 +346,11 @@ class Tidy:
     goes into a folder named by its content's sha256; the cleaner deletes the file, not the folder;
     only files and folders so named go, should the cache be a folder others use too).
     A folder goes on the server's event loop, where Gradio makes an upload's (or a saved file's)
-    folder and moves (copies) the file in with no await between, so none finds its folder gone."""
+    folder and moves (copies) the file in with no await between, so none of this server's finds
+    its folder gone (but for Gradio's fallback copy, in a thread, where the move fails: its temp
+    file is in the same folder, so the move does not fail). Another Gradio process using the same
+    cache folder (the default, /tmp/gradio, is every one's on the host) has no such guarantee:
+    give each app its own GRADIO_TEMP_DIR."""
 
     def __init__(self, holder_of, idle: float, closed: float, files: float, cache: str | None = None,
                  every: float = 60.0):
@@ -364,7 +368,11 @@ class Tidy:
             self.last = now
             holder = self.holder_of()
             pages = 0 if holder is None else _on_loop(lambda: forget_pages(holder, self.idle, self.closed))
-            return pages, self._files() + _on_loop(self._folders)
+            try:
+                folders = _on_loop(self._folders)
+            except RuntimeError:  # no loop to run it on (a server shutting down): next time
+                folders = 0
+            return pages, self._files() + folders
         finally:
             self.lock.release()
 

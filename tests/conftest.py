@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("SPACE_ID", None)  # a Space changes deployment defaults; tests that need one set it
+# each test process its own Gradio cache (uploads, saved files, Gradio's empty temporary files):
+# two workers' servers shared /tmp/gradio, where one's guard.Tidy could sweep what the other's
+# upload had just made. Removed when the process ends.
+_GRADIO_CACHE = tempfile.TemporaryDirectory(prefix="specviz-tests-gradio-",
+                                            dir=os.environ.get("GRADIO_TEMP_DIR"))
+os.environ["GRADIO_TEMP_DIR"] = _GRADIO_CACHE.name
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

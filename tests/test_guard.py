@@ -898,23 +898,23 @@ def test_tidy_runs_once_a_minute_and_removes_only_old_empty_temporary_files_and_
     old, full, oldhash, newhash = time.time() - 2000, "a" * 64, "b" * 64, "c" * 64
     (tmp_path / full).mkdir()
     (tmp_path / full / "trace.json").write_bytes(b"{}")
-    for name in (oldhash, newhash, "X" * 64, "mine"):
+    for name in (oldhash, newhash, "X" * 64, "b" * 65, "mine"):
         (tmp_path / name).mkdir()
     os.symlink(tmp_path / newhash, tmp_path / ("d" * 64))
     for name, body, mtime in (("tmpold_1234", b"", old), ("tmpnew_1234", b"", None),
                               ("tmpfull_123", b"x", old), ("upload.json", b"", old), ("tmp.lock", b"", old),
-                              ("tmpTOOLONG123", b"", old)):
+                              ("tmpTOOLONG123", b"", old), ("tmpabcdefgh1", b"", old)):
         (tmp_path / name).write_bytes(body)
         if mtime:
             os.utime(tmp_path / name, (mtime, mtime))
-    for name in (full, oldhash, "d" * 64, "X" * 64, "mine"):
+    for name in (full, oldhash, "d" * 64, "X" * 64, "b" * 65, "mine"):
         os.utime(tmp_path / name, (old, old), follow_symlinks=False)
     tidy = Tidy(lambda: None, idle=3600, closed=600, files=1200, cache=str(tmp_path))
     # tmpold_1234 and oldhash go; a folder with a file in it stays, and a link, and what is not
     # named as tempfile names a file or Gradio a folder (should the cache be a folder others use)
     assert tidy() == (0, 2)
-    kept = ["X" * 64, full, newhash, "d" * 64, "mine", "tmp.lock", "tmpTOOLONG123", "tmpfull_123",
-            "tmpnew_1234", "upload.json"]
+    kept = ["X" * 64, full, "b" * 65, newhash, "d" * 64, "mine", "tmp.lock", "tmpTOOLONG123",
+            "tmpabcdefgh1", "tmpfull_123", "tmpnew_1234", "upload.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == kept
     os.utime(tmp_path / "tmpnew_1234", (old, old))
     os.utime(tmp_path / newhash, (old, old))
@@ -969,6 +969,15 @@ def test_tidy_removes_folders_on_the_event_loop_where_gradio_fills_them(tmp_path
 
     loop, done = asyncio.run(main())
     assert done == (0, 1) and removed_on == [loop] and not emptied.exists()
+    emptied.mkdir()
+    os.utime(emptied, (old, old))
+    tidy.last -= 61
+
+    def closed(fn):
+        raise RuntimeError("Event loop is closed")
+
+    monkeypatch.setattr(guard, "_on_loop", closed)
+    assert tidy() == (0, 0) and emptied.exists()  # a server shutting down: the sweep waits, no error
 
 
 def test_a_refused_upload_gives_its_open_request_place_back():
