@@ -286,7 +286,16 @@ def test_a_drafts_confidence_is_its_processed_top_probability_and_feeds_the_stop
     drafter, seen = ModelProposer(pair.draft, pair.vocab_size), []
     drafter.stop = lambda c: seen.append(c) or len(seen) == 3  # the third token ends it
     ids, params = pair.tokenizer("def fibonacci(n):")["input_ids"], SamplingParams(temperature, top_k)
-    draft = drafter.propose(ids, 6, params, torch.Generator().manual_seed(0))
+
+    def drafted(seed):
+        seen.clear()
+        return drafter.propose(ids, 6, params, torch.Generator().manual_seed(seed))
+
+    def off_favourite(d) -> bool:  # a token drawn whose own q is well below the top one's
+        return bool((d.q[range(3), d.tokens] < d.q.max(-1).values - 0.1).any())
+
+    # at T > 0, the first seed whose draws tell the top q from the drafted token's own
+    draft = drafted(0) if not temperature else next(filter(off_favourite, map(drafted, range(100))))
     assert len(draft.tokens) == draft.passes == 3 and list(draft.confidences) == seen
     with torch.no_grad():  # the same three contexts, read by a plain forward
         logits = pair.draft(torch.tensor([ids + draft.tokens])).logits[0, len(ids) - 1:-1]  # [3, vocab]
@@ -297,8 +306,6 @@ def test_a_drafts_confidence_is_its_processed_top_probability_and_feeds_the_stop
     assert draft.q.shape == (3, pair.vocab_size) and seen == draft.q.max(-1).values.tolist()
     assert seen == pytest.approx(process(logits, params).max(-1).values.tolist(), abs=1e-5)
     assert all(c > 10 * r for c, r in zip(seen, raw, strict=True))  # top-3 at T = 0.5: far sharper
-    drafted_q = draft.q[range(3), draft.tokens].tolist()
-    assert drafted_q[0] < seen[0] - 0.1  # seed 0 drew a token other than the draft's favourite
 
 
 def test_ngram_sizes_outside_1_to_16_are_refused():

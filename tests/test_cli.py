@@ -115,9 +115,21 @@ def test_cli_run_tree_text_prints_what_the_json_says(model_dirs, capsys):
     ["bench", "--methods", "specviz:tree-4-n0"], ["bench", "--methods", "specviz:tree-0"],
     ["bench", "--methods", "specviz:nonsense-4"], ["bench", "--tree-nodes", "65"],
     ["costs", "--repeats", "0"],
-    ["run", "--device", "foo", "x"], ["run", "--device", "cuda", "x"], ["costs", "--device", "tpu"],
 ])
-def test_bad_arguments_fail_before_loading_with_one_line(argv, capsys):
+def test_bad_arguments_fail_before_loading_with_one_line(argv, capsys, monkeypatch):
+    from specviz import loading
+
+    monkeypatch.setattr(loading, "load_pair", lambda *a, **k: pytest.fail("loaded the models"))
+    fails_with_one_line(argv, capsys)
+
+
+@pytest.mark.parametrize("argv", [["run", "--device", "foo", "x"], ["run", "--device", "cuda", "x"],
+                                  ["costs", "--device", "tpu"]])
+def test_a_device_this_machine_lacks_fails_with_one_line(argv, capsys):
+    fails_with_one_line(argv, capsys)
+
+
+def fails_with_one_line(argv, capsys):
     try:
         rc = main(argv)
     except SystemExit as e:

@@ -9,6 +9,15 @@ import pytest
 from specviz import embedded
 
 
+def free_space(monkeypatch, free: int, total: int = 10**11) -> None:
+    """shutil.disk_usage says `free` bytes are free of `total`, wherever it is asked."""
+    import collections
+    import shutil
+
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(total, total - free, free))
+
+
 def fake_model(tmp_path, monkeypatch, parts: list[bytes], sha: str | None = None, name="fake"):
     """An EmbeddedModel whose part i is module f'{name}_part{i}' with data/partNN.bin."""
     for i, data in enumerate(parts, 1):
@@ -123,13 +132,9 @@ def test_concurrent_first_loads_build_once_and_both_get_the_cache(tmp_path, monk
 
 
 def test_no_room_for_the_cache_is_a_clear_error_before_any_work(tmp_path, monkeypatch):
-    import collections
-    import shutil
-
     model = fake_model(tmp_path, monkeypatch, [b"abc"], name="cramped")
     model = embedded.EmbeddedModel(**{**model.__dict__, "cache_size": 4_000_000_000})
-    usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**10, 10**10 - 10**9, 10**9))
+    free_space(monkeypatch, 10**9, total=10**10)
     monkeypatch.setattr(embedded, "assemble", lambda *a: pytest.fail("started without room"))
     with pytest.raises(ValueError, match=r"only 1\.0 GB is free.*about 4\.0 GB.*SPECVIZ_CACHE"):
         embedded.prepare(model)
@@ -374,19 +379,15 @@ def test_a_lock_file_that_cannot_be_opened_is_a_clear_error(tmp_path, monkeypatc
 def test_the_room_a_build_needs_is_the_gguf_beside_its_safetensors_copy(tmp_path, monkeypatch):
     """The peak of a build is the assembled GGUF and the safetensors copy together: 3 + 4 GB
     needs 7 GB, and exactly what it needs is enough."""
-    import collections
-    import shutil
-
     assert embedded.DRAFT.room_needed == 491_400_064 + 1_271_818_000
     model = fake_model(tmp_path, monkeypatch, [b"abc"], name="roomy")
-    usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**11, 0, 10**9))
+    free_space(monkeypatch, 10**9)
     monkeypatch.setattr(embedded, "_dequantize_to", fake_dequantize)
     exact = embedded.EmbeddedModel(**{**model.__dict__, "cache_size": 10**9 - 3})  # 3 + cache_size
     assert embedded.prepare(exact) and embedded.is_cached(exact)
     big = embedded.EmbeddedModel(**{**model.__dict__, "name": "big", "size": 3 * 10**9,
                                     "cache_size": 4 * 10**9})
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**11, 0, 5 * 10**9))
+    free_space(monkeypatch, 5 * 10**9)
     with pytest.raises(ValueError, match=r"only 5\.0 GB is free.*about 7\.0 GB free there"):
         embedded.prepare(big)
 

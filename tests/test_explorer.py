@@ -449,7 +449,7 @@ def test_an_ngram_recording_keeps_the_runs_prices_and_the_text_of_every_token_it
 
 def test_the_runs_drafts_are_its_kept_ones_and_the_first_refused():
     """Given the true prefix a round's drafts hold up to its first refused one (the rest followed
-    that wrong token); a last round with no room to draft adds none, and a hybrid run's n-gram
+    that wrong token); a round with no room to draft adds none, and a hybrid run's n-gram
     rounds are not the draft model's."""
     import types
 

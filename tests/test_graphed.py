@@ -470,9 +470,11 @@ def test_a_one_token_step_the_compiler_refuses_goes_eager_and_is_not_tried_again
     model, fast, eager, ids = compiled_and_eager(pair, monkeypatch, refuse_all, True, 64, {1, 3})
     with caplog.at_level(logging.WARNING, logger="specviz.lm"):
         rows = fast.forward(ids)  # the prompt's last token: width 1
-    assert torch.allclose(rows, eager.forward(ids), atol=1e-5)
-    assert fast._step is None and fast.compiled_passes == 0 and model not in lm_module.UNSHARED
-    assert len(made) == 1
+        assert torch.allclose(rows, eager.forward(ids), atol=1e-5)
+        assert fast._step is None and fast.compiled_passes == 0 and model not in lm_module.UNSHARED
+        nxt = fast.forward_next(torch.tensor([5]))  # the next pass: eager, no compile tried
+    assert torch.allclose(nxt, eager.forward_next(torch.tensor([5])), atol=1e-5)
+    assert len(made) == 1 and fast.compiled_passes == 0
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and "running eager from now on" in messages[0]
     assert "no graphs here" in messages[0]

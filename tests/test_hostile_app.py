@@ -494,10 +494,10 @@ def test_a_page_load_without_run_takes_no_model_slot(demo):
 def test_a_page_load_lists_the_pairs_as_they_stand_now(demo, monkeypatch):
     """The menu's "unavailable" labels were computed once, when the page was built: a model cached
     later, or a hub gone quiet, read as at start-up until the server restarted."""
-    load = next(fn for fn in demo.fns.values() if fn.name == "on_load")
+    load = handler(demo, "on_load")
     request = SimpleNamespace(query_params={})
     monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: "gone for the test")
-    menu = load.fn(request)[0]
+    menu = load(request)[0]
     labels = [label for label, _ in menu["choices"]]
     assert menu["value"] == "tiny" and all(label.endswith("unavailable: gone for the test")
                                            for label in labels if "(command line)" not in label)
@@ -517,7 +517,7 @@ def test_the_float32_rerun_checks_float32_before_it_queues(model_dirs, monkeypat
     monkeypatch.setattr(presets, "_memory_gib", lambda: (64.0, 0.0))  # room in bfloat16 only
     monkeypatch.setattr(presets, "is_cached", lambda model: True)
     built = app.build(ModelStore(device="cpu"), Limits(allow_large=None), RunSettings(pair="gpt2"))
-    rerun = next(fn for fn in built.fns.values() if fn.name == "rerun_float32").fn
+    rerun = handler(built, "rerun_float32")
     values = args(pair="qwen2.5-7b", dtype="bfloat16")
     with pytest.raises(gr.Error, match="qwen2.5-7b in float32 needs twice the memory"):
         list(rerun(SimpleNamespace(query_params={}), None, None, *values))

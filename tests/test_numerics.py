@@ -379,16 +379,17 @@ def test_a_refined_head_with_padded_rows_gives_the_vocabularys_logits_and_a_draf
 
 
 def test_a_refined_row_recomputes_the_logits_within_4_ulp_of_its_maximum_and_no_others():
-    """Row maximum 1.5 (bf16's spacing there 2^-7): a logit 3 spacings below it is a candidate,
-    made exact in float32; one 5 below, or far below, is left as bf16 gave it."""
+    """Row maximum 1.5 (bf16's spacing there 2^-7): a logit 3 or 4 spacings below it is a
+    candidate, made exact in float32; one 5 below, or far below, is left as bf16 gave it."""
     hidden = torch.tensor([[1.0, 2.0 ** -10]]).bfloat16()  # [1, d]
-    weight = torch.tensor([[1.5, 0.0], [1.5 - 3 / 128, 1.0], [1.5 - 5 / 128, 1.0], [0.5, 1.0]]).bfloat16()
-    low = hidden @ weight.T  # [1, 4]: the 2^-10 is lost to bf16's rounding
+    weight = torch.tensor([[1.5, 0.0], [1.5 - 3 / 128, 1.0], [1.5 - 4 / 128, 1.0], [1.5 - 5 / 128, 1.0],
+                           [0.5, 1.0]]).bfloat16()
+    low = hidden @ weight.T  # [1, 5]: the 2^-10 is lost to bf16's rounding
     exact = hidden.float() @ weight.float().T
     assert torch.equal(low.float(), weight.float()[:, 0][None])
     refined = refine_top(hidden, weight, low)
-    assert refined.tolist() == [[1.5, 1.5 - 3 / 128 + 2 ** -10, 1.5 - 5 / 128, 0.5]]
-    assert torch.equal(refined[0, :2], exact[0, :2])
+    assert refined.tolist() == [[1.5, 1.5 - 3 / 128 + 2 ** -10, 1.5 - 4 / 128 + 2 ** -10, 1.5 - 5 / 128, 0.5]]
+    assert torch.equal(refined[0, :3], exact[0, :3])
 
 
 def test_the_refined_path_gives_the_cache_by_the_base_models_own_argument(pair):

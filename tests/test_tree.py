@@ -722,7 +722,7 @@ def test_the_frontier_is_the_best_nodes_of_a_depth_that_can_still_make_the_tree(
     drafted = [node(-1, 1, 1, score=0.5), node(-1, 2, 1, score=0.3), node(0, 3, 2, score=0.25),
                node(0, 4, 2, score=0.2), node(1, 5, 2, score=0.15), node(1, 6, 2, score=0.12)]
     budgeted = TreeProposer(pair.draft, pair.vocab_size, nodes=4, branching=2)
-    # the best 2 of depth 2, each with fewer than 4 nodes above it (node 3 ties the 4th best)
+    # the best 2 of depth 2, each with fewer than 4 nodes above it (node 3 is the 4th best)
     assert budgeted._frontier(drafted, 2, bar=0.9, cap=4) == [2, 3]
     assert budgeted._frontier(drafted, 2, bar=0.9, cap=3) == [2]  # node 3 is 4th: cannot make 3
     assert budgeted._frontier(drafted, 1, bar=0.9, cap=4) == [0, 1]
