@@ -502,7 +502,7 @@ def test_a_page_load_lists_the_pairs_as_they_stand_now(demo, monkeypatch):
     assert menu["value"] == "tiny" and all(label.endswith("unavailable: gone for the test")
                                            for label in labels if "(command line)" not in label)
     monkeypatch.setattr(presets, "availability", lambda preset, allow_large=None: None)
-    assert not any("unavailable" in label for label, _ in load.fn(request)[0]["choices"])
+    assert not any("unavailable" in label for label, _ in load(request)[0]["choices"])
 
 
 def test_the_float32_rerun_checks_float32_before_it_queues(model_dirs, monkeypatch):
