@@ -26,12 +26,17 @@ def tokens(events):
     return [t for e in events for t in e.new_tokens]
 
 
+def graphed_and_eager(pair):
+    """The pair's target on the graphed path and eager: static caches of 64 positions each."""
+    return (CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64),
+            CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64))
+
+
 def test_a_graphed_step_captures_each_shape_once_and_gives_the_eager_rows(graphed_pair):
     pair = graphed_pair
     ids = pair.encode(PROMPT)
-    graphed = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
+    graphed, eager = graphed_and_eager(pair)
     graphed.compiled_widths = {1, 3}
-    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
     assert isinstance(graphed._step, GraphedStep)
     for m in (graphed, eager):
         m.forward(ids)
@@ -73,8 +78,7 @@ def test_a_graphed_width_asked_for_fewer_rows_captures_its_own_graph(graphed_pai
     (a mutation that dropped `last` from the shape key survived every other test)."""
     pair = graphed_pair
     ids = pair.encode(PROMPT)
-    graphed = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
-    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    graphed, eager = graphed_and_eager(pair)
     rows = []
     for m in (graphed, eager):
         m.compiled_widths = {1, 4}
@@ -91,8 +95,7 @@ def test_the_warm_up_before_a_capture_leaves_the_cache_as_a_plain_pass_would(gra
     holds exactly what a plain pass leaves (its length, and its keys where both wrote)."""
     pair = graphed_pair
     ids = pair.encode(PROMPT)
-    graphed = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
-    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    graphed, eager = graphed_and_eager(pair)
     for m in (graphed, eager):
         m.forward(ids)
         m.forward(ids + [5])
@@ -151,8 +154,7 @@ def test_a_capture_that_fails_falls_back_to_eager_with_one_log_line(graphed_pair
         raise RuntimeError("operation not permitted when stream is capturing")
 
     monkeypatch.setattr(GraphedStep, "record", refuse)
-    lm = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
-    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    lm, eager = graphed_and_eager(pair)
     for m in (lm, eager):
         m.forward(ids)
     with caplog.at_level(logging.WARNING, logger="specviz.lm"):
@@ -262,8 +264,7 @@ def test_a_tree_step_that_fails_part_way_keeps_the_nodes_cached_before_it(graphe
     eager retry reads those nodes as a plain eager tree pass does."""
     pair = graphed_pair
     ids = pair.encode(PROMPT)
-    fast = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
-    eager = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
+    fast, eager = graphed_and_eager(pair)
     for m in (fast, eager):
         m.forward(ids)
     first = fast.forward_tree(ids, [5, 6], [-1, -1])
