@@ -347,10 +347,10 @@ class Tidy:
     only files and folders so named go, should the cache be a folder others use too).
     A folder goes on the server's event loop, where Gradio makes an upload's (or a saved file's)
     folder and moves (copies) the file in with no await between, so none of this server's finds
-    its folder gone (but for Gradio's fallback copy, in a thread, where the move fails: its temp
-    file is in the same folder, so the move does not fail). Another Gradio process using the same
-    cache folder (the default, /tmp/gradio, is every one's on the host) has no such guarantee:
-    give each app its own GRADIO_TEMP_DIR."""
+    its folder gone. (Gradio copies in a thread only where that move fails, and it does not: the
+    upload's temporary file is in the same folder.) Another Gradio process using the same cache
+    folder (the default, /tmp/gradio, is every one's on the host) has no such guarantee: give
+    each app its own GRADIO_TEMP_DIR."""
 
     def __init__(self, holder_of, idle: float, closed: float, files: float, cache: str | None = None,
                  every: float = 60.0):
