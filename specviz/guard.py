@@ -345,7 +345,7 @@ class Tidy:
     (a NamedTemporaryFile), and the empty folders its cleaner leaves (an upload or a saved file
     goes into a folder named by its content's sha256; the cleaner deletes the file, not the folder;
     only files and folders so named go, should the cache be a folder others use too).
-    A folder goes on the server's event loop, where Gradio makes an upload's (or a saved file's)
+    The sweep runs on the server's event loop, where Gradio makes an upload's (or a saved file's)
     folder and moves (copies) the file in with no await between, so none of this server's finds
     its folder gone. (Gradio copies in a thread only where that move fails, and it does not: the
     upload's temporary file is in the same folder.) Another Gradio process using the same cache
@@ -369,39 +369,30 @@ class Tidy:
             holder = self.holder_of()
             pages = 0 if holder is None else _on_loop(lambda: forget_pages(holder, self.idle, self.closed))
             try:
-                folders = _on_loop(self._folders)
-            except RuntimeError:  # no loop to run it on (a server shutting down): next time
-                folders = 0
-            return pages, self._files() + folders
+                removed = _on_loop(self._sweep)
+            except RuntimeError:  # no loop to run it on (a server shutting down): folders next time
+                removed = self._sweep(folders=False)
+            return pages, removed
         finally:
             self.lock.release()
 
-    def _entries(self) -> list[os.DirEntry]:
+    def _sweep(self, folders: bool = True) -> int:
+        """Remove the cache's old empty tempfile-named files and, with folders, its old empty
+        sha256-named folders, in one pass over the folder: how many went."""
+        removed, now = 0, time.time()
         try:
-            return list(os.scandir(self.cache)) if self.cache else []
+            entries = list(os.scandir(self.cache)) if self.cache else []
         except OSError:
-            return []
-
-    def _files(self) -> int:
-        removed, now = 0, time.time()
-        for entry in self._entries():
+            return 0
+        for entry in entries:
             try:
-                if not (TEMP_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False)):
-                    continue
-                stat = entry.stat()
-                if stat.st_size == 0 and now - stat.st_mtime > self.files:
-                    os.unlink(entry.path)
-                    removed += 1
-            except OSError:  # gone meanwhile
-                continue
-        return removed
-
-    def _folders(self) -> int:
-        removed, now = 0, time.time()
-        for entry in self._entries():
-            try:
-                if (HASH_NAME.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)
-                        and now - entry.stat().st_mtime > self.files):
+                if TEMP_NAME.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                    stat = entry.stat()
+                    if stat.st_size == 0 and now - stat.st_mtime > self.files:
+                        os.unlink(entry.path)
+                        removed += 1
+                elif (folders and HASH_NAME.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)
+                      and now - entry.stat().st_mtime > self.files):
                     os.rmdir(entry.path)  # refuses a folder that is not empty
                     removed += 1
             except OSError:  # not empty, or gone meanwhile
