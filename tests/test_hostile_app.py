@@ -191,6 +191,11 @@ def test_every_model_endpoint_gives_a_clean_error_for_hostile_values_and_keeps_s
     assert c.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
 
 
+def page_request(session: str) -> SimpleNamespace:
+    """The gr.Request of a page on this machine with the given session."""
+    return SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={}, session_hash=session)
+
+
 def call_hidden(demo, name: str, values: list, session: str) -> str:
     """Call an event that has no API name (api_name=False) by its index, as anyone can, and
     return its messages up to the one that completes it."""
@@ -1004,7 +1009,7 @@ def test_opening_a_file_that_is_gone_names_the_fix(demo):
     import gradio as gr
 
     open_trace = handler(demo, "open_trace")
-    request = SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={}, session_hash="gone")
+    request = page_request("gone")
     with pytest.raises(gr.Error, match="the uploaded file is gone .*upload the trace again"):
         list(open_trace("/nonexistent/specviz/missing.json", request))
 
@@ -1021,7 +1026,7 @@ def test_a_file_that_is_no_trace_is_refused_with_what_to_open_instead(demo, tmp_
     import gradio as gr
 
     open_trace = handler(demo, "open_trace")
-    request = SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={}, session_hash="bad")
+    request = page_request("bad")
     for name, body in (("cut.json", '{"format": "specviz-trace", "vers'), ("other.json", '{"a": 1}')):
         (tmp_path / name).write_text(body)
         with pytest.raises(gr.Error, match=r"not a valid specviz trace: .*\. Open a file saved with "
@@ -1304,7 +1309,7 @@ def test_an_opened_tree_trace_is_shown_whole_and_held_as_an_upload(demo, tmp_pat
     trace = make_trace(demo, proposer="tree", nodes=6, branching=2, max_new_tokens=16)
     path = tmp_path / "tree.json"
     path.write_text(trace.to_json())
-    request = SimpleNamespace(client=SimpleNamespace(host="127.0.0.1"), headers={}, session_hash="opener")
+    request = page_request("opener")
     *shown, key = list(handler(demo, "open_trace")(str(path), request))[-1][:16]
     slider, rounds = shown[11], len(trace.events)
     assert slider["interactive"] is True and slider["visible"] is True
