@@ -245,19 +245,30 @@ def test_integers_of_any_kind_and_a_batch_of_one_are_taken_as_the_same_run(pair)
     assert tokens(run(pair, prompt="\n", max_new_tokens=3))  # a newline is a prompt
 
 
-def test_a_runs_pass_count_is_its_own_on_a_shared_target_cache(pair):
+@pytest.mark.parametrize("which", ["pair", "static_pair"])
+def test_runs_interleaved_on_a_shared_target_cache_each_keep_their_own_output_and_pass_count(which, request):
     """Two runs interleaved on one kept target cache counted each other's passes (rounds 1, 2, 3
-    said 1, 3, 5 passes): tokens per pass and the trace's one-pass-a-round rule read it."""
+    said 1, 3, 5 passes): tokens per pass and the trace's one-pass-a-round rule read it. Each
+    run's tokens are also those it gives alone, greedy and sampled, though the second prompt
+    extends the first (the shared cache holds a prefix of it) and they take turns round by round."""
     from itertools import zip_longest
 
     from specviz.engine import target_lm
 
-    shared = target_lm(pair, None)
-    a = specviz.generate(pair, PROMPT, k=3, max_new_tokens=12, target=shared)
-    b = specviz.generate(pair, "The quick brown", k=3, max_new_tokens=12, target=shared)
-    for x, y in zip_longest(a, b):
-        for e in (x, y):
-            assert e is None or e.target_passes == e.round
+    pair = request.getfixturevalue(which)
+    prompts = (PROMPT, PROMPT + " return")
+    for settings in (dict(k=3), dict(k=3, temperature=0.8, seed=5), dict(proposer="tree", k=2)):
+        alone = [tokens(specviz.generate(pair, prompt, max_new_tokens=12, **settings)) for prompt in prompts]
+        shared = target_lm(pair, None)
+        runs = [specviz.generate(pair, prompt, max_new_tokens=12, target=shared, **settings)
+                for prompt in prompts]
+        together: list[list[int]] = [[], []]
+        for pair_of_events in zip_longest(*runs):
+            for got, e in zip(together, pair_of_events, strict=True):
+                if e is not None:
+                    assert e.target_passes == e.round
+                    got += e.new_tokens
+        assert together == alone
 
 
 def test_a_progress_runs_items_fold_into_its_stats(pair, monkeypatch):
