@@ -1,5 +1,6 @@
 """What the README tells a newcomer to type works as written: its Python examples run (on the
-tiny pair, in place of the embedded one) and every `python -m specviz` command it shows parses."""
+tiny pair, in place of the embedded one) and every `python -m specviz` command it shows parses and
+passes every check its command makes before loading models."""
 
 import re
 import shlex
@@ -46,7 +47,7 @@ def specviz_commands(text: str) -> list[str]:
 def test_the_readme_shows_its_examples():
     # the extraction itself: a README rewrite that hid them from these tests would pass them vacuously
     assert len(python_blocks(README)) >= 2
-    assert len(specviz_commands(README)) >= 10
+    assert len(specviz_commands(README)) >= 5
 
 
 def test_the_readmes_python_examples_run(pair, monkeypatch, capsys):
@@ -60,7 +61,7 @@ def test_the_readmes_python_examples_run(pair, monkeypatch, capsys):
     assert namespace["stats"].tokens_per_pass >= 1.0
     # the tree example's last line: round, nodes verified, accepted, then the nodes
     round_number, nodes, accepted = (int(x) for x in lines[-1].split()[:3])
-    assert round_number > 1 and 0 <= accepted <= max(nodes, 0) <= 64
+    assert round_number > 1 and 0 <= accepted <= nodes <= 64
 
 
 class Loading(Exception):
