@@ -450,8 +450,6 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         def tree_outputs(view: View, final: bool) -> list:
             """The tree panel: the round's tree, the playback slider (usable once the run is kept),
             the overview and the tree plots; a chain run shows only the note."""
-            if view.spec is None:  # loading: the page keeps what it shows
-                return [gr.skip()] * 5
             if not view.is_tree:
                 hidden = gr.update(visible=False)
                 return [view.tree_html, hidden, gr.update(value="", visible=False), hidden, hidden]
@@ -463,7 +461,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                      for name in ("tree_nodes", "tree_chain")]
             return [view.tree_html, slider, gr.update(value=view.tree_overview, visible=True), *plots]
 
+        def status_only(status: str) -> tuple:
+            return (status, *(gr.skip() for _ in outputs[1:]))
+
         def show(view: View, request, final: bool | None = None):
+            if view.spec is None:  # loading, reading the prompt: the page keeps the last run whole
+                # (a loading view blanked its text and counters but not its plots or tree panel,
+                # and an error or Stop then left half a run under a status about another)
+                return status_only(view.status)
             f = view.figures
             key = shelf.put(session_of(request), view.trace, address=visitor(request)) \
                 if view.trace is not None else gr.skip()
@@ -496,8 +501,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 for view in on_gpu_job("run", s):
                     yield show(view, request)  # the shelf lives in this process
 
-            waiting = lambda ahead: (wait_text(ahead), *(gr.skip() for _ in outputs[1:]))  # noqa: E731
-            yield from gated(request, waiting, job)
+            yield from gated(request, lambda ahead: status_only(wait_text(ahead)), job)
 
         # gr.Request and gr.Progress are injected by position: they come before the settings, which
         # are named so that the API lists them by name (as `param_0`... under *values)

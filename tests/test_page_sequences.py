@@ -1,0 +1,98 @@
+"""Sequences of a visitor's actions on the app's handlers (no browser): what the page shows
+afterwards belongs to one run."""
+
+import time
+
+import gradio as gr
+import pytest
+from conftest import handler
+from test_hostile_app import args, page_request
+
+from specviz.settings import Limits, RunSettings
+
+SHOWN = ["status", "text", "verdict", "stats", "timeline", "tokens_per_pass", "cumulative",
+         "acceptance", "k_prediction", "time", "tree", "tree_slider", "tree_overview", "tree_nodes",
+         "tree_chain", "last"]
+
+
+class Page:
+    """What one page shows, as Gradio keeps it: each output's last value (a skip keeps it, an
+    update changes only what it names)."""
+
+    def __init__(self):
+        self.props: dict[str, dict] = {}
+
+    def apply(self, out):
+        for name, value in zip(SHOWN, out, strict=True):
+            props = dict(self.props.get(name, {}))
+            if isinstance(value, dict) and value.get("__type__") == "update":
+                props.update({k: v for k, v in value.items() if k != "__type__"})
+            else:
+                props["value"] = value
+            self.props[name] = props
+
+    def run(self, demo, session: str, **over):
+        """Press Run: every output it streams lands on the page; a gr.Error is returned."""
+        try:
+            for out in handler(demo, "run")(page_request(session), None, *args(**over)):
+                self.apply(out)
+        except gr.Error as e:
+            return e
+        return None
+
+
+@pytest.fixture(scope="module")
+def demo(model_dirs):
+    import app
+    from specviz.service import ModelStore
+
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
+    return app.build(store, Limits(max_new_tokens=200),
+                     RunSettings(pair="tiny", chat=False, max_new_tokens=8, dtype="float32"))
+
+
+def test_a_run_refused_once_its_pair_has_loaded_leaves_the_last_run_whole(demo):
+    """A run that loads another pair or dtype first says "Loading tiny…", and that view blanked
+    the text, verdict, counters and timeline; an error after the load (here the prompt and max
+    new tokens past the tiny target's 256 positions; a switch refused by the server's loading
+    budget, or Stop, the same) then kept the page as it stood (error_outputs): the last run's
+    plots, tree drawing, playback slider and tree plots, with no text or counters of that run
+    beside them, under a status about another run. The page keeps the last run whole."""
+    page = Page()
+    assert page.run(demo, "half", proposer="tree", nodes=6, branching=2, max_new_tokens=12) is None
+    before = {name: props.get("value") for name, props in page.props.items()}
+    assert before["status"].startswith("Done") and "tokens per target pass" in before["stats"]
+    error = page.run(demo, "half", dtype="bfloat16", max_new_tokens=200,
+                     prompt=" ".join(["for i in range(10): print(i * i)"] * 6))
+    assert error is not None and "positions" in str(error)
+    after = {name: props.get("value") for name, props in page.props.items()}
+    assert after["status"].startswith("⚠ prompt")
+    # the last run's plots and tree panel are still shown, and it is still the page's run
+    for name in ("tokens_per_pass", "time", "tree", "tree_overview", "tree_chain", "last"):
+        assert after[name] is before[name], name
+    assert page.props["tree_slider"]["interactive"] is True  # its playback still plays that run
+    # ... so its text, verdict, counters and timeline must be too
+    for name in ("text", "verdict", "stats", "timeline"):
+        assert after[name] == before[name], f"{name}: {str(after[name])[:80]!r}"
+
+
+def test_a_run_stopped_while_its_pair_loads_leaves_the_last_run_whole(demo):
+    """Stop pressed during "Loading tiny…" (a switch of dtype takes 12-22 s on the embedded pair):
+    the page said "Stopped" over the last run's plots and tree panel with its text and counters
+    blanked."""
+    page = Page()
+    assert page.run(demo, "stopped", proposer="tree", nodes=6, branching=2, max_new_tokens=12) is None
+    before = {name: props.get("value") for name, props in page.props.items()}
+    job = handler(demo, "run")(page_request("stopped"), None, *args(dtype="bfloat16", max_new_tokens=12))
+    for out in job:
+        page.apply(out)
+        if str(out[0]).startswith("Loading"):
+            break
+    job.close()  # Stop: Gradio cancels the job at the view it last sent
+    store, end = demo.specviz.store, time.monotonic() + 60
+    while not store.is_loaded(RunSettings(pair="tiny", dtype="bfloat16")) and time.monotonic() < end:
+        time.sleep(0.05)  # the load goes on to its end in a thread of its own
+    after = {name: props.get("value") for name, props in page.props.items()}
+    assert after["last"] is before["last"] and after["tree_chain"] is before["tree_chain"]
+    for name in ("text", "verdict", "stats", "timeline"):
+        assert after[name] == before[name], f"{name}: {str(after[name])[:80]!r}"
