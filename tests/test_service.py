@@ -814,3 +814,23 @@ def test_a_pair_without_a_draft_model_names_the_drafters_it_can_run(model_dirs):
     with pytest.raises(ValueError, match="this pair has no draft model: pick the n-gram drafter or 'none'"):
         list(run_views(alone, s, Limits()))
     assert list(run_views(alone, replace(s, proposer="ngram"), Limits()))[-1].status.startswith("Done")
+
+
+def test_the_k_explorer_says_why_a_greedy_draft_run_has_no_recording(store):
+    """A greedy draft-model run kept at the job's time limit has no recording (it is made at the
+    end): the explorer said "Run at temperature 0 with the draft model ... first", which the visitor
+    had just done. It names the time limit, or the draft that cannot read the run's tokens."""
+    from specviz.service import explorer_refusal
+
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def f", dtype="float32", k=3)
+    store.get(s)
+    cut = list(run_views(store, s, Limits(max_job_seconds=1e-9)))[-1].trace
+    assert cut.recording is None and cut.baseline == ()
+    assert "stopped at the job's time limit" in explorer_refusal(cut)
+    whole = list(run_views(store, s, Limits()))[-1].trace
+    assert whole.recording is not None and explorer_refusal(whole) is None
+    assert "cannot read every token" in explorer_refusal(replace(whole, recording=None))
+    sampled = list(run_views(store, replace(s, temperature=1.0), Limits()))[-1].trace
+    hybrid = replace(whole, settings=dict(whole.settings, proposer="hybrid"), recording=None)
+    for trace in (None, sampled, hybrid):
+        assert explorer_refusal(trace).startswith("Run at temperature 0 with the draft model")
