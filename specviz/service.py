@@ -391,14 +391,15 @@ def explorer_refusal(trace: Trace | None) -> str | None:
         return ("This run drafted token trees: the k explorer replays chain runs only (the draft model "
                 "or the n-gram drafter), so tree runs are not replayed at other depths. Run the draft "
                 "model at temperature 0 to explore k.")
-    if trace is not None and trace.recording is None and trace.settings.get("temperature") == 0 \
-            and trace.settings.get("proposer") in EXPLORER_PROPOSERS:  # what it asks for, yet no recording
-        if not trace.baseline:  # kept at the job's time limit: the recording is made at the end
+    if trace is not None and trace.recording is None and trace.settings.get("temperature") == 0:
+        proposer = trace.settings.get("proposer")  # a run the explorer replays, yet no recording:
+        if proposer in EXPLORER_PROPOSERS and not trace.baseline:  # kept at the job's time limit
             return ("This run stopped at the job's time limit before it finished, and the k explorer's "
                     "recording is made at the end: run it again with fewer new tokens (or a shorter "
                     "prompt) to explore k.")
-        return ("The draft model cannot read every token this run wrote, so the k explorer cannot record "
-                "its guesses: try the n-gram drafter to explore k.")
+        if proposer == "draft":  # explorer.record refused it
+            return ("The draft model cannot read every token this run wrote, so the k explorer cannot "
+                    "record its guesses: try the n-gram drafter to explore k.")
     if trace is None or trace.recording is None:
         return ("Run at temperature 0 with the draft model or n-gram drafter first (or open a trace): "
                 "the explorer replays that run.")
