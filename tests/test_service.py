@@ -831,6 +831,7 @@ def test_the_k_explorer_says_why_a_greedy_draft_run_has_no_recording(store):
     assert whole.recording is not None and explorer_refusal(whole) is None
     assert "cannot read every token" in explorer_refusal(replace(whole, recording=None))
     sampled = list(run_views(store, replace(s, temperature=1.0), Limits()))[-1].trace
-    hybrid = replace(whole, settings=dict(whole.settings, proposer="hybrid"), recording=None)
-    for trace in (None, sampled, hybrid):
+    hybrid, ngram = (replace(whole, settings=dict(whole.settings, proposer=name), recording=None)
+                     for name in ("hybrid", "ngram"))  # an n-gram run is never refused a recording
+    for trace in (None, sampled, hybrid, ngram):
         assert explorer_refusal(trace).startswith("Run at temperature 0 with the draft model")
