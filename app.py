@@ -111,7 +111,7 @@ TREE_PANEL_JS = """(drafter) => {
 LET_GO = ("the server no longer holds this page's last run (it keeps the newest {n} runs or "
           "opened traces of each address, and other pages at your address have run or opened one "
           "since, or it needed the memory): run it again")
-TRACE_TTL = 3600  # seconds a page's trace key lives without a new run (pages that never close)
+TRACE_TTL = 3600  # seconds a page unused (no event) keeps its state and trace key (pages that never close)
 # Gradio's state of a page (every output's last value) is dropped once the page has been closed
 # and unused this long, and twice a job's limit (its jobs have ended; Gradio cancels a closed
 # page's waiting ones), or unused for TRACE_TTL (pages that never close: API clients)
@@ -301,7 +301,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                                        default=default, tidy=tidy)
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"], **NO_TEX)
-        last = gr.State(None, time_to_live=TRACE_TTL, delete_callback=shelf.drop)  # a key on the shelf
+        # a key on the shelf, freed with the page's state (guard.Tidy: a page unused for TRACE_TTL or
+        # closed; unload): no time to live of its own, which Gradio counts from when the key was set,
+        # so a page in use an hour after its last run lost it and was told to "run something first"
+        last = gr.State(None, delete_callback=shelf.drop)
         with gr.Tab("Run") as run_tab, gr.Row():
             with gr.Column(scale=1, min_width=320):
                 pair = gr.Dropdown(pair_choices(store, limits), value=default.pair, label="Pair")
