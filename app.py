@@ -23,6 +23,7 @@ import math
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, fields, replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -160,7 +161,8 @@ def launch_options(demo: gr.Blocks) -> dict:
                        max_page_query=12 * limits.max_prompt_chars + 4096,  # %XX of 4-byte characters
                        # a page holds two streams (heartbeat, results) and a few short requests
                        max_open=OPEN_PER_PAGE * demo.specviz.pages.per_address,
-                       max_open_network=OPEN_PER_PAGE * demo.specviz.pages.per_network)
+                       max_open_network=OPEN_PER_PAGE * demo.specviz.pages.per_network,
+                       beating=getattr(demo.specviz, "beating", None))  # open pages: Tidy keeps them
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests
@@ -294,11 +296,17 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE),  # traces opened, by address (each
                            "too many traces opened from your address: at most {n} in {minutes} minutes",
                            per_network=2 * UPLOADS_PER_ADDRESS)  # costs up to seconds of a core)
+        # sessions whose heartbeat stream is connected (RequestGuard counts them): a page open in a
+        # browser keeps its state however long its visitor is away (TRACE_TTL is for pages that
+        # never close: API clients); one back at an open tab after an hour was told "run something
+        # first" under its run
+        beating = Counter()
         tidy = Tidy(lambda: getattr(demo, "state_holder", None), idle=TRACE_TTL,  # Gradio's, once launched
                     closed=max(PAGE_GRACE, 2 * limits.max_job_seconds), files=sum(CLEAN_CACHE),
-                    cache=get_upload_folder())  # where Gradio's File puts uploads (its GRADIO_CACHE)
+                    cache=get_upload_folder(),  # where Gradio's File puts uploads (its GRADIO_CACHE)
+                    open_pages=beating)
         demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits, pages=pages,
-                                       default=default, tidy=tidy)
+                                       default=default, tidy=tidy, beating=beating)
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"], **NO_TEX)
         # a key on the shelf, freed with the page's state (guard.Tidy: a page unused for TRACE_TTL or
@@ -803,7 +811,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                    f"Opened: {view.status}. See the Run tab and the k explorer. {kept}")
 
         def free_session(request: gr.Request):
-            shelf.drop_session(session_of(request))
+            # the page's run stays on the shelf until its state goes (guard.Tidy: closed and unused
+            # for PAGE_GRACE; State's delete callback): Gradio runs this when the heartbeat stream
+            # drops, which a page still open does too (a network change, a laptop's sleep), and its
+            # page never opens another, yet goes on working; dropped here at once, its run was
+            # gone under it and Save said "run something first"
             tidy()
 
         # Model jobs start at once (no Gradio limit): the gate is the limit, so a busy visitor or a

@@ -284,9 +284,12 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
     queue.max_size = per_line * max(1, len(lines))
 
 
-def forget_pages(holder, idle: float, closed: float, now: datetime.datetime | None = None) -> int:
+def forget_pages(holder, idle: float, closed: float, now: datetime.datetime | None = None,
+                 open_pages=()) -> int:
     """Drop the state of pages unused for `idle` seconds, or closed and unused for `closed`, from
-    Gradio's StateHolder; returns how many. Gradio 6.31 keeps each page's state (a copy of every
+    Gradio's StateHolder; returns how many. A page in `open_pages` (its heartbeat stream is
+    connected: it is open in a browser, however long its visitor is away) stays. Gradio 6.31
+    keeps each page's state (a copy of every
     output's last value: 0.3-1 MiB after a run) until state_session_capacity newer pages push it
     out, closed or not: a soak of 2,000 jobs grew the server by 17-21 MiB every 100, for good, and
     a quiet Space held its last 1,000 visitors' pages for days. A page's State values go through
@@ -305,6 +308,8 @@ def forget_pages(holder, idle: float, closed: float, now: datetime.datetime | No
     for page, state in pages:
         last = used.get(page)
         age = (now - last).total_seconds() if last is not None else 0.0
+        if page in open_pages:  # open in a browser: its visitor may come back to it any time
+            continue
         if age > idle or (getattr(state, "is_closed", False) and age > closed):
             gone[page] = last
     forgotten = 0
@@ -353,8 +358,9 @@ class Tidy:
     each app its own GRADIO_TEMP_DIR."""
 
     def __init__(self, holder_of, idle: float, closed: float, files: float, cache: str | None = None,
-                 every: float = 60.0):
+                 every: float = 60.0, open_pages=()):
         self.holder_of, self.idle, self.closed, self.files, self.every = holder_of, idle, closed, files, every
+        self.open_pages = open_pages  # sessions whose heartbeat is connected (RequestGuard.beating)
         self.cache, self.lock, self.last = cache, threading.Lock(), -float("inf")
 
     def __call__(self) -> tuple[int, int]:
@@ -367,7 +373,8 @@ class Tidy:
                 return 0, 0
             self.last = now
             holder = self.holder_of()
-            pages = 0 if holder is None else _on_loop(lambda: forget_pages(holder, self.idle, self.closed))
+            pages = 0 if holder is None else _on_loop(lambda: forget_pages(holder, self.idle, self.closed,
+                                                                        open_pages=self.open_pages))
             try:
                 removed = _on_loop(self._sweep)
             except RuntimeError:  # no loop to run it on (a server shutting down): folders next time
@@ -465,8 +472,9 @@ class RequestGuard:
                  pages: PerAddress | None = None, proxies: tuple = (),
                  min_charge: int = MIN_UPLOAD_CHARGE, max_values: int | None = None,
                  max_page_query: int = 64 * 2**10, max_open: int | None = None,
-                 max_open_network: int | None = None):
+                 max_open_network: int | None = None, beating: Counter | None = None):
         self.app, self.max_body, self.max_upload = app, max_body, max_upload
+        self.beating = beating  # session -> its heartbeat streams connected now (Tidy keeps those pages)
         self.max_open = max_open  # requests under way per public address (None: no bound)
         self.max_open_network = 4 * max_open if max_open_network is None and max_open else max_open_network
         self.open: Counter[str] = Counter()  # requests under way per public address and per /48
@@ -602,6 +610,9 @@ class RequestGuard:
                     raise
         except Refused as e:
             return await _answer(send, e.status, e.message)
+        beating = beat[1] if beat and self.beating is not None else None
+        if beating is not None:
+            self.beating[beating] += 1
         parts = _Parts(_header(scope, b"content-type")) if upload else None
         started, body_done = time.monotonic(), False
         chunks = [] if (self.max_values is not None or call) and not upload else None  # read once whole
@@ -655,6 +666,10 @@ class RequestGuard:
             if entry is not None:
                 self.settle(entry, received)
             self.release(held)
+            if beating is not None:
+                self.beating[beating] -= 1
+                if not self.beating[beating]:
+                    del self.beating[beating]
 
     def release(self, held: list[str]) -> None:
         """Let go of the places hold() took."""

@@ -875,13 +875,14 @@ def test_gradio_forgets_pages_closed_or_unused_for_long_and_their_states_go_firs
     holder = StateHolder()
     holder.set_blocks(blocks)
     now = datetime.datetime(2026, 12, 5, 12, 0, 0)
-    ages = {"live": 30, "quiet": 3601, "closed-recent": 500, "closed-old": 601}  # seconds unused
-    for page, age in ages.items():
+    ages = {"live": 30, "quiet": 3601, "closed-recent": 500, "closed-old": 601, "open-away": 7200}
+    for page, age in ages.items():  # seconds unused
         holder[page][key._id] = f"trace of {page}"
         holder.time_last_used[page] = now - datetime.timedelta(seconds=age)
     holder.session_data["closed-recent"].is_closed = holder.session_data["closed-old"].is_closed = True
-    assert forget_pages(holder, idle=3600, closed=600, now=now) == 2
-    assert set(holder.session_data) == set(holder.time_last_used) == {"live", "closed-recent"}
+    # "open-away": its heartbeat is connected (a tab left open two hours): it stays
+    assert forget_pages(holder, idle=3600, closed=600, now=now, open_pages={"open-away": 1}) == 2
+    assert set(holder.session_data) == set(holder.time_last_used) == {"live", "closed-recent", "open-away"}
     assert sorted(dropped) == ["trace of closed-old", "trace of quiet"]  # the shelf's keys let go
     assert forget_pages(object(), 1, 1) == 0  # another Gradio's holder: nothing to do
 

@@ -711,7 +711,12 @@ def test_an_uploaded_trace_leaves_memory_when_its_session_ends(demo, tmp_path):
     mine = [k for k, held in shelf._items.items() if held.session == c.session_hash]
     assert len(mine) == 1
     unload = next(fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets))
-    unload.fn(SimpleNamespace(session_hash=c.session_hash))  # what a closed tab triggers
+    unload.fn(SimpleNamespace(session_hash=c.session_hash))  # what a closed tab (or a blip) triggers
+    assert shelf.get(mine[0]) is not None  # a page whose connection dropped may still be open
+    from specviz.guard import forget_pages
+
+    demo.state_holder.session_data[c.session_hash].is_closed = True  # what Gradio marks then
+    assert forget_pages(demo.state_holder, idle=3600, closed=0) >= 1  # guard.Tidy: closed, unused
     assert shelf.get(mine[0]) is None
     state = next(b for b in demo.blocks.values() if type(b).__name__ == "State"
                  and getattr(b, "delete_callback", None) == shelf.drop)  # Gradio's expiry frees the shelf too
@@ -1146,7 +1151,7 @@ def test_a_share_link_with_the_longest_prompt_opens(demo):
     assert httpx.post(f"{demo.url}gradio_api/queue/join?{longer}", json={}, timeout=10).status_code == 414
 
 
-def test_the_app_forgets_the_gradio_state_of_pages_gone_long_ago(demo):
+def test_the_app_forgets_the_gradio_state_of_pages_gone_long_ago(demo, monkeypatch):
     """Gradio kept every page's state until 1,000 newer pages pushed it out, closed or not (about
     0.5 MiB a page after a run): a run now lets go of pages closed and unused past the grace."""
     import datetime
@@ -1154,10 +1159,15 @@ def test_the_app_forgets_the_gradio_state_of_pages_gone_long_ago(demo):
     import gradio as gr
 
     assert demo.specviz.tidy.cache == gr.File().GRADIO_CACHE  # the empty files' folder: Gradio's
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")  # the server sees a heartbeat end at once
     gone, other = client(demo), client(demo)
     gone.predict(*args(), api_name="/run")
     holder, page = demo.state_holder, gone.session_hash
     assert page in holder.session_data
+    gone.close()  # its heartbeat ends (a page whose heartbeat is connected is open: it stays)
+    end = time.monotonic() + 10
+    while page in demo.specviz.beating and time.monotonic() < end:
+        time.sleep(0.05)
     holder.session_data[page].is_closed = True  # as Gradio marks a page whose heartbeat ended
     holder.time_last_used[page] -= datetime.timedelta(seconds=demo.specviz.tidy.closed + 1)
     demo.specviz.tidy.last -= 3600  # due (it runs at most once a minute)

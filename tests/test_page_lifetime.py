@@ -1,7 +1,11 @@
-"""A page in use keeps what it shows: its run is never denied under it."""
+"""A page in use, or open in a browser, keeps what it shows over time: its run is never denied
+under it ("run something first") after an hour of use, a connection blip, or an hour away from an
+open tab."""
 
+import threading
 import time
 
+import httpx
 import pytest
 from test_hostile_app import call_hidden, make_trace
 
@@ -30,7 +34,7 @@ def served(model_dirs):
     demo.close()
 
 
-def test_a_page_in_use_is_never_told_to_run_first_under_the_run_it_shows(served, tmp_path):
+def test_a_page_in_use_is_never_told_to_run_first_under_the_run_it_shows(served, tmp_path, monkeypatch):
     """The page's trace key (the State `last`) had a time to live counted from when it was set
     (TRACE_TTL, an hour), not from its page's last use: a visitor who opened a trace (or ran
     one) and then spent an hour in the k explorer and the lab lost the run under the page that
@@ -39,6 +43,7 @@ def test_a_page_in_use_is_never_told_to_run_first_under_the_run_it_shows(served,
     hour is IDLE seconds, and the page is used every quarter of a second for twice as long."""
     from gradio_client import Client, handle_file
 
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")  # a closed client's heartbeat ends at once
     path = tmp_path / "opened.json"
     path.write_text(make_trace(served, max_new_tokens=12).to_json())
     c = Client(served.url, verbose=False)
@@ -52,10 +57,89 @@ def test_a_page_in_use_is_never_told_to_run_first_under_the_run_it_shows(served,
         time.sleep(0.25)
     saved = call_hidden(served, "save", [None], page)
     assert "run something first" not in saved, saved[-400:]
-    # ... and a page left unused longer than that still lets its run go (guard.Tidy, next upload)
+    # ... and a page left unused longer than that, its client gone (no heartbeat: an open page's
+    # stays), still lets its run go (guard.Tidy, next upload)
     shelf = served.specviz.shelf
     assert any(held.session == page for held in shelf._items.values())
+    c.close()
+    end = time.monotonic() + 10
+    while page in served.specviz.beating and time.monotonic() < end:
+        time.sleep(0.05)
     time.sleep(IDLE + 1.5)
     served.specviz.tidy.last = -float("inf")  # it runs once a minute: now
     Client(served.url, verbose=False).predict(handle_file(str(path)), api_name="/open_trace")
     assert not any(held.session == page for held in shelf._items.values())
+
+
+def open_page(served, tmp_path, name):
+    """A page (session) that opened a trace, as the browser's does: (its session, the client)."""
+    from gradio_client import Client, handle_file
+
+    path = tmp_path / f"{name}.json"
+    path.write_text(make_trace(served, max_new_tokens=12).to_json())
+    c = Client(served.url, verbose=False)
+    c.predict(handle_file(str(path)), api_name="/open_trace")
+    page = c.session_hash
+    assert '"success":true' in call_hidden(served, "save", [None], page).replace(" ", "")
+    return page
+
+
+class Heartbeat:
+    """The page's heartbeat stream (Gradio's page holds one open while it is open)."""
+
+    def __init__(self, served, page):
+        self.stop = threading.Event()
+        self.opened = threading.Event()
+        self.thread = threading.Thread(target=self._hold, args=(served.url, page), daemon=True)
+        self.thread.start()
+        assert self.opened.wait(10)
+
+    def _hold(self, url, page):
+        with httpx.stream("GET", f"{url}gradio_api/heartbeat/{page}", timeout=60) as stream:
+            for _ in stream.iter_lines():
+                self.opened.set()
+                if self.stop.is_set():
+                    return  # the connection drops here (Wi-Fi to mobile data, a laptop's sleep)
+
+    def drop(self):
+        self.stop.set()
+        self.thread.join(10)
+
+
+def test_a_page_whose_connection_blipped_keeps_the_run_it_shows(served, tmp_path, monkeypatch):
+    """Gradio's page opens its heartbeat stream once and never again (its client keeps the broken
+    stream and open_heartbeat returns early). When that connection drops while the page stays open
+    (a network change, a laptop's sleep, a proxy's idle cut), Gradio runs the unload handler, and
+    free_session took the page's run off the shelf at once: the page goes on working (its events
+    join the queue as before) and still shows its run, yet Save said "no run to save yet: run
+    something first", the lab "no run yet" and the explorer "Run ... first"."""
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")  # Gradio notices a drop on its next beat
+    page = open_page(served, tmp_path, "blip")
+    beat = Heartbeat(served, page)
+    time.sleep(0.5)
+    beat.drop()
+    time.sleep(1.5)  # the server writes its next beat, finds the stream gone, runs the unload
+    saved = call_hidden(served, "save", [None], page)  # the visitor, still on the page, presses Save
+    assert "run something first" not in saved, saved[-400:]
+    shown = call_hidden(served, "explore", [3, False, "", None], page)
+    assert "first" not in shown, shown[-300:]
+
+
+def test_an_open_page_left_alone_past_the_hour_keeps_the_run_it_shows(served, tmp_path, monkeypatch):
+    """TRACE_TTL is for pages that never close (API clients); a page open in a browser holds its
+    heartbeat, and Gradio marks it closed when that ends. Tidy dropped the state of a page unused
+    for TRACE_TTL although its heartbeat was still open: a visitor back at the open tab after an
+    hour (lunch, a meeting) found the page showing its run, and Save said "no run to save yet: run
+    something first" (the page's trace key had gone back to the default, None), the explorer
+    "Run ... first". Here the hour is IDLE seconds."""
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")
+    page = open_page(served, tmp_path, "away")
+    beat = Heartbeat(served, page)
+    try:
+        time.sleep(IDLE + 1.0)  # the visitor is away; the tab stays open
+        served.specviz.tidy.last = -float("inf")  # it runs at most once a minute: now
+        served.specviz.tidy()
+        saved = call_hidden(served, "save", [None], page)  # back at the tab
+        assert "run something first" not in saved, saved[-400:]
+    finally:
+        beat.drop()
