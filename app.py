@@ -112,6 +112,12 @@ TREE_PANEL_JS = """(drafter) => {
 LET_GO = ("the server no longer holds this page's last run (it keeps the newest {n} runs or "
           "opened traces of each address, and other pages at your address have run or opened one "
           "since, or it needed the memory): run it again")
+# A page whose state the server let go (guard.Tidy: without a connection and unused for a while,
+# as after a laptop's sleep; Gradio: more pages than it keeps) may still show its run
+FORGOTTEN = ("the server no longer holds this page's state or its last run (it lets go of a page that "
+             "has been without a connection to it and unused for {minutes:g} minutes, as after a "
+             "laptop's sleep, and of the oldest pages when more than it keeps come): run it again, or "
+             "reload the page")
 TRACE_TTL = 3600  # seconds a page unused (no event) keeps its state and trace key (pages that never close)
 # Gradio's state of a page (every output's last value) is dropped once the page has been closed
 # and unused this long, and twice a job's limit (its jobs have ended; Gradio cancels a closed
@@ -538,7 +544,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 # the settings' own errors first, in float32 (a 7-8B pair needs twice the memory)
                 replace(page, dtype="float32").check(limits, store.known_pairs)
                 last_run = kept_run(key, "run first: this button runs the page's settings again in "
-                                    "float32 after a run, to check a near-tie (float32 runs are slower)")
+                                    "float32 after a run, to check a near-tie (float32 runs are slower)",
+                                    request)
                 if page.temperature > 0:  # a sampled run has no near-tie to check
                     raise ValueError("a float32 rerun checks a greedy run's near-tie, and these settings "
                                      "sample (temperature above 0): set temperature 0 and press Run, or pick "
@@ -600,7 +607,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 trace = None
                 if source == "round":
                     round_number = coerce_int("round", round_number, 1, 1_000_000)
-                    trace = kept_run(key, "no run yet: run something first, or use the example")
+                    trace = kept_run(key, "no run yet: run something first, or use the example", request)
             except ValueError as e:
                 raise user_error(e) from None
 
@@ -695,15 +702,24 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 worker["key"] = store.home
                 raise
 
-        def kept_run(key, missing: str):
+        def gone(key, request) -> str | None:
+            """Why a page that may still show a run has none on the shelf: LET_GO where the shelf
+            let its run go, FORGOTTEN where the page's state went with it; else None."""
+            if shelf.let_go(key):
+                return LET_GO.format(n=shelf.per_address)
+            if key is None and shelf.forgot(session_of(request)):
+                return FORGOTTEN.format(minutes=tidy.closed / 60)
+            return None
+
+        def kept_run(key, missing: str, request=None):
             """The run the page's key names; else ValueError: `missing` on a page that has had
-            none, LET_GO on one whose run the shelf let go (the page still shows it)."""
+            none, why it is gone (gone) on one that may still show it."""
             trace = shelf.get(key)
             if trace is None:
-                raise ValueError(LET_GO.format(n=shelf.per_address) if shelf.let_go(key) else missing)
+                raise ValueError(gone(key, request) or missing)
             return trace
 
-        def explore(k_value, adaptive, profile, key):
+        def explore(k_value, adaptive, profile, key, request: gr.Request = None):
             try:
                 k_value = coerce_int("k", k_value, 1, UI_MAX_K)
                 if not isinstance(adaptive, bool):
@@ -713,8 +729,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
             trace = shelf.get(key)
-            if trace is None and shelf.let_go(key):
-                return f"<div class='specviz-lab'>{LET_GO.format(n=shelf.per_address)}.</div>", "", None
+            if trace is None and (why := gone(key, request)):
+                return f"<div class='specviz-lab'>{why}.</div>", "", None
             if (why := explorer_refusal(trace)) is not None:
                 return f"<div class='specviz-lab'>{html.escape(why)}</div>", "", None
             measured = [len(e.new_tokens) for e in trace.events]
@@ -727,11 +743,12 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 raise user_error(e) from None
             return numbers, html_text, fig
 
-        def play_tree(round_number, key):
+        def play_tree(round_number, key, request: gr.Request = None):
             """The tree playback: one round of the kept run (no model call)."""
             try:
                 round_number = coerce_int("round", round_number, 1, 1_000_000)
-                trace = kept_run(key, "no run yet: run the token tree drafter first (or open a trace)")
+                trace = kept_run(key, "no run yet: run the token tree drafter first (or open a trace)",
+                                 request)
                 return tree_round(trace, round_number, store.current())
             except ValueError as e:
                 raise user_error(e) from None
@@ -740,9 +757,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             trace = shelf.get(key)
             return int(trace.settings.get("k", 4)) if trace is not None else gr.skip()
 
-        def save(key):
+        def save(key, request: gr.Request = None):
             try:
-                trace = kept_run(key, "no run to save yet: run something first")
+                trace = kept_run(key, "no run to save yet: run something first", request)
             except ValueError as e:
                 raise user_error(e) from None
             SAVES.mkdir(exist_ok=True)

@@ -244,7 +244,7 @@ class Held(NamedTuple):
     uploaded: bool  # opened from a file (cheap to repeat), not run through the gate
 
 
-LET_GO_KEPT = 4096  # evicted keys the shelf remembers, to tell their pages so (60 bytes each)
+LET_GO_KEPT = 4096  # evicted keys, and sessions whose page state went, remembered to tell their pages
 
 
 class Shelf:
@@ -256,8 +256,9 @@ class Shelf:
     uploads cannot grow memory without bound. Over max_bytes, the least recently used uploaded
     trace goes first, and a run's only when no other upload is left: runs pass the gate one at a
     time, uploads are cheap to repeat (and behind a proxy come from no countable address), so a
-    flood of uploads pushes out only uploads. The app drops a session's trace when its page
-    closes (and when Gradio expires its state).
+    flood of uploads pushes out only uploads. The app drops a page's trace with the page's state
+    (the State's delete callback: guard.Tidy, or Gradio's expiry), and the shelf remembers that
+    page's session, so a page still open is told why its run is gone.
     """
 
     def __init__(self, max_bytes: int = 256 * 2**20, per_address: int = 2):
@@ -265,6 +266,7 @@ class Shelf:
         self._lock = threading.Lock()
         self._items: OrderedDict[str, Held] = OrderedDict()  # key -> what it holds, oldest first
         self._let_go: OrderedDict[str, None] = OrderedDict()  # keys evicted (not dropped), oldest first
+        self._forgotten: OrderedDict[str, None] = OrderedDict()  # sessions whose state went, oldest first
 
     def put(self, session: str | None, trace, nbytes: int | None = None, address: str | None = None,
             uploaded: bool = False) -> str:
@@ -297,21 +299,22 @@ class Shelf:
         with self._lock:
             return isinstance(key, str) and key in self._let_go
 
+    def forgot(self, session) -> bool:
+        """Whether the state of session's page went while it held a run (among the last
+        LET_GO_KEPT): the page may still show that run."""
+        with self._lock:
+            return isinstance(session, str) and session in self._forgotten
+
     def _evict(self, key: str) -> None:  # under the lock
         del self._items[key]
-        self._let_go[key] = None
-        while len(self._let_go) > LET_GO_KEPT:
-            self._let_go.popitem(last=False)
+        _remember(self._let_go, key)
 
     def drop(self, key) -> None:
+        """Let key's trace go with its page's state (the State's delete callback)."""
         with self._lock:
-            if isinstance(key, str):
-                self._items.pop(key, None)
-
-    def drop_session(self, session: str | None) -> None:
-        with self._lock:
-            for key in [k for k, held in self._items.items() if held.session == session]:
-                del self._items[key]
+            held = self._items.pop(key, None) if isinstance(key, str) else None
+            if held is not None and held.session != NO_SESSION:
+                _remember(self._forgotten, held.session)
 
     @property
     def nbytes(self) -> int:
@@ -319,3 +322,11 @@ class Shelf:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def _remember(kept: OrderedDict, name: str) -> None:
+    """Add name to kept, the newest LET_GO_KEPT only."""
+    kept[name] = None
+    kept.move_to_end(name)
+    while len(kept) > LET_GO_KEPT:
+        kept.popitem(last=False)

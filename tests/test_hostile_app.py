@@ -796,6 +796,42 @@ def test_a_page_whose_run_the_shelf_let_go_is_told_so(demo, monkeypatch):
         shelf.drop(key)
 
 
+def test_a_page_whose_state_went_with_its_run_is_told_so(demo, monkeypatch):
+    """A page whose state the server let go (guard.Tidy: without a connection and unused past the
+    grace, as after a laptop's sleep) still shows its run, and every button that reads the run
+    said "run something first"; now they say the server let the page go. A page that never ran
+    is still told to run first, and the sessions remembered are bounded."""
+    import gradio as gr
+
+    from specviz import gate
+
+    shelf, fns = demo.specviz.shelf, {fn.name: fn.fn for fn in reversed(demo.fns.values())}
+    run = SimpleNamespace(models={"dtype": "bfloat16"}, settings={})
+    asleep, fresh = page_request("asleep"), page_request("never-ran")
+    shelf.drop(shelf.put("asleep", run, nbytes=1))  # the State's delete callback, as Tidy runs it
+    gone = r"no longer holds this page's state or its last run \(it lets go of a page that has been"
+    with pytest.raises(gr.Error, match=gone):
+        fns["save"](None, asleep)
+    with pytest.raises(gr.Error, match=gone):
+        list(fns["lab_run"]("round", 1, 1000, ["exact"], None, asleep))
+    with pytest.raises(gr.Error, match=gone):
+        fns["play_tree"](1, None, asleep)
+    with pytest.raises(gr.Error, match=gone):
+        list(fns["rerun_float32"](asleep, None, None, *args()))
+    assert re.search(gone, fns["explore"](4, False, "", None, asleep)[0])
+    assert "10 minutes" in fns["explore"](4, False, "", None, asleep)[0]  # the closed page's grace
+    with pytest.raises(gr.Error, match="no run to save yet: run something first"):
+        fns["save"](None, fresh)
+    with pytest.raises(gr.Error, match="no run to save yet: run something first"):
+        fns["save"](None)  # no request: a direct call
+    shelf.drop(shelf.put(None, run, nbytes=1))  # calls without a session share one place: no page
+    assert not shelf.forgot(gate.NO_SESSION)
+    monkeypatch.setattr(gate, "LET_GO_KEPT", 3)  # the sessions it remembers are bounded
+    for i in range(5):
+        shelf.drop(shelf.put(f"asleep-{i}", run, nbytes=1))
+    assert len(shelf._forgotten) == 3 and not shelf.forgot("asleep") and shelf.forgot("asleep-4")
+
+
 def test_a_flood_of_uploads_pushes_out_only_uploads():
     """Behind a proxy no address counts, and made-up sessions are free: 50 uploads from them
     once pushed every visitor's run off the shelf. Over the byte budget, uploads go first (least

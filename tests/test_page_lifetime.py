@@ -143,3 +143,23 @@ def test_an_open_page_left_alone_past_the_hour_keeps_the_run_it_shows(served, tm
         assert "run something first" not in saved, saved[-400:]
     finally:
         beat.drop()
+
+
+def test_a_page_let_go_after_its_connection_dropped_is_told_why(served, tmp_path, monkeypatch):
+    """A page whose connection dropped (a laptop's sleep) is closed for Gradio, and once unused
+    past the closed page's grace Tidy lets its state go, with its run: the page still shows the run,
+    and Save said "run something first". It now says the server let the page go."""
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")
+    page = open_page(served, tmp_path, "slept")
+    beat = Heartbeat(served, page)
+    time.sleep(0.5)
+    beat.drop()
+    end = time.monotonic() + 10
+    while page in served.specviz.beating and time.monotonic() < end:
+        time.sleep(0.05)
+    monkeypatch.setattr(served.specviz.tidy, "closed", 1.0)  # ten minutes on a server
+    time.sleep(1.5)
+    served.specviz.tidy.last = -float("inf")  # it runs at most once a minute: now
+    assert served.specviz.tidy()[0] >= 1  # the page's state went
+    saved = call_hidden(served, "save", [None], page)  # the visitor, back, presses Save
+    assert "no longer holds this page's state or its last run" in saved, saved[-400:]
