@@ -112,16 +112,15 @@ TREE_PANEL_JS = """(drafter) => {
 LET_GO = ("the server no longer holds this page's last run (it keeps the newest {n} runs or "
           "opened traces of each address, and other pages at your address have run or opened one "
           "since, or it needed the memory): run it again")
-# A page whose state the server let go (guard.Tidy: without a connection and unused for a while,
-# as after a laptop's sleep; Gradio: more pages than it keeps) may still show its run
-FORGOTTEN = ("the server no longer holds this page's state or its last run (it lets go of a page that "
-             "has been without a connection to it and unused for {minutes:g} minutes, as after a "
-             "laptop's sleep, and of the oldest pages when more than it keeps come): run it again, or "
+# A page whose state the server let go (guard.Tidy, or Gradio's expiry: some time after the page
+# lost its connection, as after a laptop's sleep) may still show its run
+FORGOTTEN = ("the server no longer holds this page's state or its last run (it lets a page go some time "
+             "after the page lost its connection to it, as after a laptop's sleep): run it again, or "
              "reload the page")
-TRACE_TTL = 3600  # seconds a page unused (no event) keeps its state and trace key (pages that never close)
+TRACE_TTL = 3600  # seconds a page with no heartbeat (an API client over plain HTTP) keeps its state unused
 # Gradio's state of a page (every output's last value) is dropped once the page has been closed
 # and unused this long, and twice a job's limit (its jobs have ended; Gradio cancels a closed
-# page's waiting ones), or unused for TRACE_TTL (pages that never close: API clients)
+# page's waiting ones), or unused for TRACE_TTL with no heartbeat (API clients over plain HTTP)
 PAGE_GRACE = 600
 CLEAN_CACHE = (300, 900)  # every 5 minutes, delete uploads and downloads older than 15 minutes
 MAX_NOTICES = 8
@@ -303,9 +302,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                            "too many traces opened from your address: at most {n} in {minutes} minutes",
                            per_network=2 * UPLOADS_PER_ADDRESS)  # costs up to seconds of a core)
         # sessions whose heartbeat stream is connected (RequestGuard counts them): a page open in a
-        # browser keeps its state however long its visitor is away (TRACE_TTL is for pages that
-        # never close: API clients); one back at an open tab after an hour was told "run something
-        # first" under its run
+        # browser keeps its state however long its visitor is away (TRACE_TTL is for pages with no
+        # heartbeat: clients calling the API over plain HTTP); one back at an open tab after an hour
+        # was told "run something first" under its run
         beating = Counter()
         tidy = Tidy(lambda: getattr(demo, "state_holder", None), idle=TRACE_TTL,  # Gradio's, once launched
                     closed=max(PAGE_GRACE, 2 * limits.max_job_seconds), files=sum(CLEAN_CACHE),
@@ -315,9 +314,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                                        default=default, tidy=tidy, beating=beating)
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"], **NO_TEX)
-        # a key on the shelf, freed with the page's state (guard.Tidy: a page unused for TRACE_TTL or
-        # closed; unload): no time to live of its own, which Gradio counts from when the key was set,
-        # so a page in use an hour after its last run lost it and was told to "run something first"
+        # a key on the shelf, freed with the page's state (guard.Tidy: a page closed and unused for
+        # PAGE_GRACE, or unused for TRACE_TTL with no heartbeat; Gradio: a closed page an hour after
+        # the key was set): no time to live of its own, which Gradio counts from when the key was
+        # set, so a page in use an hour after its last run lost it and was told "run something first"
         last = gr.State(None, delete_callback=shelf.drop)
         with gr.Tab("Run") as run_tab, gr.Row():
             with gr.Column(scale=1, min_width=320):
@@ -702,19 +702,25 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 worker["key"] = store.home
                 raise
 
+        def held_run(key, request):
+            """The run the page's key names; where the key went with the page's state and the run
+            stayed (Gradio pushes its oldest pages out without their delete callbacks), the run
+            the page's session holds."""
+            return shelf.get(key) if key is not None else shelf.of_session(session_of(request))
+
         def gone(key, request) -> str | None:
             """Why a page that may still show a run has none on the shelf: LET_GO where the shelf
             let its run go, FORGOTTEN where the page's state went with it; else None."""
             if shelf.let_go(key):
                 return LET_GO.format(n=shelf.per_address)
             if key is None and shelf.forgot(session_of(request)):
-                return FORGOTTEN.format(minutes=tidy.closed / 60)
+                return FORGOTTEN
             return None
 
         def kept_run(key, missing: str, request=None):
-            """The run the page's key names; else ValueError: `missing` on a page that has had
-            none, why it is gone (gone) on one that may still show it."""
-            trace = shelf.get(key)
+            """The run the page's key names (held_run); else ValueError: `missing` on a page that
+            has had none, why it is gone (gone) on one that may still show it."""
+            trace = held_run(key, request)
             if trace is None:
                 raise ValueError(gone(key, request) or missing)
             return trace
@@ -728,7 +734,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     raise ValueError("pick a cost profile from the list")
             except ValueError as e:
                 raise user_error(e) from None
-            trace = shelf.get(key)
+            trace = held_run(key, request)
             if trace is None and (why := gone(key, request)):
                 return f"<div class='specviz-lab'>{why}.</div>", "", None
             if (why := explorer_refusal(trace)) is not None:

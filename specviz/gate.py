@@ -265,7 +265,7 @@ class Shelf:
         self.max_bytes, self.per_address = max_bytes, per_address
         self._lock = threading.Lock()
         self._items: OrderedDict[str, Held] = OrderedDict()  # key -> what it holds, oldest first
-        self._let_go: OrderedDict[str, None] = OrderedDict()  # keys evicted (not dropped), oldest first
+        self._let_go: OrderedDict[str, str] = OrderedDict()  # keys evicted (not dropped): their sessions
         self._forgotten: OrderedDict[str, None] = OrderedDict()  # sessions whose state went, oldest first
 
     def put(self, session: str | None, trace, nbytes: int | None = None, address: str | None = None,
@@ -299,6 +299,19 @@ class Shelf:
         with self._lock:
             return isinstance(key, str) and key in self._let_go
 
+    def of_session(self, session) -> object | None:
+        """The trace a page's session holds (its newest), for a page whose key is gone with its
+        state while the trace stayed (Gradio pushes the oldest pages out past its capacity without
+        the State's delete callback); None for calls without a session, which share one place."""
+        if not isinstance(session, str) or session == NO_SESSION:
+            return None
+        with self._lock:
+            key = next((k for k, held in self._items.items() if held.session == session), None)
+            if key is None:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key].trace
+
     def forgot(self, session) -> bool:
         """Whether the state of session's page went while it held a run (among the last
         LET_GO_KEPT): the page may still show that run."""
@@ -306,15 +319,18 @@ class Shelf:
             return isinstance(session, str) and session in self._forgotten
 
     def _evict(self, key: str) -> None:  # under the lock
-        del self._items[key]
-        _remember(self._let_go, key)
+        _remember(self._let_go, key, self._items.pop(key).session)
 
     def drop(self, key) -> None:
-        """Let key's trace go with its page's state (the State's delete callback)."""
+        """Let key's trace go with its page's state (the State's delete callback), and remember
+        the page's session (its trace's, or that of one let go before) to tell the page so."""
         with self._lock:
-            held = self._items.pop(key, None) if isinstance(key, str) else None
-            if held is not None and held.session != NO_SESSION:
-                _remember(self._forgotten, held.session)
+            if not isinstance(key, str):
+                return
+            held = self._items.pop(key, None)
+            session = held.session if held is not None else self._let_go.get(key)
+            if session is not None and session != NO_SESSION:
+                _remember(self._forgotten, session)
 
     @property
     def nbytes(self) -> int:
@@ -324,9 +340,9 @@ class Shelf:
         return len(self._items)
 
 
-def _remember(kept: OrderedDict, name: str) -> None:
-    """Add name to kept, the newest LET_GO_KEPT only."""
-    kept[name] = None
+def _remember(kept: OrderedDict, name: str, value=None) -> None:
+    """Add name (with value) to kept, the newest LET_GO_KEPT only."""
+    kept[name] = value
     kept.move_to_end(name)
     while len(kept) > LET_GO_KEPT:
         kept.popitem(last=False)

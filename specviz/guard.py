@@ -610,9 +610,6 @@ class RequestGuard:
                     raise
         except Refused as e:
             return await _answer(send, e.status, e.message)
-        beating = beat[1] if beat and self.beating is not None else None
-        if beating is not None:
-            self.beating[beating] += 1
         parts = _Parts(_header(scope, b"content-type")) if upload else None
         started, body_done = time.monotonic(), False
         chunks = [] if (self.max_values is not None or call) and not upload else None  # read once whole
@@ -658,6 +655,9 @@ class RequestGuard:
             answered = True
             await send(message)
 
+        beating = beat[1] if beat and self.beating is not None else None
+        if beating is not None:  # an open page's heartbeat: Tidy keeps its page while it lasts
+            self.beating[beating] += 1
         try:
             await self.app(scope, counted_receive, watched_send)
         except Refused:

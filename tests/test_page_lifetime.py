@@ -62,9 +62,7 @@ def test_a_page_in_use_is_never_told_to_run_first_under_the_run_it_shows(served,
     shelf = served.specviz.shelf
     assert any(held.session == page for held in shelf._items.values())
     c.close()
-    end = time.monotonic() + 10
-    while page in served.specviz.beating and time.monotonic() < end:
-        time.sleep(0.05)
+    closed(served, page)
     time.sleep(IDLE + 1.5)
     served.specviz.tidy.last = -float("inf")  # it runs once a minute: now
     Client(served.url, verbose=False).predict(handle_file(str(path)), api_name="/open_trace")
@@ -82,6 +80,18 @@ def open_page(served, tmp_path, name):
     page = c.session_hash
     assert '"success":true' in call_hidden(served, "save", [None], page).replace(" ", "")
     return page
+
+
+def closed(served, page, seconds: float = 10.0) -> None:
+    """Wait until the server has seen the page's heartbeat end: no stream of its counted, and
+    Gradio has marked the page closed (its unload has run)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        state = served.state_holder.session_data.get(page)
+        if page not in served.specviz.beating and getattr(state, "is_closed", False):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the page's heartbeat did not end within {seconds:g} s")
 
 
 class Heartbeat:
@@ -118,7 +128,7 @@ def test_a_page_whose_connection_blipped_keeps_the_run_it_shows(served, tmp_path
     beat = Heartbeat(served, page)
     time.sleep(0.5)
     beat.drop()
-    time.sleep(1.5)  # the server writes its next beat, finds the stream gone, runs the unload
+    closed(served, page)  # the server wrote its next beat, found the stream gone, ran the unload
     saved = call_hidden(served, "save", [None], page)  # the visitor, still on the page, presses Save
     assert "run something first" not in saved, saved[-400:]
     shown = call_hidden(served, "explore", [3, False, "", None], page)
@@ -154,9 +164,7 @@ def test_a_page_let_go_after_its_connection_dropped_is_told_why(served, tmp_path
     beat = Heartbeat(served, page)
     time.sleep(0.5)
     beat.drop()
-    end = time.monotonic() + 10
-    while page in served.specviz.beating and time.monotonic() < end:
-        time.sleep(0.05)
+    closed(served, page)
     monkeypatch.setattr(served.specviz.tidy, "closed", 1.0)  # ten minutes on a server
     time.sleep(1.5)
     served.specviz.tidy.last = -float("inf")  # it runs at most once a minute: now
