@@ -289,12 +289,12 @@ def forget_pages(holder, idle: float, closed: float, now: datetime.datetime | No
     """Drop the state of pages unused for `idle` seconds, or closed and unused for `closed`, from
     Gradio's StateHolder; returns how many. A page in `open_pages` (its heartbeat stream is
     connected: it is open in a browser, however long its visitor is away) stays. Gradio 6.31
-    keeps each page's state (a copy of every
-    output's last value: 0.3-1 MiB after a run) until state_session_capacity newer pages push it
-    out, closed or not: a soak of 2,000 jobs grew the server by 17-21 MiB every 100, for good, and
-    a quiet Space held its last 1,000 visitors' pages for days. A page's State values go through
-    Gradio's own deletion first (their delete callbacks: the shelf's trace keys). A page that comes
-    back after that starts from the defaults, as one does after its trace key's time to live."""
+    keeps each page's state (a copy of every output's last value: 0.3-1 MiB after a run) until
+    state_session_capacity newer pages push it out, closed or not: a soak of 2,000 jobs grew the
+    server by 17-21 MiB every 100, for good, and a quiet Space held its last 1,000 visitors' pages
+    for days. A page's State values go through Gradio's own deletion first (their delete
+    callbacks: the shelf's trace keys). A page that comes back after that starts from the
+    defaults, and the app tells it its run went (app.FORGOTTEN)."""
     data, used, lock = (getattr(holder, name, None) for name in ("session_data", "time_last_used", "lock"))
     if data is None or used is None or lock is None:  # another Gradio: nothing to do
         return 0
@@ -306,10 +306,10 @@ def forget_pages(holder, idle: float, closed: float, now: datetime.datetime | No
             return 0
     gone = {}
     for page, state in pages:
-        last = used.get(page)
-        age = (now - last).total_seconds() if last is not None else 0.0
         if page in open_pages:  # open in a browser: its visitor may come back to it any time
             continue
+        last = used.get(page)
+        age = (now - last).total_seconds() if last is not None else 0.0
         if age > idle or (getattr(state, "is_closed", False) and age > closed):
             gone[page] = last
     forgotten = 0
