@@ -34,7 +34,15 @@ from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf, public_address
-from specviz.guard import PerAddress, RequestGuard, Tidy, cap_queue, forbid_downloads, request_address
+from specviz.guard import (
+    PerAddress,
+    RequestGuard,
+    Tidy,
+    cap_queue,
+    forbid_downloads,
+    keep_closed_page,
+    request_address,
+)
 from specviz.lm import out_of_memory
 from specviz.loading import check_device, default_device
 from specviz.render import legend_html
@@ -443,10 +451,16 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 raise ValueError(f"expected {len(names)} settings ({', '.join(names)}), got {len(values)}")
             return settings_from(dict(zip(names, values, strict=True)), limits)
 
+        def in_use(request) -> None:
+            """The page is in use: a closed one keeps its state (its run) for as long as it is used
+            (keep_closed_page)."""
+            keep_closed_page(getattr(demo, "state_holder", None), session_of(request))
+
         def gated(request, waiting, job):
             """Run job() (a generator of outputs) once the gate lets this visitor's ticket through;
             while waiting, yield waiting(jobs ahead) so the page shows it and Stop can act."""
             tidy()  # pages gone (API clients close none)
+            in_use(request)
             try:
                 with gate.ticket(session_of(request), visitor(request)) as ticket:
                     for ahead in ticket.waiting():
@@ -706,6 +720,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             """The run the page's key names; where the key went with the page's state and the run
             stayed (Gradio pushes its oldest pages out without their delete callbacks), the run
             the page's session holds."""
+            in_use(request)
             return shelf.get(key) if key is not None else shelf.of_session(session_of(request))
 
         def gone(key, request) -> str | None:

@@ -324,6 +324,24 @@ def forget_pages(holder, idle: float, closed: float, now: datetime.datetime | No
     return forgotten
 
 
+def keep_closed_page(holder, session: str | None) -> None:
+    """A closed page still in use keeps its state as long as it is used. Gradio 6.31 deletes each
+    State value of a page it marked closed (its heartbeat ended) an hour after the value was set
+    (SessionState.STATE_TTL_WHEN_CLOSED), however recently the page was used; a page whose
+    connection dropped while it stayed open (a laptop's sleep, a network change) never opens its
+    heartbeat again, so a visitor using it lost the run it shows an hour after that run. Each use
+    moves the hour on, as if every value had been set now. Tidy still lets the page go once it has
+    been unused for its `closed` seconds."""
+    data = getattr(holder, "session_data", None)
+    state = data.get(session) if data is not None and session is not None else None
+    ttl = getattr(state, "_state_ttl", None)
+    if not getattr(state, "is_closed", False) or not isinstance(ttl, dict):  # open, or another Gradio
+        return
+    now = datetime.datetime.now()  # Gradio's clock for the values' ages
+    for key, (live, _) in list(ttl.items()):
+        ttl[key] = (live, now)
+
+
 def _on_loop(fn):
     """fn() on the server's event loop, where Gradio reads and changes its pages (its expiry task
     checks that a page is there, then reads it: a page dropped from a worker thread between the

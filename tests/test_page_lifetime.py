@@ -171,3 +171,37 @@ def test_a_page_let_go_after_its_connection_dropped_is_told_why(served, tmp_path
     assert served.specviz.tidy()[0] >= 1  # the page's state went
     saved = call_hidden(served, "save", [None], page)  # the visitor, back, presses Save
     assert "no longer holds this page's state or its last run" in saved, saved[-400:]
+
+
+def test_a_page_in_use_after_its_connection_dropped_keeps_its_run_past_the_hour(served, tmp_path,
+                                                                                 monkeypatch):
+    """Gradio deletes each State value of a page it marked closed an hour after the value was set
+    (SessionState.STATE_TTL_WHEN_CLOSED), however recently the page was used. A page whose
+    connection dropped while it stayed open (a laptop's sleep) never opens its heartbeat again:
+    its visitor, still sliding k in the explorer, lost the run an hour after running it and was
+    told the server no longer holds it. Here the hour is a second; the page is used every quarter
+    second for three, through the explorer, the lab's example and a Save."""
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")
+    page = open_page(served, tmp_path, "woken")
+    beat = Heartbeat(served, page)
+    time.sleep(0.5)
+    beat.drop()
+    closed(served, page)
+    served.state_holder.session_data[page].STATE_TTL_WHEN_CLOSED = 1.0  # an hour on a server
+    end = time.monotonic() + 3.0
+    uses = ["explore", "lab", "save"]
+    while time.monotonic() < end:
+        use = uses[0]
+        uses.append(uses.pop(0))
+        if use == "explore":
+            shown = call_hidden(served, "explore", [3, False, "", None], page)
+        elif use == "lab":
+            shown = call_hidden(served, "lab_run", ["example", 1, 1000, ["exact"], None], page)
+        else:
+            shown = call_hidden(served, "save", [None], page)
+        assert "no longer holds" not in shown and "first" not in shown, (use, shown[-300:])
+        time.sleep(0.25)
+    # ... and a page unused for the hour loses it, told why (Gradio's own expiry)
+    time.sleep(2.5)
+    saved = call_hidden(served, "save", [None], page)
+    assert "no longer holds this page's state or its last run" in saved, saved[-400:]
