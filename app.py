@@ -433,7 +433,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             gr.Markdown("Save the last run as a JSON trace (settings, rounds, stats, recording), or "
                         "open one to replay it here without any model: see docs/trace-format.md.")
             save_btn = gr.Button("Save the last run as a trace")
-            save_file = gr.File(label="trace", interactive=False)
+            # Gradio's cleaner deletes the file it serves CLEAN_CACHE[1] seconds after the Save
+            save_file = gr.File(label=f"trace (download it within {CLEAN_CACHE[1] // 60} minutes; Save "
+                                      "again for a new link)", interactive=False)
             open_file = gr.File(label="open a trace (.json)", file_types=[".json"], type="filepath")
             replay_status = gr.Markdown(elem_id="replay-status", **NO_TEX)
 

@@ -2,6 +2,7 @@
 under it ("run something first") after an hour of use, a connection blip, or an hour away from an
 open tab."""
 
+import json
 import threading
 import time
 
@@ -205,3 +206,46 @@ def test_a_page_in_use_after_its_connection_dropped_keeps_its_run_past_the_hour(
     time.sleep(2.5)
     saved = call_hidden(served, "save", [None], page)
     assert "no longer holds this page's state or its last run" in saved, saved[-400:]
+
+
+def test_a_saved_traces_link_lasts_as_its_label_says_and_saving_again_gives_a_working_one(
+        model_dirs, tmp_path, monkeypatch):
+    """Gradio's cleaner deletes the file a Save hands out CLEAN_CACHE[1] seconds after it was
+    made: the link on the page then answers 404. The label says so, and Save again gives a link
+    that works (the same trace, copied into the cache again). Here the cleaner runs every second
+    and deletes what is two seconds old."""
+    import re
+
+    from test_app import free_port
+
+    import app
+    from specviz.service import ModelStore
+
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
+    monkeypatch.setattr(app, "CLEAN_CACHE", (1, 2))
+    demo = app.build(store, Limits(max_new_tokens=200),
+                     RunSettings(pair="tiny", chat=False, max_new_tokens=8, dtype="float32"))
+    labels = [getattr(block, "label", None) or "" for block in demo.blocks.values()]
+    assert any(label.startswith("trace (download it within 0 minutes") for label in labels), labels
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True,
+                **app.launch_options(demo))
+    demo.url = f"http://127.0.0.1:{port}/"
+    try:
+        page = open_page(demo, tmp_path, "saved")
+
+        def link() -> str:
+            saved = call_hidden(demo, "save", [None], page)
+            return re.search(r'"url":\s*"([^"]+)"', saved)[1]
+
+        first = link()
+        assert httpx.get(first, timeout=10).status_code == 200
+        end = time.monotonic() + 10
+        while httpx.get(first, timeout=10).status_code == 200:  # the cleaner deletes it
+            assert time.monotonic() < end, "the cleaner never deleted the saved file"
+            time.sleep(0.25)
+        again = link()
+        answer = httpx.get(again, timeout=10)
+        assert answer.status_code == 200 and json.loads(answer.text)["settings"], answer.text[:200]
+    finally:
+        demo.close()
