@@ -34,6 +34,7 @@ import datetime
 import json
 import os
 import platform
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -448,6 +449,16 @@ def atomically(path: Path, write) -> None:
     os.replace(part, path)
 
 
+def writable(folder: Path) -> bool:
+    """Whether a file can be made in folder, tried: root passes os.access on /proc, /sys and a
+    read-only mount, and the check then ran its minutes to fail on saving the first section."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
 def cmd_gpucheck(args) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     apply_step_args(args)
@@ -462,9 +473,10 @@ def cmd_gpucheck(args) -> int:
     # before the first section (a folder it cannot make failed minutes in, with a traceback), and
     # without making it (a check refused on its device left an empty one behind)
     near = next(p for p in (out, *out.absolute().parents) if p.exists())
-    if not near.is_dir() or not os.access(near, os.W_OK):
+    if not near.is_dir() or not writable(near):
         raise ValueError(f"--out {args.out}: cannot make that folder ({near} is not a folder you can "
                          "write): give a folder you can write")
+
     def write(report: dict) -> None:
         """gpucheck.json and the cost profile under --out: after each section (marked partial, so a
         run a timeout kills leaves what it measured), then the whole report over them."""

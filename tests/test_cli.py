@@ -236,6 +236,8 @@ def loaded(*args, **kwargs):
     (["run", "--k", "0", "x"], "k must be an integer in 1.."),
     (["run", "--top-p", "0", "x"], "top_p must be in (0, 1]"),
     (["gpucheck", "--device", "cpu", "--out", "/proc/version/x"], "--out /proc/version/x: cannot make that"),
+    # a folder root may "write" by its mode that takes no file (it ran its minutes, then failed to save)
+    (["gpucheck", "--device", "cpu", "--out", "/proc/x"], "--out /proc/x: cannot make that folder (/proc "),
 ])
 def test_arguments_that_cannot_work_fail_before_loading_and_name_the_fix(argv, message, monkeypatch, capsys):
     """Each of these ran first (a model load, a whole bench or a gpucheck section) and then failed
