@@ -117,6 +117,18 @@ class Heartbeat:
         self.thread.join(10)
 
 
+def dropped_page(served, tmp_path, name, monkeypatch) -> str:
+    """A page (its session) that opened a trace, held its heartbeat, and lost the connection
+    while staying open: the server wrote its next beat, found the stream gone and ran the unload."""
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")  # Gradio notices a drop on its next beat
+    page = open_page(served, tmp_path, name)
+    beat = Heartbeat(served, page)
+    time.sleep(0.5)
+    beat.drop()
+    closed(served, page)
+    return page
+
+
 def test_a_page_whose_connection_blipped_keeps_the_run_it_shows(served, tmp_path, monkeypatch):
     """Gradio's page opens its heartbeat stream once and never again (its client keeps the broken
     stream and open_heartbeat returns early). When that connection drops while the page stays open
@@ -124,12 +136,7 @@ def test_a_page_whose_connection_blipped_keeps_the_run_it_shows(served, tmp_path
     free_session took the page's run off the shelf at once: the page goes on working (its events
     join the queue as before) and still shows its run, yet Save said "no run to save yet: run
     something first", the lab "no run yet" and the explorer "Run ... first"."""
-    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")  # Gradio notices a drop on its next beat
-    page = open_page(served, tmp_path, "blip")
-    beat = Heartbeat(served, page)
-    time.sleep(0.5)
-    beat.drop()
-    closed(served, page)  # the server wrote its next beat, found the stream gone, ran the unload
+    page = dropped_page(served, tmp_path, "blip", monkeypatch)
     saved = call_hidden(served, "save", [None], page)  # the visitor, still on the page, presses Save
     assert "run something first" not in saved, saved[-400:]
     shown = call_hidden(served, "explore", [3, False, "", None], page)
@@ -160,12 +167,7 @@ def test_a_page_let_go_after_its_connection_dropped_is_told_why(served, tmp_path
     """A page whose connection dropped (a laptop's sleep) is closed for Gradio, and once unused
     past the closed page's grace Tidy lets its state go, with its run: the page still shows the run,
     and Save said "run something first". It now says the server let the page go."""
-    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")
-    page = open_page(served, tmp_path, "slept")
-    beat = Heartbeat(served, page)
-    time.sleep(0.5)
-    beat.drop()
-    closed(served, page)
+    page = dropped_page(served, tmp_path, "slept", monkeypatch)
     monkeypatch.setattr(served.specviz.tidy, "closed", 1.0)  # ten minutes on a server
     time.sleep(1.5)
     served.specviz.tidy.last = -float("inf")  # it runs at most once a minute: now
@@ -182,12 +184,7 @@ def test_a_page_in_use_after_its_connection_dropped_keeps_its_run_past_the_hour(
     its visitor, still sliding k in the explorer, lost the run an hour after running it and was
     told the server no longer holds it. Here the hour is a second; the page is used every quarter
     second for three, through the explorer, the lab's example and a Save."""
-    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.2")
-    page = open_page(served, tmp_path, "woken")
-    beat = Heartbeat(served, page)
-    time.sleep(0.5)
-    beat.drop()
-    closed(served, page)
+    page = dropped_page(served, tmp_path, "woken", monkeypatch)
     served.state_holder.session_data[page].STATE_TTL_WHEN_CLOSED = 1.0  # an hour on a server
     end = time.monotonic() + 3.0
     uses = ["explore", "lab", "save"]
