@@ -335,7 +335,8 @@ def projected(records: list[Record], profile: profiles.Profile) -> dict:
                 seconds = sum(profiles.project(r.passes, profile, path) for r in rs)
             except ValueError:  # a draft method on a profile path without a draft cost
                 continue
-            rows[path] = {"seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0}
+            rows[path] = {"seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0,
+                          "extrapolated": any(profiles.extrapolated(r.passes, profile, path) for r in rs)}
         out[method] = rows
     bases = baselines(records)
     for method, rows in out.items():
@@ -362,8 +363,13 @@ def projected_table(rows: dict, profile: profiles.Profile) -> str:
     for method, by_path in rows.items():
         cells = [f"{r['seconds']:.2f} s, {r['tokens_per_second']:.1f} tok/s, {_times(r.get('speedup'))}"
                  + (f", {_times(r['vs_chain'])} chain" if "vs_chain" in r else "")
+                 + ("*" if r.get("extrapolated") else "")
                  if (r := by_path.get(p)) else "-" for p in paths]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    if any(r.get("extrapolated") for by_path in rows.values() for r in by_path.values()):
+        lines += ["", "* C_T(width) not measured for some of the method's target passes: priced past the "
+                      "widest pass its path measured (along the last two widths, or flat at the one, "
+                      "verifying free), an estimate"]
     return "\n".join(lines)
 
 

@@ -319,7 +319,7 @@ def on_profile(rep: explorer.Replay, profile: profiles.Profile) -> str:
         except ValueError:  # no draft cost on this path
             continue
         name = html.escape(profile.path_label(path))
-        parts.append(f"{name} {seconds:.3g} s ({tokens / seconds:.1f} tok/s, "
+        parts.append(f"{name} {sig3(seconds)} s ({tokens / seconds:.1f} tok/s, "
                      f"{beside(base / seconds, 1.0)}x the target alone)" if seconds else f"{name}: -")
     return (f"<br>On {html.escape(profile.label)}: " + ("; ".join(parts) or "no path with a draft cost")
             + ". Pass counts from this replay, costs from the profile; the prefill counts as one pass.")

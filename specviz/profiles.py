@@ -306,6 +306,15 @@ def project(run, profile: Profile, path: str = "fast") -> float:
     return target + passes.draft * (costs.draft_seconds or 0.0)
 
 
+def extrapolated(run, profile: Profile, path: str = "fast") -> bool:
+    """Whether project() prices some target pass of the run past the widest width the path
+    measured (PathCosts.target_seconds: along its last two widths, or flat at a single one, which
+    prices verifying as free): an estimate, as gpucheck's projection marks its rows."""
+    costs, passes = profile.path(path), passes_of(run)
+    widest = costs.target_ms[-1][0]
+    return any(fed(w, passes, costs.compiled) > widest for w in passes.widths)
+
+
 # Tokens per target pass T(k) of each drafter, greedy, on the embedded pair: the "all" row (8
 # prompts, 2 repeats, 64 tokens, prefill pass counted) of docs/bench-cpu-2026-11-30.json,
 # summary["specviz:<drafter>"]["all"]["tokens_per_pass"]. They depend on the models and the

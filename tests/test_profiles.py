@@ -366,3 +366,41 @@ def test_the_shipped_h200_profile_is_the_recorded_run_and_its_goals_recompute_by
     assert [round(v, 2) for v in want[:4]] == [5.38, 4.11, 0.58, 1.12]
     assert math.isclose(eager.target_seconds(1) * 1e3, 16.070133000013698)
     assert report["goals"] == summary["goals"]
+
+
+def test_the_explorer_states_a_projected_time_past_1000_s_without_an_exponent():
+    """600 tokens, no draft ever kept: at k=16 every round drafts up to 16 and commits 1, which on
+    the shipped CPU profile's eager path takes about 2,700 s. The line said "2.75e+03 s" where the
+    explorer's own prediction, like every other time it states, reads as a hand figure (sig3)."""
+    rec = explorer.Recording("draft", [7, 8], list(range(1, 601)), [0] * 600, 0.5, 1.0, 600)
+    cpu = profiles.load_shipped("cpu-x86-64-bfloat16")
+    rep = explorer.replay(rec, 16)
+    assert rep.target_passes == 600 and rep.draft_passes == 16 * 584 + sum(range(16))
+    seconds = profiles.project(rep, cpu, "eager")
+    assert seconds > 1000
+    numbers = labview.explorer_views(rec, 16, False, None, None, cpu.name)[1]
+    on = numbers.split("On cpu-x86-64-bfloat16")[1]
+    assert f"eager (dynamic cache) {seconds:,.0f} s ({600 / seconds:.1f} tok/s, " in on
+    assert "e+" not in on
+
+
+def test_bench_projection_marks_a_verify_priced_past_the_widest_pass_the_path_measured():
+    """A path that measured only C_T(1) (a gpucheck whose budget ran out) prices every wider verify
+    as a one-token pass: the bench's projection gave draft-4 2.86x there, verifying free, and said
+    nothing of it, where gpucheck's own projection marks such a row an estimate ("*")."""
+    raw = copy.deepcopy(PROFILE)
+    raw["paths"]["fast"].update(draft_ms=1.0, target_ms={"1": 10.0})
+    costs = profiles.load(raw)
+    records = [brec("specviz:none", "specviz", 12, 0, {1: 12}),
+               brec("specviz:draft-4", "specviz", 12, 12, {5: 3})]
+    out = benchreport.projected(records, costs)
+    # fast: 12 draft passes of 1 ms + 3 verifies of width 5 priced at C_T(1) = 10 ms: 42 ms for 12
+    # tokens, against 120 ms alone; eager measured width 5: 12 * 2 + 3 * 18 = 78 ms
+    assert math.isclose(out["specviz:draft-4"]["fast"]["seconds"], 0.042)
+    assert out["specviz:draft-4"]["fast"]["extrapolated"] is True
+    assert out["specviz:draft-4"]["eager"]["extrapolated"] is False
+    assert out["specviz:none"]["fast"]["extrapolated"] is False
+    table = benchreport.projected_table(out, costs)
+    assert "| specviz:draft-4 | 0.08 s, 153.8 tok/s, 1.54x | 0.04 s, 285.7 tok/s, 2.86x* |" in table
+    assert "| specviz:none | 0.12 s, 100.0 tok/s, 1.00x | 0.12 s, 100.0 tok/s, 1.00x |" in table
+    assert "* C_T(width) not measured" in table
