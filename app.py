@@ -134,6 +134,7 @@ CLEAN_CACHE = (300, 900)  # every 5 minutes, delete uploads and downloads older 
 MAX_NOTICES = 8
 NO_TEX = dict(latex_delimiters=[])  # Markdown that shows a visitor's text renders no $$...$$ as TeX
 LAB_SOURCES = ("example", "round")
+TREE_ONLY = ("nodes", "branching")  # settings only the token tree drafter reads
 SAVES = Path(tempfile.gettempdir()) / "specviz-saves"
 SAVE_TTL = 300  # seconds a saved trace's file stays (Gradio copies it into its cache at once)
 
@@ -572,8 +573,12 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                                      "To run new settings in float32, pick float32 under dtype and press Run")
                 # other settings than the last run's: it said "identical" of a run never made in bf16
                 ran = getattr(last_run, "settings", None)
-                changed = [name for name, value in asdict(page).items()
-                           if name != "dtype" and (not isinstance(ran, dict) or ran.get(name) != value)]
+                # a trace from before trees lacks the tree drafter's two settings, which its chain
+                # run never read: the page shows its defaults there, and that is no change
+                chain = isinstance(ran, dict) and ran.get("proposer") != "tree"
+                unread = set(TREE_ONLY) - ran.keys() if chain else set()
+                changed = [name for name, value in asdict(page).items() if name != "dtype" and name not in
+                           unread and (not isinstance(ran, dict) or ran.get(name) != value)]
                 if changed:
                     raise ValueError("the page's settings changed since the last run: this button "
                                      "checks the last run again in float32. Press Run first, or pick "

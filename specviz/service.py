@@ -585,7 +585,7 @@ def replay_view(trace: Trace, pair: Pair | None = None) -> View:
         dtype = torch.float32
     result = compare(spec, base, dtype, trace.models.get("device", ""),
                      trace.models.get("numerics") or "") if base else None  # older traces: none
-    verdict = verdict_html(result, _NoTokenizer(trace), greedy) if result else ""
+    verdict = verdict_html(result, _NoTokenizer(trace, pair), greedy) if result else ""
     names = [markdown_text(public_message(clip(trace.models.get(m), 60))) for m in ("target", "draft")]
     k = trace.settings.get("k")
     number = treeview.fullest_round(spec.events)
@@ -598,12 +598,22 @@ def replay_view(trace: Trace, pair: Pair | None = None) -> View:
 
 
 class _NoTokenizer:
-    """Token text from a trace's spans, for views that would otherwise decode ids."""
+    """Token text for views that would otherwise decode ids (the verdict's top-2): the loaded
+    pair's tokenizer when that pair made the trace, as the live run decoded them; else each id as
+    the trace holds it: the recording's token_text (an id decoded alone, as the live verdict
+    reads it), then the tree's node_text, then the spans' text (a piece read in its context)."""
 
-    def __init__(self, trace: Trace):
+    def __init__(self, trace: Trace, pair: Pair | None = None):
+        here = made_here(trace, pair)
+        self.tokenizer, self.vocab_size = (pair.tokenizer, pair.vocab_size) if here else (None, 0)
         self.text = {s.token: s.text for s in trace.spans}
+        recording = trace.recording
+        for known in (trace.node_text, recording.token_text if recording else None):
+            self.text.update({int(t): x for t, x in (known or {}).items()})
 
     def decode(self, ids):
+        if self.tokenizer is not None and all(0 <= i < self.vocab_size for i in ids):
+            return self.tokenizer.decode(ids)
         return "".join(self.text.get(i, f"⟨{i}⟩") for i in ids)
 
 

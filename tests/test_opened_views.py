@@ -1,0 +1,90 @@
+"""An opened trace shows what the live run showed: the views read from a trace name its tokens as
+the run did, and the Run tab's buttons act on it as on the run it holds."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from conftest import handler
+from test_hostile_app import args, page_request
+
+import specviz
+from specviz import explorer, trace
+from specviz.compare import compare
+from specviz.metrics import RunStats
+from specviz.render import all_spans
+from specviz.service import pair_models, replay_view
+from specviz.settings import Limits, RunSettings
+from specviz.views import verdict_html
+
+
+def flipped_trace(pair, prompt: str = "def fibonacci(n):", n: int = 12):
+    """A greedy run's trace whose baseline took the target's second choice at one output position
+    (a near-tie flipped by floating point, as a bfloat16 run's can be), where that token is none of
+    the run's own: the verdict names it."""
+    ids = pair.encode(prompt)
+    events = list(specviz.generate(pair, ids, k=3, max_new_tokens=n))
+    spans = all_spans(events, pair.tokenizer, ids)
+    shown = {s.token for s in spans}
+    alone = list(specviz.generate(pair, ids, proposer="none", max_new_tokens=n))
+    at = next(i for i, e in enumerate(alone) if e.target_top2[0][1][0] not in shown)
+    e = alone[at]
+    (a, la), (b, lb) = e.target_top2[0]
+    base = alone[:at] + [replace(e, token=b, new_tokens=[b], target_top2=[[(b, la), (a, la - 1e-4)]],
+                                 stop="length")]
+    rec = explorer.record(pair, ids, RunStats.of(events), "draft", n)
+    t = trace.Trace({"k": 3, "temperature": 0.0, "proposer": "draft", "max_new_tokens": n,
+                     "prompt": prompt}, pair_models(pair), ids, tuple(events), tuple(spans),
+                    tuple(base), rec)
+    return trace.loads(t.to_json()), b
+
+
+def test_an_opened_runs_verdict_names_the_top2_tokens_as_the_live_run_did(pair):
+    """The live verdict decodes the top-2 ids with the pair's tokenizer; opened (the same pair
+    loaded) it named a token no span shows as ⟨id⟩, and a token whose span holds part of a
+    character by that span's text, so the two pages disagreed on the same run."""
+    opened, b = flipped_trace(pair)
+    live = verdict_html(compare(opened.stats, RunStats.of(opened.baseline), pair.dtype, pair.device,
+                                pair.numerics), pair.tokenizer, True)
+    assert "differ" in live and f"⟨{b}⟩" not in live
+    assert replay_view(opened, pair).verdict_html == live
+
+
+def test_an_opened_runs_verdict_without_its_pair_names_tokens_the_trace_holds(pair):
+    """With no pair loaded, a token the trace's recording names (token_text: each id decoded
+    alone, as the live verdict decodes it) is named so, not ⟨id⟩."""
+    opened, b = flipped_trace(pair)
+    text = {str(t): f"«{t}»" for t in set(opened.prompt_ids) | set(opened.stats.tokens) | {b}}
+    opened = trace.loads(json.dumps(json.loads(opened.to_json()) | {
+        "recording": opened.recording.to_dict() | {"token_text": text}}))
+    verdict = replay_view(opened).verdict_html
+    assert f"«{b}»" in verdict and f"⟨{b}⟩" not in verdict
+
+
+@pytest.fixture(scope="module")
+def demo(model_dirs):
+    import app
+    from specviz.service import ModelStore
+
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
+    return app.build(store, Limits(max_new_tokens=200),
+                     RunSettings(pair="tiny", chat=False, max_new_tokens=8, dtype="float32"))
+
+
+def test_a_float32_rerun_of_an_opened_trace_from_before_trees_is_not_refused(demo, tmp_path):
+    """A trace from before trees has no nodes or branching in its settings (docs/trace-format.md);
+    opened, the page's controls hold the run's settings and the page's defaults for those two, and
+    "Re-run in float32" said "the page's settings changed since the last run" though the visitor
+    changed nothing (and those two are for the token tree only)."""
+    run = list(handler(demo, "run")(page_request("older"), None, *args(dtype="bfloat16")))[-1]
+    saved = json.loads(demo.specviz.shelf.get(run[15]).to_json())
+    for name in ("nodes", "branching"):
+        del saved["settings"][name]
+    path = tmp_path / "older.json"
+    path.write_text(json.dumps(saved))
+    request = page_request("older-open")
+    opened = list(handler(demo, "open_trace")(str(path), request))[-1]
+    key, controls = opened[15], [c["value"] if isinstance(c, dict) else c for c in opened[16:31]]
+    shown = list(handler(demo, "rerun_float32")(request, None, key, *controls))[-1]
+    assert shown[0].startswith("Done in float32"), shown[0]
+    demo.specviz.shelf.drop(key)
