@@ -759,7 +759,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             trace = held_run(key, request)
             if trace is None and (why := gone(key, request)):
                 return f"<div class='specviz-lab'>{why}.</div>", "", None
-            if (why := explorer_refusal(trace)) is not None:
+            if (why := explorer_refusal(trace, opened=shelf.opened(trace))) is not None:
                 return f"<div class='specviz-lab'>{html.escape(why)}</div>", "", None
             measured = [len(e.new_tokens) for e in trace.events]
             try:

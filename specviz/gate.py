@@ -293,6 +293,11 @@ class Shelf:
             self._items.move_to_end(key)
             return self._items[key].trace
 
+    def opened(self, trace) -> bool:
+        """Whether trace is on the shelf as a visitor opened it from a file (not a run here)."""
+        with self._lock:
+            return any(held.trace is trace and held.uploaded for held in self._items.values())
+
     def let_go(self, key) -> bool:
         """Whether the shelf let key's trace go while its page was open (among the last LET_GO_KEPT
         it let go): a newer one of its address's replaced it, or the memory was needed."""

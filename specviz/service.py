@@ -384,15 +384,20 @@ def tree_round(trace: Trace | None, round_number, pair: Pair | None = None) -> t
     return treeview.tree_views(trace.events, trace_text(trace, pair), round_number, greedy)
 
 
-def explorer_refusal(trace: Trace | None) -> str | None:
-    """Why the k explorer cannot replay this run, or None when it can. A tree run is never
-    replayed at other depths: the recording replays a chain drafter's guesses."""
+def explorer_refusal(trace: Trace | None, opened: bool = False) -> str | None:
+    """Why the k explorer cannot replay this run (`opened`: from a trace file), or None when it
+    can. A tree run is never replayed at other depths: the recording replays a chain drafter's
+    guesses."""
     if trace is not None and (trace.settings.get("proposer") == "tree" or trace.stats.is_tree):
         return ("This run drafted token trees: the k explorer replays chain runs only (the draft model "
                 "or the n-gram drafter), so tree runs are not replayed at other depths. Run the draft "
                 "model at temperature 0 to explore k.")
     if trace is not None and trace.recording is None and trace.settings.get("temperature") == 0:
         proposer = trace.settings.get("proposer")  # a run the explorer replays, yet no recording:
+        if opened and proposer in EXPLORER_PROPOSERS:  # its "recording" is null (a longer n-gram
+            return ("This trace holds no recording (its \"recording\" is null), so the k explorer "
+                    "cannot replay it: press Run to make the run again with its settings, then explore "
+                    "k.")  # one's is opened so: docs/trace-format.md)
         if proposer in EXPLORER_PROPOSERS and not trace.baseline:  # kept at the job's time limit
             return ("This run stopped at the job's time limit before it finished, and the k explorer's "
                     "recording is made at the end: run it again with fewer new tokens (or a shorter "

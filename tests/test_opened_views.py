@@ -88,3 +88,25 @@ def test_a_float32_rerun_of_an_opened_trace_from_before_trees_is_not_refused(dem
     shown = list(handler(demo, "rerun_float32")(request, None, key, *controls))[-1]
     assert shown[0].startswith("Done in float32"), shown[0]
     demo.specviz.shelf.drop(key)
+
+
+@pytest.mark.parametrize("proposer", ["draft", "ngram"])
+@pytest.mark.parametrize("baseline", [True, False])
+def test_the_explorer_says_an_opened_trace_without_its_recording_holds_none(demo, tmp_path, proposer,
+                                                                            baseline):
+    """docs/trace-format.md tells a visitor to set "recording" to null to open a longer n-gram
+    trace; the k explorer then gave a live run's reasons for the missing recording: "stopped at the
+    job's time limit" (no baseline) or "the draft model cannot read every token" (draft)."""
+    request = page_request(f"unrecorded-{proposer}-{baseline}")
+    run = list(handler(demo, "run")(request, None, *args(proposer=proposer)))[-1]
+    saved = json.loads(demo.specviz.shelf.get(run[15]).to_json())
+    assert saved["recording"] is not None
+    saved["recording"] = None
+    if not baseline:
+        saved["baseline"] = []
+    path = tmp_path / "unrecorded.json"
+    path.write_text(json.dumps(saved))
+    key = list(handler(demo, "open_trace")(str(path), request))[-1][15]
+    numbers, _, fig = handler(demo, "explore")(3, False, "", key, request)
+    assert "holds no recording" in numbers and fig is None, numbers
+    demo.specviz.shelf.drop(key)
