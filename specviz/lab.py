@@ -88,6 +88,9 @@ def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
     n = counts.sum().double()
     expected, observed = probs[mask].double() * n, counts[mask].double()  # [cells]
     big = expected >= MIN_EXPECTED
+    if not bool(big.any()):  # a flat p at few trials: one pool of every cell would test nothing
+        expected, observed = _grouped(expected, observed)
+        big = expected >= MIN_EXPECTED
     expected_cells, observed_cells = expected[big], observed[big]  # [m]
     rest_expected, rest_observed = expected[~big].sum(), observed[~big].sum()
     if rest_expected > 0:
@@ -103,6 +106,29 @@ def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
     stat = ((observed_cells - expected_cells) ** 2 / expected_cells).sum()
     df = max(len(expected_cells) - 1, 1)
     return float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), stat / 2))
+
+
+def _grouped(expected: torch.Tensor, observed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cells [m] that each expect fewer than MIN_EXPECTED counts, merged least likely first into
+    groups expecting at least MIN_EXPECTED each (the last few join the group before them); fewer
+    than MIN_EXPECTED in all: one cell. The groups depend on p and N only, not on the counts, so
+    the test stays a chi-square test, on groups - 1 degrees of freedom. (Pooled into one cell,
+    1,000 trials all on one token of a flat p over 400 tokens had a p-value of 1.)"""
+    order = expected.argsort(stable=True)
+    ends = expected[order].cumsum(0)  # [m]
+    cut, last = [], 0.0
+    for i, end in enumerate(ends.tolist()):  # a group closes once it expects MIN_EXPECTED
+        if end - last >= MIN_EXPECTED:
+            cut.append(i)
+            last = end
+    if not cut:
+        return expected.sum().view(1), observed.sum().view(1)
+    group = torch.zeros(len(order), dtype=torch.long)
+    group[torch.tensor(cut[:-1], dtype=torch.long) + 1] = 1
+    group = group.cumsum(0)  # [m]: the group of each cell in sorted order; the tail joins the last
+    size = len(cut)
+    return (torch.zeros(size, dtype=expected.dtype).index_add_(0, group, expected[order]),
+            torch.zeros(size, dtype=observed.dtype).index_add_(0, group, observed[order]))
 
 
 @dataclass(frozen=True)

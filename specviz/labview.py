@@ -140,9 +140,16 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
                "as the rule used it" if event.source == "ngram" else "")
             + (f"; a tree round: the walk tries the root's {len(candidates)} candidates one at a time, "
                "each as a one-hot draft, so q is one-hot on the first; one of them is kept with "
-               f"probability Σ p(x) over the candidates = {float(p[candidates].sum()):.4f} (the tree "
+               f"probability Σ p(x) over the candidates = {share(p[candidates].sum())} (the tree "
                "variants below try them all)" if candidates else ""))
     return p, q, [], drafted, note
+
+
+def share(value) -> str:
+    """A probability to 4 decimals, or more where 4 would print a nonzero one as 0.0000 or one
+    below 1 as 1.0000 (a drafted token with p(x) = 2e-5 read p(x)=0.0000 beside an accept
+    probability of 0.0001)."""
+    return beside(float(value), (0.0, 1.0), 4)
 
 
 def _top(p, q, labels, tokenizer=None) -> tuple[list[int], list[str]]:
@@ -190,9 +197,9 @@ def masses_figure(p, q, labels, tokenizer=None) -> go.Figure:
 def masses_html(p, q, drafted: int, label: str, note: str = "") -> str:
     m = lab.Masses(p, q)
     return (f"<div class='specviz-lab'>{html.escape(note)}<br>Drafted token {html.escape(label)}: "
-            f"p(x)={float(p[drafted]):.4f}, q(x)={float(q[drafted]):.4f}, accept probability "
-            f"min(1, p/q) = <b>{beside(m.accept_probability(drafted), (0.0, 1.0), 4)}</b>.<br>Expected "
-            f"acceptance Σ min(p, q) = 1 − TV(p, q) = <b>{beside(m.expected_acceptance, (0.0, 1.0), 4)}</b>."
+            f"p(x)={share(p[drafted])}, q(x)={share(q[drafted])}, accept probability "
+            f"min(1, p/q) = <b>{share(m.accept_probability(drafted))}</b>.<br>Expected "
+            f"acceptance Σ min(p, q) = 1 − TV(p, q) = <b>{share(m.expected_acceptance)}</b>."
             "</div>")
 
 

@@ -466,3 +466,38 @@ def test_simulate_takes_1_to_10_million_trials():
     for n in (0, 10_000_001):
         with pytest.raises(ValueError, match=r"trials must be in 1\.\.10\^7, got"):
             lab.simulate("exact", p, q, n, torch.Generator())
+
+
+def test_the_lab_prints_a_drafted_tokens_p_and_q_off_0_and_1_when_they_are_not():
+    """A drafted token the target finds unlikely (p(x) = 2e-5) read "p(x)=0.0000" beside an accept
+    probability of 0.0001; one the draft rarely samples read "q(x)=0.0000", a token it never
+    drafts; p(x) = 0.99996 read "1.0000" beside an accept probability below 1."""
+    from specviz.labview import masses_html
+
+    text = masses_html(f64(2e-5, 1 - 2e-5), f64(0.3, 0.7), 0, "A")
+    assert "p(x)=0.00002, q(x)=0.3000" in text and "min(1, p/q) = <b>0.0001</b>" in text
+    text = masses_html(f64(0.6, 0.4), f64(3e-5, 1 - 3e-5), 0, "A")
+    assert "p(x)=0.6000, q(x)=0.00003" in text and "min(1, p/q) = <b>1.0000</b>" in text
+    text = masses_html(f64(0.99996, 0.00004), f64(0.99997, 0.00003), 0, "A")
+    assert "p(x)=0.99996, q(x)=0.99997" in text and "min(1, p/q) = <b>0.99999</b>" in text
+
+
+def test_chi_square_sees_every_trial_on_one_token_of_a_flat_p():
+    """Every cell of a flat p over 400 tokens expects fewer than 5 of 1,000 trials: pooled into
+    one cell, the test had a p-value of 1 whatever the counts, so the lab called a draft of the
+    argmax (99% of its trials on one token) "no bias detected" at the page's smallest N. Grouped
+    by p into cells that expect 5 or more, the exact rule still passes at the stated rate."""
+    from specviz import labview
+
+    g = torch.Generator().manual_seed(0)
+    p = (torch.randn(400, generator=g, dtype=torch.float64) * 0.2).softmax(-1)
+    q = (torch.randn(400, generator=g, dtype=torch.float64) * 0.2).softmax(-1)
+    assert float(p.max()) * 1_000 < lab.MIN_EXPECTED
+    one = torch.zeros(400, dtype=torch.float64)
+    one[int(p.argmax())] = 1_000
+    assert lab.chi_square_pvalue(one, p) < 1e-9
+    _, table = labview.monte_carlo(p, q, [], 1_000, ["exact", "argmax_draft"])
+    assert table.count("<b>biased</b>") == 1 and "<td>argmax_draft</td>" in table.split("<b>biased</b>")[0]
+    pvalues = torch.tensor([lab.chi_square_pvalue(torch.bincount(torch.multinomial(
+        p, 1_000, replacement=True, generator=g), minlength=400).double(), p) for _ in range(500)])
+    assert 0.02 <= float((pvalues < 0.05).double().mean()) <= 0.09 and int((pvalues < 1e-3).sum()) <= 3
