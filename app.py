@@ -603,12 +603,16 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def share_query(*values):
             try:
-                yield settings_of(values).to_query()
+                s = settings_of(values)
+                s.check(limits, store.known_pairs)  # what a Run refuses, a link opens without
+                yield s.to_query()
             except (TypeError, ValueError) as e:
                 yield ""  # the box kept the last link: of settings the page no longer has
                 raise user_error(ValueError(f"cannot make a link: {e}")) from None
 
         def pair_changed(key):
+            if isinstance(key, str) and key == default.pair and key not in presets.BY_KEY:
+                return gr.update(value=default.chat)  # the page's own (command-line) pair: its switch
             preset = presets.BY_KEY.get(key) if isinstance(key, str) else None
             return gr.update(value=preset.chat) if preset else gr.skip()
 

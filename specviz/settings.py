@@ -241,21 +241,25 @@ def from_query(params, base: RunSettings, limits: Limits,
     repeat): (settings, notices, run). Never raises.
 
     A parameter given twice is ignored (which one would count is a guess: a long link could show
-    one prompt near its start and run another at its end). run=1 starts the run only when every
-    setting the link gives was taken: a refused one would leave the page's default in its place,
-    a run the visitor never asked for (on a ZeroGPU Space, paid from their quota).
+    one prompt near its start and run another at its end); a site's own parameter given twice (a
+    re-shared link's fbclid) is no setting and, like one given once, leaves run=1 as it is.
+    run=1 starts the run only when every setting the link gives was taken: a refused one would
+    leave the page's default in its place, a run the visitor never asked for (on a ZeroGPU Space,
+    paid from their quota).
     Notices quote the visitor's names and values clipped to SHOWN_CHARS; they are plain text
     (escape them where they become HTML or Markdown: markdown_text).
     """
     items = list(params.multi_items() if hasattr(params, "multi_items") else params.items())
     given = Counter(key for key, _ in items)
-    notices = [f"ignored link parameter {clip(key)!r}: given {n} times; give it once"
-               for key, n in given.items() if n > 1]
+    twice = {key: f"ignored link parameter {clip(key)!r}: given {n} times; give it once"
+             for key, n in given.items() if n > 1 and key != "__theme"}
+    notices = [text for key, text in twice.items() if key in _TYPES or key == "run"]
     once = {key: raw for key, raw in items if given[key] == 1 and key != "__theme"}
     run = flag(str(once.pop("run", "0")).strip())
     if run is None:
         notices.append("ignored link parameter run: it must be 1 (run on opening) or 0")
     unknown = [f"ignored unknown link parameter {clip(key)!r}" for key in once if key not in _TYPES]
+    unknown += [text for key, text in twice.items() if key not in _TYPES and key != "run"]  # a site's own
     settings, refused = _merged({key: raw for key, raw in once.items() if key in _TYPES}, base, limits,
                                 known_pairs, "link parameter")
     notices += refused

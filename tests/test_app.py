@@ -562,3 +562,16 @@ def test_the_apis_run_endpoint_names_its_settings_in_the_pages_order():
     run = demo.get_api_info()["named_endpoints"]["/run"]["parameters"]
     assert [p["parameter_name"] for p in run] == list(demo.specviz.names)
     assert [p["parameter_default"] for p in run] == [getattr(RunSettings(), n) for n in demo.specviz.names]
+
+
+def test_a_foreign_parameter_given_twice_leaves_a_run_link_as_given():
+    """A site's own parameter (a link re-shared through Facebook carries fbclid twice) is not a
+    setting: repeated, it is ignored with a notice and the link still runs, as README says
+    (run=1 starts nothing only when a setting it gives was refused)."""
+    from starlette.datastructures import QueryParams
+
+    s, notices, run = from_query(QueryParams("k=6&fbclid=a&fbclid=b&run=1"), RunSettings(), Limits(),
+                                 presets.BY_KEY)
+    assert (s.k, run, notices) == (6, True, ["ignored link parameter 'fbclid': given 2 times; give it once"])
+    _, notices, run = from_query(QueryParams("k=6&k=6&run=1"), RunSettings(), Limits(), presets.BY_KEY)
+    assert run is False  # a setting given twice still stops the run

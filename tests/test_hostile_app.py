@@ -1315,7 +1315,8 @@ def test_picking_a_preset_sets_its_chat_template_switch(demo):
     changed = handler(demo, "pair_changed")
     assert changed("gpt2") == {"__type__": "update", "value": False}  # a base model
     assert changed("qwen2.5-1.5b") == {"__type__": "update", "value": True}  # an instruct model
-    assert changed("tiny") == gr.skip() and changed(["gpt2"]) == gr.skip()
+    assert changed("tiny") == {"__type__": "update", "value": False}  # the page's own pair: its default
+    assert changed("other") == gr.skip() and changed(["gpt2"]) == gr.skip()
 
 
 def test_the_lab_shows_the_masses_and_the_monte_carlo_each_in_its_own_plot(demo):
@@ -1425,3 +1426,38 @@ def test_the_tree_playback_reads_a_run_made_here_with_the_loaded_pairs_tokenizer
     shown = [handler(demo, "play_tree")(n, key)[0] for n in range(1, len(trace.events) + 1)]
     assert all('data-round="' in page and "QQMARK" not in page for page in shown)
     demo.specviz.shelf.drop(key)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("seed", -1, "seed must be in 0..4294967295, got -1"),  # the seed box has no bounds
+    ("seed", 2**32, "seed must be in 0..4294967295, got 4294967296"),
+    ("top_k", 2**21, "top_k must be in 0..1048576"),  # nor the top-k box an upper one
+    ("temperature", 0.001, "temperature must be 0 \\(greedy\\) or in 0.01..2"),  # typed in the slider's box
+])
+def test_a_link_of_settings_the_run_refuses_is_not_made(demo, field, value, message):
+    """Copy link made a link of a seed the Run refuses; the page it opened showed the default seed
+    in its place (with a notice to the visitor who got it, and nothing to the one who sent it)."""
+    import gradio as gr
+
+    made = RunSettings(**dict(zip(FIELDS, args(**{field: value}), strict=True))).to_query()
+    _, notices, _ = from_query(dict(p.split("=", 1) for p in made.split("&")), RunSettings(),
+                               demo.specviz.limits, demo.specviz.store.known_pairs)
+    assert notices and field in notices[0]  # what the link would have opened with
+    shown = []
+    with pytest.raises(gr.Error, match=f"cannot make a link: {message}"):
+        for out in handler(demo, "share_query")(*args(**{field: value})):
+            shown.append(out)
+    assert shown == [""]
+
+
+def test_picking_the_pages_own_pair_again_sets_its_chat_switch_back(model_dirs):
+    """The command-line pair (an instruct model: chat on) after a pick of gpt2 (chat off) kept the
+    chat switch off, and its runs went without the chat template."""
+    import app
+    from specviz.service import ModelStore
+
+    store = ModelStore({"command-line": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
+    built = app.build(store, Limits(), RunSettings(pair="command-line", chat=True))
+    changed = handler(built, "pair_changed")
+    assert changed("gpt2") == {"__type__": "update", "value": False}
+    assert changed("command-line") == {"__type__": "update", "value": True}
