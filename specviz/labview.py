@@ -249,9 +249,11 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
              "another temperature draws the same token, so those variants are the rule itself."
              if int((torch.as_tensor(q) > 0).sum()) == 1 else "")
     table = ("<table class='specviz-stats'><thead><tr><th>variant</th><th>what it does</th><th>TV to p</th>"
-             "<th>χ² p-value</th><th>verdict</th><th>time</th></tr></thead><tbody>" + "".join(rows) +
+             "<th>p-value</th><th>verdict</th><th>time</th></tr></thead><tbody>" + "".join(rows) +
              f"</tbody></table><p>{n:,} trials each. An exact sampler's TV shrinks like 1/√N; "
-             f"a p-value below 0.001 flags a bias.{point}</p>")
+             "a p-value below 0.001 flags a bias. The p-value is Pearson's χ² over tokens expecting 5 "
+             "draws or more, the rarer ones pooled; where that pool expects fewer than 5 it is also "
+             f"tested alone (a Poisson tail), and the p-value is twice the smaller of the two.{point}</p>")
     return (_layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency",
                     PAGE_HALF_PX), table)
 

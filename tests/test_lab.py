@@ -429,8 +429,19 @@ def test_the_chi_square_p_value_by_hand_at_its_pooling_edges():
     assert chi(f64(70., 10., 0.), f64(.9375, .03125, .03125)) == \
         pytest.approx(math.erfc(math.sqrt(8 / 3)), rel=1e-9)
     # a pool expecting 1 joins the smallest big cell (19 -> 20 expected, 25 seen): 25/50 + 0 + 25/20 =
-    # 1.75 on 2 df, exp(-1.75 / 2)
-    assert chi(f64(45., 30., 19., 6.), f64(.5, .3, .19, .01)) == pytest.approx(math.exp(-0.875), rel=1e-9)
+    # 1.75 on 2 df, exp(-1.75 / 2). The pool is also tested alone, and the p-value is the smaller of
+    # the two, doubled: seen 3 times, P(Poisson(1) >= 3) = 1 - 5/(2e) = 0.080 against the merged
+    # table's p = 0.81 (statistic 9/50 + 1/30 + 4/20 = 0.41 on 2 df): 0.16
+    poisson_tail = lambda r, lam: 1 - sum(math.exp(-lam) * lam**i / math.factorial(i) for i in range(r))  # noqa: E731
+    assert chi(f64(47., 31., 19., 3.), f64(.5, .3, .19, .01)) == pytest.approx(
+        2 * min(lab._pearson(f64(50., 30., 20.), f64(47., 31., 22.)), poisson_tail(3, 1.0)), rel=1e-9)
+    # ... and seen 6 times, the pool alone is the evidence (P(Poisson(1) >= 6) = 0.00059), where
+    # merged it read exp(-0.875) = 0.42
+    assert lab._pearson(f64(50., 30., 20.), f64(45., 30., 25.)) == pytest.approx(math.exp(-0.875), rel=1e-9)
+    assert chi(f64(45., 30., 19., 6.), f64(.5, .3, .19, .01)) == pytest.approx(2 * poisson_tail(6, 1.0),
+                                                                               rel=1e-9)
+    # every draw on a token p gives 0.001: merged into the big cell it read 1, "no bias"
+    assert chi(f64(0., 1000.), f64(.999, .001)) < 1e-300
     # every cell small (a flat p over many tokens at few trials): one pooled cell, no evidence
     assert chi(f64(1., 1.), f64(.5, .5)) == 1.0
 
@@ -501,3 +512,21 @@ def test_chi_square_sees_every_trial_on_one_token_of_a_flat_p():
     pvalues = torch.tensor([lab.chi_square_pvalue(torch.bincount(torch.multinomial(
         p, 1_000, replacement=True, generator=g), minlength=400).double(), p) for _ in range(500)])
     assert 0.02 <= float((pvalues < 0.05).double().mean()) <= 0.09 and int((pvalues < 1e-3).sum()) <= 3
+
+
+def test_chi_square_sees_draws_piled_on_rare_tokens_and_an_exact_sampler_still_passes():
+    """One token expects 997 of 1,000 draws and 400 share the other 3: the pool of the 400 merged
+    into the big cell left one cell, so ten times the rare draws (30 in place of 3) read p-value 1,
+    "no bias". Tested alone as well (a Poisson tail; Bonferroni over the two), such a sampler is
+    flagged, and an exact one is flagged no more often than the stated rate."""
+    g = torch.Generator().manual_seed(0)
+    p = torch.cat([torch.tensor([0.997]), torch.full((400,), 0.003 / 400)]).double()
+    biased = torch.cat([torch.tensor([0.97]), torch.full((400,), 0.03 / 400)]).double()
+
+    def pvalues(dist, trials):
+        return torch.tensor([lab.chi_square_pvalue(torch.bincount(torch.multinomial(
+            dist, 1_000, replacement=True, generator=g), minlength=401).double(), p) for _ in range(trials)])
+
+    exact = pvalues(p, 1_000)
+    assert float((exact < 0.05).double().mean()) <= 0.06 and int((exact < 1e-3).sum()) <= 3
+    assert float((pvalues(biased, 50) < 1e-3).double().mean()) == 1.0
