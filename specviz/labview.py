@@ -133,8 +133,11 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
         logits_q = draft.forward(prefix)[0]  # [<=vocab]
         q = process(logits_q, params).double().cpu()  # ids the draft cannot produce get q = 0:
         q = torch.nn.functional.pad(q, (0, pair.vocab_size - len(q)))  # [vocab]
+    truncated = ", ".join([f"top-k {int(top_k)}"] * bool(top_k) + [f"top-p {top_p:g}"] * (top_p < 1))
     note = (f"round {round_number}, draft position 1, temperature {temperature:g}"
-            + (" (the run was greedy: one-hot p and q, so the lab looks at temperature 1)"
+            + (f", {truncated}" if truncated else "")
+            + (" (the run was greedy: one-hot p and q, so the lab looks at temperature 1"
+               + (", with the top-k and top-p its settings hold" if truncated else "") + ")"
                if not run_temperature else "")
             + ("; an n-gram round: q is one-hot on the drafted token (a deterministic drafter), "
                "as the rule used it" if event.source == "ngram" else "")

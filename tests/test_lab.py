@@ -173,6 +173,13 @@ def test_lab_on_a_round_of_a_real_run(pair):
     dtype = "bfloat16" if models["dtype"] != "bfloat16" else "float32"
     with pytest.raises(ValueError, match=rf"made with .*\({dtype}\), but the loaded pair is .*run it here"):
         finished(labview.from_round_steps(pair, replace(t, models={**models, "dtype": dtype}), 1))
+    # a greedy run's settings may hold a top-k and top-p it never used: the lab applies them at
+    # temperature 1, and its note says so (it named the temperature only)
+    greedy = replace(t, settings={"temperature": 0.0, "top_k": 5, "top_p": 0.5})
+    p3, _, _, _, note = finished(labview.from_round_steps(pair, greedy, 1))
+    assert "temperature 1, top-k 5, top-p 0.5 (the run was greedy" in note
+    assert "with the top-k and top-p its settings hold" in note and 1 <= int((p3 > 0).sum()) <= 5
+    assert "top-k" not in finished(labview.from_round_steps(pair, t, 1))[4]
 
 
 # ---- token trees at depth 1 -------------------------------------------------------------------
