@@ -235,6 +235,11 @@ class RunSettings:
 _TYPES = {f.name: f.type for f in fields(RunSettings)}
 
 
+# The page's address carries these for Gradio and Hugging Face Spaces, not for specviz: the theme,
+# and the signature a Space adds to its app's address (Gradio's own share link deletes it there)
+HOSTS_OWN = ("__theme", "__sign")
+
+
 def from_query(params, base: RunSettings, limits: Limits,
                known_pairs) -> tuple[RunSettings, list[str], bool]:
     """Settings from a link's query parameters (a mapping, or a request's QueryParams with every
@@ -252,9 +257,9 @@ def from_query(params, base: RunSettings, limits: Limits,
     items = list(params.multi_items() if hasattr(params, "multi_items") else params.items())
     given = Counter(key for key, _ in items)
     twice = {key: f"ignored link parameter {clip(key)!r}: given {n} times; give it once"
-             for key, n in given.items() if n > 1 and key != "__theme"}
+             for key, n in given.items() if n > 1 and key not in HOSTS_OWN}
     notices = [text for key, text in twice.items() if key in _TYPES or key == "run"]
-    once = {key: raw for key, raw in items if given[key] == 1 and key != "__theme"}
+    once = {key: raw for key, raw in items if given[key] == 1 and key not in HOSTS_OWN}
     run = flag(str(once.pop("run", "0")).strip())
     if run is None:
         notices.append("ignored link parameter run: it must be 1 (run on opening) or 0")
@@ -323,7 +328,8 @@ def _merged(params: dict, base: RunSettings, limits: Limits, known_pairs,
     if "target" in changes or "draft" in changes:
         if not limits.allow_custom:
             source = "the link" if what == "link parameter" else "the trace"
-            notices.append(f"ignored target/draft from {source}: custom models are disabled here")
+            notices.append(f"ignored target/draft from {source}: custom models are disabled here; "
+                           "pick a pair from the list")
             changes.pop("target", None), changes.pop("draft", None)
         elif "pair" not in changes:
             changes["pair"] = CUSTOM

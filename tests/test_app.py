@@ -227,7 +227,7 @@ def test_an_opened_traces_settings_come_back_as_they_were_run(monkeypatch):
     assert back == RunSettings() and notices == [
         "ignored trace setting k: k must be a whole number, got 2.5 (kept 4)",
         "ignored trace setting seed: not a valid int (kept 0)",
-        "ignored target/draft from the trace: custom models are disabled here",
+        "ignored target/draft from the trace: custom models are disabled here; pick a pair from the list",
         "ignored trace setting max_new_tokens: max new tokens must be in 1..512, got 600 (kept 64)"]
     back, notices = from_trace({"run": True}, RunSettings(), Limits(), presets.BY_KEY)
     assert back == RunSettings() and notices == ["ignored unknown trace setting 'run'"]
@@ -575,3 +575,15 @@ def test_a_foreign_parameter_given_twice_leaves_a_run_link_as_given():
     assert (s.k, run, notices) == (6, True, ["ignored link parameter 'fbclid': given 2 times; give it once"])
     _, notices, run = from_query(QueryParams("k=6&k=6&run=1"), RunSettings(), Limits(), presets.BY_KEY)
     assert run is False  # a setting given twice still stops the run
+
+
+def test_a_spaces_signed_address_opens_without_a_notice():
+    """A Space serves its app at an address carrying __sign (Gradio's own share link deletes it
+    on Spaces): every visitor's page said "ignored unknown link parameter '__sign'"."""
+    from starlette.datastructures import QueryParams
+
+    s, notices, run = from_query(QueryParams("__sign=eyJhbGciOi.x.y&__theme=dark&k=6&run=1"), RunSettings(),
+                                 Limits(), presets.BY_KEY)
+    assert (s.k, run, notices) == (6, True, [])
+    assert from_query(QueryParams("__sign=a"), RunSettings(), Limits(), presets.BY_KEY) == (RunSettings(), [],
+                                                                                             False)
