@@ -537,3 +537,13 @@ def test_chi_square_sees_draws_piled_on_rare_tokens_and_an_exact_sampler_still_p
     exact = pvalues(p, 1_000)
     assert float((exact < 0.05).double().mean()) <= 0.06 and int((exact < 1e-3).sum()) <= 3
     assert float((pvalues(biased, 50) < 1e-3).double().mean()) == 1.0
+
+
+def test_the_same_round_and_n_draw_the_same_and_another_n_draws_anew():
+    """The table says so: a flag on the exact rule (once in 1,000) comes back on pressing again
+    with the same N, and another N draws anew."""
+    def counts(n):
+        return lab.check("exact", P, Q, n).empirical * n
+
+    assert torch.equal(counts(1_000), counts(1_000))
+    assert not torch.equal(counts(1_000)[:2], counts(1_001)[:2])
