@@ -238,7 +238,8 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     fig.add_bar(name="target p", x=x, y=_bars(ids, names, {"p": p})[0][1], marker_color=SPEC)
     rows = []
     for i, v in enumerate(variants):
-        r = lab.check(v, p, q, n, seed=seed, q_draw=flatten(q) if v == "mismatched_q" else None,
+        # seeded by N as well: the same N draws the same again, another N a stream of its own
+        r = lab.check(v, p, q, n, seed=seed + n, q_draw=flatten(q) if v == "mismatched_q" else None,
                       candidates=candidates)
         fig.add_bar(name=v, x=x, y=_bars(ids, names, {v: r.empirical})[0][1],
                     marker_pattern=PATTERNS[i % len(PATTERNS)])
