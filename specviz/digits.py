@@ -34,3 +34,10 @@ def percent(share: float, decimals: int = 1) -> str:
     value = 100 * share
     text = beside(value, 100.0, decimals)
     return (beside(value, 0.0, decimals) if float(text) == 0 else text) + "%"
+
+
+def share(value: float) -> str:
+    """A probability to 4 decimals, or more where 4 would print a nonzero one as 0.0000 or one
+    below 1 as 1.0000 (a drafted token with p(x) = 2e-5 read p(x)=0.0000 beside an accept
+    probability of 0.0001)."""
+    return beside(float(value), (0.0, 1.0), 4)

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import torch
 
 from . import explorer, lab, profiles
-from .digits import beside, sig3
+from .digits import beside, share, sig3
 from .figures import BASE, PAGE_HALF_PX, PAGE_PX, SPEC, THEORY, _layout
 from .lm import CachedLM, input_rows, output_rows
 from .render import to_html
@@ -146,13 +146,6 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
                f"probability Σ p(x) over the candidates = {share(p[candidates].sum())} (the tree "
                "variants below try them all)" if candidates else ""))
     return p, q, [], drafted, note
-
-
-def share(value) -> str:
-    """A probability to 4 decimals, or more where 4 would print a nonzero one as 0.0000 or one
-    below 1 as 1.0000 (a drafted token with p(x) = 2e-5 read p(x)=0.0000 beside an accept
-    probability of 0.0001)."""
-    return beside(float(value), (0.0, 1.0), 4)
 
 
 def _top(p, q, labels, tokenizer=None) -> tuple[list[int], list[str]]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from .detok import token_pieces
+from .digits import share
 from .engine import RoundEvent
 from .tree import first_branch
 from .untrusted import visible_bidi
@@ -57,7 +58,7 @@ class Span:
         where = f"round {self.round}, " + (f"draft position {self.position}" if self.position
                                             else "target's token")
         if self.p is None and self.q is not None:  # a draft after the round's first refusal
-            return (f"{self.fate}: {where}; q(x)={self.q:.4f}; never tested: the round stopped at an "
+            return (f"{self.fate}: {where}; q(x)={share(self.q)}; never tested: the round stopped at an "
                     "earlier refusal")
         if self.p is None:
             return f"{self.fate}: {where}"
@@ -65,9 +66,9 @@ class Span:
         if self.keep is not None and self.q and abs(self.keep - min(1.0, self.p / self.q)) > 1e-6:
             rule = (" (a token tree tries each candidate as a one-hot draft: p(x) over the mass its "
                     "refused elder siblings left; q only picked and ordered them)")
-        return (f"{self.fate}: {where}; p(x)={self.p:.4f}"
-                + ("" if self.q is None else f"  q(x)={self.q:.4f}")  # a trace may leave q out
-                + ("" if self.keep is None else f"  kept with probability {self.keep:.4f}{rule}"))
+        return (f"{self.fate}: {where}; p(x)={share(self.p)}"  # never 0.0000 or 1.0000 when it is not
+                + ("" if self.q is None else f"  q(x)={share(self.q)}")  # a trace may leave q out
+                + ("" if self.keep is None else f"  kept with probability {share(self.keep)}{rule}"))
 
 
 def target_fate(event: RoundEvent) -> str:
@@ -186,7 +187,8 @@ def token_html(fate: str, inner: str, title: str | None = None, classes: str = "
 
 
 def span_html(s: Span) -> str:
-    text = html.escape(shown(s.text)).replace("\n", "↵<br>")
+    # a CR shown as ␍ (as the tree view does): a browser's parser reads every CR as a line break
+    text = html.escape(shown(s.text).replace("\r", "␍")).replace("\n", "↵<br>")
     blank = "" if text else " blank"  # no text to show: a tappable width of its own (2 px before)
     return token_html(s.fate, text or "&#8203;", s.tooltip, blank, f' data-round="{s.round}"')
 

@@ -61,8 +61,9 @@ CSS = """
 
 
 def prob(x: float) -> str:
-    """A probability as tooltips show it: 4 decimals, or 2 significant digits below 1e-4."""
-    return f"{x:.4f}" if x == 0 or x >= 1e-4 else f"{x:.1e}"
+    """A probability as tooltips show it: 4 decimals (more where they would read 1.0000 for one
+    below 1), or 2 significant digits below 1e-4."""
+    return beside(x, 1.0, 4) if x == 0 or x >= 1e-4 else f"{x:.1e}"
 
 
 def _visible(text: str) -> str:

@@ -226,3 +226,47 @@ def test_a_terminal_marks_each_fate_without_colour_too_and_no_color_keeps_only_t
     assert to_ansi(spans) == ("\x1b[32ma\x1b[0m\x1b[31;9mb\x1b[0m\x1b[33;4mc\x1b[0m\x1b[34;1md\x1b[0me")
     assert to_ansi(spans, marks_only=True) == "a\x1b[9mb\x1b[0m\x1b[4mc\x1b[0m\x1b[1md\x1b[0me"
     assert to_ansi(spans, color=False) == "acde"  # a pipe gets the output alone
+
+
+class Pieces:
+    """A tokenizer where token i is PIECES[i]."""
+
+    PIECES = ["x\r\n", "\r", "y", "z"]
+
+    def decode(self, ids, **_):
+        return "".join(self.PIECES[i] for i in ids)
+
+
+def test_a_carriage_return_is_shown_as_a_mark_and_breaks_no_line():
+    """A browser's HTML parser turns every CR into a line feed, so the coloured text's "\r↵<br>" for
+    a CRLF token broke its line twice (an empty line after every line of a CRLF text), and a lone
+    CR broke it with no ↵ to say so; the timeline's chip showed it as a space. The tree view shows
+    ␍, as here: a CRLF is one line break."""
+    from specviz.metrics import RunStats
+    from specviz.render import to_html
+    from specviz.views import timeline_html
+
+    crlf = event(k=2, draft_tokens=[0, 1], accepted=2, token=2, kind="bonus", new_tokens=[0, 1, 2],
+                 target_probs=[1.0, 1.0], draft_probs=[1.0, 1.0])
+    spans = round_spans(crlf, Pieces(), [3])
+    assert "".join(s.text for s in spans) == "x\r\n\ry"  # the output, whole
+    for page in (to_html(spans), timeline_html(spans, RunStats.of([crlf]))):
+        assert "\r" not in page  # the browser reads each as a line break
+        assert html.unescape(page).count("\u240d") == 2  # ␍, shown
+    assert to_html(spans).count("<br>") == 1  # one line break: the CRLF's
+
+
+def test_a_tokens_p_and_q_print_off_0_and_1_when_they_are_not():
+    """As the lab's (digits.share): a draft the target finds unlikely (p(x) = 2e-5, q(x) = 3e-5,
+    kept with probability 2/3) read "p(x)=0.0000  q(x)=0.0000" beside it, as if p/q were 0/0; a
+    refused draft with p/q = 0.99999 read "kept with probability 1.0000"."""
+    from specviz import treeview
+
+    kept = [s for s in round_spans(event(target_probs=[2e-5, 0.3, 0.9], draft_probs=[3e-5, 0.35, 0.9]),
+                                   Letters(), [5]) if s.position][0]
+    assert "p(x)=0.00002  q(x)=0.00003  kept with probability 0.6667" in kept.tooltip
+    near = event(target_probs=[0.5, 0.99996, 0.9], draft_probs=[0.6, 0.99997, 0.9])
+    refused = [s for s in round_spans(near, Letters(), [5]) if s.position][1]
+    assert refused.fate == REJECTED
+    assert "p(x)=0.99996  q(x)=0.99997  kept with probability 0.99999" in refused.tooltip
+    assert treeview.prob(0.99996) == "0.99996" and treeview.prob(0.5) == "0.5000"
