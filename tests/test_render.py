@@ -270,3 +270,23 @@ def test_a_tokens_p_and_q_print_off_0_and_1_when_they_are_not():
     assert refused.fate == REJECTED
     assert "p(x)=0.99996  q(x)=0.99997  kept with probability 0.99999" in refused.tooltip
     assert treeview.prob(0.99996) == "0.99996" and treeview.prob(0.5) == "0.5000"
+
+
+def test_a_control_character_token_is_shown_as_its_control_picture():
+    """A token of a NUL (or another C0 control, or DEL) drew as nothing and was not marked blank:
+    a token no one could point at. Tab, newline and CR keep their own marks."""
+    from specviz.render import to_html
+    from specviz.treeview import _chip_text
+
+    class Controls:
+        PIECES = ["\x00", "a\x1b[31m", "\x7f", "\t"]
+
+        def decode(self, ids, **_):
+            return "".join(self.PIECES[i] for i in ids)
+
+    e = event(k=2, draft_tokens=[0, 1], accepted=2, token=2, kind="bonus", new_tokens=[0, 1, 2],
+              target_probs=[1.0, 1.0], draft_probs=[1.0, 1.0])
+    page = html.unescape(to_html(round_spans(e, Controls(), [3])))
+    assert "\u2400" in page and "a\u241b[31m" in page and "\u2421" in page
+    assert not any(chr(c) in page for c in [*range(9), *range(11, 13), *range(14, 32), 0x7F])
+    assert _chip_text("\x00") == "\u2400" and _chip_text("\t") == "⇥"
