@@ -97,8 +97,14 @@ EXPLORER_EMPTY = f"<div class='specviz-lab'>{html.escape(explorer_refusal(None))
 SETTING_NAMES = [f.name for f in fields(RunSettings)]
 COPY_JS = """(query) => {
   const url = window.location.origin + window.location.pathname + '?' + query;
-  try { navigator.clipboard.writeText(url); } catch (e) {}
-  try { window.parent.postMessage({queryString: '?' + query}, 'https://huggingface.co'); } catch (e) {}
+  // refused (no permission, or the click's activation spent while the server made the link):
+  // the box shows the link, and the refusal is no uncaught error in the console
+  try { navigator.clipboard.writeText(url).catch(() => {}); } catch (e) {}
+  // a Space's page is framed by huggingface.co, which takes the query for its own address; a page
+  // of its own has no parent to tell (posting to itself logged an origin error on every click)
+  if (window.parent !== window) {
+    try { window.parent.postMessage({queryString: '?' + query}, 'https://huggingface.co'); } catch (e) {}
+  }
   return url;
 }"""
 

@@ -33,6 +33,8 @@
     const token = tokenAt(event.target);
     if (token === null || !token.title) return close();
     unmark();
+    // the token tapped is where the arrow keys go on from (they started over at the first)
+    if (token.closest("[data-tips]") !== null) token.classList.add("tip-current");
     show(token);
   });
   const STEPS = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1, Home: -Infinity, End: Infinity };

@@ -43,8 +43,14 @@ TOO_MANY_PAGES = ("too many pages from your address: {n} in {minutes} minutes; g
 UPLOAD_PATH = "/gradio_api/upload"
 STREAM_PATH = "/gradio_api/stream/"
 _CLOSED = re.compile(  # Gradio routes this app does not use
-    r"(/gradio_api/(deep_link|component_server|dev/reload|runs|run-history|process_recording|upload_progress"
+    r"(/gradio_api/(deep_link|component_server|dev/reload|runs|run-history|process_recording"
     r"|vibe-edit|undo-vibe-edit|vibe-code)|^/monitoring)(/|$)")
+# The page asks for an upload's progress on every upload; Gradio's stream of it is closed (its
+# tracker kept an entry for each id for good, and each stream polled it every 50 ms), and a 404
+# there was two errors in the visitor's console on every trace opened: it is told at once that
+# the upload is done (the page then closes the stream; the upload's own answer says the rest)
+_UPLOAD_PROGRESS = re.compile(r"/gradio_api/upload_progress/?$")
+UPLOAD_DONE = b'data: {"msg": "done"}\n\n'
 _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/([^/]+)/?$")
 _FETCH = re.compile(r"/gradio_api/(file=|file/|proxy=)[A-Za-z][A-Za-z0-9+.-]*:")  # ...=https://
 MIN_UPLOAD_CHARGE = 16 * 2**10  # what a tiny upload costs on disk: Gradio's folder for it and the file
@@ -482,7 +488,8 @@ class RequestGuard:
     - A path or query string may have MAX_URL bytes (414; the page's own query, a share link
       with its prompt, max_page_query, also where the page appends it: queue/join and
       queue/data), and an upload's `upload_id` is dropped: Gradio kept a progress entry for each
-      one for good (120 KB ids, 400 uploads: +43 MiB), and this app reads no upload progress.
+      one for good (120 KB ids, 400 uploads: +43 MiB), and an upload's progress is answered "done"
+      at once (UPLOAD_DONE), never by Gradio's stream.
     """
 
     def __init__(self, app, *, max_body: int, max_upload: int, per_address: int,
@@ -604,6 +611,8 @@ class RequestGuard:
                 raise Refused(404, "this app takes no streaming input")
             if _CLOSED.search(path):
                 raise Refused(404, "not offered by this app")
+            if method == "GET" and _UPLOAD_PROGRESS.search(path):
+                return await _answer(send, 200, UPLOAD_DONE, b"text/event-stream")
             peer = (scope.get("client") or (None,))[0]
             address = public_address(visitor_address(peer, forwarded(scope.get("headers") or []),
                                                      self.proxies))
@@ -743,9 +752,9 @@ def _header(scope, name: bytes) -> bytes | None:
     return next((value for key, value in scope.get("headers") or [] if key.lower() == name), None)
 
 
-async def _answer(send, status: int, message: str) -> None:
-    body = json.dumps({"detail": message}).encode()
+async def _answer(send, status: int, message: str | bytes, kind: bytes = b"application/json") -> None:
+    body = message if isinstance(message, bytes) else json.dumps({"detail": message}).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
+                "headers": [(b"content-type", kind),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -587,3 +587,80 @@ def test_a_spaces_signed_address_opens_without_a_notice():
     assert (s.k, run, notices) == (6, True, [])
     assert from_query(QueryParams("__sign=a"), RunSettings(), Limits(), presets.BY_KEY) == (RunSettings(), [],
                                                                                              False)
+
+
+DONE_JS = "(document.querySelector('#status')?.innerText || '').startsWith('Done')"
+
+
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
+def test_browser_the_arrow_keys_go_on_from_the_token_tapped(app_url):
+    """A tap (or a click) on a token in the middle of the text, then the arrow key: the details of
+    the first token, the page scrolled back to it (the keys started over, not from the token tapped)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(app_url + "?pair=tiny&k=4&max_new_tokens=24&temperature=1&seed=7&dtype=float32"
+                            "&prompt=def+f&run=1")
+        page.wait_for_function(DONE_JS, timeout=60_000)
+        tokens = page.locator("#tokens .tok")
+        assert tokens.count() >= 12
+        tokens.nth(10).click()
+        assert page.locator("#specviz-tip").inner_text() == tokens.nth(10).get_attribute("title")
+        page.keyboard.press("ArrowRight")
+        assert page.locator("#specviz-tip").inner_text() == tokens.nth(11).get_attribute("title")
+        assert "tip-current" in tokens.nth(11).get_attribute("class").split()
+        page.keyboard.press("ArrowLeft")
+        page.keyboard.press("ArrowLeft")
+        assert page.locator("#specviz-tip").inner_text() == tokens.nth(9).get_attribute("title")
+        assert page.locator(".tip-current").count() == 1
+        browser.close()
+
+
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
+def test_browser_copy_link_save_and_open_log_no_console_errors(app_url, tmp_path):
+    """A visitor's way through the page, in a browser that refuses the clipboard (as Safari and
+    Firefox do once the click's activation is spent on the server's answer), with the console
+    watched: Copy link posted the link to huggingface.co from a page no Space frames (an origin
+    error every click) and left the clipboard's refusal uncaught; every trace opened asked for its
+    upload's progress and got a 404 (two errors)."""
+    from playwright.sync_api import sync_playwright
+
+    problems = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        context = browser.new_context(viewport={"width": 1280, "height": 1000}, accept_downloads=True)
+        context.add_init_script("Object.defineProperty(navigator, 'clipboard', {value: {writeText: () =>"
+                                " Promise.reject(new DOMException('Write permission denied.',"
+                                " 'NotAllowedError'))}})")
+        page = context.new_page()
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                if m.type == "error" or "postMessage" in m.text else None)
+        page.on("pageerror", lambda e: problems.append(f"uncaught: {e}"))
+        page.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        page.goto(app_url + "?pair=tiny&k=3&max_new_tokens=16&temperature=0&dtype=float32&prompt=def+f&run=1")
+        page.wait_for_function(DONE_JS, timeout=60_000)
+        page.click("#copy-link")
+        box = "(document.querySelector('#share-link textarea, #share-link input')?.value || '')"
+        page.wait_for_function(f"{box}.startsWith('http')", timeout=20_000)
+        link = page.evaluate(box)
+        assert "k=3" in link and "prompt=def+f" in link
+        page.goto(link)  # the link opens with its settings
+        page.wait_for_function("document.querySelector('#prompt textarea')?.value === 'def f'",
+                               timeout=20_000)
+        page.click("#run")
+        page.wait_for_function(DONE_JS, timeout=60_000)
+        page.get_by_role("tab", name="Save / open").click()
+        page.click("text=Save the last run as a trace")
+        page.wait_for_selector("a[download]", timeout=20_000)
+        with page.expect_download() as download:
+            page.locator("a[download]").first.click()
+        saved = tmp_path / "saved.json"
+        download.value.save_as(saved)
+        page.locator("input[type=file]").last.set_input_files(str(saved))
+        page.wait_for_function("(document.querySelector('#replay-status')?.innerText || '')"
+                               ".startsWith('Opened: Replay of a saved run')", timeout=60_000)
+        page.wait_for_timeout(500)  # the upload's last requests
+        browser.close()
+    assert not problems, problems

@@ -1093,11 +1093,17 @@ def test_a_file_that_is_no_trace_is_refused_with_what_to_open_instead(demo, tmp_
 def test_the_upload_progress_stream_is_closed(demo):
     """Each GET /upload_progress with a new id left an entry in Gradio's tracker for good (200
     of 12,000-character ids kept 2.3 MiB), and 1,200 streams polling one upload every 50 ms held
-    a core. A 4 MiB trace needs no progress bar: the page's upload works without it."""
+    a core. A 4 MiB trace needs no progress bar: the page is told at once that its upload is done
+    (a 404 was two errors in its console on every trace opened), and Gradio never sees the id."""
     import httpx
+    from gradio.route_utils import FileUploadProgressNotTrackedError
+    from gradio.routes import file_upload_statuses
 
     r = httpx.get(f"{demo.url}gradio_api/upload_progress", params={"upload_id": "x" * 1_000}, timeout=10)
-    assert r.status_code == 404
+    assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
+    assert r.text == 'data: {"msg": "done"}\n\n'
+    with pytest.raises(FileUploadProgressNotTrackedError):
+        file_upload_statuses.is_done("x" * 1_000)
     r = httpx.get(f"{demo.url}gradio_api/upload_progress", params={"upload_id": "x" * 12_000}, timeout=10)
     assert r.status_code == 414  # no address that long reaches Gradio
 
