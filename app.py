@@ -200,6 +200,11 @@ def notices_text(notices: list[str]) -> str:
 STOPPED = ("Stopped. What the page shows may be the stopped run's part; Save, the Exactness lab and "
            "the k explorer use your last finished run, if there is one.")
 LAB_STOPPED = "<div class='specviz-lab'>Stopped.</div>"
+STARTED = "specviz: the job reached its GPU worker"  # in_worker's first item, never shown
+ZEROGPU_ABORTED = "GPU task aborted"  # spaces' gr.Error for a job ZeroGPU ended (past its GPU time)
+ABORTED = ("ZeroGPU ended this job before it finished: it ran past the {seconds} s of GPU time it asked "
+           "for. Pick fewer new tokens (or samples) and run it again. What the page shows may be that "
+           "job's part; Save, the Exactness lab and the k explorer use your last finished run, if any.")
 
 
 def stop_js(said: dict[str, str]) -> tuple[str, str]:
@@ -644,8 +649,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
             waiting = lambda ahead: (f"<div class='specviz-lab'>{wait_text(ahead)}</div>",  # noqa: E731
                                      gr.skip(), gr.skip(), gr.skip())
+            # the built-in example uses no model: no GPU time asked (nor refused) for it
             yield from gated(request, waiting,
-                             lambda: on_gpu_job("lab", source, trace, round_number, trials, variants))
+                             lambda: on_gpu_job("lab", source, trace, round_number, trials, variants)
+                             if source == "round" else lab_job(source, trace, round_number, trials, variants))
 
         def lab_job(source, trace, round_number, trials, variants):
             if source == "round":
@@ -706,8 +713,12 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # arguments (pickled), and its GPU time is a function of them: a load it may need (another
         # pair or dtype than the worker holds: the last job's, as the gate sends one at a time; the
         # one placed at start-up after a job raised, as spaces then forks a fresh worker) counted in.
+        # After a failed job: one that failed in its worker leaves a fresh worker next (the page's
+        # pair); one spaces refused before it reached a worker (its quota, its duration, no GPU)
+        # leaves the last worker as it was; a stopped one is ended by its worker, which spaces keeps
+        # holding the job's pair (a load the Stop interrupted goes on to its end).
         jobs = {"run": run_job, "lab": lab_job, "e2e": e2e_job}
-        worker = {"key": store.home}  # the pair the worker is expected to hold
+        worker = {"key": store.home, "asked": 0}  # the pair the worker is expected to hold (None: unknown)
 
         def asked(kind: str, *args, load: bool) -> int:
             if kind == "lab":  # a round's context read, one pass a model, and the sampling
@@ -720,17 +731,26 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         def gpu_seconds(kind: str, *args) -> int:
             key = store.key(args[0]) if kind != "lab" else worker["key"]
             load, worker["key"] = key != worker["key"], key
-            return asked(kind, *args, load=load)
+            worker["asked"] = asked(kind, *args, load=load)
+            return worker["asked"]
 
         @on_gpu(gpu_seconds)
         def in_worker(kind: str, *args):
+            yield STARTED  # the job reached its worker (on_gpu_job)
             yield from jobs[kind](*args)
 
         def on_gpu_job(kind: str, *args):
+            before, job, started = worker["key"], in_worker(kind, *args), False
             try:
-                yield from in_worker(kind, *args)
-            except BaseException:  # a job that raised (or was stopped): its worker may be gone
-                worker["key"] = store.home
+                started = next(job) == STARTED
+                yield from job
+            except GeneratorExit:  # Stop: spaces keeps the worker, with the job's pair
+                raise
+            except BaseException as e:
+                # failed in its worker: a fresh one next; refused before (or unknown): the last one
+                worker["key"] = store.home if started or before == store.home else None
+                if isinstance(e, gr.Error) and e.message == ZEROGPU_ABORTED:
+                    raise gr.Error(ABORTED.format(seconds=worker["asked"]), print_exception=False) from None
                 raise
 
         def held_run(key, request):

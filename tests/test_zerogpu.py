@@ -286,3 +286,139 @@ def test_on_zerogpu_gradios_queue_holds_what_the_guard_allows_and_runs_are_short
     assert 1.5 * zerogpu.duration(192, runs=3) <= 120
     monkeypatch.delenv("SPACES_ZERO_GPU")
     assert Limits.from_env().max_new_tokens == 512
+
+
+NAMES = ("pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
+         "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching")
+
+
+def zerogpu_app(monkeypatch, model_dirs, refuse=None):
+    """The app with a stand-in for spaces.GPU that records each call's duration and runs the job
+    in this process (spaces' worker, kept from call to call: the store is what the worker holds).
+    refuse: a list; while it holds an exception, the next call raises it before the job reaches
+    the worker (spaces.zero.client.schedule: quota exceeded, illegal duration, no GPU)."""
+    import app
+    from specviz.service import ModelStore
+    from specviz.settings import Limits, RunSettings
+
+    asked = []
+
+    def fake_gpu(seconds):
+        def wrap(fn):
+            def call(*args, **kwargs):
+                asked.append(seconds(*args, **kwargs))
+                if refuse:
+                    raise refuse.pop()
+                yield from fn(*args, **kwargs)
+            return call
+        return wrap
+
+    monkeypatch.setattr(zerogpu, "gpu", fake_gpu)
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
+                       fast=zerogpu.FAST, warm=False)
+    default = RunSettings(pair="tiny", chat=False, max_new_tokens=4, prompt="def f", dtype="float32")
+    demo = app.build(store, Limits(), default)
+
+    def values(**over):
+        return [over.get(n, getattr(default, n)) for n in NAMES]
+    return demo, store, asked, values
+
+
+def test_after_a_stop_the_next_job_asks_for_the_load_its_kept_worker_needs(monkeypatch, model_dirs):
+    """Stop closes the job's generator: spaces then lets the worker end the job and keeps it for
+    the next call (wrappers.generator_function_wrapper: stop_event, EndResult), holding the pair
+    the stopped job loaded (a load Stop interrupts goes on to its end). The app counted the worker
+    as a fresh one holding the page's pair, so the next run on the page's pair asked for no load
+    time while its worker had that pair to load first (README: 60 s more where the job asks for
+    another pair or dtype than the last GPU job used)."""
+    import time
+
+    from specviz.settings import RunSettings
+
+    demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
+    run = handler(demo, "run")
+    job = run(None, None, *values(dtype="bfloat16"))
+    for out in job:
+        if str(out[0]).startswith("Loading"):
+            break
+    job.close()  # Stop, while the other dtype loads
+    end = time.monotonic() + 60
+    while not store.is_loaded(RunSettings(pair="tiny", dtype="bfloat16")) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert asked == [zerogpu.duration(4, load=True)]
+    assert list(run(None, None, *values()))[-1][0].startswith("Done")  # the page's pair: loaded again
+    assert asked[1:] == [zerogpu.duration(4, load=True)]
+
+
+def test_a_call_spaces_refuses_leaves_the_worker_and_its_pair_as_they_were(monkeypatch, model_dirs):
+    """spaces refuses a call before it reaches a worker (its quota, its duration, no GPU free) and
+    keeps the last call's worker with the pair it holds. The app counted every failed job as one
+    whose worker spaces forks afresh (holding the page's pair): after a refused call the next run
+    on the page's pair asked for no load time while its worker held another dtype. A job that
+    fails in its worker is still counted so (spaces forks a fresh worker after it)."""
+    import gradio as gr
+
+    refuse = []
+    demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs, refuse)
+    run = handler(demo, "run")
+    assert list(run(None, None, *values(dtype="bfloat16")))[-1][0].startswith("Done")
+    refuse.append(gr.Error("You have exceeded your free ZeroGPU quota (90s requested vs. 50s left). "
+                           "Try again in 0:21:00.", title="ZeroGPU quota exceeded", print_exception=False))
+    with pytest.raises(gr.Error, match="quota"):
+        list(run(None, None, *values(dtype="bfloat16", max_new_tokens=200)))
+    assert list(run(None, None, *values()))[-1][0].startswith("Done")  # the worker holds bfloat16
+    assert asked == [zerogpu.duration(4, load=True), zerogpu.duration(200), zerogpu.duration(4, load=True)]
+    # a visitor's error raised in the worker (a prompt too long): spaces forks a fresh worker next,
+    # holding the page's pair, so a run on it asks for no load
+    with pytest.raises(gr.Error, match="prompt"):
+        list(run(None, None, *values(prompt="def f " * 400)))
+    assert list(run(None, None, *values()))[-1][0].startswith("Done")
+    assert asked[3:] == [zerogpu.duration(4), zerogpu.duration(4)]
+
+
+def test_a_job_zerogpu_aborts_tells_the_visitor_what_to_do(monkeypatch, model_dirs):
+    """A job past its GPU time (a load that took longer than asked for, a slow worker start) is
+    killed by ZeroGPU, and spaces raises gr.Error("GPU task aborted") (wrappers: AbortedResult):
+    the page's status said only "⚠ GPU task aborted", nothing of why or of what to do."""
+    import gradio as gr
+    from spaces.zero.gradio import error
+
+    import app
+
+    def aborting_gpu(seconds):
+        def wrap(fn):
+            def call(*args, **kwargs):
+                seconds(*args, **kwargs)  # spaces asks for it before the call
+                for n, out in enumerate(fn(*args, **kwargs)):
+                    if n == 1:
+                        raise error("ZeroGPU worker error", "GPU task aborted")
+                    yield out
+            return call
+        return wrap
+
+    monkeypatch.setattr(zerogpu, "gpu", aborting_gpu)
+    from specviz.service import ModelStore
+    from specviz.settings import Limits, RunSettings
+
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
+                       warm=False)
+    default = RunSettings(pair="tiny", chat=False, max_new_tokens=8, prompt="def f", dtype="float32")
+    demo = app.build(store, Limits(), default)
+    store.get(default)  # placed at start-up: the job runs at once (no load thread left behind)
+    run = handler(demo, "run")
+    outs = []
+    with pytest.raises(gr.Error) as raised:
+        for out in run(None, None, *[getattr(default, n) for n in NAMES]):
+            outs.append(out)
+    assert "fewer new tokens" in raised.value.message and str(zerogpu.duration(8)) in raised.value.message
+    assert "fewer new tokens" in outs[-1][0]  # the status says it too
+
+
+def test_the_built_in_lab_example_asks_for_no_gpu_time(monkeypatch, model_dirs):
+    """The Exactness lab's built-in example uses no model (labview.example: three tokens' p and q,
+    sampled on the CPU), yet went through @spaces.GPU asking 30 s: it waited in ZeroGPU's queue,
+    and a visitor whose GPU quota was spent was refused it."""
+    demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
+    lab_run = handler(demo, "lab_run")
+    assert "specviz-lab" in list(lab_run("example", 1, 1000, ["exact"], None, None))[-1][0]
+    assert asked == []
