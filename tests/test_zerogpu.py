@@ -41,6 +41,20 @@ def test_on_zerogpu_jobs_ask_spaces_for_their_duration(monkeypatch):
     assert asked == [32]
 
 
+def tiny_app(model_dirs, max_new_tokens: int):
+    """(store, default settings, app) on the tiny pair, built with ZeroGPU's store settings after
+    zerogpu.gpu was replaced: its jobs go through the stand-in."""
+    import app
+    from specviz.service import ModelStore
+    from specviz.settings import Limits, RunSettings
+
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
+                       fast=zerogpu.FAST, warm=False)
+    default = RunSettings(pair="tiny", chat=False, max_new_tokens=max_new_tokens, prompt="def f",
+                          dtype="float32")
+    return store, default, app.build(store, Limits(), default)
+
+
 def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, model_dirs):
     """A run on a ZeroGPU deployment: the model generator is wrapped, with the run's duration.
     Its jobs go through one function, decorated once when the app is built: spaces.GPU keeps a
@@ -49,9 +63,6 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
     job's settings reach the worker as arguments, pickled, and its duration is computed from them."""
     import pickle
 
-    import app
-    from specviz.service import ModelStore
-    from specviz.settings import Limits, RunSettings
 
     decorated, asked = [], []
 
@@ -67,10 +78,7 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
         return wrap
 
     monkeypatch.setattr(zerogpu, "gpu", fake_gpu)
-    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
-                       fast=zerogpu.FAST, warm=False)
-    default = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def f", dtype="float32")
-    demo = app.build(store, Limits(), default)
+    store, default, demo = tiny_app(model_dirs, max_new_tokens=12)
     run = handler(demo, "run")
     names = ("pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
              "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching")
@@ -297,9 +305,6 @@ def zerogpu_app(monkeypatch, model_dirs, refuse=None):
     in this process (spaces' worker, kept from call to call: the store is what the worker holds).
     refuse: a list; while it holds an exception, the next call raises it before the job reaches
     the worker (spaces.zero.client.schedule: quota exceeded, illegal duration, no GPU)."""
-    import app
-    from specviz.service import ModelStore
-    from specviz.settings import Limits, RunSettings
 
     asked = []
 
@@ -314,10 +319,7 @@ def zerogpu_app(monkeypatch, model_dirs, refuse=None):
         return wrap
 
     monkeypatch.setattr(zerogpu, "gpu", fake_gpu)
-    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
-                       fast=zerogpu.FAST, warm=False)
-    default = RunSettings(pair="tiny", chat=False, max_new_tokens=4, prompt="def f", dtype="float32")
-    demo = app.build(store, Limits(), default)
+    store, default, demo = tiny_app(model_dirs, max_new_tokens=4)
 
     def values(**over):
         return [over.get(n, getattr(default, n)) for n in NAMES]
