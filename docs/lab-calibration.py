@@ -10,10 +10,14 @@ from specviz import lab
 
 g = torch.Generator().manual_seed(1)
 rare = torch.cat([torch.tensor([0.997]), torch.full((400,), 0.003 / 400)])
+half = torch.cat([torch.tensor([0.5]), torch.full((400,), 0.5 / 400)])
 CASES = {  # name: (p, N, what draws: p itself, or a sampler with ten times the rare draws)
     "one token 0.997 + 400 rare, N=1000": (rare, 1000, None),
     "the same, draws 10x on the rare ones": (rare, 1000, torch.cat([torch.tensor([0.97]),
                                                                   torch.full((400,), 0.03 / 400)])),
+    "one token 0.5 + 400 flat, N=1000": (half, 1000, None),
+    "the same, twice the draws on 20 of the 400": (half, 1000, half * torch.cat([torch.ones(1), torch.full(
+        (20,), 2.0), torch.ones(380)])),
     "Zipf 1.5 over 5,000, N=1000": (1 / torch.arange(1, 5001).double() ** 1.5, 1000, None),
     "Zipf 1.1 over 5,000, N=10000": (1 / torch.arange(1, 5001).double() ** 1.1, 10000, None),
     "p = .5 .3 .19 .01, N=100": (torch.tensor([.5, .3, .19, .01]), 100, None),

@@ -249,8 +249,9 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
              "<th>p-value</th><th>verdict</th><th>time</th></tr></thead><tbody>" + "".join(rows) +
              f"</tbody></table><p>{n:,} trials each. An exact sampler's TV shrinks like 1/√N; "
              "a p-value below 0.001 flags a bias. The p-value is Pearson's χ² over tokens expecting 5 "
-             "draws or more, the rarer ones pooled; where that pool expects fewer than 5 it is also "
-             "tested alone (a Poisson tail), and the p-value is twice the smaller of the two. The draws "
+             "draws or more, the rarer ones pooled, and a second test of that pool (a Poisson tail where "
+             "it expects fewer than 5, else its tokens in groups expecting 20 or more): twice the smaller "
+             "of the two. The draws "
              "are seeded, so the same round and N draw the same again: an exact rule is flagged about "
              f"once in 1,000 such draws, and another N draws anew.{point}</p>")
     return (_layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency",

@@ -553,3 +553,15 @@ def test_the_same_round_and_n_draw_the_same_and_another_n_draws_anew():
     assert seeds[0] == seeds[1] != seeds[2]  # a stream of its own (1,001 draws were 1,000 and one more)
     drop_time = lambda t: t.split("</td><td>")[:-1]  # noqa: E731
     assert drop_time(tables[0]) == drop_time(tables[1])
+
+
+def test_draws_piled_on_one_rare_token_show_beside_a_big_pool():
+    """Half of p on one token and the rest flat over 400 tokens (each expecting 1.25 of 1,000
+    draws): the rare ones pooled expect 500, one cell of their own, so 500 draws all on one rare
+    token read p-value 1, "no bias"; the pool's tokens grouped (by p and N only) see it."""
+    p = torch.cat([torch.tensor([0.5]), torch.full((400,), 0.5 / 400)]).double()
+    counts = torch.zeros(401, dtype=torch.float64)
+    counts[0], counts[1] = 500, 500
+    assert lab.chi_square_pvalue(counts, p) < 1e-3
+    even = torch.cat([torch.tensor([500.0]), torch.tensor([2.0, 1.0, 1.0, 1.0]).repeat(100)]).double()
+    assert lab.chi_square_pvalue(even, p) > 0.5  # the rare draws spread as p expects: no alarm
