@@ -394,10 +394,12 @@ def explorer_refusal(trace: Trace | None, opened: bool = False) -> str | None:
                 "model at temperature 0 to explore k.")
     if trace is not None and trace.recording is None and trace.settings.get("temperature") == 0:
         proposer = trace.settings.get("proposer")  # a run the explorer replays, yet no recording:
-        if opened and proposer in EXPLORER_PROPOSERS:  # its "recording" is null (a longer n-gram
+        # an opened trace whose "recording" is null (a longer n-gram one is opened so:
+        # docs/trace-format.md), not a live run's reasons below
+        if opened and proposer in EXPLORER_PROPOSERS:
             return ("This trace holds no recording (its \"recording\" is null), so the k explorer "
                     "cannot replay it: press Run to make the run again with its settings, then explore "
-                    "k.")  # one's is opened so: docs/trace-format.md)
+                    "k.")
         if proposer in EXPLORER_PROPOSERS and not trace.baseline:  # kept at the job's time limit
             return ("This run stopped at the job's time limit before it finished, and the k explorer's "
                     "recording is made at the end: run it again with fewer new tokens (or a shorter "
