@@ -187,8 +187,7 @@ def token_html(fate: str, inner: str, title: str | None = None, classes: str = "
 
 
 def span_html(s: Span) -> str:
-    # a CR shown as ␍ (as the tree view does): a browser's parser reads every CR as a line break
-    text = html.escape(shown(s.text).replace("\r", "␍")).replace("\n", "↵<br>")
+    text = html.escape(shown(s.text)).replace("\n", "↵<br>")  # shown: a CR as ␍, not a line break
     blank = "" if text else " blank"  # no text to show: a tappable width of its own (2 px before)
     return token_html(s.fate, text or "&#8203;", s.tooltip, blank, f' data-round="{s.round}"')
 

@@ -67,7 +67,7 @@ def prob(x: float) -> str:
 
 
 def _visible(text: str) -> str:
-    return visible_bidi(text.replace("\n", "↵").replace("\r", "␍").replace("\t", "⇥"))
+    return visible_bidi(text.replace("\n", "↵").replace("\t", "⇥"))  # a CR: ␍ (visible_bidi)
 
 
 def _chip_text(text: str, chars: int = CHIP_CHARS) -> str:

@@ -33,9 +33,10 @@ def fail(where: str, what: str):
 _BIDI = {c: f"⟨U+{c:04X}⟩" for c in [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
 
 
-# C0 controls (but tab, newline and CR, which the views show their own way) and DEL as their
-# Control Pictures (U+2400...): a browser draws a NUL token as nothing, a token no one can point at
-_CONTROLS = {c: 0x2400 + c for c in range(32) if chr(c) not in "\t\n\r"} | {0x7F: 0x2421}
+# C0 controls (but tab and newline, which the views show their own way) and DEL as their Control
+# Pictures (U+2400...): a browser draws a NUL token as nothing, a token no one can point at, and
+# reads every CR as a line break (a CRLF token broke its line twice): ␍
+_CONTROLS = {c: 0x2400 + c for c in range(32) if chr(c) not in "\t\n"} | {0x7F: 0x2421}
 
 
 def visible_bidi(text: str) -> str:

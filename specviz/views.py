@@ -13,7 +13,7 @@ from .untrusted import visible_bidi
 
 
 def _chip(span: Span) -> str:
-    text = html.escape(shown(span.text).replace("\r", "␍").replace("\n", "↵")) or "∅"
+    text = html.escape(shown(span.text).replace("\n", "↵")) or "∅"
     return token_html(span.fate, text, span.tooltip)
 
 
