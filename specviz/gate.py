@@ -4,10 +4,12 @@ for the traces they look at. Plain Python, no Gradio.
 Gate: jobs hold the model one at a time, in arrival order. Each visitor (a session) may have at
 most one job waiting or running; a second one is refused at once with Busy (a ValueError the app
 shows as a message). The session is the client's to choose, so two more limits stand on what the
-server sees: calls without a session (the HTTP API) share one place, and one public address may
-hold at most `per_address` places (a private one, such as a proxy's, is not counted: behind a
-proxy, the visitor's forwarded address counts, visitor_address). A waiting job polls, so
-the app can yield "N ahead of you" and Stop can act while it waits.
+server sees: one public address may hold at most `per_address` places (a private one, such as a
+proxy's, is not counted: behind a proxy, the visitor's forwarded address counts, visitor_address),
+and jobs asked for without a session share one place. Through Gradio no job comes without one: an
+HTTP API call that names no session gets its own event id as its session (gradio's Event), a
+session of its own like any made-up one, so there the address limit is what holds. A waiting
+job polls, so the app can yield "N ahead of you" and Stop can act while it waits.
 """
 
 from __future__ import annotations
@@ -307,7 +309,7 @@ class Shelf:
     def of_session(self, session) -> object | None:
         """The trace a page's session holds (its newest), for a page whose key is gone with its
         state while the trace stayed (Gradio pushes the oldest pages out past its capacity without
-        the State's delete callback); None for calls without a session, which share one place."""
+        the State's delete callback); None for a job without a session (NO_SESSION)."""
         if not isinstance(session, str) or session == NO_SESSION:
             return None
         with self._lock:
