@@ -253,18 +253,27 @@ def methods(ks, names: set[str] | None, has_draft: bool, quant_draft: bool = Fal
     return table
 
 
+def selects(name: str, table) -> bool:
+    """A --methods entry names one of table's methods, or its family (hf, specviz) or kind."""
+    return any(name in (m, m.split(":")[0], m.split("-")[0]) for m in table)
+
+
 def check_methods(names: set[str], ks, tree_nodes=(), has_draft: bool = True) -> None:
-    """ValueError for a --methods entry that selects nothing (checked before the models load)."""
+    """ValueError for a --methods entry that selects nothing (checked before the models load), or,
+    without a draft model, one whose every method runs one (specviz:none,specviz:draft-4 ran
+    specviz:none alone without a word; specviz:draft-4-plainhead failed after the load)."""
     known = methods(ks, None, True, True, tree_nodes)
     for name in sorted(names):
         if name in ("specviz:none-plainhead", "specviz:draft-4-plainhead"):
             continue
-        if not tree_method(name) and not any(name in (m, m.split(":")[0], m.split("-")[0]) for m in known):
+        if not tree_method(name) and not selects(name, known):
             raise ValueError(f"--methods: {name[:40]!r} selects no method: give names (specviz:draft-4, "
                              "specviz:tree-4-n16), families (hf, specviz) or kinds (specviz:tree); a "
                              "draft-k or assisted-k name needs its k in --ks")
-    if not has_draft and not methods(ks, names, False, True, tree_nodes):
-        raise ValueError(f"--methods {','.join(sorted(names))[:80]}: each needs a draft model: add --draft "
+    alone = methods(ks, None, False, True, tree_nodes)
+    drafted = [n for n in sorted(names) if n != "specviz:none-plainhead" and not selects(n, alone)]
+    if not has_draft and drafted:
+        raise ValueError(f"--methods {','.join(drafted)[:80]}: each needs a draft model: add --draft "
                          "MODEL, or pick methods of the target alone (hf:target, specviz:none, the n-gram "
                          "ones)")
 
@@ -278,6 +287,18 @@ def uses_draft(name: str) -> bool:
     return bool(tree_method(name)) or method.split("-")[0] in NEEDS_DRAFT
 
 
+def chats(pair) -> bool:
+    """The bench reads its prompts through the tokenizer's chat template, where it has one."""
+    return bool(getattr(pair.tokenizer, "chat_template", None))
+
+
+def encode(pair, prompt: str) -> list[int]:
+    """A bench prompt's ids: chat-formatted, or the text alone for a tokenizer without a chat template
+    (a base model: the gpt2 and pythia presets failed after the load, "has no chat template: turn
+    chat off", which the bench has no flag for)."""
+    return pair.encode(prompt, chat=chats(pair))
+
+
 def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None,
               log=None, spec_pair=None, tree_nodes=()) -> tuple[list[Record], dict[int, list[int]]]:
     """Records of every run, and the target alone's output per prompt index (when a baseline
@@ -285,7 +306,7 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
     spec_pair = spec_pair or pair
     log = log or (lambda line: print(line, flush=True))
     table = methods(ks, names, pair.draft is not None, spec_pair.draft is not pair.draft, tree_nodes)
-    encoded = [pair.encode(p["prompt"], chat=True) for p in prompts]
+    encoded = [encode(pair, p["prompt"]) for p in prompts]
     # every prompt's run fits the models, before any method runs (transformers' methods ran past
     # the target's positions with a warning, and a specviz method refused it after them)
     room = max(round_room("tree" if tree_method(name) else "draft", k or 1) for name, (_, k, _) in
@@ -359,7 +380,7 @@ def same_text_passes(pair, prompts, texts: dict[int, list[int]], max_new_tokens:
     prompt index -> output ids)."""
     out: dict[str, dict[str, int]] = {}
     for i, text in sorted(texts.items()):
-        ids = pair.encode(prompts[i]["prompt"], chat=True)
+        ids = encode(pair, prompts[i]["prompt"])
         row = out.setdefault(prompts[i]["class"], {})
         for name, propose in lookup_rules(pair, ids, max_new_tokens).items():
             row[name] = row.get(name, 0) + passes_on_text(ids, text, propose)
@@ -389,7 +410,8 @@ def add_bench_args(p) -> None:
     from .cli import _add_model_args
 
     _add_model_args(p)
-    p.add_argument("--prompts", default=str(PROMPTS), help="JSON list of {class, prompt}")
+    p.add_argument("--prompts", default=str(PROMPTS), help="JSON list of {class, prompt}, read through the "
+                                                           "chat template where the tokenizer has one")
     p.add_argument("--methods", help="comma list: names (specviz:draft-4, specviz:tree-4, "
                                      "specviz:tree-4-n16-b4), families (hf, specviz) or kinds "
                                      "(specviz:draft, specviz:tree)")
@@ -486,7 +508,7 @@ def cmd_bench(args) -> int:
     meta = {"machine": machine(), "target": pair.target_name, "draft": pair.draft_name,
             "specviz_draft": spec_pair.draft_name,
             "dtype": str(pair.dtype), "device": str(pair.device), "max_new_tokens": args.max_new_tokens,
-            "repeats": args.repeats, "ks": list(ks), "tree_nodes": list(tree_nodes)}
+            "repeats": args.repeats, "ks": list(ks), "tree_nodes": list(tree_nodes), "chat": chats(pair)}
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
             {"meta": meta, "summary": summary, "same_text_passes": same_text,

@@ -211,6 +211,30 @@ def test_a_run_past_the_models_positions_is_refused_before_any_method_runs(pair)
                                            "specviz:none-plainhead"))
 
 
+def test_a_base_model_without_a_chat_template_is_benchmarked_on_its_plain_prompts(pair):
+    """Every bench prompt went through the chat template: a base model (the gpt2 and pythia
+    presets) failed after its load with "has no chat template: turn chat off", a flag the bench
+    does not have. Its prompts are now read as text; a tokenizer with a template still uses it."""
+    import copy
+    from dataclasses import replace
+
+    import specviz
+
+    tokenizer = copy.deepcopy(pair.tokenizer)
+    tokenizer.chat_template = None
+    plain = replace(pair, tokenizer=tokenizer)
+    prompts = [{"class": "code", "prompt": "def fibonacci(n):"}]
+    for on, chat in ((plain, False), (pair, True)):
+        records, texts = bench.run_bench(on, prompts, ks=(2,), max_new_tokens=4, names={"specviz:none"},
+                                         log=[].append)
+        ids = pair.encode(prompts[0]["prompt"], chat=chat)
+        run = specviz.generate(pair, ids, proposer="none", max_new_tokens=4)
+        alone = [t for e in run for t in e.new_tokens]
+        assert [r.tokens for r in records] == [4] and texts == {0: alone}
+        assert bench.encode(on, prompts[0]["prompt"]) == ids and bench.chats(on) == chat
+        assert set(bench.same_text_passes(on, prompts, texts, 4)) == {"code"}
+
+
 def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
     from specviz.cli import main
 
@@ -717,7 +741,8 @@ def test_same_text_passes_add_up_each_classs_prompts(monkeypatch):
     from types import SimpleNamespace
 
     monkeypatch.setattr(bench, "lookup_rules", lambda pair, ids, n: {"none": lambda ids, budget: []})
-    pair = SimpleNamespace(encode=lambda text, chat: [ord(c) for c in text])
+    pair = SimpleNamespace(encode=lambda text, chat: [ord(c) for c in text],
+                           tokenizer=SimpleNamespace(chat_template=None))
     prompts = [{"class": c, "prompt": p} for c, p in (("code", "a"), ("code", "b"), ("chat", "c"))]
     same = bench.same_text_passes(pair, prompts, {0: [1, 2, 3], 1: [4, 5, 6, 7], 2: [8]}, 8)
     assert same == {"code": {"none": 7}, "chat": {"none": 1}}
@@ -789,7 +814,8 @@ def test_the_markdown_file_holds_the_outputs_that_differ(tmp_path, monkeypatch, 
 
     from specviz import cli
 
-    pair = SimpleNamespace(draft=None, target_name="t", draft_name=None, dtype="float32", device="cpu")
+    pair = SimpleNamespace(draft=None, target_name="t", draft_name=None, dtype="float32", device="cpu",
+                           tokenizer=SimpleNamespace(chat_template=None))
     monkeypatch.setattr(cli, "load_from_args", lambda args: pair)
     records = [rec("specviz:none", "specviz", "code", 4, 1.0),
                rec("specviz:ngram-8", "specviz", "code", 4, 1.0, matches_target=False, first_difference=2,

@@ -219,6 +219,13 @@ def loaded(*args, **kwargs):
     (["run", "--target", "T", "x"], "this drafter needs a draft model: add --draft MODEL"),
     (["run", "--target", "T", "--proposer", "tree", "x"], "needs a draft model"),
     (["bench", "--target", "T", "--methods", "specviz:draft-4,specviz:tree-4"], "each needs a draft model"),
+    # a draft method beside a method of the target alone: it ran that one alone without a word, or
+    # (the plain head's draft-4) failed after the load in the Python API's words
+    (["bench", "--target", "T", "--methods", "specviz:none,specviz:draft-4"],
+     "--methods specviz:draft-4: each needs a draft model: add --draft MODEL"),
+    (["bench", "--target", "T", "--methods", "specviz:none-plainhead,specviz:draft-4-plainhead"],
+     "--methods specviz:draft-4-plainhead: each needs a draft model"),
+    (["bench", "--target", "T", "--methods", "hf,specviz:tree"], "--methods specviz:tree: each needs"),
     (["bench", "--json", "/nonexistent-folder/b.json"], "--json /nonexistent-folder/b.json: cannot write"),
     (["bench", "--html", "/tmp"], "--html /tmp is a folder: give a file path (e.g. /tmp/out.html)"),
     (["bench", "--ks", "4,,5"], "--ks '4,,5': give whole numbers separated by commas, e.g. 2,4,8"),
