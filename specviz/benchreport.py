@@ -308,7 +308,10 @@ def markdown(summary: dict, meta: dict) -> str:
         detail.append(f"| {method} | {tpp} | {alpha} | {nodes} | {split} | {r['peak_rss_gib']:.1f} GiB | "
                       f"{same} |")
     m = meta["machine"]
-    about = (f"{meta['target']} with draft {meta['draft']} (specviz: {meta.get('specviz_draft')}), "
+    draft = meta.get("draft")  # and specviz's own where it differs from the one transformers ran (int4)
+    drafts = (f"with draft {draft}" if draft else "with no draft model") + (
+        f" (specviz: {meta['specviz_draft']})" if meta.get("specviz_draft", draft) != draft else "")
+    about = (f"{meta['target']} {drafts}, "
              f"{meta['dtype']} on {meta['device']}, {meta['max_new_tokens']} new tokens, greedy, "
              f"{meta['repeats']} repeat(s); machine: {m['processor']}, {m['cpus']} CPUs, "
              f"{m['memory_gib']} GiB, torch {m['torch']} with {m['threads']} threads, GPU {m['cuda']}.")

@@ -839,3 +839,13 @@ def test_both_heads_target_alone_is_measured_against_transformers_target_alone()
                                for m, t in runs])
     assert {m: s[m]["c"]["vs_transformers"] for m, _ in runs[2:]} == pytest.approx(
         {"specviz:none": 2.5, "specviz:none-plainhead": 1.25, "specviz:draft-4-plainhead": 1.6})
+
+
+def test_the_report_header_names_the_drafts_that_ran_and_says_so_when_none_did():
+    s = benchreport.summarize([rec("specviz:none", "specviz", "edit", 16, 1.0, target_passes=16)])
+    alone = benchreport.markdown(s, {**META, "draft": None, "specviz_draft": None})
+    assert alone.startswith("t with no draft model, bf16 on cpu") and "None" not in alone.split("\n")[0][:60]
+    same = benchreport.markdown(s, {**META, "specviz_draft": "d"})
+    assert same.startswith("t with draft d, bf16")
+    other = benchreport.markdown(s, {**META, "specviz_draft": "d4"})
+    assert other.startswith("t with draft d (specviz: d4), bf16")
