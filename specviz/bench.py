@@ -269,7 +269,8 @@ def check_methods(names: set[str], ks, tree_nodes=(), has_draft: bool = True) ->
         if not tree_method(name) and not selects(name, known):
             raise ValueError(f"--methods: {name[:40]!r} selects no method: give names (specviz:draft-4, "
                              "specviz:tree-4-n16), families (hf, specviz) or kinds (specviz:tree); a "
-                             "draft-k or assisted-k name needs its k in --ks")
+                             "draft-k or assisted-k name needs its k in --ks; the n-gram ones are "
+                             f"specviz:ngram-{NGRAM_K} and hf:lookup-{NGRAM_K}")
     alone = methods(ks, None, False, True, tree_nodes)
     drafted = [n for n in sorted(names) if n != "specviz:none-plainhead" and not selects(n, alone)]
     if not has_draft and drafted:

@@ -234,6 +234,7 @@ def loaded(*args, **kwargs):
     (["bench", "--markdown", "/nonexistent-folder/b.md"],
      "--markdown /nonexistent-folder/b.md: cannot write"),
     (["bench", "--ks", "0"], "--ks must be in 1..32"),
+    (["bench", "--methods", "specviz:ngram-4"], "the n-gram ones are specviz:ngram-8 and hf:lookup-8"),
     (["costs", "--pair", "embedded", "--draft", "D"], "--pair replaces"),
     # ignored without a word, the bench's meta still saying it ran them
     (["bench", "--methods", "specviz:draft-4", "--tree-nodes", "8"], "--methods names no tree of those"),
