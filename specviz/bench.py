@@ -392,7 +392,11 @@ def load_profile(value: str) -> profiles.Profile:
     """--profile: a shipped profile's name (assets/profiles/) or a profile file."""
     if value in profiles.shipped():
         return profiles.load_shipped(value)
-    if not Path(value).exists():  # a mistyped name said only "No such file or directory"
+    try:
+        exists = Path(value).exists()
+    except OSError:  # a name too long for a path: the errno and the whole name, no fix
+        exists = False
+    if not exists:  # a mistyped name said only "No such file or directory"
         raise ValueError(f"--profile {value[:60]!r}: no such file, and no shipped profile of that name: "
                          f"give a profile file, or one of {', '.join(profiles.shipped())}")
     return profiles.load(Path(value))

@@ -15,6 +15,7 @@ import hashlib
 import importlib
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -227,7 +228,17 @@ def prepare(model: EmbeddedModel) -> Path:
     return final
 
 
+def damaged(model: EmbeddedModel, error: ValueError) -> ValueError:
+    """The error a failed load of model's finished cache becomes: a file in it cut short or gone
+    (a copy or a crash that kept the `complete` marker and not the data) is not rebuilt on its own."""
+    return ValueError(f"{error} The {model.title} cache in {cache_dir(model)} does not load (a file in "
+                      "it cut short or removed, most likely): delete that folder and load again, which "
+                      "rebuilds it from the installed parts")
+
+
 def _build(model: EmbeddedModel, final: Path) -> None:
+    from safetensors import SafetensorError
+
     try:
         work = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=final.parent))
     except OSError as e:
@@ -243,6 +254,10 @@ def _build(model: EmbeddedModel, final: Path) -> None:
         os.replace(out, final)
     except OSError as e:  # a full disk or a quota, mostly: the message says what to do
         raise _build_error(model, final.parent, e) from e
+    except SafetensorError as e:  # the weights' write: a full disk there is "... (os error 28)"
+        code = re.search(r"\(os error (\d+)\)", str(e))
+        raise _build_error(model, final.parent,
+                           OSError(int(code[1]), str(e)) if code else OSError(str(e))) from e
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -662,11 +662,11 @@ class CachedLM:
         other unkept slots."""
         if ids != self.tokens:  # a new round: earlier nodes go, the uncached tail is fed
             self.rollback(ids)
-        real = len(tokens)
-        self._check_room(len(ids) + real)  # each node takes a slot of the cache
+        real, held = len(tokens), len(ids) + len(self.slots)  # held: after the nodes cached earlier
+        self._check_room(held + real)  # each node takes a slot of the cache
         self._read_prompt(ids, 1)
         tail = ids[len(self.tokens):]
-        fixed = self._step is not None and len(tail) <= 1 and not (self.static and len(ids) + bucket(real)
+        fixed = self._step is not None and len(tail) <= 1 and not (self.static and held + bucket(real)
                                                                    > self.max_len)  # pads need room too
         pad = bucket(real) - real if fixed else 0
         tokens, parents = list(tokens) + [PAD_TOKEN] * pad, list(parents) + [-1] * pad

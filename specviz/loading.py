@@ -30,13 +30,16 @@ def default_device() -> str:
 def check_device(device: str) -> str:
     """A device this torch can use, else a ValueError naming the fix (before any model loads)."""
     try:
-        kind = torch.device(device).type
+        kind, index = torch.device(device).type, torch.device(device).index
     except (RuntimeError, TypeError) as e:
         raise ValueError(f"unknown device {device!r} ({str(e).splitlines()[0][:120]}): use cpu, cuda "
                          "or mps") from None
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r}: no CUDA GPU for this torch here; use cpu (or leave "
                          "--device out for the best available)")
+    if kind == "cuda" and index is not None and index >= (count := torch.cuda.device_count()):
+        raise ValueError(f"device {device!r}: this machine has {count} CUDA GPU{'s' * (count != 1)}: "
+                         f"use cuda:0{f'..cuda:{count - 1}' if count > 1 else ''} (or plain cuda)")
     if kind == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ValueError(f"device {device!r}: MPS is not available here; use cpu")
     if kind not in ("cpu", "cuda", "mps"):
@@ -308,6 +311,19 @@ def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | Non
     return model, tokenizer
 
 
+def _load(name: str, built, device: str, dtype: torch.dtype, device_map: str | None = None):
+    """load_model; where name is an embedded model's finished cache (built: its EmbeddedModel, else
+    None), a failure says that the cache is damaged and how to rebuild it."""
+    try:
+        return load_model(name, device, dtype, device_map)
+    except ValueError as e:
+        if built is None:
+            raise
+        from . import embedded
+
+        raise embedded.damaged(built, e) from e
+
+
 def keep_draft_codes() -> Path:
     """Quantize the embedded draft once and keep its int4 codes where a CPU load_pair reads them
     (`python -m specviz prepare`: the Docker image then starts without the clipping search)."""
@@ -316,7 +332,7 @@ def keep_draft_codes() -> Path:
     folder = embedded.prepare(embedded.DRAFT)
     path = quant.codes_file(folder)
     if not path.is_file():
-        model, _ = load_model(str(folder), "cpu", torch.bfloat16)
+        model, _ = _load(str(folder), embedded.DRAFT, "cpu", torch.bfloat16)
         quant.apply(model, "int4", path)
     return path
 
@@ -350,19 +366,21 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
     device = check_device(device) if device else default_device()
     torch_dtype = parse_dtype(dtype, device)
     names = {"target": target, "draft": draft}
+    built = {}  # the embedded models loaded from their cache, by role
     codes = None  # where the draft's int4 groups are kept between loads: the embedded draft's cache
     if target is None:
         from . import embedded
 
-        target = str(embedded.prepare(embedded.TARGET))
+        target, built["target"] = str(embedded.prepare(embedded.TARGET)), embedded.TARGET
         names["target"] = embedded.TARGET.title
         if draft is None:
-            draft, names["draft"] = str(embedded.prepare(embedded.DRAFT)), embedded.DRAFT.title
+            draft, built["draft"] = str(embedded.prepare(embedded.DRAFT)), embedded.DRAFT
+            names["draft"] = embedded.DRAFT.title
             codes = quant.codes_file(Path(draft))
-    target_model, tokenizer = load_model(target, device, torch_dtype, device_map)
+    target_model, tokenizer = _load(target, built.get("target"), device, torch_dtype, device_map)
     draft_model = None
     if draft is not None:
-        draft_model, draft_tok = load_model(draft, device, torch_dtype)
+        draft_model, draft_tok = _load(draft, built.get("draft"), device, torch_dtype)
         check_compatible(tokenizer, draft_tok, names["target"], names["draft"])
         if device_map is not None:
             draft_model.to(target_model.device)

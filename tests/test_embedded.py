@@ -158,6 +158,32 @@ def test_a_disk_that_fills_during_the_build_is_a_clear_error_and_leaves_nothing(
     assert [p for p in root.iterdir() if p.is_dir()] == [] and not embedded.is_cached(model)
 
 
+def test_a_disk_that_fills_while_the_weights_are_written_is_a_clear_error(tmp_path, monkeypatch):
+    """save_pretrained writes the weights with safetensors, whose full disk is no OSError but a
+    SafetensorError (message as seen on a 600 KB tmpfs): it named no fix and no folder."""
+    from safetensors import SafetensorError
+
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="fullweights")
+
+    def full(gguf_path, out_dir):
+        out_dir.mkdir()
+        (out_dir / "model.safetensors").write_bytes(b"ha")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(embedded, "_dequantize_to", full)
+    with pytest.raises(ValueError, match="No space left on device.*free some space.*SPECVIZ_CACHE"):
+        embedded.prepare(model)
+    root = tmp_path / "cache" / "embedded"
+    assert [p for p in root.iterdir() if p.is_dir()] == [] and not embedded.is_cached(model)
+
+    def foreign(gguf_path, out_dir):  # no errno in it: still the build's error, naming the folder
+        raise SafetensorError("Error while serializing: something else")
+
+    monkeypatch.setattr(embedded, "_dequantize_to", foreign)
+    with pytest.raises(ValueError, match="something else. Check that folder .or set SPECVIZ_CACHE"):
+        embedded.prepare(model)
+
+
 def test_an_unwritable_cache_folder_is_a_clear_error(tmp_path, monkeypatch):
     model = fake_model(tmp_path, monkeypatch, [b"abc"], name="readonly")
     (tmp_path / "file").write_text("not a folder")
@@ -442,3 +468,31 @@ def test_the_cache_copy_is_a_plain_model_that_stops_at_either_chat_end(tmp_path,
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [im_end, eot]
     monkeypatch.undo()
     assert transformers.AutoTokenizer.from_pretrained(str(out)).convert_tokens_to_ids("<|im_end|>") == im_end
+
+
+@pytest.mark.parametrize("damage", ["truncated", "removed"])
+def test_a_damaged_cache_is_refused_with_the_fix(tmp_path, monkeypatch, model_dirs, damage):
+    """A cache folder with its `complete` marker but a weights file cut short or gone (a copy or a
+    crash that wrote the marker, not the data) failed every load with safetensors' words alone:
+    nothing said the cache was at fault, nor that deleting it makes the next load rebuild it."""
+    import shutil
+
+    import specviz
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path / "cache"))
+    for model, source in ((embedded.TARGET, "target"), (embedded.DRAFT, "draft")):
+        shutil.copytree(model_dirs[source], embedded.cache_dir(model))
+        (embedded.cache_dir(model) / "complete").write_text(f"{model.sha256}\n")
+    assert specviz.load_pair(device="cpu", draft_quant="none").draft is not None  # whole: it loads
+    for model in (embedded.TARGET, embedded.DRAFT):
+        weights = embedded.cache_dir(model) / "model.safetensors"
+        saved = weights.read_bytes()
+        if damage == "truncated":
+            weights.write_bytes(saved[: len(saved) // 2])
+        else:
+            weights.unlink()
+        with pytest.raises(ValueError, match=rf"{re.escape(model.title)} cache in "
+                                             rf"{re.escape(str(embedded.cache_dir(model)))} does not load.*"
+                                             "delete that folder and load again"):
+            specviz.load_pair(device="cpu", draft_quant="none")
+        weights.write_bytes(saved)

@@ -627,6 +627,27 @@ def test_a_tree_pass_at_the_caches_end_is_padded_only_where_the_pads_fit(pair, m
             m.forward_tree(ids, [5, 6, 7, 8], [-1, -1, 0, 0])
 
 
+def test_a_drafters_next_tree_level_at_the_caches_end_counts_the_nodes_cached_before_it(pair, monkeypatch):
+    """A drafter grows its tree a level a pass after all of ids: the room a level's pads need
+    starts after the nodes already cached. 1019 ids and 2 nodes cached, 3 more fill the 1024
+    positions: padded to 4 they indexed position 1024 (IndexError); unpadded, the rows are the
+    eager pass's. A level that does not fit at all is refused by name, not by an IndexError."""
+    _, fast, eager, _ = compiled_and_eager(pair, monkeypatch, "aot_eager", True, 1024, {1, 2})
+    ids = [(7 * i + 3) % pair.vocab_size for i in range(1019)]
+    for m in (fast, eager):
+        m.rollback([])
+        m.forward(ids)  # all of ids cached, as the tree drafter's first pass leaves them
+        m.forward_tree(ids, [5, 6], [-1, -1])  # the first level: slots 0 and 1
+    rows = fast.forward_tree(ids, [7, 8, 9], [0, 1, 0])  # positions 1021..1023: the last three
+    assert torch.allclose(rows, eager.forward_tree(ids, [7, 8, 9], [0, 1, 0]), atol=1e-5)
+    for m in (fast, eager):
+        m.rollback(ids + [0])
+        m.forward(ids)
+        m.forward_tree(ids, [5, 6], [-1, -1])
+        with pytest.raises(ValueError, match="the static cache holds 1024 positions, not 1025"):
+            m.forward_tree(ids, [7, 8, 9, 10], [0, 1, 0, 1])
+
+
 def test_a_failures_causes_name_its_root_and_say_whether_memory_ran_out():
     from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode
 

@@ -84,6 +84,18 @@ def test_default_device_and_dtype():
             check_device(device)
 
 
+def test_a_gpu_this_machine_lacks_is_refused_before_any_load(monkeypatch):
+    """check_device promises a device this torch can use: cuda:1 on a one-GPU machine passed,
+    and the load then failed in model.to with torch's 'invalid device ordinal', no fix named."""
+    from specviz.loading import check_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert check_device("cuda") == "cuda" and check_device("cuda:0") == "cuda:0"
+    with pytest.raises(ValueError, match=r"device 'cuda:1': this machine has 1 CUDA GPU.*use cuda:0"):
+        check_device("cuda:1")
+
+
 def test_loading_asks_only_the_local_cache_when_the_hub_is_unreachable_and_never_runs_remote_code(
         monkeypatch):
     """Where the probe finds no hub, transformers is told local_files_only (no request, so no

@@ -223,6 +223,36 @@ def test_hostile_files_are_refused(tmp_path):
             profiles.load_shipped(name, tmp_path)
 
 
+def test_a_file_that_gives_no_size_is_read_no_further_than_the_limit(tmp_path):
+    """A special file reports size 0 and may never end (bench --profile /dev/zero): the size check
+    passed it and the whole stream was read into memory, a MemoryError's traceback, or the machine's
+    memory. A pipe stands in for it here, fed up to 16 MiB: the load stops one byte past 64 KiB."""
+    import os
+    import threading
+
+    fifo = tmp_path / "stream.json"
+    os.mkfifo(fifo)
+    written = [0]
+
+    def feed():
+        chunk = b" " * (64 << 10)
+        try:
+            with open(fifo, "wb") as f:
+                while written[0] < 16 << 20:
+                    f.write(chunk)
+                    f.flush()
+                    written[0] += len(chunk)
+        except BrokenPipeError:  # the reader stopped
+            pass
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    with pytest.raises(ValueError, match="at most 64 KiB"):
+        profiles.load(fifo)
+    writer.join(timeout=30)
+    assert not writer.is_alive() and written[0] < 4 << 20, written[0]
+
+
 def test_explorer_views_project_the_replay_onto_a_profile():
     rec = hand_recording()
     _, numbers, fig = labview.explorer_views(rec, 2, False, None, None, profile())
@@ -311,6 +341,17 @@ def test_bench_records_passes_and_projects_onto_a_profile_file(model_dirs, tmp_p
     assert main(["bench", "--profile", "nvidia-h200"]) == 2  # a mistyped name: the shipped ones named
     assert "no shipped profile of that name: give a profile file, or one of cpu-x86-64-bfloat16, " \
            "nvidia-h200-bfloat16" in capsys.readouterr().err
+
+
+def test_bench_refuses_a_profile_name_too_long_for_a_path_naming_the_fix(capsys):
+    """A --profile longer than a file name may be (the OS's ENAMETOOLONG from the existence check)
+    printed the errno and all 5,000 characters back, and no fix; it is no file and no shipped name."""
+    from specviz.cli import main
+
+    assert main(["bench", "--profile", "a" * 5000]) == 2  # refused before any load
+    err = capsys.readouterr().err
+    assert "no such file, and no shipped profile of that name: give a profile file" in err
+    assert len(err) < 300 and "Errno" not in err
 
 
 def test_the_explorer_marks_the_measured_run_at_its_own_tokens_per_pass():
