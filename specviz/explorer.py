@@ -51,11 +51,13 @@ class Recording:
     ngram_slope: float | None = None  # the n-gram rule's price of a proposed token in target
     # passes, as the run used it (engine.ngram_price); None: the prior, as older traces used
     ngram_step: float | None = None  # and of a round that proposes any (None: 0, as older traces)
+    ngram_reads_on: bool | None = None  # a copy at the context's end read on in itself (None: cut
+    # there, as the rule was before 2026-12-06 and older traces drafted: proposers.copy_on)
 
     def lookup(self) -> NgramProposer:
         """A fresh n-gram drafter exactly as the recorded run drafted."""
         return NgramProposer(self.ngram_size, VERIFY_SLOPE if self.ngram_slope is None else self.ngram_slope,
-                             self.ngram_step or 0.0)
+                             self.ngram_step or 0.0, reads_on=bool(self.ngram_reads_on))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -175,7 +177,7 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
         ngram_slope, ngram_step = current_price(pair)
     return Recording(proposer, list(prompt_ids), output, guesses, cost_d, cost_t, max_new_tokens,
                      ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences, line,
-                     *((ngram_slope, ngram_step or 0.0) if proposer == "ngram" else (None, None)))
+                     *((ngram_slope, ngram_step or 0.0, True) if proposer == "ngram" else (None, None, None)))
 
 
 def run_drafts(events) -> dict[int, int]:

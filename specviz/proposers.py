@@ -66,6 +66,18 @@ class NoProposer:
         return Draft([], None, source=self.name)
 
 
+def copy_on(ids: list[int], at: int, k: int) -> list[int]:
+    """k tokens copied from ids[at:] as the output copies them: where the copy reaches the end of
+    ids it reads on in what it has just proposed (the copy's period is len(ids) - at), so a run
+    of one token repeated, or a loop shorter than k, is proposed k tokens at a time, not cut at
+    its period (ids[at:at + k] proposed one token a round in "a a a a")."""
+    out = ids[at:at + k]  # (at < len(ids))
+    period = len(ids) - at
+    while len(out) < k:
+        out.append(out[len(out) - period])
+    return out
+
+
 class NgramProposer:
     """Prompt lookup (Saxena 2023): match the last n tokens (n = N..1) earlier in the context,
     then propose only as many of the tokens that followed as pay for their verification. Of
@@ -92,10 +104,13 @@ class NgramProposer:
 
     name = "ngram"
 
-    def __init__(self, max_ngram: int = 3, slope: float = VERIFY_SLOPE, step: float = 0.0):
+    def __init__(self, max_ngram: int = 3, slope: float = VERIFY_SLOPE, step: float = 0.0,
+                 reads_on: bool = True):
+        """reads_on: a copy that reaches the context's end reads on in itself (copy_on); False cuts
+        it there, as the rule did before 2026-12-06 (the k explorer replays older traces so)."""
         if not 1 <= max_ngram <= 16:
             raise ValueError(f"ngram size must be in 1..16, got {max_ngram}")
-        self.max_ngram, self.slope, self.step = max_ngram, slope, step
+        self.max_ngram, self.slope, self.step, self.reads_on = max_ngram, slope, step, reads_on
         self.first: dict[int, list[float]] = {}  # match length -> [first token kept, proposals]
         self.later = [0.0, 0.0]  # [kept, reached] for tokens after a kept one
         self.tokens, self.cost = 0.0, 0.0  # the run so far, cost in target passes
@@ -124,8 +139,11 @@ class NgramProposer:
             if at is None and hi:  # else the most recent
                 at = ends[hi - 1] + 1
             if at is not None:
-                return ids[at:at + k], n, at
+                return self._copy(ids, at, k), n, at
         return [], 0, -1
+
+    def _copy(self, ids: list[int], at: int, k: int) -> list[int]:
+        return copy_on(ids, at, k) if self.reads_on else ids[at:at + k]
 
     def _extend(self, ids: list[int]) -> None:
         """Index every n-gram (n = 1..max_ngram) of ids by its end positions, ascending, extending
@@ -172,7 +190,7 @@ class NgramProposer:
         if not tokens and self.pointer is not None and self.pointer < len(ids):
             # nothing matches, e.g. the output just changed one token of what it copies: read on
             at = self.pointer  # n stays 0: these proposals learn their own first-token rate
-            tokens = ids[at:at + k]
+            tokens = self._copy(ids, at, k)
         kept, seen = self.first.get(n, [0.0, 0.0])
         a_first = (kept + 1) / (seen + 2)  # the Beta(kept + 1, seen - kept + 1) posterior's mean
         hope = a_first + math.sqrt(a_first * (1 - a_first) / (seen + 3))  # one posterior sd up

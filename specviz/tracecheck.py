@@ -330,9 +330,12 @@ def _recording(d, prompt_ids: list[int], tokens: list[int], vocab: int) -> Recor
     step = d.get("ngram_step")
     if step is not None:
         step = u.number(step, "recording.ngram_step", 0.0, MAX_NGRAM_SLOPE)
+    reads_on = d.get("ngram_reads_on")
+    if reads_on is not None and type(reads_on) is not bool:
+        u.fail("recording.ngram_reads_on", "must be true, false or null")
     return Recording(d["proposer"], prompt_ids, output, guesses, seconds["draft_pass_seconds"],
                      seconds["target_pass_seconds"], max_new, ngram, out_pieces, guess_pieces, text,
-                     confidences, line, slope, step)
+                     confidences, line, slope, step, reads_on)
 
 
 # The tree drafter's two settings are typed here too, so tree traces open whether or not this

@@ -218,13 +218,18 @@ def test_ngram_keeps_copying_where_the_last_kept_copy_left_off():
 
 def brute_match(ids, k, max_ngram, pointer, min_ngram=1):
     """The n-gram rule read off its definition: for n = max_ngram..min_ngram, the earlier copies
-    of the last n tokens; the first starting at or after the pointer, else the most recent."""
+    of the last n tokens; the first starting at or after the pointer, else the most recent. Its
+    k tokens are what the output would be if it went on copying from there: past the end of ids
+    the copy reads on in itself (ids = a b a b: "a b" again and again, not cut after one "a b")."""
     for n in range(min(max_ngram, len(ids) - 1), min_ngram - 1, -1):
         starts = [e + 1 for e in range(n - 1, len(ids) - 1) if ids[e - n + 1:e + 1] == ids[-n:]]
         after = [a for a in starts if pointer is not None and a >= pointer]
         if starts:
             at = after[0] if after else starts[-1]
-            return ids[at:at + k], n, at
+            written = list(ids)
+            for j in range(k):
+                written.append(written[at + j])
+            return written[len(ids):], n, at
     return [], 0, -1
 
 
@@ -333,7 +338,8 @@ def test_ngram_learns_only_from_the_context_it_proposed_for_and_counts_every_tok
     assert skipped.tokens == 3.0 and skipped.cost == pytest.approx(1 + 8 * VERIFY_SLOPE)
     # an index built for one context is rebuilt for another, not extended past its length
     index = NgramProposer(3)
-    assert index.match([1, 2, 3, 1], 4) == ([2, 3, 1], 1, 1) and index.match([4, 5, 4], 4) == ([5, 4], 1, 1)
+    assert index.match([1, 2, 3, 1], 4) == ([2, 3, 1, 2], 1, 1)
+    assert index.match([4, 5, 4], 4) == ([5, 4, 5, 4], 1, 1)
 
 
 def test_ngram_follows_a_match_after_the_copy_pointer_over_reading_on_at_it():

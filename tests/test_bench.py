@@ -341,7 +341,28 @@ def test_lookup_rules_are_transformers_and_specviz_ngram(pair):
     ids = [5, 1, 2, 3, 5]
     # transformers: the earliest match of the last 2, then 1 tokens; everything that followed
     assert rules["hf:lookup-8"](ids, 8) == [1, 2, 3, 5] and rules["hf:lookup-8"](ids, 2) == [1, 2]
-    assert rules["specviz:ngram-8"](ids, 8) == [1, 2, 3, 5]
+    # specviz: the copy of "1 2 3 5" reads on past the context's end, as the output would go on
+    assert rules["specviz:ngram-8"](ids, 8) == [1, 2, 3, 5, 1, 2, 3, 5]
+
+
+def test_a_repeated_token_or_short_loop_is_proposed_k_tokens_a_round_not_cut_at_its_period():
+    """ids[at:at + k] stopped at the context's end: "7 7 7 ..." was proposed one token a round (33
+    target passes for 64 tokens), a loop of period 2 two a round (22). Reading on in the copy: the
+    prompt's last token has no earlier copy, so the target writes the first token alone; then each
+    round keeps its 8 proposed tokens and adds the target's own, 1 + 7 * 9 = 64 in 8 passes."""
+    from specviz.proposers import NgramProposer
+
+    for prompt, out in (([1, 2, 3, 7], [7] * 64), ([1, 2, 3, 7, 8], [7, 8] * 32),
+                        ([1, 9, 10, 11, 12, 13], [9, 10, 11, 12, 13] * 12 + [9, 10, 11, 12])):
+        drafter = NgramProposer(3)
+        proposed = []
+
+        def propose(ids, budget, drafter=drafter, proposed=proposed):
+            proposed.append(drafter.proposal(ids, min(8, budget)))
+            return proposed[-1]
+
+        assert bench.passes_on_text(prompt, out, propose) == 8, (prompt, proposed)
+        assert [len(p) for p in proposed] == [0] + [8] * 7
 
 
 def test_the_same_text_ngram_rule_is_priced_as_the_engine_prices_it(pair, monkeypatch):

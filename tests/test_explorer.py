@@ -42,13 +42,14 @@ def test_ngram_replay_prices_tokens_at_the_slope_the_run_used(pair, monkeypatch)
         rec = explorer.record(pair, pair.encode(PROMPT), real(pair, "ngram", 8), "ngram", max_new_tokens=40)
         assert rec.ngram_slope == pytest.approx(0.625) and rec.lookup().slope == rec.ngram_slope
         assert rec.ngram_step == pytest.approx(0.25) and rec.lookup().step == rec.ngram_step
+        assert rec.ngram_reads_on is True and rec.lookup().reads_on  # as the engine's drafter copies
         for k in (2, 8):
             rep, run = explorer.replay(rec, k), real(pair, "ngram", k)
             assert [(r.k, r.accepted) for r in rep.rounds] == [(e.k, e.accepted) for e in run.events], k
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
     drafted = explorer.record(pair, pair.encode(PROMPT), real(pair, "draft", 2, 8), "draft", 8)
-    assert drafted.ngram_slope is None and drafted.ngram_step is None
+    assert drafted.ngram_slope is None and drafted.ngram_step is None and drafted.ngram_reads_on is None
 
 
 def test_recorded_pass_costs_leave_out_round_ones_prefills(pair):

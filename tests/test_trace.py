@@ -135,3 +135,24 @@ def test_older_traces_without_a_verify_line_price_every_pass_at_the_mean(saved):
     rep = explorer.replay(back.recording, 3)
     assert rep.predicted_seconds == pytest.approx(rep.draft_passes * back.recording.draft_pass_seconds
                                                   + rep.target_passes * back.recording.target_pass_seconds)
+
+
+def test_an_ngram_recording_replays_its_copies_as_it_drafted_them(saved):
+    """Since 2026-12-06 an n-gram copy that reaches the context's end reads on in itself; a trace
+    saved before drafted with copies cut there, and the k explorer replays each as its run drafted
+    (an older run replayed by today's rule missed its own passes at its own k)."""
+    assert json.loads(saved[1])["recording"]["ngram_reads_on"] is None  # a draft model's recording
+    newer = trace.loads(mutate(saved[1], lambda d: d["recording"].update(ngram_reads_on=True)))
+    assert newer.recording.ngram_reads_on is True and newer.recording.lookup().reads_on
+    older = trace.loads(mutate(saved[1], lambda d: d["recording"].pop("ngram_reads_on")))
+    assert older.recording.ngram_reads_on is None and not older.recording.lookup().reads_on
+    with pytest.raises(ValueError, match="recording.ngram_reads_on must be true, false or null"):
+        trace.loads(mutate(saved[1], lambda d: d["recording"].update(ngram_reads_on="yes")))
+    # "7" repeated after a prompt ending in 7: the first token the target's alone, then whole copies
+    made = {"proposer": "ngram", "prompt_ids": [1, 2, 3, 7], "output": [7] * 64, "guesses": [],
+            "draft_pass_seconds": 0.0, "target_pass_seconds": 1.0, "max_new_tokens": 64,
+            "ngram_slope": 0.04, "ngram_step": 0.0}
+    reads_on = explorer.Recording(**made, ngram_reads_on=True)
+    cut = explorer.Recording(**made)
+    assert explorer.replay(reads_on, 8).target_passes == 8  # 1 + 7 rounds of 8 kept and 1 more
+    assert explorer.replay(cut, 8).target_passes == 33  # 1 + 32 rounds of 1 kept and 1 more
