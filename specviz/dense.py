@@ -9,9 +9,10 @@ still the model, and greedy identity is checked against it (tests/test_dense.py)
 
 bfloat16 on a CPU without bf16 instructions (AVX2) is compute-bound from a few rows: a prompt
 costs about 0.15 s a token on the embedded target. A routed bfloat16 layer therefore reads a
-prompt (PROMPT_ROWS tokens or more) with the float32 kernel on float32 copies of its weights, made
-for that call; every other pass keeps torch's bfloat16 kernel. Only plain nn.Linear layers
-on the CPU, in float32 or bfloat16 and of at least MIN_WEIGHTS weights, are routed.
+prompt's head (all but its last token, PROMPT_ROWS tokens or more) with the float32 kernel on
+float32 copies of its weights, made for that call; every other pass keeps torch's bfloat16
+kernel. Only plain nn.Linear layers on the CPU, in float32 or bfloat16 and of at least MIN_WEIGHTS
+weights, are routed.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from torch import nn
 # their k/v projections and the tests' tiny models are not.
 MIN_WEIGHTS = 1 << 19
 # A bfloat16 layer takes the float32 kernel only inside reading_prompt(), where specviz.lm's
-# CachedLM reads a prompt of PROMPT_ROWS tokens or more (all but its last token, in a pass of its
-# own). Every other pass, whatever its width (the engine's rounds, the target alone's steps),
-# stays on torch's bfloat16 kernel, so both read the generated positions alike. Reading a prompt
+# CachedLM reads a prompt's head (all but its last token) of PROMPT_ROWS tokens or more, in a pass
+# of its own: a prompt of PROMPT_ROWS + 1 tokens or more. Every other pass, whatever its width
+# (the engine's rounds, the target alone's steps), stays on torch's bfloat16 kernel, so both read
+# the generated positions alike. Reading a prompt
 # of 16 / 32 / 48 / 64 / 128 tokens on the embedded target took 2.4 / 4.9 / 7.0 / 9.1 / 18.7 s on
 # torch's kernel, 3.8 / 4.5 / 5.0 / 5.4 / 6.8 s so (the weights' float32 copies cost about 3 s a
 # pass). CPUs with bf16 instructions keep torch's kernel throughout.
@@ -69,7 +71,8 @@ def reads_prompts_apart(model: nn.Module) -> bool:
 
 
 def _inner_product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+    # oneDNN reads the bias as if contiguous (a strided view's values came out 1e28 off)
+    return torch.ops.mkldnn._linear_pointwise(x, w, None if b is None else b.contiguous(), "none", [], "")
 
 
 class OneDNNLinear(nn.Linear):

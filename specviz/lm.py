@@ -600,7 +600,7 @@ class CachedLM:
 
     def _read_prompt(self, ids: list[int], keep: int) -> None:
         """Feed what the cache lacks of ids[:-keep] in a pass of its own (_read) when it is a
-        prompt of dense.PROMPT_ROWS tokens or more and routed bfloat16 layers read prompts on the
+        head of dense.PROMPT_ROWS tokens or more and routed bfloat16 layers read prompts on the
         float32 kernel. The last `keep` ids are then read on torch's kernel, as every later round
         reads its drafts and the target alone its steps: round 1's drafts are judged by the
         logits the target alone computes at those positions. (Read with the prompt, they

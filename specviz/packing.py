@@ -123,7 +123,8 @@ def packable(model) -> bool:
                   [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
         if not all(type(m) is nn.Linear for m in linears) or not hasattr(mlp, "act_fn"):
             return False
-        if len({(m.bias is None) for m in linears[:3]}) > 1 or mlp.gate_proj.bias is not None:
+        if len({(m.bias is None) for m in linears[:3]}) > 1 or \
+                mlp.gate_proj.bias is not None or mlp.up_proj.bias is not None:  # gate_up: no bias
             return False
     return True
 

@@ -29,7 +29,8 @@ KERNEL_DTYPE = torch.bfloat16
 
 
 def _kernel_input(x: torch.Tensor, in_features: int) -> torch.Tensor:
-    return x.reshape(-1, in_features).to(KERNEL_DTYPE)  # [tokens, in]
+    # the kernels refuse a non-contiguous input (a view nn.Linear takes); .to keeps a view's strides
+    return x.reshape(-1, in_features).to(KERNEL_DTYPE).contiguous()  # [tokens, in]
 
 
 def _output(out: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:

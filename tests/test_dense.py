@@ -36,6 +36,21 @@ def test_a_routed_layer_computes_the_same_product_in_float32(shape, bias, monkey
     assert (torch_out.double() - exact).abs().max() < 1e-5
 
 
+
+def test_a_routed_layer_reads_a_bias_that_is_a_strided_view(monkeypatch):
+    """oneDNN's inner product reads the bias as if contiguous: a bias a view with a stride (an
+    expanded or every-other-element one) gave values 1e28 off, where nn.Linear reads it as it is."""
+    monkeypatch.setattr(dense, "MIN_WEIGHTS", 0)
+    torch.manual_seed(0)
+    x = torch.randn(3, 48)  # [tokens, in]
+    for bias in (torch.randn(80)[::2], torch.randn(1).expand(40)):  # [40], not contiguous
+        layer = nn.Linear(48, 40)
+        layer.bias = nn.Parameter(bias, requires_grad=False)
+        dense.route(layer)
+        exact = x.double() @ layer.weight.double().T + bias.double()
+        with torch.no_grad():
+            assert (layer(x).double() - exact).abs().max() < 1e-5
+
 def test_only_large_float32_and_bfloat16_cpu_linears_are_routed_and_parameters_stay_shared(monkeypatch):
     monkeypatch.setattr(dense, "native_bf16", lambda: False)
     class Tied(nn.Module):

@@ -46,6 +46,20 @@ def test_a_packed_model_gives_the_unpacked_logits_with_the_same_weight_bytes(kin
     assert not packing.pack(packed)  # once only: a packed model is left as it is
 
 
+
+def test_an_mlp_whose_up_projection_alone_has_a_bias_is_left_unpacked():
+    """gate/up pack with gate's bias (none): an up_proj bias would be dropped (logits 0.13 off)."""
+    model = tiny_llama()
+    mlp = model.base_model.layers[0].mlp
+    up = torch.nn.Linear(mlp.up_proj.in_features, mlp.up_proj.out_features)  # with a bias
+    up.weight = mlp.up_proj.weight
+    mlp.up_proj = up
+    ids = torch.randint(0, 97, (1, 8), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(ids).logits
+        assert not packing.pack(model)
+        assert torch.equal(model(ids).logits, want)
+
 def test_a_packed_model_keeps_every_pass_the_engine_makes(pair):
     """Chain passes over a dynamic and a static cache, rolled back, and a tree pass: the packed
     target's rows are the unpacked one's."""

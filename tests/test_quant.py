@@ -117,6 +117,22 @@ def test_a_float32_drafts_quantized_layers_run_on_bfloat16_activations(cls):
     assert torch.equal(got, via_bf16.float())
 
 
+
+@pytest.mark.parametrize("cls", [quant.Int4Linear, quant.Int8Linear])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_quantized_layer_takes_non_contiguous_inputs_as_nn_linear_does(cls, dtype):
+    """torch's int4 / int8 kernels refuse a non-contiguous input ("expect A to be contiguous"),
+    which nn.Linear takes: a transposed view, rows a stride apart, one row broadcast."""
+    torch.manual_seed(5)
+    layer = cls(nn.Linear(64, 48))
+    views = {"transposed": torch.randn(1, 64, 4).to(dtype).transpose(1, 2),  # [1, 4, 64]
+             "every other row": torch.randn(8, 64).to(dtype)[::2],  # [4, 64]
+             "broadcast": torch.randn(1, 1, 64).to(dtype).expand(1, 4, 64)}  # [1, 4, 64]
+    with torch.no_grad():
+        for name, x in views.items():
+            assert not x.is_contiguous()
+            assert torch.equal(layer(x), layer(x.contiguous())), name
+
 def test_shapes_the_int4_kernel_cannot_take_fall_back_to_int8():
     model = nn.Sequential(nn.Linear(64, 48), nn.Linear(48, 7))  # 48 inputs: not a multiple of 32
     model.device, model.dtype = torch.device("cpu"), torch.float32
