@@ -36,7 +36,7 @@ from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .lab import two_sample_tv
 from .lm import resolve_fast
-from .loading import Pair, default_device, load_pair, parse_dtype
+from .loading import Pair, check_source, default_device, load_pair, parse_dtype
 from .metrics import RunStats
 from .render import Span, round_spans, to_html
 from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text, public_message
@@ -148,6 +148,9 @@ class ModelStore:
                     f"waits while one loads): run on the loaded pair ({clip(loaded)}), or try again "
                     f"in {math.ceil(wait)} s")
             if self._key != self.key(s):
+                if s.pair == CUSTOM:  # a mistyped name or path fails here, the loaded pair kept
+                    for name in filter(None, (s.target.strip(), s.draft.strip())):
+                        check_source(name)
                 self._pair = self._key = None  # free the old pair before loading the next
                 started = time.monotonic()
                 try:

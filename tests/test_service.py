@@ -835,3 +835,27 @@ def test_the_k_explorer_says_why_a_greedy_draft_run_has_no_recording(store):
                      for name in ("hybrid", "ngram"))  # an n-gram run is never refused a recording
     for trace in (None, sampled, hybrid, ngram):
         assert explorer_refusal(trace).startswith("Run at temperature 0 with the draft model")
+
+
+def test_a_custom_pair_that_cannot_load_is_refused_before_the_loaded_pair_is_freed(store, model_dirs,
+                                                                                    monkeypatch):
+    """The store freed the loaded pair, then the load of a mistyped path (or of an uncached hub id
+    with no hub) failed: the next visitor paid a reload of the pair everyone had."""
+    from specviz import presets
+    from specviz.settings import CUSTOM
+
+    pair = store.get(RunSettings(pair="tiny"))
+    loads = list(store._loads)
+    monkeypatch.setattr(presets, "hub_reachable", lambda *a, **k: False)
+    for target, draft, message in (
+        ("/nonexistent/model", "", "/nonexistent/model is not a model folder or .gguf file: check the path"),
+        (str(model_dirs["target"]), "~/typo.gguf", "GGUF file ~/typo.gguf does not exist: check the path"),
+        ("someone/not-cached-model", "", "'someone/not-cached-model': it is not cached and the model hub"),
+        ("not an id", "", "'not an id' is not a model folder, .gguf file or hub id (org/name)"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            store.get(RunSettings(pair=CUSTOM, target=target, draft=draft))
+        assert store.current() is pair and list(store._loads) == loads  # kept, and no load counted
+    custom = store.get(RunSettings(pair=CUSTOM, target=str(model_dirs["target"]),
+                                   draft=str(model_dirs["draft"])))
+    assert custom is not pair and store.current() is custom  # a loadable one still loads
