@@ -32,10 +32,10 @@ MIN_WEIGHTS = 1 << 19
 # CachedLM reads a prompt's head (all but its last token) of PROMPT_ROWS tokens or more, in a pass
 # of its own: a prompt of PROMPT_ROWS + 1 tokens or more. Every other pass, whatever its width
 # (the engine's rounds, the target alone's steps), stays on torch's bfloat16 kernel, so both read
-# the generated positions alike. Reading a prompt
-# of 16 / 32 / 48 / 64 / 128 tokens on the embedded target took 2.4 / 4.9 / 7.0 / 9.1 / 18.7 s on
-# torch's kernel, 3.8 / 4.5 / 5.0 / 5.4 / 6.8 s so (the weights' float32 copies cost about 3 s a
-# pass). CPUs with bf16 instructions keep torch's kernel throughout.
+# the generated positions alike. Reading a prompt of 16 / 32 / 48 / 64 / 128 tokens on the
+# embedded target took 2.4 / 4.9 / 7.0 / 9.1 / 18.7 s on torch's kernel, 3.8 / 4.5 / 5.0 / 5.4 /
+# 6.8 s so (the weights' float32 copies cost about 3 s a pass). CPUs with bf16 instructions keep
+# torch's kernel throughout.
 PROMPT_ROWS = 40
 _reading = threading.local()
 

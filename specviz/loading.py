@@ -336,7 +336,7 @@ def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | Non
 
 def _load(name: str, built, device: str, dtype: torch.dtype, device_map: str | None = None):
     """load_model; where name is an embedded model's finished cache (built: its EmbeddedModel, else
-    None), a failure says that the cache is damaged and how to rebuild it."""
+    None), a failure says that the cache does not load and how to rebuild it."""
     try:
         return load_model(name, device, dtype, device_map)
     except ValueError as e:

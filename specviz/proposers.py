@@ -80,7 +80,8 @@ def copy_on(ids: list[int], at: int, k: int) -> list[int]:
 
 class NgramProposer:
     """Prompt lookup (Saxena 2023): match the last n tokens (n = N..1) earlier in the context,
-    then propose only as many of the tokens that followed as pay for their verification. Of
+    then propose only as many of the tokens that followed (reading on in the copy itself where it
+    reaches the context's end: copy_on) as pay for their verification. Of
     several matches it takes the one that continues the last kept copy (see match()); when
     nothing matches, it reads on from where that copy left off.
 
