@@ -264,12 +264,14 @@ def _speed_rows(summary: dict, classes: list[str], cell) -> list[tuple[str, list
 
 def table(summary: dict) -> str:
     classes = [c for c in next(iter(summary.values()))]
-    lines = [f"{'method':22}" + "".join(f"{c:>24}" for c in classes),
-             f"{'':22}" + "".join(f"{'tok/s  speedup  vs hf':>24}" for _ in classes)]
+    w = max(22, *map(len, summary))  # the names' column: a longer name (specviz:draft-4-plainhead) kept
+    # its row's columns under their heads
+    lines = [f"{'method':{w}}" + "".join(f"{c:>24}" for c in classes),
+             f"{'':{w}}" + "".join(f"{'tok/s  speedup  vs hf':>24}" for _ in classes)]
     cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):8.2f} {_times(r.get('speedup')):>8} "  # noqa: E731
                           f"{'  - ' if vs is None else beside(vs, 1.0):>6}")
     for method, cells in _speed_rows(summary, classes, cell):
-        lines.append(f"{method:22}" + "".join(f"{c:>24}" for c in cells))
+        lines.append(f"{method:{w}}" + "".join(f"{c:>24}" for c in cells))
     return "\n".join(lines)
 
 

@@ -870,3 +870,14 @@ def test_the_report_header_names_the_drafts_that_ran_and_says_so_when_none_did()
     assert same.startswith("t with draft d, bf16")
     other = benchreport.markdown(s, {**META, "specviz_draft": "d4"})
     assert other.startswith("t with draft d (specviz: d4), bf16")
+
+
+def test_the_printed_tables_columns_stay_under_their_heads_for_a_long_method_name():
+    """The names' column was 22 characters: specviz:draft-4-plainhead (25) pushed its row's cells 3
+    characters right of their heads."""
+    spec = dict(target_passes=10, alpha=0.5, draft_seconds=1.0, target_seconds=2.0, other_seconds=0.1)
+    s = benchreport.summarize([rec("specviz:none", "specviz", "edit", 60, 20.0, **spec),
+                               rec("specviz:draft-4-plainhead", "specviz", "edit", 60, 10.0, **spec)])
+    head, _, *rows = benchreport.table(s).splitlines()
+    assert len({len(line) for line in [head, *rows]}) == 1  # every row as wide as the head
+    assert rows[1].startswith("specviz:draft-4-plainhead ")
