@@ -20,7 +20,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable, Sequence
 
-from .digits import beside, percent
+from .digits import beside, percent, share
 from .engine import RoundEvent
 from .metrics import RunStats
 from .render import KEYS, shown, target_fate, token_html
@@ -63,7 +63,7 @@ CSS = """
 def prob(x: float) -> str:
     """A probability as tooltips show it: 4 decimals (more where they would read 1.0000 for one
     below 1), or 2 significant digits below 1e-4."""
-    return beside(x, 1.0, 4) if x == 0 or x >= 1e-4 else f"{x:.1e}"
+    return share(x) if x == 0 or x >= 1e-4 else f"{x:.1e}"
 
 
 def _visible(text: str) -> str:
