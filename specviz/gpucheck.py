@@ -414,7 +414,9 @@ def add_gpucheck_args(p) -> None:
     p.add_argument("--out", default="gpucheck-out", help="folder for gpucheck.json and the cost profile "
                                                          "<name>.json (default: gpucheck-out)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--strict", action="store_true", help="exit 1 when a goal is not met")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 when a goal was measured and not met (one the run left 'not measured', "
+                        "for want of time or of a fast path, does not count)")
 
 
 # how the compiled path builds its steps: (flag, the lm setting it sets, what it does)

@@ -363,7 +363,12 @@ def main(argv=None) -> int:
             print(f"graphprobe --fastest: {args.fastest} is no report of this probe (a JSON object): "
                   "no flags, the defaults stand", file=sys.stderr)
             return 2
-        best, flags = fastest(report)
+        try:
+            best, flags = fastest(report)
+        except (AttributeError, TypeError, ValueError, KeyError) as e:  # a hand-edited or foreign report
+            print(f"graphprobe --fastest: {args.fastest} is no report of this probe ({type(e).__name__}: "
+                  f"{e}): no flags, the defaults stand", file=sys.stderr)
+            return 2
         print(" ".join(flags))
         return 0
     variants = args.attention.split(",")

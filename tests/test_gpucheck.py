@@ -835,7 +835,10 @@ def test_the_fastest_probed_mode_gives_gpucheck_its_flags(tmp_path, monkeypatch,
     graphprobe.main(["--fastest", str(path)])
     assert capsys.readouterr().out == "\n"
     # a probe that wrote no report (or a cut one): no flags, a line saying so (a traceback before)
-    for body in (None, "{\"modes\": {", "[1]"):
+    # and one of another shape (a hand-edited or foreign file): the same line, a traceback before
+    for body in (None, "{\"modes\": {", "[1]", "{\"modes\": [1]}", "{\"modes\": {\"direct\": 3}}",
+                 "{\"modes\": {\"direct+shared\": {\"draft_ms\": 1.0, \"target_ms\": {\"a\": 2, \"b\": 3}}}}",
+                 ):
         if body is not None:
             path.write_text(body)
         assert graphprobe.main(["--fastest", str(path if body else tmp_path / "none.json")]) == 2
