@@ -144,12 +144,14 @@ class Replay:
 @torch.inference_mode()
 def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_tokens: int,
            ngram_size: int = 3, ngram_slope: float | None = None,
-           ngram_step: float | None = None) -> Recording:
+           ngram_step: float | None = None, ngram_reads_on: bool | None = None) -> Recording:
     """Record a finished greedy run (one teacher-forced draft pass for the draft model).
 
     ngram_slope, ngram_step: the prices the n-gram run drafted with (its NgramProposer's slope and
     step). Left out, the target's line as it stands now, which is the run's only if no other run
-    (chain, baseline, adaptive, hybrid or tree) ran since."""
+    (chain, baseline, adaptive, hybrid or tree) ran since. ngram_reads_on: whether its copies read
+    on past the context's end (its NgramProposer's reads_on); left out, they did, as the engine's
+    n-gram drafter's do."""
     if proposer not in EXPLORER_PROPOSERS:
         raise ValueError(f"the k explorer replays 'draft' or 'ngram' runs, not {proposer!r}")
     output = stats.tokens
@@ -175,9 +177,11 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
     token_text = {str(t): pair.tokenizer.decode([t]) for t in set(prompt_ids + output)}
     if proposer == "ngram" and ngram_slope is None:
         ngram_slope, ngram_step = current_price(pair)
+    reads_on = True if ngram_reads_on is None else bool(ngram_reads_on)  # None: the engine's rule
     return Recording(proposer, list(prompt_ids), output, guesses, cost_d, cost_t, max_new_tokens,
                      ngram_size, tuple(out_pieces), tuple(guess_pieces), token_text, confidences, line,
-                     *((ngram_slope, ngram_step or 0.0, True) if proposer == "ngram" else (None, None, None)))
+                     *((ngram_slope, ngram_step or 0.0, reads_on) if proposer == "ngram"
+                       else (None, None, None)))
 
 
 def run_drafts(events) -> dict[int, int]:

@@ -353,8 +353,10 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
         profile = profiles.load_shipped(profile) if profile else None
     note = ""
     if adaptive and not rec.replays_adaptive:
-        adaptive, note = False, ("<br>The adaptive policy drafts with the draft model: record a greedy "
-                                 "run of the draft drafter to replay it. Showing fixed k instead.")
+        why = ("this recording holds no draft confidences (a trace from before they were recorded): "
+               "run it again" if rec.proposer == "draft" else "record a greedy run of the draft drafter")
+        adaptive, note = False, (f"<br>The adaptive policy drafts with the draft model: {why} to replay "
+                                 "it. Showing fixed k instead.")
     rep = explorer.replay_adaptive(rec, k) if adaptive else explorer.replay(rec, k)
     if adaptive:
         note += f"<br>The adaptive policy drafts at most k = {k} a round. It is {explorer.ADAPTIVE_DIFFERS}."
@@ -393,7 +395,13 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
     if measured_k is not None and measured_rounds:  # the run's own figure, not its replay's
         fig.add_scatter(x=[measured_k], y=[sum(measured_rounds) / len(measured_rounds)], mode="markers",
                         name="measured run", marker=dict(size=12, color=BASE, symbol="diamond"))
-    fig.add_vline(x=k, line_dash="dot", line_color=SPEC, annotation_text=f"k = {k}")  # the one shown
+    if adaptive:  # the replay shown drafts its own length a round: marked at its mean k (the Run tab's way)
+        mean_k = sum(r.k for r in rep.rounds) / rep.target_passes
+        fig.add_scatter(x=[mean_k], y=[rep.tokens_per_pass], mode="markers",
+                        name=f"adaptive k ≤ {k} (k varies by round: mean {mean_k:.1f})",
+                        marker=dict(size=12, color=SPEC, symbol="star"))
+    fig.add_vline(x=k, line_dash="dot", line_color=SPEC,  # the k shown, or the adaptive policy's bound
+                  annotation_text=f"adaptive k ≤ {k}" if adaptive else f"k = {k}")
     fig.update_layout(yaxis=dict(rangemode="tozero"),  # from 0: a 2.4-3 axis made steps look like swings
                       yaxis2=dict(overlaying="y", side="right", title="tokens / s", rangemode="tozero"))
     return to_html(explorer.spans(rep)), numbers, _layout(fig, "Every k, recomputed from one run", "k",

@@ -576,7 +576,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
         try:
             recording = record(pair, prompt_ids, spec, s.proposer, s.max_new_tokens,
                                ngram_slope=getattr(drafter, "slope", None),
-                               ngram_step=getattr(drafter, "step", None))
+                               ngram_step=getattr(drafter, "step", None),
+                               ngram_reads_on=getattr(drafter, "reads_on", None))
         except ValueError:  # a draft that cannot read every token: no k explorer for this run
             recording = None
     yield replace(view, trace=kept(spec.events, base.events, recording,

@@ -1,5 +1,7 @@
 """The k explorer's recomputation equals real runs, round by round."""
 
+import math
+
 import pytest
 
 import specviz
@@ -50,6 +52,26 @@ def test_ngram_replay_prices_tokens_at_the_slope_the_run_used(pair, monkeypatch)
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
     drafted = explorer.record(pair, pair.encode(PROMPT), real(pair, "draft", 2, 8), "draft", 8)
     assert drafted.ngram_slope is None and drafted.ngram_step is None and drafted.ngram_reads_on is None
+
+
+def test_a_recording_replays_copies_as_its_runs_drafter_made_them(pair):
+    """record() takes the n-gram run's prices from its drafter; whether its copies read on past the
+    context's end is the drafter's too (a run of NgramProposer(reads_on=False) was recorded as
+    reading on, and its replay at its own k missed it: 9 passes against the run's 17)."""
+    from specviz.engine import ngram_price
+    from specviz.proposers import NgramProposer
+
+    prompt, passes = [139, 387], {}  # the tiny target writes one token 8 times, then another on and on
+    for reads_on in (False, True):
+        drafter = NgramProposer(3, *ngram_price(pair), reads_on=reads_on)
+        run = specviz.RunStats.of(specviz.generate(pair, prompt, proposer=drafter, k=4, max_new_tokens=30))
+        rec = explorer.record(pair, prompt, run, "ngram", 30, ngram_slope=drafter.slope,
+                              ngram_step=drafter.step, ngram_reads_on=drafter.reads_on)
+        assert rec.ngram_reads_on is reads_on and rec.lookup().reads_on is reads_on
+        assert list(rec.committed(4)) == [len(e.new_tokens) for e in run.events], reads_on
+        passes[reads_on] = run.target_passes
+    assert passes[False] > passes[True]  # the two rules drafted differently here
+    assert explorer.record(pair, prompt, run, "ngram", 30).ngram_reads_on is True  # the engine's rule
 
 
 def test_recorded_pass_costs_leave_out_round_ones_prefills(pair):
@@ -483,3 +505,55 @@ def test_a_padded_drafts_guesses_and_confidences_are_over_the_vocabulary(model_d
     best = seen[0].softmax(-1).amax(-1)
     assert [rec.guesses[i] for i in undrafted] == [int(seen[0][i].argmax()) for i in undrafted]
     assert rec.confidences == pytest.approx(best.tolist())
+
+
+def test_a_cost_a_hair_under_100_ms_reads_100_not_1():
+    """A fitted line's c0 + c1 can land on the float just below 100 ms, whose log10 rounds to 2.0:
+    sig3 printed it with no decimals and then stripped its zeros, "1" for 100."""
+    from specviz.digits import sig3
+    from specviz.labview import cost_text
+
+    assert math.log10(99.99999999999999) == 2.0  # the float just below 100
+    assert [sig3(x) for x in (99.99999999999999, 999.9999999999999, 99.95, 0.09999999999999999)] == [
+        "100", "1,000", "100", "0.1"]
+    # (0.09 + 0.01) * 1000 is 99.99999999999999: a pass verifying k drafts costs 100 + 10·k ms
+    rec = explorer.Recording("draft", [1, 2], [3, 4], [3, 4], 0.01, 0.1, 8, verify_line=(0.09, 0.01))
+    assert "costs 100 + 10·k ms" in cost_text(rec)
+
+
+def test_the_adaptive_replay_is_marked_on_the_plot_at_its_mean_k_not_as_the_fixed_k():
+    """With the adaptive policy shown, the plot marked the fixed-k curve's point as "k = 4", the
+    replay shown (4.67 tokens a pass here); the adaptive replay's own 3.5 a pass, at a mean k of
+    2.5, was nowhere on it."""
+    from specviz.labview import explorer_views
+
+    output = list(range(10, 24))  # 14 tokens, every draft kept, each at confidence 0.3
+    rec = explorer.Recording("draft", [1, 2], output, list(output), 0.05, 0.1, 14, confidences=[0.3] * 14,
+                             verify_line=(0.1, 0.0))
+    # fixed k = 4: 5 + 5 tokens, then the budget's 3 drafts and the bonus: 14 in 3 passes
+    assert [r.committed for r in explorer.replay(rec, 4).rounds] == [5, 5, 4]
+    # adaptive: rounds 1 and 2 draft 4 (5 tokens each); round 2 teaches the rule lam = 2 / (2 +
+    # 4 * 0.7), a(0.3) = 1 - 0.4167 * 0.7 = 0.708, at or below the bar R * C_D = 5 / 0.3 * 0.05 =
+    # 0.833: round 3 drafts 1; round 4 has room for 1: 14 tokens in 4 passes, 10 drafts
+    rep = explorer.replay_adaptive(rec, 4)
+    assert [(r.k, r.committed) for r in rep.rounds] == [(4, 5), (4, 5), (1, 2), (1, 2)]
+    fig = explorer_views(rec, 4, True, None, None)[2]
+    mark = next(t for t in fig.data if t.name.startswith("adaptive"))
+    assert (list(mark.x), list(mark.y)) == ([2.5], [3.5]) and "mean 2.5" in mark.name
+    assert [a.text for a in fig.layout.annotations] == ["adaptive k ≤ 4"]
+    fixed = explorer_views(rec, 4, False, None, None)[2]
+    assert [a.text for a in fixed.layout.annotations] == ["k = 4"]
+    assert not any(t.name.startswith("adaptive") for t in fixed.data)
+
+
+def test_the_adaptive_policy_on_a_draft_recording_without_confidences_says_what_it_lacks():
+    """An older draft trace (no confidences) was told to "record a greedy run of the draft
+    drafter", which is what it is: what it lacks is the confidences."""
+    from specviz.labview import explorer_views
+
+    old = explorer.Recording("draft", [1, 2], [5, 6, 7, 8], [5, 6, 9, 8], 0.01, 0.1, 4)
+    numbers = explorer_views(old, 2, True, None, None)[1]
+    assert "holds no draft confidences" in numbers and "record a greedy run" not in numbers
+    assert "<b>k = 2</b>" in numbers and "Showing fixed k instead" in numbers
+    ngram = explorer.Recording("ngram", [1, 2], [5, 6], [], 0.0, 0.1, 4)
+    assert "record a greedy run of the draft drafter" in explorer_views(ngram, 2, True, None, None)[1]
