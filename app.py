@@ -187,6 +187,9 @@ def launch_options(demo: gr.Blocks) -> dict:
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests
                 mcp_server=False,  # GRADIO_MCP_SERVER would open routes no bound here knows
+                # GRADIO_SSR_MODE (set on Spaces) would put Gradio's Node proxy in front of the app: it
+                # refuses a URL over 16 KiB (431), a share link's long prompt among them
+                ssr_mode=False,
                 app_kwargs={"middleware": [guard]})
 
 

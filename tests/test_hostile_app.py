@@ -1179,6 +1179,19 @@ def test_the_mcp_server_stays_off_whatever_the_environment(monkeypatch):
         "mcp_server"] is False
 
 
+def test_server_side_rendering_stays_off_whatever_the_environment(monkeypatch):
+    """A Space sets GRADIO_SSR_MODE=true: Gradio's Node proxy then takes the public port and answered
+    a share link of the longest prompt 431 (its 16 KiB bound on a request's head), which the app opens."""
+    import app
+
+    monkeypatch.setenv("GRADIO_SSR_MODE", "true")
+    from specviz.guard import PerAddress
+
+    pages = PerAddress(4, 60)
+    assert app.launch_options(SimpleNamespace(specviz=SimpleNamespace(limits=Limits(), pages=pages)))[
+        "ssr_mode"] is False
+
+
 def test_markdown_that_shows_a_visitors_text_renders_no_tex(demo):
     """markdown_text escapes Markdown but not "$": a link's ?pair=$$x^{2^{2}}$$ reached the
     notice, and Gradio's Markdown renders $$...$$ with KaTeX by default."""
