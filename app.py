@@ -38,6 +38,7 @@ from specviz.guard import (
     PerAddress,
     RequestGuard,
     Tidy,
+    allow_long_heads,
     cap_queue,
     forbid_downloads,
     keep_closed_page,
@@ -173,12 +174,14 @@ def page_assets() -> dict:
 def launch_options(demo: gr.Blocks) -> dict:
     """What demo.launch needs on hostile ground (main and the tests use the same)."""
     limits = demo.specviz.limits
+    max_page_query = 12 * limits.max_prompt_chars + 4096  # %XX of 4-byte characters
+    allow_long_heads(max_page_query)  # uvicorn refused such a link's head when it came in pieces
     guard = Middleware(RequestGuard, max_body=MAX_BODY, max_upload=MAX_TRACE_BYTES + MULTIPART_SLACK,
                        per_address=UPLOADS_PER_ADDRESS, upload_bytes=limits.upload_mb * 2**20,
                        window=sum(CLEAN_CACHE),  # the longest an upload stays on disk
                        deadline=BODY_SECONDS, pages=demo.specviz.pages,
                        proxies=limits.trust_forwarded, max_values=MAX_BODY_VALUES,
-                       max_page_query=12 * limits.max_prompt_chars + 4096,  # %XX of 4-byte characters
+                       max_page_query=max_page_query,
                        # a page holds two streams (heartbeat, results) and a few short requests
                        max_open=OPEN_PER_PAGE * demo.specviz.pages.per_address,
                        max_open_network=OPEN_PER_PAGE * demo.specviz.pages.per_network,

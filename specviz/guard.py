@@ -11,6 +11,7 @@ attack did before and after.
   one file, an address's uploads and all uploads over the time a file stays on disk; and it
   refuses routes that fetch URLs, feed running events, or that the app does not use.
 - `forbid_downloads` turns Gradio's downloader into a refusal.
+- `allow_long_heads` lets uvicorn read a request head as long as the longest query the guard admits.
 - `forget_pages` and `Tidy` drop what Gradio keeps of pages that are gone: their state (a copy of
   every output's last value), the empty file each upload leaves in its cache, and the folders
   Gradio's cache cleaner empties.
@@ -444,6 +445,22 @@ def forbid_downloads() -> None:
 
     processing_utils.async_ssrf_protected_download = refuse_async
     processing_utils.ssrf_protected_download = processing_utils.save_url_to_cache = refuse
+
+
+HEAD_ROOM = 16 * 2**10  # a request head's method, path and headers, besides its query (h11's own bound)
+
+
+def allow_long_heads(max_query: int) -> None:
+    """uvicorn's h11 server refused (400, "Invalid HTTP request received") a request whose head was
+    still incomplete past h11's 16 KiB: over a network a share link of a long prompt (a query of up
+    to RequestGuard's max_page_query) arrives in pieces, and was refused though the guard admits it
+    (on loopback it usually came in one piece and passed). Heads may now reach the longest query and
+    HEAD_ROOM: still bounded. Gradio makes uvicorn's Config itself, so this sets the bound its h11
+    protocol falls back on. Process-wide; httptools, where installed, reads heads of any length."""
+    from uvicorn.protocols.http import h11_impl
+
+    h11_impl.DEFAULT_MAX_INCOMPLETE_EVENT_SIZE = max(h11_impl.DEFAULT_MAX_INCOMPLETE_EVENT_SIZE,
+                                                     max_query + MAX_URL + HEAD_ROOM)
 
 
 class Refused(Exception):
