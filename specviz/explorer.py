@@ -258,7 +258,7 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
 
     It follows the live rule's schedule: rounds 1 and 2 draft min(4, k_max); round 1 (which
     paid both prefills) is not observed; the rule is first consulted in round 3. It is a
-    prediction, not a recomputation, in three ways (`ADAPTIVE_DIFFERS`): past a refused draft the
+    prediction, not a recomputation, in three ways (`adaptive_differs`): past a refused draft the
     live draft's confidences follow its own wrong token, which the recording does not have (it
     holds the true prefix's), and the live rule learns from measured times, which carry noise,
     where this one uses the recorded mean draft pass and the run's fitted verify line
@@ -297,15 +297,20 @@ def replay_adaptive(rec: Recording, k_max: int = 16) -> Replay:
     return Replay("adaptive", tuple(rounds), rec, k_max)
 
 
-ADAPTIVE_DIFFERS = ("a prediction: past a refused draft the live draft's confidences follow its own "
-                    "wrong token (the recording holds the true prefix's), and the live rule learns "
-                    "from measured times, fitting the target's verify line (which every run on this "
-                    "target feeds: its last 32 drafted and 32 one-token rounds after each run's "
-                    "first), "
-                    "where this uses the recorded costs: the mean draft pass and the line fitted to "
-                    "the whole run, its prompt pass included; and after a run's EOS it drafts no "
-                    "further than the output's end, where no confidences were recorded (the live "
-                    "rule may draft on there and pay for it)")
+def adaptive_differs(rec: Recording) -> str:
+    """How replay_adaptive differs from a live adaptive run, for this recording's costs."""
+    line = ("the line fitted to the whole run, its prompt pass included" if rec.per_draft is not None
+            else "the mean target pass, one more verified token at the prior slope of "
+                 f"{VERIFY_SLOPE:.0%} of it (this older recording holds no fitted verify line; its "
+                 "predicted seconds price every pass at the mean)")
+    return ("a prediction: past a refused draft the live draft's confidences follow its own "
+            "wrong token (the recording holds the true prefix's), and the live rule learns "
+            "from measured times, fitting the target's verify line (which every run on this "
+            "target feeds: its last 32 drafted and 32 one-token rounds after each run's "
+            "first), "
+            f"where this uses the recorded costs: the mean draft pass and {line}; and after a "
+            "run's EOS it drafts no further than the output's end, where no confidences were "
+            "recorded (the live rule may draft on there and pay for it)")
 
 
 def spans(rep: Replay) -> list[Span]:

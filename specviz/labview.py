@@ -334,6 +334,19 @@ def on_profile(rep: explorer.Replay, profile: profiles.Profile) -> str:
             + ". Pass counts from this replay, costs from the profile; the prefill counts as one pass.")
 
 
+# why the replay at the run's own k can differ from the measured run, by the recording's proposer
+MISMATCH = {
+    "draft": (" A recording holds the run's own drafts wherever its rounds drafted, so at the run's k the "
+              "replay is the run: this is a trace from an older specviz (before 2026-12-04 a recording "
+              "took every draft from one draft pass over the whole output, which in bfloat16 or float16 "
+              "can round a near-tie differently from the run's own passes), or an edited one."),
+    "ngram": (" An n-gram run has no draft pass: the replay reruns its lookup on the recorded tokens as "
+              "the recording says the run drafted (its price, whether its copies read on), so the run "
+              "drafted by another n-gram rule than this version's (a trace from an older specviz, or an "
+              "edited one)."),
+}
+
+
 def explorer_views(rec: explorer.Recording, k: int, adaptive: bool, measured_k: int | None,
                    measured_rounds: list[int] | None, profile: profiles.Profile | str | None = None,
                    prefilled: tuple[str, ...] = ()) -> tuple[str, str, go.Figure]:
@@ -359,7 +372,8 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
                                  "it. Showing fixed k instead.")
     rep = explorer.replay_adaptive(rec, k) if adaptive else explorer.replay(rec, k)
     if adaptive:
-        note += f"<br>The adaptive policy drafts at most k = {k} a round. It is {explorer.ADAPTIVE_DIFFERS}."
+        note += (f"<br>The adaptive policy drafts at most k = {k} a round. "
+                 f"It is {explorer.adaptive_differs(rec)}.")
     reps = rec.curve  # the totals at k = 1..16, computed once per recording
     check = ""
     if measured_k is not None and measured_rounds is not None:
@@ -367,13 +381,13 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
         ok = again == measured_rounds
         check = (f"<br>Measured run (k={measured_k}): {len(measured_rounds)} target passes; the "
                  f"recomputation {'matches it round by round ✔' if ok else 'does NOT match it ✘'}."
-                 + ("" if ok else " In bfloat16 or float16 the recording's one draft pass over the whole "
-                    "output can round a near-tie differently from the run's step-by-step passes; "
-                    "rerun in float32 to check the replay itself."))
+                 + ("" if ok else MISMATCH[rec.proposer]))
+    seconds = rep.predicted_seconds  # tokens / s as the curve's: the output over predicted seconds
     numbers = (f"<div class='specviz-lab'><b>{f'adaptive k ≤ {k}' if adaptive else f'k = {k}'}</b>: "
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
                f"{beside(rep.tokens_per_pass, 1.0)} tokens per pass, "
-               f"predicted {sig3(rep.predicted_seconds)} s "
+               f"predicted {sig3(seconds)} s"
+               + (f", {len(rec.output) / seconds:.1f} tokens / s " if seconds else " ") +
                f"({cost_text(rec)}; {prefill_text(prefilled)})."
                f"{on_profile(rep, profile) if profile else ''}{check}{note}</div>")
     fig = go.Figure()

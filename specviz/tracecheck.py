@@ -195,6 +195,9 @@ def _events(raw, where: str, lo: int, vocab: int) -> tuple[RoundEvent, ...]:
         new = u.ids(d["new_tokens"], f"{w}.new_tokens", vocab, 1, n + 1)
         if new != (draft[:n] + [token])[: len(new)]:
             u.fail(f"{w}.new_tokens", "must be the kept drafts then the target's token (possibly cut)")
+        if len(new) <= n and d["stop"] != "eos":  # the engine drafts at most the budget less one
+            u.fail(f"{w}.new_tokens", "may end before the target's token only at an EOS (stop 'eos'): "
+                                      "the token budget leaves room for it")
         u.numbers(d["target_probs"], f"{w}.target_probs", k, 0.0, 1.0 + PROB_SLACK)
         u.numbers(d["draft_probs"], f"{w}.draft_probs", k, 0.0, 1.0 + PROB_SLACK)
         now = (u.integer(d["target_passes"], f"{w}.target_passes", passes[0], MAX_PASSES),

@@ -106,12 +106,12 @@ def _target_chip(event: RoundEvent, text: str) -> str:
 
 def kept_text(event: RoundEvent) -> str:
     """What a round kept: its accepted drafts and the target's token, or, where the output ended
-    inside the accepted path (EOS, or the token budget), the drafts it committed."""
+    inside the accepted path (only an EOS does: the budget leaves room for the target's token),
+    the drafts it committed."""
     if len(event.new_tokens) > event.accepted:
         return f"{event.accepted} accepted, then the target's token ({target_fate(event)})"
-    end = "EOS" if event.stop == "eos" else "the token budget"
     return (f"{event.accepted} accepted, {len(event.new_tokens)} of them committed: the output ended "
-            f"at {end}, before the target's token")
+            "at EOS, before the target's token")
 
 
 def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,

@@ -29,9 +29,12 @@ def timeline_html(spans: list[Span], stats: RunStats, budget: int = HTML_BUDGET)
         drafts = "".join(_chip(s) for s in chips if s.position)
         own = "".join(_chip(s) for s in chips if not s.position)
         # a tree's row shows its walked branch
-        kept = f"{e.accepted} of {e.nodes} nodes" if e.tree else f"{e.accepted}/{e.k}"
-        if e.accepted and len(e.new_tokens) <= e.accepted:  # the output ended among the kept drafts
-            kept += f", {len(e.new_tokens)} committed ({'EOS' if e.stop == 'eos' else 'the budget'})"
+        # kept: the drafts the output kept (RoundEvent.kept), as α and the acceptance rate count them
+        kept = f"{e.kept} of {e.nodes} nodes" if e.tree else f"{e.kept}/{e.k}"
+        if e.accepted and len(e.new_tokens) <= e.accepted:  # only an EOS ends the output among the
+            # accepted drafts: the budget leaves room for the target's token (tracecheck holds traces to it)
+            kept += f", EOS at draft {len(e.new_tokens)}" + (
+                f" (the rule accepted {e.accepted})" if e.accepted > e.kept else "")
         rows.append(ascii_html(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{kept}</td>"
                                f"<td>{own or '(cut)'}</td><td>{len(e.new_tokens)}</td></tr>"))
     rows = within(rows[::-1], budget)

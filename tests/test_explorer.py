@@ -557,3 +557,59 @@ def test_the_adaptive_policy_on_a_draft_recording_without_confidences_says_what_
     assert "<b>k = 2</b>" in numbers and "Showing fixed k instead" in numbers
     ngram = explorer.Recording("ngram", [1, 2], [5, 6], [], 0.0, 0.1, 4)
     assert "record a greedy run of the draft drafter" in explorer_views(ngram, 2, True, None, None)[1]
+
+
+def test_the_adaptive_replays_tokens_per_second_is_in_the_numbers_as_a_fixed_ks_is_on_the_curve():
+    """The plot marks the adaptive replay's tokens per pass, but its second axis draws only the
+    fixed-k curve: the adaptive replay's predicted tokens / s was shown nowhere. The numbers give
+    it, the output over predicted seconds, as the curve does for a fixed k."""
+    from specviz.labview import explorer_views
+
+    output = list(range(10, 24))  # as above: 14 tokens, every draft kept, each at confidence 0.3
+    rec = explorer.Recording("draft", [1, 2], output, list(output), 0.05, 0.1, 14, confidences=[0.3] * 14,
+                             verify_line=(0.1, 0.0))
+    # adaptive: 10 drafts * 50 ms + 4 passes * 100 ms = 0.9 s: 14 / 0.9 = 15.6 tokens / s
+    numbers = explorer_views(rec, 4, True, None, None)[1]
+    assert "predicted 0.9 s, 15.6 tokens / s (" in numbers
+    # k = 4: 11 drafts * 50 ms + 3 passes * 100 ms = 0.85 s: 14 / 0.85 = 16.5, the curve's at k = 4
+    numbers, fig = explorer_views(rec, 4, False, None, None)[1:]
+    assert "predicted 0.85 s, 16.5 tokens / s (" in numbers and fig.data[1].y[3] == pytest.approx(14 / 0.85)
+
+
+def test_the_adaptive_note_of_an_older_recording_names_the_costs_its_rule_used():
+    """An older recording has no fitted verify line: the rule prices a verified token at the 4%
+    prior slope of the mean target pass, and the predicted seconds use that flat mean. The note
+    said the rule used "the line fitted to the whole run"."""
+    import dataclasses
+
+    from specviz.labview import explorer_views
+
+    output = list(range(100, 130))
+    rec = explorer.Recording("draft", [1, 2, 3], output, guesses=list(output), draft_pass_seconds=0.01,
+                             target_pass_seconds=0.2, max_new_tokens=30, confidences=[0.9] * 30,
+                             verify_line=(0.05, 0.1))
+    assert "the line fitted to the whole run, its prompt pass included" in explorer_views(
+        rec, 16, True, None, None)[1]
+    old = dataclasses.replace(rec, verify_line=None)
+    rep = explorer.replay_adaptive(old, 16)  # round 3 drafts 13 at the 4% prior (the test above)
+    assert [r.k for r in rep.rounds] == [4, 4, 13, 5]
+    assert rep.predicted_seconds == pytest.approx(26 * 0.01 + 4 * 0.2)  # every pass at the mean: 1.06 s
+    numbers = explorer_views(old, 16, True, None, None)[1]
+    assert "line fitted" not in numbers and "predicted 1.06 s" in numbers
+    assert ("the mean draft pass and the mean target pass, one more verified token at the prior slope of "
+            "4% of it (this older recording holds no fitted verify line; its predicted seconds price "
+            "every pass at the mean)") in numbers
+
+
+def test_a_mismatch_gives_a_reason_that_fits_the_recordings_proposer():
+    """An n-gram run has no draft pass, yet its mismatch blamed the draft's bfloat16 pass."""
+    from specviz.labview import explorer_views
+
+    ngram = explorer.Recording("ngram", [1, 2, 3, 4, 1, 2, 3], [4, 1, 2, 3], [], 0.0, 0.01, 10)
+    numbers = explorer_views(ngram, 3, False, 3, [1, 1, 1, 1])[1]
+    assert "does NOT match it" in numbers and "bfloat16" not in numbers and "draft pass over" not in numbers
+    assert "An n-gram run has no draft pass: the replay reruns its lookup" in numbers
+    draft = explorer.Recording("draft", [1, 2], [5, 6, 7, 8], [5, 6, 7, 8], 0.01, 0.1, 4)
+    numbers = explorer_views(draft, 2, False, 2, [1, 1, 1, 1])[1]
+    assert "does NOT match it" in numbers and "one draft pass over the whole output" in numbers
+    assert "n-gram" not in numbers

@@ -162,6 +162,8 @@ MUTATIONS = [  # (path, bad value, field named in the message)
     (("events", 0, "new_tokens"), [], "events[0].new_tokens"),
     (("events", 0, "new_tokens"), list(range(10**5)), "events[0].new_tokens"),
     (("events", 1, "new_tokens"), [5, 5], "events[1].new_tokens"),
+    # the kept drafts without the target's token, and no EOS: the budget never cuts there
+    (("events", 1, "new_tokens"), lambda e: e["draft_tokens"][:2], "events[1].new_tokens may end"),
     (("events", 0, "target_probs"), [2.0, 0.0, 0.0], "events[0].target_probs"),
     (("events", 0, "target_probs"), [0.0], "events[0].target_probs"),
     (("events", 0, "draft_probs"), [-0.5, 1.0, 1.0], "events[0].draft_probs"),

@@ -162,8 +162,11 @@ def test_the_timeline_counts_every_round_it_leaves_out():
 
 
 def test_the_timeline_says_when_the_output_ended_among_the_kept_drafts():
-    """EOS as the second of four kept drafts: the row shows two chips and 2 tokens, so "4/4"
-    alone contradicted it."""
+    """EOS as the second of four accepted drafts: the row shows two chips and 2 tokens, so "4/4"
+    alone contradicted it; and "4/4, 2 committed" counted as kept the 2 drafts past the EOS that
+    α and the acceptance rate leave out. The column is the drafts the output kept (RoundEvent.kept),
+    summing to the stats' accepted; only an EOS ends the output there (the budget leaves room for
+    the target's token), so the row never blames the budget."""
     from dataclasses import replace
 
     from specviz.metrics import RunStats
@@ -173,14 +176,22 @@ def test_the_timeline_says_when_the_output_ended_among_the_kept_drafts():
     e = event(round=1, k=4, draft_tokens=[10, 0, 11, 12], accepted=4, token=13, kind="bonus",
               new_tokens=[10, 0], target_probs=[1.0] * 4, draft_probs=[1.0] * 4, stop="eos")
     spans = [Span("a", "accepted", 10, 1, 1), Span("<eos>", "accepted", 0, 1, 2)]
-    assert "<td>4/4, 2 committed (EOS)</td>" in timeline_html(spans, RunStats.of([e]))
+    assert "<td>2/4, EOS at draft 2 (the rule accepted 4)</td>" in timeline_html(spans, RunStats.of([e]))
     assert timeline_html(spans, RunStats.of([e])).endswith("<td>(cut)</td><td>2</td></tr></tbody></table>")
     # EOS as the second draft of two kept (the third refused): 2 of 4 kept, both committed
     two = replace(e, accepted=2, kind="recovered", target_probs=[1.0, 1.0, 0.0, 1.0])
-    assert "<td>2/4, 2 committed (EOS)</td><td>(cut)</td><td>2</td></tr>" in \
+    assert "<td>2/4, EOS at draft 2</td><td>(cut)</td><td>2</td></tr>" in \
         timeline_html([], RunStats.of([two]))
     whole = replace(e, new_tokens=[10, 0, 11, 12, 13], stop=None)
     assert "<td>4/4</td>" in timeline_html(spans, RunStats.of([whole]))
+    # by hand from the column: round 1 kept 1 of 4 and was refused (the output went on), round 2
+    # kept 2 of 4 and met no refusal: α = 3 / (3 + 1), the acceptance rate 3 / 8
+    first = event(round=1, k=4, draft_tokens=[5, 6, 7, 8], accepted=1, token=9, new_tokens=[5, 9],
+                  target_probs=[1.0] * 4, draft_probs=[1.0] * 4, position=0, target_passes=1)
+    stats = RunStats.of([first, replace(e, round=2, position=2)])
+    kept = re.findall(r"<tr><td>\d+</td><td>[^<]*</td><td>(\d+)/4", timeline_html([], stats))
+    assert kept == ["2", "1"] and stats.accepted == 3
+    assert (stats.alpha, stats.acceptance_rate) == (0.75, 0.375)
 
 
 def test_token_views_are_ascii_so_one_emoji_cannot_widen_a_pages_state_fourfold():
