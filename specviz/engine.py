@@ -13,6 +13,7 @@ import torch
 
 from .acceptance import Verdict, verify, verify_greedy
 from .lm import CachedLM, bucket, draft_lm, resolve_fast
+from .loading import Pair
 from .proposers import (
     AdaptiveProposer,
     HybridProposer,
@@ -99,6 +100,10 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
     """A drafter by name (PROPOSERS); draft: the draft model's cache for it to draft on
     (pair_draft_lm, kept across runs), else a new one of max_len positions."""
     if not isinstance(proposer, str):
+        if isinstance(proposer, type) or not callable(getattr(proposer, "propose", None)):
+            raise ValueError(f"proposer must be one of {', '.join(PROPOSERS)}, or a drafter object with a "
+                             "propose(ids, k, params, generator) method (an instance: NgramProposer(), "
+                             f"not the class); got {proposer!r}")
         return proposer
     if proposer not in PROPOSERS:
         raise ValueError(f"unknown proposer {proposer!r}: choose one of {', '.join(PROPOSERS)}")
@@ -162,6 +167,9 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     (lm.WIDE_CHUNKS times as many for a model whose bfloat16 layers copy their weights for each
     prompt pass; round 1's events count their time); with progress=True a Reading is yielded
     after each."""
+    if not isinstance(pair, Pair):  # a model's name (str.encode took the prompt), a bare model
+        raise ValueError(f"pair must be a specviz.Pair: load one first, pair = specviz.load_pair(target, "
+                         f"draft); got {type(pair).__name__}")
     params = SamplingParams.of(temperature, top_k, top_p)
     check_settings(k, max_new_tokens)
     check_tree_settings(nodes, branching)
@@ -298,7 +306,8 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
     length = length or run_length(ids, max_new_tokens, k)
     if target is None:
         target = target_lm(pair, length)
-    elif target.model is not pair.target or (target.static and target.max_len < length):
+    elif (not isinstance(target, CachedLM) or target.model is not pair.target
+          or (target.static and target.max_len < length)):
         raise ValueError(f"target: a target_lm of this pair's target with room for {length} positions")
     # the baseline's step and a full verify; narrower verifies are padded to k + 1 (CachedLM.forward)
     target.compiled_widths = {1, k + 1}

@@ -374,9 +374,21 @@ def check_compatible(target_tok, draft_tok, target_name: str, draft_name: str) -
                              f"{target_name} but not in {draft_name}")
 
 
-def load_pair(target: str | None = None, draft: str | None = None, *, device: str | None = None,
-              dtype: str | torch.dtype | None = None, device_map: str | None = None,
-              draft_quant: str = "auto") -> Pair:
+def model_name(name, role: str) -> str | None:
+    """A load_pair argument as the str the loaders take: a pathlib.Path as its path (it failed
+    with an AttributeError deep in the loading); anything else but a str, ValueError."""
+    if name is None or isinstance(name, str):
+        return name
+    if isinstance(name, os.PathLike):
+        return os.fsdecode(name)
+    raise ValueError(f"{role} must be a hub id, a model folder or a .gguf file (a str or a Path), got "
+                     f"{type(name).__name__}: for a model already loaded, build specviz.Pair(model, "
+                     "tokenizer, draft) yourself")
+
+
+def load_pair(target: str | os.PathLike | None = None, draft: str | os.PathLike | None = None, *,
+              device: str | None = None, dtype: str | torch.dtype | None = None,
+              device_map: str | None = None, draft_quant: str = "auto") -> Pair:
     """Load a target and an optional draft. No arguments: the embedded default pair.
 
     draft_quant: "int4" / "int8" run the draft with 4- / 8-bit weights (CPU only; a draft pass
@@ -386,6 +398,7 @@ def load_pair(target: str | None = None, draft: str | None = None, *, device: st
     """
     if draft_quant not in quant.MODES:  # checked before the slow loads
         raise ValueError(f"draft_quant must be one of {', '.join(quant.MODES)}, got {draft_quant!r}")
+    target, draft = (model_name(name, role) for name, role in ((target, "target"), (draft, "draft")))
     device = check_device(device) if device else default_device()
     torch_dtype = parse_dtype(dtype, device)
     names = {"target": target, "draft": draft}

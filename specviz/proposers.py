@@ -23,6 +23,7 @@ from torch import nn
 
 from .lm import CachedLM, draft_lm, input_rows
 from .sampling import SamplingParams, process
+from .untrusted import whole
 from .verifycost import VERIFY_SLOPE, VerifyCost
 
 
@@ -109,8 +110,8 @@ class NgramProposer:
                  reads_on: bool = True):
         """reads_on: a copy that reaches the context's end reads on in itself (copy_on); False cuts
         it there, as the rule did before 2026-12-06 (the k explorer replays older traces so)."""
-        if not 1 <= max_ngram <= 16:
-            raise ValueError(f"ngram size must be in 1..16, got {max_ngram}")
+        if not (whole(max_ngram) and 1 <= max_ngram <= 16):
+            raise ValueError(f"ngram size must be in 1..16, got {max_ngram!r}")
         self.max_ngram, self.slope, self.step, self.reads_on = max_ngram, slope, step, reads_on
         self.first: dict[int, list[float]] = {}  # match length -> [first token kept, proposals]
         self.later = [0.0, 0.0]  # [kept, reached] for tokens after a kept one

@@ -23,13 +23,15 @@ class SamplingParams:
     top_p: float = 1.0  # 1.0: off
 
     def __post_init__(self):
+        kinds(self.temperature, self.top_k, self.top_p)  # SamplingParams("1") failed a comparison,
+        # and top_k=True drew from the top 1
         if not self.temperature >= 0:  # also catches NaN
             raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
         if 0 < self.temperature < MIN_TEMPERATURE or self.temperature > MAX_TEMPERATURE:
             # logits / 1e-40 overflow to inf (softmax gives NaN); inf turns masked -inf into NaN
             raise ValueError(f"temperature {self.temperature:g} is out of range: use 0 for greedy, "
                              f"or a value in {MIN_TEMPERATURE:g}..{MAX_TEMPERATURE:g}")
-        if not (isinstance(self.top_k, int) and self.top_k >= 0):
+        if not self.top_k >= 0:
             raise ValueError(f"top_k must be an integer >= 0 (0 turns it off), got {self.top_k!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p}")
@@ -38,16 +40,21 @@ class SamplingParams:
     def of(cls, temperature, top_k, top_p) -> SamplingParams:
         """From a caller's values, numpy's too: numbers of the right kind, else ValueError (int()
         first turned top_k=0.5 into 0, top-k off, and "5" into 5)."""
-        for name, value, kind, word in (("temperature", temperature, real, "a number"),
-                                        ("top_k", top_k, whole, "an integer"),
-                                        ("top_p", top_p, real, "a number")):
-            if not kind(value):
-                raise ValueError(f"{name} must be {word}, got {value!r}")
+        kinds(temperature, top_k, top_p)
         return cls(float(temperature), int(top_k), float(top_p))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
+
+
+def kinds(temperature, top_k, top_p) -> None:
+    """ValueError unless the settings are numbers of the right kind (numpy's and torch's count)."""
+    for name, value, kind, word in (("temperature", temperature, real, "a number"),
+                                    ("top_k", top_k, whole, "an integer"),
+                                    ("top_p", top_p, real, "a number")):
+        if not kind(value):
+            raise ValueError(f"{name} must be {word}, got {value!r}")
 
 
 def process(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -230,6 +230,28 @@ def test_bad_input_is_a_clear_value_error(pair, kwargs, match):
         run(pair, **kwargs)
 
 
+def test_a_pair_proposer_or_target_of_the_wrong_kind_is_a_clear_value_error(pair):
+    """A model's name as the pair ran str.encode on the prompt ("'chat' is an invalid keyword
+    argument"); a proposer of None, a number or a class, or a target that is no target_lm, failed
+    at the first round with an AttributeError (or the class's propose missing an argument)."""
+    from specviz.engine import make_proposer
+    from specviz.proposers import NgramProposer
+
+    for bad in ("gpt2", None, pair.target):
+        with pytest.raises(ValueError, match="pair must be a specviz.Pair: load one first"):
+            specviz.generate(bad, PROMPT)
+    for bad in (None, 5, NgramProposer):
+        with pytest.raises(ValueError, match=r"proposer must be one of draft, .*propose\(ids, k"):
+            specviz.generate(pair, PROMPT, proposer=bad)
+        with pytest.raises(ValueError, match="proposer must be one of"):
+            make_proposer(pair, bad)
+    with pytest.raises(ValueError, match="target: a target_lm of this pair's target"):
+        run(pair, target="cache", max_new_tokens=4)
+    with pytest.raises(ValueError, match="ngram size must be in 1..16, got 'x'"):
+        make_proposer(pair, "ngram", ngram_size="x")
+    assert len(tokens(run(pair, proposer=NgramProposer(), max_new_tokens=6))) == 6  # an instance runs
+
+
 def test_integers_of_any_kind_and_a_batch_of_one_are_taken_as_the_same_run(pair):
     """numpy integers were refused ("k must be an integer ..., got np.int64(4)"), and a [1, n]
     tensor failed with torch's own words; whitespace is text like any other."""

@@ -40,6 +40,17 @@ def test_offline_hub_id_fails_fast_and_says_so(monkeypatch):
         specviz.load_pair("nobody/definitely-not-cached-model", device="cpu")
 
 
+def test_a_path_loads_as_its_str_and_a_model_object_is_a_clear_error(model_dirs, pair):
+    """A pathlib.Path failed with "'PosixPath' object has no attribute 'endswith'"; a loaded model
+    with pathlib's TypeError."""
+    loaded = specviz.load_pair(model_dirs["target"], model_dirs["draft"], device="cpu", dtype="float32")
+    assert loaded.target_name == str(model_dirs["target"]) and loaded.draft is not None
+    folder = str(model_dirs["target"])
+    for target, draft, role in ((pair.target, None, "target"), (folder, pair.draft, "draft")):
+        with pytest.raises(ValueError, match=f"{role} must be a hub id, a model folder or a .gguf file"):
+            specviz.load_pair(target, draft, device="cpu")
+
+
 def test_bad_dtype_is_a_clear_error(model_dirs):
     with pytest.raises(ValueError, match="unknown dtype"):
         specviz.load_pair(str(model_dirs["target"]), device="cpu", dtype="float8")

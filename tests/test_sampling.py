@@ -80,6 +80,19 @@ def test_bad_settings_name_the_fix(kwargs, match):
         SamplingParams(**kwargs)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"temperature": "1"}, "temperature must be a number, got '1'"),
+    ({"temperature": 1.0, "top_p": "0.9"}, "top_p must be a number"),
+    ({"temperature": 1.0, "top_k": True}, "top_k must be an integer, got True"),  # drew from the top 1
+    ({"temperature": 1.0, "top_k": 2.5}, "top_k must be an integer, got 2.5"),
+])
+def test_settings_of_the_wrong_kind_are_refused_by_the_constructor_too(kwargs, match):
+    """SamplingParams is public: built directly, a str failed a comparison with a TypeError and
+    top_k=True kept the one most likely token (SamplingParams.of checked kinds; the class did not)."""
+    with pytest.raises(ValueError, match=match):
+        SamplingParams(**kwargs)
+
+
 @pytest.mark.parametrize("temperature", [1e-40, 1e-5, float("inf"), 1e6])
 def test_temperatures_that_overflow_the_logits_are_refused_with_the_fix(temperature):
     with pytest.raises(ValueError, match="use 0 for greedy"):
