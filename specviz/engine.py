@@ -174,6 +174,8 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     check_settings(k, max_new_tokens)
     check_tree_settings(nodes, branching)
     check_run_settings(seed, ngram_size)
+    if not isinstance(chat, bool):  # chat="no" is a true string: it wrapped the prompt in the template
+        raise ValueError(f"chat must be True or False, got {chat!r}")
     k, max_new_tokens, seed, ngram_size = int(k), int(max_new_tokens), int(seed), int(ngram_size)
     nodes, branching = (None if x is None else int(x) for x in (nodes, branching))
     ids = pair.encode(prompt, chat=chat)

@@ -247,6 +247,8 @@ def test_a_pair_proposer_or_target_of_the_wrong_kind_is_a_clear_value_error(pair
             make_proposer(pair, bad)
     with pytest.raises(ValueError, match="target: a target_lm of this pair's target"):
         run(pair, target="cache", max_new_tokens=4)
+    with pytest.raises(ValueError, match="chat must be True or False, got 'no'"):
+        specviz.generate(pair, PROMPT, chat="no")  # a true string: it applied the chat template
     with pytest.raises(ValueError, match="ngram size must be in 1..16, got 'x'"):
         make_proposer(pair, "ngram", ngram_size="x")
     assert len(tokens(run(pair, proposer=NgramProposer(), max_new_tokens=6))) == 6  # an instance runs
