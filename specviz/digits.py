@@ -8,8 +8,9 @@ import math
 def sig3(x: float) -> str:
     """x to three significant digits without an exponent, whole from 100 up: a CPU's 153 ms and
     a GPU's 1.4 ms or 0.04 ms both read as the hand figure (1234.6 -> '1,235', 0.0400 -> '0.04')."""
-    # log10 of the float just below 100 rounds to 2.0: no decimals, and rstrip("0") read "100" as "1"
-    decimals = 2 - math.floor(math.log10(abs(x))) if x else 0
+    # log10 of the float just below 100 rounds to 2.0: no decimals, and rstrip("0") read "100" as "1";
+    # inf and NaN have no log10 digit count (floor raised): they print as Python writes them
+    decimals = 2 - math.floor(math.log10(abs(x))) if x and math.isfinite(x) else 0
     if decimals <= 0 or abs(x) >= 100:
         return f"{x:,.0f}"
     return f"{x:.{decimals}f}".rstrip("0").rstrip(".")

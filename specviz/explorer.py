@@ -47,7 +47,8 @@ class Recording:
     token_text: dict[str, str] | None = None  # id -> text, for refused n-gram proposals
     confidences: list[float] | tuple[float, ...] = ()  # draft top probability per position, true prefix
     verify_line: tuple[float, float] | None = None  # (c0, c1): a target pass feeding x tokens costs
-    # c0 + c1 * x seconds, fitted to the recorded run (None: the flat mean, as older traces hold)
+    # c0 + c1 * x seconds, fitted to the recorded run (None: the flat mean, as older traces hold, and
+    # a run whose passes fit no line: verify_line)
     ngram_slope: float | None = None  # the n-gram rule's price of a proposed token in target
     # passes, as the run used it (engine.ngram_price); None: the prior, as older traces used
     ngram_step: float | None = None  # and of a round that proposes any (None: 0, as older traces)
@@ -301,7 +302,8 @@ def adaptive_differs(rec: Recording) -> str:
     """How replay_adaptive differs from a live adaptive run, for this recording's costs."""
     line = ("the line fitted to the whole run, its prompt pass included" if rec.per_draft is not None
             else "the mean target pass, one more verified token at the prior slope of "
-                 f"{VERIFY_SLOPE:.0%} of it (this older recording holds no fitted verify line; its "
+                 f"{VERIFY_SLOPE:.0%} of it (this recording holds no fitted verify line: a trace from "
+                 "an older specviz, or a run whose passes fit none, one round or one width; its "
                  "predicted seconds price every pass at the mean)")
     return ("a prediction: past a refused draft the live draft's confidences follow its own "
             "wrong token (the recording holds the true prefix's), and the live rule learns "

@@ -409,7 +409,8 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
     if measured_k is not None and measured_rounds:  # the run's own figure, not its replay's
         fig.add_scatter(x=[measured_k], y=[sum(measured_rounds) / len(measured_rounds)], mode="markers",
                         name="measured run", marker=dict(size=12, color=BASE, symbol="diamond"))
-    if adaptive:  # the replay shown drafts its own length a round: marked at its mean k (the Run tab's way)
+    if adaptive and rep.rounds:  # the replay shown drafts its own length a round: marked at its mean k
+        # (the Run tab's way); a recording with no output (built by hand) has no rounds to average
         mean_k = sum(r.k for r in rep.rounds) / rep.target_passes
         fig.add_scatter(x=[mean_k], y=[rep.tokens_per_pass], mode="markers",
                         name=f"adaptive k ≤ {k} (k varies by round: mean {mean_k:.1f})",

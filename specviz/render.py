@@ -103,7 +103,7 @@ def round_marks(event: RoundEvent) -> list[Span]:
                   event.target_probs[i] if i < len(keep) else None, event.draft_probs[i],
                   keep[i] if i < len(keep) else None)
              for i, x in enumerate(drafts)]  # the kept drafts, then the refused ones
-    # Past the output's end (EOS, or the budget, among the kept drafts) nothing is shown: the
+    # Past the output's end (an EOS among the kept drafts) nothing is shown: the
     # refused drafts are shown where the target's token that replaced them survived.
     spans = [s for s in spans if s.position <= len(event.new_tokens)
              or s.fate == REJECTED and len(event.new_tokens) > n]

@@ -76,7 +76,7 @@ def test_the_dockerfile_builds_from_the_repository_and_serves_on_its_port():
     env = dict(pair.split("=", 1) for op, args in steps if op == "ENV" for pair in shlex.split(args))
     assert env["GRADIO_SERVER_NAME"] == "0.0.0.0" and env["SPECVIZ_IN_CONTAINER"] == "1"
     assert [args for op, args in steps if op == "EXPOSE"] == [env["GRADIO_SERVER_PORT"]]
-    assert [args for op, args in steps if op == "USER"] == ["user"]  # not root, and before any RUN
+    assert [args for op, args in steps if op == "USER"] == ["user"]  # not root, before every RUN but useradd
     assert [op for op, _ in steps].index("USER") < [op for op, _ in steps].index("RUN", 2)
     assert any("-r requirements.txt" in args for op, args in steps if op == "RUN")
     assert any(args == "python -m specviz prepare" for op, args in steps if op == "RUN")

@@ -519,6 +519,9 @@ def test_a_cost_a_hair_under_100_ms_reads_100_not_1():
     # (0.09 + 0.01) * 1000 is 99.99999999999999: a pass verifying k drafts costs 100 + 10·k ms
     rec = explorer.Recording("draft", [1, 2], [3, 4], [3, 4], 0.01, 0.1, 8, verify_line=(0.09, 0.01))
     assert "costs 100 + 10·k ms" in cost_text(rec)
+    # the new digit count took log10 of every nonzero x first: inf raised OverflowError ("inf" before)
+    assert [sig3(x) for x in (math.inf, -math.inf, math.nan, -99.99999999999999)] == ["inf", "-inf", "nan",
+                                                                                      "-100"]
 
 
 def test_the_adaptive_replay_is_marked_on_the_plot_at_its_mean_k_not_as_the_fixed_k():
@@ -597,8 +600,32 @@ def test_the_adaptive_note_of_an_older_recording_names_the_costs_its_rule_used()
     numbers = explorer_views(old, 16, True, None, None)[1]
     assert "line fitted" not in numbers and "predicted 1.06 s" in numbers
     assert ("the mean draft pass and the mean target pass, one more verified token at the prior slope of "
-            "4% of it (this older recording holds no fitted verify line; its predicted seconds price "
-            "every pass at the mean)") in numbers
+            "4% of it (this recording holds no fitted verify line: a trace from an older specviz, or a run "
+            "whose passes fit none, one round or one width; its predicted seconds price every pass at the "
+            "mean)") in numbers
+
+
+def test_a_fresh_recording_without_a_verify_line_is_not_called_an_older_trace(pair):
+    """verify_line is None for a run whose passes fit no line (here one round: one width), not only
+    for older traces: the adaptive note called such a fresh recording "this older recording"."""
+    from specviz.labview import explorer_views
+
+    ids = pair.encode(PROMPT)
+    run = specviz.RunStats.of(specviz.generate(pair, ids, proposer="draft", k=4, max_new_tokens=1))
+    rec = explorer.record(pair, ids, run, "draft", 1)
+    assert rec.verify_line is None and rec.replays_adaptive
+    numbers = explorer_views(rec, 4, True, None, None)[1]
+    assert "no fitted verify line" in numbers and "older recording" not in numbers
+
+
+def test_an_adaptive_replay_with_no_rounds_draws_no_mark():
+    """A recording built by hand with no output replays to no rounds: the adaptive mark's mean k
+    divided by its 0 target passes (the fixed-k view of it drew)."""
+    from specviz.labview import explorer_views
+
+    empty = explorer.Recording("draft", [1, 2], [], [], 0.01, 0.1, 4)
+    fig = explorer_views(empty, 2, True, None, None)[2]
+    assert not any((t.name or "").startswith("adaptive") for t in fig.data)
 
 
 def test_a_mismatch_gives_a_reason_that_fits_the_recordings_proposer():

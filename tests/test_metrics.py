@@ -424,11 +424,12 @@ def test_a_baseline_that_measured_no_time_draws_no_break_even_line():
 
 
 def test_each_bar_of_tokens_per_pass_is_the_tokens_its_round_committed():
-    """Round 1 keeps all 4 drafts and the bonus (5 tokens); round 2 keeps 4 too, but the budget
-    cuts it at 2 tokens: its bar is 2, not accepted + 1 = 5."""
+    """Round 1 keeps all 4 drafts and the bonus (5 tokens); round 2 accepts 4 too, but an EOS
+    (its second draft) cuts it at 2 tokens: its bar is 2, not accepted + 1 = 5. (Only an EOS cuts
+    a round there: the budget leaves room for the target's token.)"""
     from specviz.figures import tokens_per_pass
 
     events = list(run([(4, 4), (4, 1)]).events)
-    events[-1] = dataclasses.replace(events[-1], accepted=4, kind="bonus", new_tokens=[0, 1], stop="length")
+    events[-1] = dataclasses.replace(events[-1], accepted=4, kind="bonus", new_tokens=[0, 1], stop="eos")
     fig = tokens_per_pass(RunStats.of(events))
     assert list(fig.data[0].x) == [1, 2] and list(fig.data[0].y) == [5, 2]
