@@ -341,9 +341,9 @@ MISMATCH = {
               "took every draft from one draft pass over the whole output, which in bfloat16 or float16 "
               "can round a near-tie differently from the run's own passes), or an edited one."),
     "ngram": (" An n-gram run has no draft pass: the replay reruns its lookup on the recorded tokens as "
-              "the recording says the run drafted (its price, whether its copies read on), so the run "
-              "drafted by another n-gram rule than this version's (a trace from an older specviz, or an "
-              "edited one)."),
+              "the recording says the run drafted (its price, whether its copies read on): a mismatch means "
+              "the run drafted with another n-gram rule than this version's (a trace from an older "
+              "specviz, or an edited one)."),
 }
 
 
