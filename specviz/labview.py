@@ -416,7 +416,12 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
                         name=f"adaptive k ≤ {k} (k varies by round: mean {mean_k:.1f})",
                         marker=dict(size=12, color=SPEC, symbol="star"))
     fig.add_vline(x=k, line_dash="dot", line_color=SPEC,  # the k shown, or the adaptive policy's bound
-                  annotation_text=f"adaptive k ≤ {k}" if adaptive else f"k = {k}")
+                  annotation_text=f"adaptive k ≤ {k}" if adaptive else f"k = {k}",
+                  # above the plot, not on the curve (its plateau struck the label through), and on
+                  # the line's side towards the middle: a label past the last k widened the axis to
+                  # hold it (k = 16 took 0 to 28 at 375 px)
+                  annotation_position="top",
+                  annotation_xanchor="left" if k <= max(explorer.CURVE_KS) / 2 else "right")
     fig.update_layout(yaxis=dict(rangemode="tozero"),  # from 0: a 2.4-3 axis made steps look like swings
                       yaxis2=dict(overlaying="y", side="right", title="tokens / s", rangemode="tozero"))
     return to_html(explorer.spans(rep)), numbers, _layout(fig, "Every k, recomputed from one run", "k",

@@ -549,6 +549,30 @@ def test_the_adaptive_replay_is_marked_on_the_plot_at_its_mean_k_not_as_the_fixe
     assert not any(t.name.startswith("adaptive") for t in fixed.data)
 
 
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_the_k_lines_label_sits_above_the_curve_and_within_the_ks_on_a_phone(adaptive):
+    """The dotted line's label was drawn inside the plot at its top, right of the line: the curve's
+    plateau (tokens per pass levels off near the top) struck "adaptive k ≤ 8" through on a 1400 px
+    page and "adaptive k ≤ 4" on a 375 px phone, and at k = 16 the label past the last k widened
+    the axis to hold it (0 to 28 on the phone). Above the plot now, on the line's side towards the
+    middle, it stays over k = 1..16 in the phone's plot (201 px between the axes in chromium,
+    "adaptive k ≤ 16" 85 px wide there)."""
+    from specviz.figures import CHAR_PX
+    from specviz.labview import explorer_views
+
+    output = list(range(10, 24))
+    rec = explorer.Recording("draft", [1, 2], output, list(output), 0.05, 0.1, 14, confidences=[0.3] * 14,
+                             verify_line=(0.1, 0.0))
+    ks, phone_px = explorer.CURVE_KS, 200
+    per_px = (max(ks) - min(ks)) / phone_px  # k a pixel, the curve's ks across the plot
+    for k in ks:
+        (label,) = explorer_views(rec, k, adaptive, None, None)[2].layout.annotations
+        assert (label.yref, label.y, label.yanchor) == ("y domain", 1, "bottom"), label  # above the plot
+        span = CHAR_PX * len(label.text) * per_px
+        left, right = (k, k + span) if label.xanchor == "left" else (k - span, k)
+        assert label.x == k and min(ks) <= left and right <= max(ks), (k, label.text, left, right)
+
+
 def test_the_adaptive_policy_on_a_draft_recording_without_confidences_says_what_it_lacks():
     """An older draft trace (no confidences) was told to "record a greedy run of the draft
     drafter", which is what it is: what it lacks is the confidences."""
