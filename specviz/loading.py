@@ -57,6 +57,9 @@ def parse_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
     if dtype is None:
         return default_dtype(device)
     if isinstance(dtype, torch.dtype):
+        if not dtype.is_floating_point:  # torch.int8 reached transformers, which refused it mid-load
+            raise ValueError(f"dtype {dtype} is no floating-point type: use float32, bfloat16 or float16 "
+                             "(an int4 or int8 draft is draft_quant's)")
         return dtype
     names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
              "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}

@@ -40,6 +40,16 @@ def test_offline_hub_id_fails_fast_and_says_so(monkeypatch):
         specviz.load_pair("nobody/definitely-not-cached-model", device="cpu")
 
 
+def test_a_torch_dtype_that_is_no_float_is_refused_before_the_load():
+    """torch.int8 reached transformers, which refused it in its own words once the load began."""
+    from specviz.loading import parse_dtype
+
+    assert parse_dtype(torch.float64, "cpu") is torch.float64
+    for dtype in (torch.int8, torch.bool, torch.uint8):
+        with pytest.raises(ValueError, match="no floating-point type: use float32, bfloat16 or float16"):
+            specviz.load_pair("no/such-model", dtype=dtype, device="cpu")
+
+
 def test_a_path_loads_as_its_str_and_a_model_object_is_a_clear_error(model_dirs, pair):
     """A pathlib.Path failed with "'PosixPath' object has no attribute 'endswith'"; a loaded model
     with pathlib's TypeError."""
