@@ -185,6 +185,9 @@ def token_ids(prompt) -> list[int]:
     one [1, n]), else ValueError (int() read bytes as ids and 1.9 as 1)."""
     if isinstance(prompt, (bytes, bytearray)):
         raise ValueError("a prompt is a str, or a flat sequence of integer token ids; got bytes: decode them")
+    if isinstance(prompt, (set, frozenset, dict)):  # read in iteration order, not the caller's
+        raise ValueError("a prompt is a str, or a flat sequence of integer token ids; got a "
+                         f"{type(prompt).__name__}, which has no order: pass a list")
     try:
         items = prompt.tolist() if hasattr(prompt, "tolist") else list(prompt)  # a tensor, an array
     except TypeError:  # not a sequence at all (an int, None)

@@ -224,6 +224,7 @@ def test_a_draft_with_fewer_positions_than_the_target_bounds_the_run_with_a_clea
     ({"seed": 1.5}, "seed must be an integer"), ({"seed": 2**64}, "seed must be an integer"),
     ({"k": True}, "k must be"), ({"proposer": "ngram", "ngram_size": 2.0}, "ngram_size must be"),
     ({"proposer": "hybrid", "ngram_size": -5}, "ngram_size must be an integer in 1..16"),
+    ({"prompt": {5, 3, 9}}, "got a set, which has no order"), ({"prompt": {5: 0}}, "got a dict"),
 ])
 def test_bad_input_is_a_clear_value_error(pair, kwargs, match):
     with pytest.raises(ValueError, match=match):
