@@ -183,8 +183,19 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     room = round_room(name, k, branching)
     pair.check_length(len(ids), max_new_tokens, room, drafted=name in NEEDS_DRAFT)
     length = run_length(ids, max_new_tokens, room)
+    check_target(pair, target, length)  # here, when called, rather than at the first round
     drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)
     return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length, progress, target)
+
+
+def check_target(pair, target, length: int) -> None:
+    """A caller's kept target (generate's target=) must be this pair's, with room for the run."""
+    if target is not None and (not isinstance(target, CachedLM) or target.model is not pair.target
+                               or (target.static and target.max_len < length)):
+        raise ValueError(f"target must be a target_lm(pair, max_len) of this pair's target with room for "
+                         f"{length} positions (the prompt, max_new_tokens and a round's drafts); got "
+                         f"{type(target).__name__}" + (f" of {target.max_len}" if isinstance(target, CachedLM)
+                                                        and target.static else ""))
 
 
 def round_room(proposer, k: int, branching: int | None = None) -> int:
@@ -306,11 +317,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             params: SamplingParams, seed: int, length: int | None = None,
             progress: bool = False, target: CachedLM | None = None) -> Iterator[RoundEvent | Reading]:
     length = length or run_length(ids, max_new_tokens, k)
-    if target is None:
-        target = target_lm(pair, length)
-    elif (not isinstance(target, CachedLM) or target.model is not pair.target
-          or (target.static and target.max_len < length)):
-        raise ValueError(f"target: a target_lm of this pair's target with room for {length} positions")
+    target = target_lm(pair, length) if target is None else target
     # the baseline's step and a full verify; narrower verifies are padded to k + 1 (CachedLM.forward)
     target.compiled_widths = {1, k + 1}
     # The chain and the target alone measure the target's shared verify line here (the sizing

@@ -235,7 +235,7 @@ def test_a_pair_proposer_or_target_of_the_wrong_kind_is_a_clear_value_error(pair
     """A model's name as the pair ran str.encode on the prompt ("'chat' is an invalid keyword
     argument"); a proposer of None, a number or a class, or a target that is no target_lm, failed
     at the first round with an AttributeError (or the class's propose missing an argument)."""
-    from specviz.engine import make_proposer
+    from specviz.engine import make_proposer, pair_draft_lm
     from specviz.proposers import NgramProposer
 
     for bad in ("gpt2", None, pair.target):
@@ -246,8 +246,10 @@ def test_a_pair_proposer_or_target_of_the_wrong_kind_is_a_clear_value_error(pair
             specviz.generate(pair, PROMPT, proposer=bad)
         with pytest.raises(ValueError, match="proposer must be one of"):
             make_proposer(pair, bad)
-    with pytest.raises(ValueError, match="target: a target_lm of this pair's target"):
-        run(pair, target="cache", max_new_tokens=4)
+    with pytest.raises(ValueError, match="target must be a target_lm.*room for .* got str"):
+        specviz.generate(pair, PROMPT, target="cache", max_new_tokens=4)  # when called, not at next()
+    with pytest.raises(ValueError, match="target must be a target_lm"):
+        specviz.generate(pair, PROMPT, target=pair_draft_lm(pair, None))  # the draft's cache
     with pytest.raises(ValueError, match="chat must be True or False, got 'no'"):
         specviz.generate(pair, PROMPT, chat="no")  # a true string: it applied the chat template
     with pytest.raises(ValueError, match="ngram size must be in 1..16, got 'x'"):
@@ -268,6 +270,19 @@ def test_integers_of_any_kind_and_a_batch_of_one_are_taken_as_the_same_run(pair)
         assert tokens(got) == want
     assert tokens(run(pair, proposer="tree", k=3, nodes=np.int64(6), branching=np.int8(2), max_new_tokens=4))
     assert tokens(run(pair, prompt="\n", max_new_tokens=3))  # a newline is a prompt
+
+
+def test_a_kept_static_target_too_short_for_the_run_is_refused_when_called(static_pair):
+    """generate(target=...) checked the kept cache at the first next(): a script that built the
+    run and handed it on learnt of a too-short static cache only there, far from the call."""
+    from specviz.engine import target_lm
+
+    short = target_lm(static_pair, 16)
+    with pytest.raises(ValueError, match=r"room for \d+ positions .* got CachedLM of 16"):
+        specviz.generate(static_pair, PROMPT, target=short, max_new_tokens=32)
+    roomy = target_lm(static_pair, 256)
+    assert tokens(specviz.generate(static_pair, PROMPT, target=roomy, max_new_tokens=4)) == \
+        tokens(specviz.generate(static_pair, PROMPT, max_new_tokens=4))
 
 
 @pytest.mark.parametrize("which", ["pair", "static_pair"])
