@@ -13,7 +13,6 @@ from .metrics import RunStats, reach, target_line
 from .theory import break_even_tokens, expected_tokens_per_pass
 
 SPEC, BASE, THEORY = "#2563eb", "#6b7280", "#d97706"
-LABEL_BACKGROUND = "rgba(255, 255, 255, 0.85)"  # a line's label stays legible over the bars it crosses
 # Plot widths in a 1400 px window: the Run tab's plots two abreast (HALF_PX) or across its column,
 # the lab's two abreast across the page, the k explorer's across it.
 HALF_PX, COLUMN_PX, PAGE_HALF_PX, PAGE_PX = 390, 800, 600, 1270
@@ -35,13 +34,22 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, width: int = HALF_PX) ->
     return fig
 
 
+def reference_line(fig: go.Figure, y: float, name: str, color: str, dash: str, layer: str = "above") -> None:
+    """A level across the plot, named in the legend: a label written on the line sat over the
+    bars' counts it crossed (the acceptance plot's α hid position 3's "11/12" and the top of 4's
+    bar, the baseline's label the bars it crossed). layer="below" draws it beneath the traces and
+    their text (α runs through the bars' counts)."""
+    fig.add_hline(y=y, line_dash=dash, line_color=color, layer=layer)
+    fig.add_scatter(x=[None], y=[None], mode="lines", name=name, line=dict(dash=dash, color=color),
+                    hoverinfo="skip")
+
+
 def tokens_per_pass(spec: RunStats) -> go.Figure:
     """Tokens committed by each round against the baseline's one per pass."""
     rounds = [e.round for e in spec.events]
     fig = go.Figure(go.Bar(x=rounds, y=[len(e.new_tokens) for e in spec.events], name="speculative",
                            marker_color=SPEC))
-    fig.add_hline(y=1.0, line_dash="dash", line_color=BASE, annotation_text="baseline: 1 token/pass",
-                  annotation_bgcolor=LABEL_BACKGROUND)
+    reference_line(fig, 1.0, "baseline: 1 token/pass", BASE, "dash")
     return _layout(fig, "Tokens per target pass, by round", "round (target pass)", "tokens")
 
 
@@ -71,8 +79,7 @@ def acceptance_by_position(spec: RunStats) -> go.Figure:
     fig.update_xaxes(dtick=1)  # positions are whole: no 0.5, 1.5 ticks after a k=2 run
     if spec.drafted:  # a tree's α is per candidate; its bars, any candidate at that depth kept
         what = "per-candidate" if spec.is_tree else "per-token"
-        fig.add_hline(y=spec.alpha, line_dash="dot", line_color=THEORY, annotation_bgcolor=LABEL_BACKGROUND,
-                      annotation_text=f"{what} α = {percent(spec.alpha)}")
+        reference_line(fig, spec.alpha, f"{what} α = {percent(spec.alpha)}", THEORY, "dot", "below")
     fig.update_yaxes(range=[0, 1.15])  # room for a full bar's count above it
     return _layout(fig, "Acceptance by draft position", "draft position i",
                    "P(kept | 1..i-1 kept)")
@@ -169,8 +176,7 @@ def tree_nodes(spec: RunStats) -> go.Figure:
     trees = [e for e in spec.events if e.tree]
     if trees:
         mean = sum(e.kept for e in trees) / len(trees)
-        fig.add_hline(y=mean, line_dash="dot", line_color=THEORY, annotation_bgcolor=LABEL_BACKGROUND,
-                      annotation_text=f"mean accepted {mean:.2f}")
+        reference_line(fig, mean, f"mean accepted {mean:.2f}", THEORY, "dot")
     return _layout(fig, "Accepted against nodes verified", "nodes verified in the round",
                    "drafted tokens accepted")
 
@@ -186,9 +192,7 @@ def tree_vs_chain(spec: RunStats, chain: RunStats | None, k: int | None = None) 
     labels = [beside(v, (1.0, *values)) for v in values]  # never rounded onto the other bar or 1
     fig = go.Figure(go.Bar(x=names, y=values, marker_color=colors, text=labels,
                            textposition="auto", name="tokens per target pass"))
-    fig.add_hline(y=1.0, line_dash="dash", line_color=BASE, annotation_text="target alone",
-                  annotation_bgcolor=LABEL_BACKGROUND,
-                  annotation_position="bottom right")
+    reference_line(fig, 1.0, "target alone", BASE, "dash")
     fig.update_yaxes(range=[0, 1.2 * max(1.0, *values)])  # headroom: the taller bar touched the top
     if len(names) == 1:
         fig.add_annotation(text="no chain run to compare (it follows a live tree run)", showarrow=False,

@@ -258,9 +258,11 @@ def test_a_legend_is_given_its_lines_below_the_plot_and_a_row_one_height():
     assert f.legend_lines(["x" * 48, "y"]) == 2
     nine = ["target p", "exact", "correction_from_p"] + ["y" * 12] * 6
     assert (f.legend_lines(nine), f.legend_lines(nine, f.PAGE_HALF_PX)) == (5, 3)
-    fig = f.tokens_per_pass(RunStats.of(run([(2, 1)] * 3).events))
+    fig = f.go.Figure(f.go.Bar(x=[1, 2], y=[2, 2], name="speculative"))
     f.fit_legend(fig)  # one trace: no legend, the layout's height
     assert fig.layout.height == f.PLOT_HEIGHT
+    fig = f.tokens_per_pass(RunStats.of(run([(2, 1)] * 3).events))  # bars and the baseline's entry
+    assert fig.layout.height == f.PLOT_HEIGHT + f.LINE_PX + 10
     spec = RunStats.of([dataclasses.replace(e, draft_seconds=0.6, target_seconds=1.5)
                         for e in run([(2, 1)] * 9 + [(1, 0)]).events])
     base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), target_seconds=1.0)
@@ -403,8 +405,31 @@ def test_the_plots_print_alpha_as_the_table_does_never_rounded_onto_all():
 
     spec = run([(1, 1)] * 249 + [(1, 0)])  # α = 249 / 250: "1.00" said nothing was refused
     assert spec.alpha == pytest.approx(0.996)
-    assert acceptance_by_position(spec).layout.annotations[0].text == "per-token α = 99.6%"
+    assert acceptance_by_position(spec).data[1].name == "per-token α = 99.6%"
     assert k_prediction(spec).data[0].name == "i.i.d. prediction at α = 99.6%"
+
+
+def test_a_plots_reference_levels_are_named_in_its_legend_never_written_over_its_bars():
+    """The acceptance plot's "per-token α = 92.3%" sat on its dotted line at the right, over
+    position 3's "11/12" and the top of position 4's bar (seen in chromium on the embedded pair);
+    the baseline's label on the tokens-per-pass plot hid the bars it crossed. Each level is a
+    line across the plot (a shape at its y) and a legend entry drawn as that line, no text on it;
+    α's line runs beneath the bars' counts it crosses."""
+    from specviz import figures
+
+    spec = run([(4, 3), (4, 4), (2, 0), (4, 4)])  # kept 3 + 4 + 0 + 4 = 11, refused 1 + 1: α = 11/13
+    assert spec.alpha == pytest.approx(11 / 13)
+    for fig, y, name, dash, layer in (
+            (figures.acceptance_by_position(spec), 11 / 13, "per-token α = 84.6%", "dot", "below"),
+            (figures.tokens_per_pass(spec), 1.0, "baseline: 1 token/pass", "dash", "above")):
+        assert not fig.layout.annotations  # nothing written inside the plot
+        (line,) = fig.layout.shapes
+        assert (line.y0, line.y1, line.line.dash, line.layer) == (pytest.approx(y), pytest.approx(y), dash,
+                                                                  layer)
+        entry = fig.data[1]
+        assert (entry.name, entry.mode, entry.line.dash, entry.line.color) == (name, "lines", dash,
+                                                                              line.line.color)
+        assert fig.layout.height > figures.PLOT_HEIGHT  # the legend below the axis has its room
 
 
 def test_a_baseline_that_measured_no_time_draws_no_break_even_line():

@@ -337,10 +337,10 @@ def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
     # point of 2 rounds, and a mean of (1 + 1) / 2
     f = figures.tree_nodes(stats)
     assert (list(f.data[0].x), list(f.data[0].y), list(f.data[0].text)) == ([6], [1], ["2 rounds"])
-    assert f.layout.shapes[0].y0 == 1.0 and f.layout.annotations[0].text == "mean accepted 1.00"
+    assert f.layout.shapes[0].y0 == 1.0 and f.data[1].name == "mean accepted 1.00"
     line = next(s for s in figures.acceptance_by_position(stats).layout.shapes)
     assert line.y0 == pytest.approx(2 / 4)
-    note = figures.acceptance_by_position(stats).layout.annotations[0].text
+    note = figures.acceptance_by_position(stats).data[1].name
     assert note == "per-candidate α = 50.0%"  # a depth tries its candidates in turn
 
 
