@@ -345,117 +345,122 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # the key was set): no time to live of its own, which Gradio counts from when the key was
         # set, so a page in use an hour after its last run lost it and was told "run something first"
         last = gr.State(None, delete_callback=shelf.drop)
-        with gr.Tab("Run") as run_tab, gr.Row():
-            with gr.Column(scale=1, min_width=320):
-                pair = gr.Dropdown(pair_choices(store, limits), value=default.pair, label="Pair")
-                with gr.Row(visible=limits.allow_custom):
-                    target = gr.Textbox(default.target, label="Custom target (hub id or path)")
-                    draft = gr.Textbox(default.draft, label="Custom draft (optional)")
-                proposer = gr.Radio([("draft model", "draft"), ("n-gram lookup", "ngram"),
-                                     ("hybrid (n-gram, else draft)", "hybrid"),
-                                     ("adaptive k", "adaptive"), ("token tree", "tree"),
-                                     ("none (baseline)", "none")],
-                                    value=default.proposer, label="Drafter")
-                k = gr.Slider(1, UI_MAX_K, value=default.k, step=1,
-                              label="k (tokens drafted per round; the token tree's depth)")
-                with gr.Accordion("Token tree (the 'token tree' drafter only)", open=False):
-                    nodes = gr.Slider(0, MAX_NODES, value=default.nodes, step=1,
-                                      label="tree nodes per round (token tree only)",
-                                      info="0 sizes each round's tree from the measured verify cost")
-                    branching = gr.Slider(0, MAX_BRANCHING, value=default.branching, step=1,
-                                          label="tree branching (token tree only)",
-                                          info="children of each expanded node; 0 starts at 3 and "
-                                               "widens while the tree fills")
-                with gr.Accordion("Sampling", open=False):
-                    temperature = gr.Slider(0, 2, value=default.temperature, step=0.05,
-                                            label="temperature (0 = greedy)")
-                    top_p = gr.Slider(0.05, 1, value=default.top_p, step=0.05, label="top-p")
-                    top_k = gr.Number(default.top_k, precision=0, minimum=0, label="top-k (0 = off)")
-                    seed = gr.Number(default.seed, precision=0, label="seed")
-                    dtype = gr.Dropdown(list(limits.dtypes), value=default.dtype, label="dtype")
-                max_new_tokens = gr.Slider(1, limits.max_new_tokens, step=1, label="max new tokens",
-                                           value=min(default.max_new_tokens, limits.max_new_tokens))
-                prompt = gr.Textbox(default.prompt, lines=5, max_length=limits.max_prompt_chars,
-                                    label="Prompt", elem_id="prompt")
-                chat = gr.Checkbox(default.chat, label="apply the chat template (instruct models)")
-                gr.Examples([[e["prompt"], e["chat"]] for e in EXAMPLES], [prompt, chat],
-                            example_labels=[e["label"] for e in EXAMPLES])
-                with gr.Row():
-                    run_btn = gr.Button("Run", variant="primary", elem_id="run")
-                    stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
-                link_btn = gr.Button("Copy link to these settings", size="sm", elem_id="copy-link")
-                link = gr.Textbox(label="Share link", interactive=False, elem_id="share-link",
-                                  info="the button copies it to your clipboard too, where the browser allows")
-            with gr.Column(scale=2):
-                status = gr.Markdown("Pick settings and press **Run**.", elem_id="status", **NO_TEX)
-                gr.HTML(legend_html())
-                text = gr.HTML(elem_id="tokens")
-                verdict = gr.HTML(elem_id="verdict")
-                stats = gr.HTML(elem_id="stats")
-                # open while the drafter is the token tree: on chain runs it held only a note
-                with gr.Accordion("Token tree", open=default.proposer == "tree", elem_id="tree-panel"):
-                    tree_view = gr.HTML(treeview.chain_html(), elem_id="tree", css_template=treeview.CSS)
-                    tree_slider = gr.Slider(1, 2, value=1, step=1, label="round (playback)",
-                                            visible=False, elem_id="tree-round")
-                    tree_overview = gr.HTML(elem_id="tree-overview", css_template=treeview.CSS)
+        # a phone shows every tab, wrapped onto a second line if need be: the default "menu" hid the
+        # last two behind "..." on a page opened at 360-390 px
+        with gr.Tabs(overflow_behavior="wrap"):
+            with gr.Tab("Run") as run_tab, gr.Row():
+                with gr.Column(scale=1, min_width=320):
+                    pair = gr.Dropdown(pair_choices(store, limits), value=default.pair, label="Pair")
+                    with gr.Row(visible=limits.allow_custom):
+                        target = gr.Textbox(default.target, label="Custom target (hub id or path)")
+                        draft = gr.Textbox(default.draft, label="Custom draft (optional)")
+                    proposer = gr.Radio([("draft model", "draft"), ("n-gram lookup", "ngram"),
+                                         ("hybrid (n-gram, else draft)", "hybrid"),
+                                         ("adaptive k", "adaptive"), ("token tree", "tree"),
+                                         ("none (baseline)", "none")],
+                                        value=default.proposer, label="Drafter")
+                    k = gr.Slider(1, UI_MAX_K, value=default.k, step=1,
+                                  label="k (tokens drafted per round; the token tree's depth)")
+                    with gr.Accordion("Token tree (the 'token tree' drafter only)", open=False):
+                        nodes = gr.Slider(0, MAX_NODES, value=default.nodes, step=1,
+                                          label="tree nodes per round (token tree only)",
+                                          info="0 sizes each round's tree from the measured verify cost")
+                        branching = gr.Slider(0, MAX_BRANCHING, value=default.branching, step=1,
+                                              label="tree branching (token tree only)",
+                                              info="children of each expanded node; 0 starts at 3 and "
+                                                   "widens while the tree fills")
+                    with gr.Accordion("Sampling", open=False):
+                        temperature = gr.Slider(0, 2, value=default.temperature, step=0.05,
+                                                label="temperature (0 = greedy)")
+                        top_p = gr.Slider(0.05, 1, value=default.top_p, step=0.05, label="top-p")
+                        top_k = gr.Number(default.top_k, precision=0, minimum=0, label="top-k (0 = off)")
+                        seed = gr.Number(default.seed, precision=0, label="seed")
+                        dtype = gr.Dropdown(list(limits.dtypes), value=default.dtype, label="dtype")
+                    max_new_tokens = gr.Slider(1, limits.max_new_tokens, step=1, label="max new tokens",
+                                               value=min(default.max_new_tokens, limits.max_new_tokens))
+                    prompt = gr.Textbox(default.prompt, lines=5, max_length=limits.max_prompt_chars,
+                                        label="Prompt", elem_id="prompt")
+                    chat = gr.Checkbox(default.chat, label="apply the chat template (instruct models)")
+                    gr.Examples([[e["prompt"], e["chat"]] for e in EXAMPLES], [prompt, chat],
+                                example_labels=[e["label"] for e in EXAMPLES])
                     with gr.Row():
-                        fig_tree_nodes = gr.Plot(label="accepted against nodes", visible=False)
-                        fig_tree_chain = gr.Plot(label="tree against chain", visible=False)
+                        run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                        stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
+                    link_btn = gr.Button("Copy link to these settings", size="sm", elem_id="copy-link")
+                    link = gr.Textbox(label="Share link", interactive=False, elem_id="share-link",
+                                      info="the button copies it to your clipboard too, where the browser "
+                                           "allows")
+                with gr.Column(scale=2):
+                    status = gr.Markdown("Pick settings and press **Run**.", elem_id="status", **NO_TEX)
+                    gr.HTML(legend_html())
+                    text = gr.HTML(elem_id="tokens")
+                    verdict = gr.HTML(elem_id="verdict")
+                    stats = gr.HTML(elem_id="stats")
+                    # open while the drafter is the token tree: on chain runs it held only a note
+                    with gr.Accordion("Token tree", open=default.proposer == "tree", elem_id="tree-panel"):
+                        tree_view = gr.HTML(treeview.chain_html(), elem_id="tree", css_template=treeview.CSS)
+                        tree_slider = gr.Slider(1, 2, value=1, step=1, label="round (playback)",
+                                                visible=False, elem_id="tree-round")
+                        tree_overview = gr.HTML(elem_id="tree-overview", css_template=treeview.CSS)
+                        with gr.Row():
+                            fig_tree_nodes = gr.Plot(label="accepted against nodes", visible=False)
+                            fig_tree_chain = gr.Plot(label="tree against chain", visible=False)
+                    with gr.Row():
+                        fig_tpp = gr.Plot(label="tokens per pass", elem_id="fig-tpp")
+                        fig_cum = gr.Plot(label="cumulative")
+                    with gr.Row():
+                        fig_acc, fig_k = gr.Plot(label="acceptance"), gr.Plot(label="k")
+                    fig_time = gr.Plot(label="time")
+                    with gr.Accordion("Round timeline", open=False):
+                        timeline = gr.HTML(elem_id="timeline")
+                    rerun32 = gr.Button("Re-run in float32 (checks a near-tie)", size="sm")
+            with gr.Tab("Exactness lab") as lab_tab:
+                gr.Markdown(LAB_INTRO)
                 with gr.Row():
-                    fig_tpp = gr.Plot(label="tokens per pass", elem_id="fig-tpp")
-                    fig_cum = gr.Plot(label="cumulative")
+                    lab_source = gr.Radio([("built-in example (A, B, C)", "example"),
+                                           ("a round of the last run", "round")], value="example",
+                                          label="Distributions")
+                    lab_round = gr.Number(1, precision=0, minimum=1, label="round")
+                    lab_trials = gr.Slider(1_000, 1_000_000, value=200_000, step=1_000, label="trials N",
+                                           elem_id="lab-trials")
+                lab_variants = gr.CheckboxGroup([(v + ": " + d, v) for v, d in lab.VARIANTS.items()],
+                                                value=list(lab.VARIANTS), label="variants to run")
                 with gr.Row():
-                    fig_acc, fig_k = gr.Plot(label="acceptance"), gr.Plot(label="k")
-                fig_time = gr.Plot(label="time")
-                with gr.Accordion("Round timeline", open=False):
-                    timeline = gr.HTML(elem_id="timeline")
-                rerun32 = gr.Button("Re-run in float32 (checks a near-tie)", size="sm")
-        with gr.Tab("Exactness lab") as lab_tab:
-            gr.Markdown(LAB_INTRO)
-            with gr.Row():
-                lab_source = gr.Radio([("built-in example (A, B, C)", "example"),
-                                       ("a round of the last run", "round")], value="example",
-                                      label="Distributions")
-                lab_round = gr.Number(1, precision=0, minimum=1, label="round")
-                lab_trials = gr.Slider(1_000, 1_000_000, value=200_000, step=1_000, label="trials N",
-                                       elem_id="lab-trials")
-            lab_variants = gr.CheckboxGroup([(v + ": " + d, v) for v, d in lab.VARIANTS.items()],
-                                            value=list(lab.VARIANTS), label="variants to run")
-            with gr.Row():
-                lab_btn = gr.Button("Show masses and run the Monte Carlo check", variant="primary",
-                                    elem_id="lab-run", scale=4)
-                lab_stop = gr.Button("Stop", variant="stop", elem_id="lab-stop", scale=1)
-            lab_info = gr.HTML(elem_id="lab-info")
-            with gr.Row():
-                lab_masses = gr.Plot(label="masses", elem_id="lab-masses")
-                lab_mc = gr.Plot(label="Monte Carlo", elem_id="lab-mc")
-            lab_table = gr.HTML(elem_id="lab-table")
-            with gr.Accordion("End to end: sample short continuations with the Run tab's pair", open=False):
-                e2e_n = gr.Slider(10, limits.max_samples, value=min(50, limits.max_samples), step=10,
-                                  label="samples per method")
-                e2e_btn = gr.Button("Sample 2-token continuations, speculative and target alone")
-                e2e_out = gr.HTML(elem_id="e2e-out")
-        with gr.Tab("k explorer") as explorer_tab:
-            gr.Markdown(EXPLORER_INTRO)
-            with gr.Row():
-                ex_k = gr.Slider(1, UI_MAX_K, value=4, step=1, label="k")
-                ex_adaptive = gr.Checkbox(False, label="adaptive-k policy instead")
-                ex_profile = gr.Dropdown(
-                    [("recorded costs (this run)", "")]
-                    + [(profiles.load_shipped(n).label, n) for n in profiles.shipped()],
-                    value="", label="project onto a cost profile")
-            ex_numbers = gr.HTML(EXPLORER_EMPTY, elem_id="explorer-numbers")
-            ex_text = gr.HTML(elem_id="explorer-tokens")
-            ex_plot = gr.Plot(label="every k")
-        with gr.Tab("Save / open"):
-            gr.Markdown("Save the last run as a JSON trace (settings, rounds, stats, recording), or "
-                        "open one to replay it here without any model: see docs/trace-format.md.")
-            save_btn = gr.Button("Save the last run as a trace")
-            # Gradio's cleaner deletes the file it serves CLEAN_CACHE[1] seconds after the Save
-            save_file = gr.File(label=f"trace (download it within {CLEAN_CACHE[1] // 60} minutes; Save "
-                                      "again for a new link)", interactive=False)
-            open_file = gr.File(label="open a trace (.json)", file_types=[".json"], type="filepath")
-            replay_status = gr.Markdown(elem_id="replay-status", **NO_TEX)
+                    lab_btn = gr.Button("Show masses and run the Monte Carlo check", variant="primary",
+                                        elem_id="lab-run", scale=4)
+                    lab_stop = gr.Button("Stop", variant="stop", elem_id="lab-stop", scale=1)
+                lab_info = gr.HTML(elem_id="lab-info")
+                with gr.Row():
+                    lab_masses = gr.Plot(label="masses", elem_id="lab-masses")
+                    lab_mc = gr.Plot(label="Monte Carlo", elem_id="lab-mc")
+                lab_table = gr.HTML(elem_id="lab-table")
+                e2e_title = "End to end: sample short continuations with the Run tab's pair"
+                with gr.Accordion(e2e_title, open=False):
+                    e2e_n = gr.Slider(10, limits.max_samples, value=min(50, limits.max_samples), step=10,
+                                      label="samples per method")
+                    e2e_btn = gr.Button("Sample 2-token continuations, speculative and target alone")
+                    e2e_out = gr.HTML(elem_id="e2e-out")
+            with gr.Tab("k explorer") as explorer_tab:
+                gr.Markdown(EXPLORER_INTRO)
+                with gr.Row():
+                    ex_k = gr.Slider(1, UI_MAX_K, value=4, step=1, label="k")
+                    ex_adaptive = gr.Checkbox(False, label="adaptive-k policy instead")
+                    ex_profile = gr.Dropdown(
+                        [("recorded costs (this run)", "")]
+                        + [(profiles.load_shipped(n).label, n) for n in profiles.shipped()],
+                        value="", label="project onto a cost profile")
+                ex_numbers = gr.HTML(EXPLORER_EMPTY, elem_id="explorer-numbers")
+                ex_text = gr.HTML(elem_id="explorer-tokens")
+                ex_plot = gr.Plot(label="every k")
+            with gr.Tab("Save / open"):
+                gr.Markdown("Save the last run as a JSON trace (settings, rounds, stats, recording), or "
+                            "open one to replay it here without any model: see docs/trace-format.md.")
+                save_btn = gr.Button("Save the last run as a trace")
+                # Gradio's cleaner deletes the file it serves CLEAN_CACHE[1] seconds after the Save
+                save_file = gr.File(label=f"trace (download it within {CLEAN_CACHE[1] // 60} minutes; Save "
+                                          "again for a new link)", interactive=False)
+                open_file = gr.File(label="open a trace (.json)", file_types=[".json"], type="filepath")
+                replay_status = gr.Markdown(elem_id="replay-status", **NO_TEX)
 
         controls = [pair, target, draft, proposer, k, temperature, top_p, top_k, seed,
                     max_new_tokens, prompt, chat, dtype, nodes, branching]
