@@ -12,7 +12,7 @@
   tip.setAttribute("aria-live", "polite");
   tip.hidden = true;
   document.body.appendChild(tip);
-  const TOKENS = ".tok[title], .tree-node[title]";
+  const TOKENS = ".tok[title], .tree-node[title], .tree-path[title]";  // a path: the overview's bars in words
   const tokenAt = (target) => (target instanceof Element ? target.closest(TOKENS) : null);
   const unmark = () => document.querySelectorAll(".tip-current").forEach((t) => t.classList.remove("tip-current"));
   const close = () => { tip.hidden = true; unmark(); };

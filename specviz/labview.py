@@ -23,6 +23,10 @@ TOP = 8  # tokens shown by name; the rest is summed into "other"
 # the bar's colour, then the same in the bar's colour over white
 PATTERNS = tuple(dict(shape=shape, fillmode=mode) for mode in ("overlay", "replace")
                  for shape in ("/", "\\", "x", "-", "|", "+", "."))
+# and each of its bars edged in EDGE (10.3:1 on the plot's white): plotly's colours for them run down
+# to 1.4:1 (#B6E880) on it, and a bar in a pattern over white ("replace") had a white edge, its
+# top no line at all
+EDGE = dict(color="#374151", width=1)
 
 
 def flatten(q: torch.Tensor, factor: float = 0.5) -> torch.Tensor:
@@ -228,14 +232,15 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     ids, names = _top(p, q, labels, tokenizer)
     x = names + (["other"] if len(ids) < len(p) else [])
     fig = go.Figure()
-    fig.add_bar(name="target p", x=x, y=_bars(ids, names, {"p": p})[0][1], marker_color=SPEC)
+    fig.add_bar(name="target p", x=x, y=_bars(ids, names, {"p": p})[0][1], marker_color=SPEC,
+                marker_line=EDGE)
     rows = []
     for i, v in enumerate(variants):
         # seeded by N as well: the same N draws the same again, another N a stream of its own
         r = lab.check(v, p, q, n, seed=seed + n, q_draw=flatten(q) if v == "mismatched_q" else None,
                       candidates=candidates)
         fig.add_bar(name=v, x=x, y=_bars(ids, names, {v: r.empirical})[0][1],
-                    marker_pattern=PATTERNS[i % len(PATTERNS)])
+                    marker_pattern=PATTERNS[i % len(PATTERNS)], marker_line=EDGE)
         verdict = _verdict(v, r, p)
         what = lab.VARIANTS[v] + (f" (candidates: {named})" if v in lab.TREE_VARIANTS else "")
         rows.append(f"<tr><td>{v}</td><td>{html.escape(what)}</td><td>{r.tv_to_p:.4f}</td>"

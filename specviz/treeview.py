@@ -165,12 +165,19 @@ def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
 
 
 def _bar(event: RoundEvent) -> str:
+    """The round's path as bars, and in words for a screen reader and a pointer (role="img" with
+    its aria-label and title): the bars alone were empty elements, told apart by colour."""
     depth = max((n.depth for n in event.tree), default=event.k)
+    rest = max(0, depth - event.kept)
     cells = ['<i class="tree-bar accepted"></i>'] * event.kept  # kept in the output (an EOS ends it)
-    cells += ['<i class="tree-bar refused"></i>'] * max(0, depth - event.kept)
+    cells += ['<i class="tree-bar refused"></i>'] * rest
+    words = ([f"{event.kept} accepted"] if depth else ["nothing drafted"]) + (
+        [f"{rest} more of depth {depth} not kept"] if rest else [])
     if len(event.new_tokens) > event.accepted:
         cells.append(f'<i class="tree-bar {target_fate(event)}"></i>')
-    return "".join(cells)
+        words.append(f"then the target's token ({target_fate(event)})")
+    words = html.escape(", ".join(words))
+    return f'<span class="tree-path" role="img" aria-label="{words}" title="{words}">{"".join(cells)}</span>'
 
 
 def overview_html(events: Sequence[RoundEvent], pieces_of: Pieces, current: int | None = None) -> str:

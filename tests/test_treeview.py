@@ -131,6 +131,10 @@ def test_a_64_round_run_gets_one_overview_line_a_round_with_hand_computed_totals
     row = body.split("</tr>")[0]  # one kept (green), two more levels of depth, then the target's token
     assert row.count("tree-bar accepted") == 1 and row.count("tree-bar refused") == 2
     assert row.count("tree-bar recovered") == 1
+    # the bars in words, for a screen reader and a pointer: alone they were empty elements, told
+    # apart by colour
+    words = "1 accepted, 2 more of depth 3 not kept, then the target&#x27;s token (recovered)"
+    assert f'<span class="tree-path" role="img" aria-label="{words}" title="{words}">' in row
     stats = RunStats.of(events)
     assert stats.nodes_verified == 384 and stats.accepted_per_node == pytest.approx(1 / 6)
 
@@ -280,6 +284,7 @@ def test_a_tree_round_that_drafted_nothing_shows_the_target_token_as_the_run_tex
     assert 'class="tok target tree-node"' in panel and "bonus" not in panel
     row = treeview.overview_html([tree_round(1), empty], pieces).split("<tbody>")[1].split("</tr>")[1]
     assert row.count("tree-bar target") == 1 and "tree-bar bonus" not in row
+    assert 'aria-label="nothing drafted, then the target&#x27;s token (target)"' in row
 
 
 def test_a_tree_runs_rates_count_nodes_and_refused_candidates():
@@ -333,6 +338,7 @@ def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
     row = overview.split("<tbody>")[1].split("</tr>")[1]  # round 2: 1 kept, the walk's 2 past the EOS
     assert "<td>2</td><td>6</td><td>3</td><td>1</td>" in row and row.count("tree-bar accepted") == 1
     assert row.count("tree-bar refused") == 2  # the rest of depth 3 past the 1 kept
+    assert 'aria-label="1 accepted, 2 more of depth 3 not kept"' in row  # no target's token: the EOS
     # both rounds verified 6 nodes and kept 1 (round 2's second accepted lies past its EOS): one
     # point of 2 rounds, and a mean of (1 + 1) / 2
     f = figures.tree_nodes(stats)
