@@ -55,8 +55,11 @@ class Span:
 
     @property
     def tooltip(self) -> str:
-        where = f"round {self.round}, " + (f"draft position {self.position}" if self.position
-                                            else "target's token")
+        """The token's fate, its text (as a tree node's says it: the arrow keys read a token's
+        tooltip out, and without it a screen reader heard whose token, never which), its place and
+        its numbers."""
+        where = f"{shown(self.text)!r}, round {self.round}, " + (f"draft position {self.position}"
+                                                                  if self.position else "target's token")
         if self.p is None and self.q is not None:  # a draft after the round's first refusal
             return (f"{self.fate}: {where}; q(x)={share(self.q)}; never tested: the round stopped at an "
                     "earlier refusal")

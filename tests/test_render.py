@@ -124,9 +124,23 @@ def test_a_long_token_text_from_an_opened_trace_is_clipped_on_the_page():
 
     span = Span("&" * 1000, "accepted", 1, 1, 1, 0.5, 0.5, 1.0)
     for page in (to_html([span]), _chip(span)):
-        assert page.count("&amp;") == SHOWN_TOKEN_CHARS - 1 and len(page) < 1000
+        # the chip's text and its tooltip's, each clipped: 2 x 99 escaped '&'
+        assert page.count("&amp;") == 2 * (SHOWN_TOKEN_CHARS - 1) and len(page) < 2000
         assert "&…</span>" in html.unescape(page)
     assert "&amp;" * 3 in to_html([Span("&&&", "accepted", 1, 1, 1)])  # short texts are whole
+
+
+def test_a_tokens_tooltip_names_the_token_as_a_tree_nodes_does():
+    """The arrow keys read a token's tooltip out (assets/tips.js): "accepted: round 1, draft
+    position 1; ..." told a screen reader whose token it was and never which. It says the text as
+    the page shows it (clipped, bidirectional controls visible), quoted."""
+    from specviz.render import Span
+
+    assert Span("def", "accepted", 7, 1, 1, 0.5, 0.6, 0.5 / 0.6).tooltip == (
+        "accepted: 'def', round 1, draft position 1; p(x)=0.5000  q(x)=0.6000  kept with probability 0.8333")
+    assert Span("\n", "bonus", 8, 3, 0).tooltip == "bonus: '\\n', round 3, target's token"
+    assert Span("a\u202eb", "rejected", 9, 2, 2, None, 0.25).tooltip.startswith(
+        "rejected: 'a⟨U+202E⟩b', round 2, draft position 2; q(x)=0.2500; never tested")
 
 
 def test_token_html_drops_refused_drafts_first_then_counts_the_output_tokens_it_left_out():
@@ -211,7 +225,7 @@ def test_token_views_are_ascii_so_one_emoji_cannot_widen_a_pages_state_fourfold(
     events = [event(round=i, new_tokens=[0], accepted=0) for i in range(1, 11)]
     spans = [Span("😀", "accepted", 0, i, 1) for i in range(1, 11)]
     timeline = timeline_html(spans, RunStats.of(events))
-    assert timeline.isascii() and html.unescape(timeline).count("😀") == 10
+    assert timeline.isascii() and html.unescape(timeline).count("😀") == 20  # each chip and its tooltip
 
 
 def test_bidirectional_controls_are_shown_not_obeyed():
@@ -263,7 +277,7 @@ def test_a_carriage_return_is_shown_as_a_mark_and_breaks_no_line():
     assert "".join(s.text for s in spans) == "x\r\n\ry"  # the output, whole
     for page in (to_html(spans), timeline_html(spans, RunStats.of([crlf]))):
         assert "\r" not in page  # the browser reads each as a line break
-        assert html.unescape(page).count("\u240d") == 2  # ␍, shown
+        assert html.unescape(page).count("\u240d") == 4  # ␍, shown (in each token and its tooltip)
     assert to_html(spans).count("<br>") == 1  # one line break: the CRLF's
 
 
