@@ -72,7 +72,7 @@ from specviz.settings import (
 )
 from specviz.trace import MAX_TRACE_BYTES, loads
 from specviz.treedraft import MAX_BRANCHING, MAX_NODES
-from specviz.untrusted import flag, held_bytes
+from specviz.untrusted import flag, held_bytes, visible_bidi
 from specviz.views import WIDE
 
 ASSETS = Path(__file__).parent / "assets"
@@ -254,8 +254,9 @@ def link_notice(notices: list[str]) -> str:
 
 
 def user_error(e: BaseException) -> gr.Error:
-    """A ValueError's message for any visitor: no server paths, no HTML."""
-    return gr.Error(html.escape(public_message(str(e)), quote=False), print_exception=False)
+    """A ValueError's message for any visitor: no server paths, no HTML, no bidirectional control
+    obeyed (a custom model's name is echoed as typed: its U+202E turned the rest of the toast)."""
+    return gr.Error(html.escape(visible_bidi(public_message(str(e))), quote=False), print_exception=False)
 
 
 def error_outputs(e: gr.Error, n: int, at: int = 0, markdown: bool = True):

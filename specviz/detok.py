@@ -3,24 +3,55 @@
 from __future__ import annotations
 
 _PENDING = "\ufffd"  # what a byte-level tokenizer decodes an unfinished UTF-8 character to
+# An unfinished character has at most 3 of its bytes: one U+FFFD from a byte-level decoder, one a
+# byte from a byte-fallback one (SentencePiece's <0xE4>). Marks before those are invalid bytes.
+_MAX_PENDING = 3
+_MAX_CONTEXT = 64  # context tokens read at most, where the last `window` begin inside a character
+
+
+def _finished(text: str) -> str:
+    """text less the U+FFFDs that an unfinished character at its end may have left."""
+    marks = len(text) - len(text.rstrip(_PENDING))
+    return text[:len(text) - min(marks, _MAX_PENDING)]
 
 
 def token_pieces(tokenizer, context: list[int], ids: list[int], window: int = 8) -> list[str]:
-    """The text each of ids adds after context (same length as ids).
+    """The text each of ids adds after context (same length as ids): the pieces join to the
+    text the whole sequence decodes to, past the context's, no character lost or doubled.
 
-    A token that ends inside a multi-byte character gets "" and the token that completes it
-    carries the whole character. Decoding uses a short window of context so that tokenizers
-    which drop or add leading spaces (SentencePiece) give the spacing the full text has.
+    A token adds the characters it finishes: one that ends inside a multi-byte character adds
+    the text before that character ("" if none), and the token that completes it carries the
+    whole character. Text is decoded from a point a few tokens back (the window), moved on only
+    where a character ends: tokenizers that drop or add leading spaces (SentencePiece) give the
+    spacing the full text has, and a byte-fallback decoder, which marks a whole run of byte tokens
+    U+FFFD until its last character completes, the characters it held.
     """
-    seq = list(context[-window:]) + list(ids)
-    pieces = []
-    for i in range(len(seq) - len(ids), len(seq)):
-        lo = max(0, i - window)
-        before = tokenizer.decode(seq[lo:i], skip_special_tokens=False)
-        after = tokenizer.decode(seq[lo:i + 1], skip_special_tokens=False)
-        if after.endswith(_PENDING):
-            pieces.append("")
-            continue
-        stable = before.rstrip(_PENDING)
-        pieces.append(after[len(stable):] if after.startswith(stable) else after[len(before):])
+    ids, back = list(ids), window
+    while True:  # context that begins inside a character reads as U+FFFD: begin further back
+        seq = list(context[-back:]) + ids
+        start = len(seq) - len(ids)
+        shown = tokenizer.decode(seq[:start], skip_special_tokens=False)
+        if not shown.startswith(_PENDING) or back >= min(len(context), _MAX_CONTEXT):
+            break
+        back *= 2
+    ready = start  # the context's text up to its last finished character, all shown before ids
+    while ready and shown.endswith(_PENDING):
+        ready -= 1
+        shown = tokenizer.decode(seq[:ready], skip_special_tokens=False)
+    lo, ends, pieces = 0, [], []  # ends: where a character ended, for the window to move to
+    for i in range(ready, len(seq)):
+        full = tokenizer.decode(seq[lo:i + 1], skip_special_tokens=False)
+        done = _finished(full)
+        if done.startswith(shown) or not full.endswith(_PENDING):  # (or the decoder rewrote the
+            piece, shown = done[len(shown):], done  # text before: spaces cleaned up before "'t")
+        else:  # a byte-fallback run marked its finished characters too: wait for the run's end
+            piece = ""
+        if i >= start:
+            pieces.append(piece)
+        if not full.endswith(_PENDING):
+            ends.append(i + 1)
+            move = max((e for e in ends if e <= i + 1 - window), default=lo)  # an end `window` back
+            if move - lo > window:
+                lo, ends = move, [e for e in ends if e > move]
+                shown = tokenizer.decode(seq[lo:i + 1], skip_special_tokens=False)
     return pieces

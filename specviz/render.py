@@ -135,12 +135,15 @@ def all_spans(events: Iterable[RoundEvent], tokenizer, prompt_ids: list[int]) ->
 
 
 def to_ansi(spans: list[Span], color: bool = True, marks_only: bool = False) -> str:
-    """The text for a terminal, every token styled by its fate (ANSI; MARKS with marks_only);
-    without color, the output alone (refused drafts left out), for a pipe or a file."""
+    """The text for a terminal, every token styled by its fate (ANSI; MARKS with marks_only) and
+    its control characters shown, not obeyed (visible_bidi: a token's ESC ] 52 set the terminal's
+    clipboard, its ESC [ 2 J cleared the screen); without color, the output alone, as it is
+    (refused drafts left out), for a pipe or a file."""
     if not color:
         return "".join(s.text for s in spans if s.emitted)
     codes = MARKS if marks_only else ANSI
-    return "".join(f"\x1b[{codes[s.fate]}m{s.text}\x1b[0m" if codes.get(s.fate) else s.text for s in spans)
+    return "".join(f"\x1b[{codes[s.fate]}m{visible_bidi(s.text)}\x1b[0m" if codes.get(s.fate)
+                   else visible_bidi(s.text) for s in spans)
 
 
 SHOWN_TOKEN_CHARS = 100  # a token's text on the page; an opened trace may hold up to 1,000

@@ -346,8 +346,9 @@ def node_text(events, spans, tokenizer) -> dict[str, str]:
     """A trace's node_text: {id: text} of every tree-node token of the events that no span shows
     (refused and never-reached candidates), so that an opened trace names them without the
     tokenizer, as the live page did. Each is the token's text alone (token_pieces without
-    context): a token that holds part of a character is "" (the live page shows the character
-    whole on a node that completes it after its branch). Keyed by str(id), as JSON keeps it."""
+    context), less a character it leaves unfinished: a token of part of one is "" (the live page
+    shows the character whole on a node that completes it after its branch). Keyed by str(id), as
+    JSON keeps it."""
     ids = sorted({n.token for e in events for n in e.tree} - {s.token for s in spans})
     return {str(t): token_pieces(tokenizer, [], [t])[0] for t in ids}
 

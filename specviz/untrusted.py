@@ -11,6 +11,7 @@ comparison with it is false); an infinity fails every finite bound, so min/max o
 from __future__ import annotations
 
 import gc
+import unicodedata
 from contextlib import contextmanager
 from itertools import accumulate, islice
 from numbers import Integral, Real
@@ -35,14 +36,26 @@ _BIDI = {c: f"⟨U+{c:04X}⟩" for c in [0x061C, 0x200E, 0x200F, *range(0x202A, 
 
 # C0 controls (but tab and newline, which the views show their own way) and DEL as their Control
 # Pictures (U+2400...): a browser draws a NUL token as nothing, a token no one can point at, and
-# reads every CR as a line break (a CRLF token broke its line twice): ␍
-_CONTROLS = {c: 0x2400 + c for c in range(32) if chr(c) not in "\t\n"} | {0x7F: 0x2421}
+# reads every CR as a line break (a CRLF token broke its line twice): ␍. The C1 controls, which
+# have no pictures, by their code points (a terminal reads U+009B as an escape, as ESC [).
+_CONTROLS = ({c: 0x2400 + c for c in range(32) if chr(c) not in "\t\n"} | {0x7F: 0x2421}
+             | {c: f"⟨U+{c:04X}⟩" for c in range(0x80, 0xA0)})
+
+
+def _draws_nothing(c: str) -> bool:
+    """A format character (zero-width space and joiner, soft hyphen, BOM) or a variation selector."""
+    return unicodedata.category(c) == "Cf" or "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef"
 
 
 def visible_bidi(text: str) -> str:
     """text with every bidirectional control shown as ⟨U+XXXX⟩, so none reorders the page, and
-    every other control character as its Control Picture (␀ for NUL)."""
-    return text.translate(_BIDI).translate(_CONTROLS)
+    every other control character as its Control Picture (␀ for NUL); a text of characters that
+    draw nothing (a token of a zero-width joiner or U+FE0F alone: the Qwen tokenizers have both)
+    as their code points, where it was a token no one could see or point at."""
+    text = text.translate(_BIDI).translate(_CONTROLS)
+    if text and all(map(_draws_nothing, text)):
+        return "".join(f"⟨U+{ord(c):04X}⟩" for c in text)
+    return text
 
 
 def clip(value, n: int = 40) -> str:

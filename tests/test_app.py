@@ -150,6 +150,23 @@ def test_share_link_round_trip(monkeypatch):
         s.check(Limits(), presets.BY_KEY)
 
 
+@pytest.mark.parametrize("prompt", ["中文 🚀 café ñ 👨\u200d👩\u200d👧 e\u0301",
+                                    "<script>x</script>&amp;&lt; a+b=%20#f?",
+                                    "\u202eevil\u2066x\u2069 zw\u200b\ufeff",
+                                    "nul\x00\x1b[31m\x7f cr\r\nlf\n\t\ufffd",
+                                    "🚀" * Limits().max_prompt_chars])
+def test_a_share_links_prompt_of_any_text_opens_as_it_was(prompt):
+    """Through the page's own parsing of its address (Starlette's, bytes as the server gets them),
+    and within the bound app.launch_options puts on a page's query, in bytes: 12 a character."""
+    from starlette.datastructures import QueryParams
+
+    s = RunSettings(pair="tiny", prompt=prompt)
+    query = s.to_query()
+    assert query.isascii() and len(query) <= 12 * Limits().max_prompt_chars + 4096
+    back, notices, run = from_query(QueryParams(query.encode()), RunSettings(), Limits(), {"tiny"})
+    assert back == s and notices == [] and run is False
+
+
 def test_bad_link_parameters_are_ignored_with_notices():
     s, notices, run = from_query({"k": "99", "temperature": "hot", "evil": "1", "run": "1",
                                   "target": "someone/huge-model", "top_p": "nan"},

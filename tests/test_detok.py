@@ -40,3 +40,92 @@ def test_text_the_decoder_rewrites_gives_only_the_new_tokens_part():
 
 def test_special_tokens_in_the_context_are_decoded_as_they_stand():
     assert token_pieces(Words(), [0], [4, 4]) == ["x", "x"]
+
+
+class Cuts:
+    """A byte-level tokenizer of the given byte strings: token i is VOCAB[i]."""
+
+    def __init__(self, *vocab: bytes):
+        self.vocab = vocab
+
+    def decode(self, ids, **_):
+        return b"".join(self.vocab[i] for i in ids).decode("utf-8", "replace")
+
+
+def test_a_token_that_ends_inside_a_character_keeps_the_text_before_it():
+    """The embedded pair's tokenizer (Qwen2.5) writes " 🚀" as " \\xf0\\x9f", "\\x9a", "\\x80" and
+    " ñ" as " \\xc3", "\\xb1": the space went with the unfinished character, and the page read
+    "Hello🚀 world" and "caféñandú"."""
+    tok = Cuts(b"Hello", b" \xf0\x9f", b"\x9a", b"\x80", b" world",
+               b"caf\xc3\xa9", b" \xc3", b"\xb1and\xc3\xba")
+    assert token_pieces(tok, [], [0, 1, 2, 3, 4]) == ["Hello", " ", "", "\U0001f680", " world"]
+    assert token_pieces(tok, [5], [6, 7]) == [" ", "\u00f1and\u00fa"]
+    # a token that completes one character and begins the next (CJK tokens do): a 中 was lost
+    zh = "中中".encode()
+    tok = Cuts(zh[:2], zh[2:4], zh[4:])
+    assert token_pieces(tok, [], [0, 1, 2]) == ["", "中", "中"]
+    assert token_pieces(tok, [0], [1]) + token_pieces(tok, [0, 1], [2]) == ["中", "中"]  # round by round
+
+
+def test_pieces_join_to_the_decoded_text_however_the_tokens_are_cut_and_called():
+    """Random cuts of mixed-script text with invalid bytes among them, read a few tokens at a time
+    (as rounds are) or all at once: the pieces join to the text the whole sequence decodes to."""
+    import random
+
+    rng = random.Random(7)
+    text = "héllo 🚀 中文字符 naïve ✨👨\u200d👩 עברית ok ".encode()
+    for trial in range(400):
+        data = bytearray(text[rng.randrange(len(text)):])
+        for _ in range(trial % 3):  # invalid bytes: a lone continuation, an unfinished lead, 0xFF
+            at = rng.randrange(len(data) + 1)
+            data[at:at] = bytes(rng.choice(b"\x80\xe4\xf0\xff") for _ in range(rng.randrange(1, 9)))
+        cuts = sorted(rng.sample(range(1, len(data)), rng.randrange(len(data) // 2, len(data))))
+        tok = Cuts(*(bytes(data[a:b]) for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)), b"!")
+        ids, pieces = [*range(len(tok.vocab) - 1), len(tok.vocab) - 1], []
+        while len(pieces) < len(ids):
+            n = rng.choice([1, 2, 5, 1000])
+            pieces += token_pieces(tok, ids[:len(pieces)], ids[len(pieces):len(pieces) + n])
+        assert "".join(pieces) == tok.decode(ids), (trial, bytes(data))
+
+
+def test_a_byte_fallback_run_shows_each_character_once():
+    """A byte-fallback decoder (SentencePiece's <0xF0>...) marks a whole run of byte tokens U+FFFD
+    until its last character completes: "🚀" then 中's first byte read as five marks, and the
+    token that finished 中 showed "🚀中", the rocket twice."""
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {f"<0x{b:02X}>": b for b in range(256)} | {"▁ok": 256}
+    sp = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
+    sp.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                    decoders.Strip(" ", 1, 0)])
+
+    class SentencePiece:
+        def decode(self, ids, **_):
+            return sp.decode(ids, skip_special_tokens=False)
+
+    ids = [256, *"🚀中".encode(), 256]
+    assert SentencePiece().decode(ids[:6]) == "ok" + "\ufffd" * 5  # the run, unfinished
+    pieces = token_pieces(SentencePiece(), [], ids)
+    assert pieces == ["ok", "", "", "", "🚀", "", "", "中", " ok"]
+    assert token_pieces(SentencePiece(), ids[:6], ids[6:]) == pieces[6:]  # read after the run's start
+
+
+def test_a_trained_byte_level_tokenizer_whose_tokens_cross_characters_joins_to_its_text():
+    """A byte-level BPE (as GPT-2's, Qwen's and Llama 3's) trained on text of several scripts
+    merges bytes across characters (" \\xe2\\x9c" of " ✨", "\\xe6\\x96" and "\\xa9\\xe5\\xad" of
+    中文字): read a round at a time, the pieces lost the space before ✨ and the 文."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    text = "ship 🚀 go 🚢 now ✨ and 😀 then 中文字符 naïve café ñandú"
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator([text] * 50, trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe)
+    ids = tok.encode(text)
+    assert any(p == "" for p in token_pieces(tok, [], ids))  # tokens that end inside a character
+    for n in (1, 2, 3, len(ids)):  # a round at a time, of n tokens
+        pieces = sum((token_pieces(tok, ids[:at], ids[at:at + n]) for at in range(0, len(ids), n)), [])
+        assert "".join(pieces) == text and len(pieces) == len(ids)

@@ -1514,3 +1514,14 @@ def test_picking_the_pages_own_pair_again_sets_its_chat_switch_back(model_dirs):
     changed = handler(built, "pair_changed")
     assert changed("gpt2") == {"__type__": "update", "value": False}
     assert changed("command-line") == {"__type__": "update", "value": True}
+
+
+def test_an_error_that_echoes_a_visitors_text_obeys_none_of_its_controls():
+    """A custom model's name is echoed as typed ("GGUF file x.gguf does not exist"): its U+202E
+    turned the rest of the error's toast around; the status beside it already showed it."""
+    import app
+
+    error = app.user_error(ValueError("GGUF file a\u202efudg.exe does not exist: check the path"))
+    assert error.message == "GGUF file a⟨U+202E⟩fudg.exe does not exist: check the path"
+    said = "⚠ GGUF file a\u202efudg.exe does not exist: check the path"
+    assert app.error_outputs(error, 1) == markdown_text(said)  # the status, as before

@@ -315,3 +315,49 @@ def test_a_control_character_token_is_shown_as_its_control_picture():
     assert "\u2400" in page and "a\u241b[31m" in page and "\u2421" in page
     assert not any(chr(c) in page for c in [*range(9), *range(11, 13), *range(14, 32), 0x7F])
     assert _chip_text("\x00") == "\u2400" and _chip_text("\t") == "⇥"
+
+
+def test_a_character_split_at_a_rounds_accepted_and_refused_drafts_is_shown_once_whole():
+    """Qwen2.5 writes " 🚀" as " \\xf0\\x9f", "\\x9a", "\\x80": a round that kept the first two and
+    refused a draft that would have finished another emoji, then took the target's "\\x80". The
+    kept draft's space was lost ("Hi🚀"); the refused draft shows what it would have written."""
+    from test_detok import Cuts
+
+    from specviz.render import all_spans
+
+    tok = Cuts(b"Hi", b" \xf0\x9f", b"\x9a", b"\x98", b"\x80", b"!")
+    e1 = event(round=1, k=3, draft_tokens=[1, 2, 3], accepted=2, token=4, kind="recovered",
+               new_tokens=[1, 2, 4], target_probs=[1.0, 1.0, 0.0], draft_probs=[1.0] * 3)
+    e2 = event(round=2, k=0, draft_tokens=[], accepted=0, token=5, kind="bonus", new_tokens=[5],
+               target_probs=[], draft_probs=[])
+    spans = all_spans([e1, e2], tok, [0])
+    assert [(s.text, s.fate) for s in spans] == [(" ", "accepted"), ("", "accepted"), ("🚀", "recovered"),
+                                                 ("\U0001f698", REJECTED), ("!", "target")]
+    assert "".join(s.text for s in spans if s.emitted) == tok.decode([1, 2, 4, 5])
+
+
+def test_a_token_of_characters_that_draw_nothing_is_shown_by_its_code_points():
+    """Qwen2.5 has tokens of a zero-width joiner (👨‍👩‍👧), of U+FE0F (❤️), of a soft hyphen and a
+    zero-width space: each drew as nothing, a token no one could see or point at; a C1 control
+    (U+009B reads as ESC [ in a terminal) likewise. Inside a token with other text they stay."""
+    from specviz import treeview
+    from specviz.render import Span, to_html
+
+    texts = ["\u200d", "\ufe0f", "\u00ad", "\u200b\u2060", "\x85", "👨\u200d", "❤\ufe0f"]
+    page = html.unescape(to_html([Span(t, "accepted", i, 1, 1) for i, t in enumerate(texts)]))
+    shown = re.findall(r'data-round="1">(.*?)</span>', page)
+    assert shown == ["⟨U+200D⟩", "⟨U+FE0F⟩", "⟨U+00AD⟩", "⟨U+200B⟩⟨U+2060⟩", "⟨U+0085⟩",
+                     "👨\u200d", "❤\ufe0f"]
+    assert treeview._chip_text("\u200d") == "⟨U+200D⟩" and treeview._chip_text("a\u200db") == "a\u200db"
+
+
+def test_a_terminal_shows_a_tokens_escape_sequences_and_a_pipe_gets_them_as_written():
+    """The CLI wrote a token's ESC ] 52 (set the clipboard) or ESC [ 2 J (clear the screen) to the
+    terminal, which obeyed it."""
+    from specviz.render import Span, to_ansi
+
+    spans = [Span("\x1b]52;c;aGk=\x07", "accepted", 1, 1, 1), Span("\x1b[2J\u202e", "target", 2, 1, 0)]
+    shown = to_ansi(spans)
+    assert shown == "\x1b[32m\u241b]52;c;aGk=\u2407\x1b[0m\u241b[2J⟨U+202E⟩"
+    assert to_ansi(spans, marks_only=True) == "\u241b]52;c;aGk=\u2407\u241b[2J⟨U+202E⟩"
+    assert to_ansi(spans, color=False) == "\x1b]52;c;aGk=\x07\x1b[2J\u202e"  # the output, as it is
