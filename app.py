@@ -516,7 +516,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             f = view.figures
             plots = [gr.update(value=f[name], visible=True) if name in f else gr.skip()
                      for name in ("tree_nodes", "tree_chain")]
-            return [view.tree_html, slider, gr.update(value=view.tree_overview, visible=True), *plots]
+            overview = gr.update(visible=True) if view.tree_overview is None else \
+                gr.update(value=view.tree_overview, visible=True)  # None: the page keeps its own
+            return [view.tree_html, slider, overview, *plots]
 
         def status_only(status: str) -> tuple:
             return (status, *(gr.skip() for _ in outputs[1:]))
@@ -532,8 +534,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             plots = [f.get(name, gr.skip()) for name in
                      ("tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time")]
             final = view.trace is not None if final is None else final
+            timeline = gr.skip() if view.timeline_html is None else view.timeline_html  # as the plots
             return (view.status, view.text_html, view.verdict_html, view.stats_html,
-                    view.timeline_html, *plots, *tree_outputs(view, final), key)
+                    timeline, *plots, *tree_outputs(view, final), key)
 
         def job_limits(kind: str, *args) -> Limits:
             """limits, with the job's clock inside the GPU time it asked for on ZeroGPU (the time a
@@ -941,8 +944,12 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # a flood of uploads delays other uploads, not the k explorer or the tree playback.
         explore_inputs = [ex_k, ex_adaptive, ex_profile, last]
         views = dict(api_name=False, preprocess=False, concurrency_limit=1, concurrency_id="views")
+        # always_last: a drag of k sends an input at each step, and under Gradio's default for an
+        # input ("once") those sent while one was computed were dropped, the drag's last among them:
+        # the explorer then showed another k than its slider (.change is always_last already)
         for trigger in (ex_k.input, ex_adaptive.change, ex_profile.change):
-            trigger(explore, explore_inputs, [ex_numbers, ex_text, ex_plot], **views)
+            trigger(explore, explore_inputs, [ex_numbers, ex_text, ex_plot], trigger_mode="always_last",
+                    **views)
         last.change(explorer_k, last, ex_k, **views).then(
             explore, explore_inputs, [ex_numbers, ex_text, ex_plot], **views)
         tree_slider.input(play_tree, [tree_slider, last], [tree_view, tree_overview],

@@ -13,6 +13,7 @@ import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 
 import torch
 
@@ -48,7 +49,7 @@ from .views import implausible_race, stats_html, timeline_html, verdict_html
 class View:
     status: str
     text_html: str = ""
-    timeline_html: str = ""
+    timeline_html: str | None = ""  # None: the page keeps the one it has (a streaming view: _view)
     stats_html: str = ""
     verdict_html: str = ""
     figures: dict = field(default_factory=dict)
@@ -58,7 +59,7 @@ class View:
     trace: Trace | None = None
     tree_html: str = ""  # a round's token tree (or the note that chain runs have none)
     tree_round: int = 0  # which: the last while a run streams, the fullest once it is kept
-    tree_overview: str = ""  # every round of a tree run on one line
+    tree_overview: str | None = ""  # every round of a tree run on one line (None: as timeline_html)
     chain: RunStats | None = None  # a tree run's comparison: the chain drafter at the same k
 
     @property
@@ -300,23 +301,57 @@ def warm_up(pair: Pair, k: int = RunSettings.k) -> None:
                   k=k if compiled else 2, max_new_tokens=3))
 
 
-PLOT_SECONDS = 1.0  # while a run streams, rebuild the plots at most this often (each costs ~0.1 s)
-# ... and send the page a view at most this often: each is the whole text and timeline again
-# (Gradio's diff finds no common prefix), 62 MiB for a 200-round run sent a view a round
+# While a run streams, rebuild the plots, the round timeline and the tree overview (each sent
+# whole) at most this often, and no more often than keeps their cost within RENDER_SHARE of the
+# job's time, yet at least every PLOT_SECONDS_MAX (one slow rebuild, the process's first, must not
+# stop them). A 512-token run's plots took 0.3-0.5 s on a shared 2-core CPU: once a second, a run
+# at 0.3 s a round spent 146 s rendering views beside its 244 s of rounds, all on the job's clock.
+PLOT_SECONDS, PLOT_SECONDS_MAX = 1.0, 5.0
+RENDER_SHARE = 0.1
+# ... and send the page a view at most this often: its text grows by appending (Gradio's stream
+# sends only what is added), its counters and round tree are small. Each view was the whole text
+# and timeline again (Gradio's diff finds no common prefix): 62 MiB for a 200-round run a view a
+# round; at this pace still 83 MiB for a 512-token run at 0.3 s a round, now 15 MiB
 VIEW_SECONDS = 0.25
 
 
+class _Parts:
+    """What only the speculative run's rounds change in a view (its token text, timeline and tree
+    views), made once for each number of its rounds and spans: the baseline's and the chain's views
+    (four a second, for minutes on a CPU) rendered them again, unchanged, each time."""
+
+    def __init__(self):
+        self.key, self.made = None, {}
+
+    def get(self, key: tuple, name: tuple, make, once: bool = False):
+        """The part `name` at `key` (the speculative run's spans and rounds), made the first time it
+        is asked for; with once, None every later time (the page has it: a part that Gradio sends
+        whole, the timeline, went again with every refresh of the plots)."""
+        if key != self.key:
+            self.key, self.made = key, {}
+        if name in self.made:
+            return None if once else self.made[name]
+        self.made[name] = made = make()
+        return made
+
+
 def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, plots=True, chain=None,
-          k=None, pieces_of=None, kept=False) -> View:
-    """plots=False leaves View.figures empty: the page keeps the plots it shows. kept: the run is
-    over, and its tree panel opens on its fullest round (treeview.fullest_round)."""
+          k=None, pieces_of=None, kept=False, parts: _Parts | None = None) -> View:
+    """plots=False leaves View.figures empty and the timeline and tree overview None: the page keeps
+    those it shows. kept: the run is over (until then its text is left growing: render.to_html, and
+    the timeline and overview are None where this run's parts sent them already), and its tree
+    panel opens on its fullest round (treeview.fullest_round). parts: the run's _Parts."""
     number = treeview.fullest_round(spec.events) if kept else len(spec.events)
-    tree_html, overview = treeview.tree_views(spec.events, pieces_of or token_text(pair.tokenizer),
-                                              number, greedy=greedy)
-    return View(status, to_html(spans), timeline_html(spans, spec), stats_html(spec, base, chain),
-                verdict_html(comparison, pair.tokenizer, greedy),
+    parts = parts or _Parts()
+    made = partial(parts.get, (len(spans), len(spec.events)))
+    trees = made(("trees", number), lambda: treeview.tree_views(
+        spec.events, pieces_of or token_text(pair.tokenizer), number, greedy=greedy))
+    timeline = made(("timeline",), lambda: timeline_html(spans, spec), once=not kept) if plots else None
+    overview = made(("overview", number), lambda: trees[1], once=not kept) if plots else None
+    return View(status, made(("text", kept), lambda: to_html(spans, growing=not kept)), timeline,
+                stats_html(spec, base, chain), verdict_html(comparison, pair.tokenizer, greedy),
                 all_figures(spec, base, chain, k) if plots else {}, spec, base, comparison, None,
-                tree_html, number, overview, chain)
+                trees[0], number, overview, chain)
 
 
 def token_text(tokenizer=None, spans: tuple[Span, ...] | list[Span] = (), vocab_size: int | None = None,
@@ -418,17 +453,24 @@ def explorer_refusal(trace: Trace | None, opened: bool = False) -> str | None:
 
 
 class _Every:
-    """True at most once per `seconds` (and on the first call)."""
+    """True at most once per `seconds` (and on the first call). With `share`, the wait after a True
+    is also at least what took() says the work it let through cost, over share (that work then
+    takes at most that share of the time), up to `longest`."""
 
-    def __init__(self, seconds: float):
-        self.seconds, self.last = seconds, -float("inf")
+    def __init__(self, seconds: float, share: float | None = None, longest: float = float("inf")):
+        self.seconds, self.share, self.longest = seconds, share, longest
+        self.wait, self.last = seconds, -float("inf")
 
     def __call__(self) -> bool:
         now = time.monotonic()
-        if now - self.last < self.seconds:
+        if now - self.last < self.wait:
             return False
         self.last = now
         return True
+
+    def took(self, seconds: float) -> None:
+        if self.share:
+            self.wait = max(self.seconds, min(seconds / self.share, self.longest))
 
 
 def _prompt_ids(pair: Pair, s: RunSettings, limits: Limits) -> list[int]:
@@ -465,9 +507,20 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     greedy = s.temperature == 0
     models = pair_models(pair)
     pieces_of = token_text(pair.tokenizer)  # one memo for the run's tree views
-    views = dict(greedy=greedy, k=s.k, pieces_of=pieces_of)
-    events, spans, context, plots = [], [], list(prompt_ids), _Every(PLOT_SECONDS)
+    views = dict(greedy=greedy, k=s.k, pieces_of=pieces_of, parts=_Parts())
+    events, spans, context = [], [], list(prompt_ids)
     shown = _Every(VIEW_SECONDS)  # the rounds between two views show in the next
+    plots = _Every(PLOT_SECONDS, RENDER_SHARE, PLOT_SECONDS_MAX)
+
+    def live(status: str, spec: RunStats, base=None, comparison=None) -> View:
+        """A view while the job streams: the plots, timeline and overview only when `plots` lets
+        them be made again, paced by what they cost (time.perf_counter: a test's clock may move
+        time.monotonic at each read)."""
+        heavy, started = plots(), time.perf_counter()
+        view = _view(status, pair, spans, spec, base, comparison, plots=heavy, **views)
+        if heavy:
+            plots.took(time.perf_counter() - started)
+        return view
 
     def kept(rounds, baseline=(), recording=None, chain=()) -> Trace:
         """The run's trace as far as it went (spans: every round shown so far)."""
@@ -496,8 +549,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                                 **views), trace=trace)
             return
         if shown():
-            yield _view(f"Speculative run: round {event.round}", pair, spans, RunStats.of(events),
-                        plots=plots(), **views)
+            yield live(f"Speculative run: round {event.round}", RunStats.of(events))
     spec, key = RunStats.of(events), store.baseline_key(pair, s, prompt_ids)
     if s.proposer == "draft":  # this run is what a tree run at this k compares with: keep it
         store.chains.put(store.chain_key(pair, s, prompt_ids), spec.events, time.time())
@@ -522,8 +574,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                 continue
             if shown():
                 made = f"{event.round} token{'s' * (event.round > 1)}"
-                yield _view(f"Baseline (target alone): {made}", pair, spans, spec, RunStats.of(base_events),
-                            plots=plots(), **views)
+                yield live(f"Baseline (target alone): {made}", spec, RunStats.of(base_events))
         store.baselines.put(key, tuple(base_events), time.time())
         note = ""
     else:
@@ -562,8 +613,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                     continue
                 chain_events.append(event)
                 if shown():
-                    yield _view(f"Chain drafter at k={s.k}, for the comparison: round {event.round}",
-                                pair, spans, spec, base, result, plots=plots(), **views)
+                    yield live(f"Chain drafter at k={s.k}, for the comparison: round {event.round}",
+                               spec, base, result)
             else:
                 store.chains.put(key, tuple(chain_events), time.time())
                 chain = RunStats.of(chain_events)

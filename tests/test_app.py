@@ -614,6 +614,44 @@ def test_a_spaces_signed_address_opens_without_a_notice():
 DONE_JS = "(document.querySelector('#status')?.innerText || '').startsWith('Done')"
 
 
+# each change of the token view: [views of tokens, tokens, tokens inside a view of tokens]
+WATCH_TOKENS_JS = """() => { window.specvizSeen = []; const root = document.querySelector('#tokens');
+  new MutationObserver(() => window.specvizSeen.push([root.querySelectorAll('.specviz-text').length,
+    root.querySelectorAll('.tok').length, root.querySelectorAll('.specviz-text .tok').length]))
+    .observe(root, {childList: true, subtree: true}); }"""
+
+
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
+def test_browser_a_streaming_runs_open_text_grows_as_one_view_of_tokens(app_url, model_dirs, monkeypatch):
+    """While a run streams its token text is left open (render.to_html's growing: each view the
+    last one and the tokens added, which Gradio's stream sends as an append): the browser shows
+    one view of tokens throughout, every token inside it, and ends on the finished run's tokens."""
+    from playwright.sync_api import sync_playwright
+
+    from specviz.service import ModelStore, run_views
+
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)  # every round a view
+    settings = dict(k=2, max_new_tokens=80, temperature=1, seed=3)
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
+    run = RunSettings(pair="tiny", chat=False, prompt="def f", dtype="float32", **settings)
+    spans = list(run_views(store, run, Limits()))[-1].trace.spans
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(app_url + "?pair=tiny&dtype=float32&prompt=def+f&"
+                  + "&".join(f"{name}={value}" for name, value in settings.items()))
+        page.wait_for_selector("#run", timeout=60_000)
+        page.evaluate(WATCH_TOKENS_JS)
+        page.click("#run")
+        page.wait_for_function(DONE_JS, timeout=120_000)
+        seen = page.evaluate("() => window.specvizSeen")
+        browser.close()
+    grown = [tokens for views, tokens, inside in seen if tokens]
+    assert len(set(grown)) > 10 and grown == sorted(grown), grown  # the text grew, view by view
+    assert all(views == 1 and inside == tokens for views, tokens, inside in seen if tokens), seen
+    assert grown[-1] == len(spans)
+
+
 @pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
 def test_browser_the_arrow_keys_go_on_from_the_token_tapped(app_url):
     """A tap (or a click) on a token in the middle of the text, then the arrow key: the details of

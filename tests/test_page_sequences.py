@@ -96,3 +96,50 @@ def test_a_run_stopped_while_its_pair_loads_leaves_the_last_run_whole(demo):
     assert after["last"] is before["last"] and after["tree_chain"] is before["tree_chain"]
     for name in ("text", "verdict", "stats", "timeline"):
         assert after[name] == before[name], f"{name}: {str(after[name])[:80]!r}"
+
+
+def test_a_streamed_run_sends_its_text_as_appends_and_the_page_ends_on_the_whole_run(demo, monkeypatch):
+    """Through Gradio's own stream (each output postprocessed, then diffed against the last by
+    Blocks.handle_streaming_diffs): the token text goes as appends, so a run's text costs about
+    its final size, not a copy a view (3.4 MiB against 0.5 for 128 tokens a view a round); the
+    timeline, tree overview and plots come with the plots' refreshes, and the page then shows
+    what the finished run shows."""
+    import asyncio
+    import json
+
+    from gradio.state_holder import SessionState
+
+    from specviz import service
+
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)  # every round a view
+    outs = list(handler(demo, "run")(page_request("appends"), None,
+                                     *args(proposer="tree", nodes=6, branching=2, max_new_tokens=60)))
+    page = Page()
+    for out in outs:
+        page.apply(out)
+    for name in ("text", "stats", "timeline", "tree", "tree_overview", "tokens_per_pass", "tree_chain"):
+        last = outs[-1][SHOWN.index(name)]
+        assert page.props[name]["value"] == (last["value"] if isinstance(last, dict) else last), name
+    first = next(i for i, out in enumerate(outs) if isinstance(out[1], str))  # the first with a run
+    skipped = [out[SHOWN.index("timeline")] == gr.skip() for out in outs[first:-1]]
+    assert any(skipped) and not all(skipped)
+    fn, state, text, edits = next(f for f in demo.fns.values() if f.name == "run"), SessionState(demo), 1, []
+    sent = [asyncio.run(demo.postprocess_data(fn, list(out), state)) for out in outs]  # (takes updates'
+    for data in sent:  # values out of them)
+        edits.append(demo.handle_streaming_diffs(fn, list(data), "appends", "run", final=False)[text])
+    demo._pop_run_diffs("appends", "run")
+    assert len(outs) - first > 30 and sent[first][text] == edits[first][0][2]  # the whole text once
+    later = [edit for step in edits[first + 1:] for edit in step]
+    assert later and {kind for kind, _, _ in later} == {"append"}
+    final = sent[-1][text]
+    assert final.endswith("</div>") and len(json.dumps(edits[first:])) < 1.5 * len(final)
+    assert sum(len(data[text]) for data in sent[first:]) > 10 * len(final)  # what went before
+
+
+def test_a_drag_of_the_k_explorers_slider_or_the_playbacks_ends_on_the_value_it_left(demo):
+    """A slider's drag sends an input at each step, and Gradio drops those sent while the last one
+    is computed under its default for an input ("once"), the drag's last among them: the k
+    explorer showed another k than its slider. Both sliders' inputs run the last one sent."""
+    dragged = {fn.name: fn.trigger_mode for fn in demo.fns.values() if fn.name in ("explore", "play_tree")
+               and any(event == "input" for _, event in fn.targets)}
+    assert dragged == {"explore": "always_last", "play_tree": "always_last"}

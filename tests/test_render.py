@@ -162,6 +162,26 @@ def test_token_html_drops_refused_drafts_first_then_counts_the_output_tokens_it_
     assert cut.count('class="tok accepted"') == 3 and "&#8230; 2 more output tokens not shown" in cut
 
 
+def test_a_growing_token_text_is_the_start_of_every_later_one_and_of_the_closed_one():
+    """While a run streams its text is left open (no closing tag, no notes), so that each view
+    begins with the one before and Gradio's stream sends only the tokens added: closed, the last
+    view's `</div>` made every view a new string, sent whole (35 MiB of a 512-token run's stream).
+    The finished run's text is closed, and the browser reads the open one as the same element."""
+    from specviz.render import Span, span_html, to_html
+
+    spans = [Span(f"t{i}", "accepted" if i % 3 else "rejected", i, i // 4 + 1, i % 4) for i in range(40)]
+    views = [to_html(spans[:n], growing=True) for n in range(0, 41, 5)]
+    assert all(later.startswith(earlier) for earlier, later in zip(views, views[1:], strict=False))
+    closed = to_html(spans)
+    assert closed == views[-1] + "</div>" and "</div>" not in views[-1] and views[-1].count("<div") == 1
+    # past the budget the refused drafts go, and the notes wait for the closed text
+    one = len(span_html(spans[1]))
+    over = to_html(spans, budget=30 * one, growing=True)
+    assert 'class="tok rejected"' not in over and "not shown" not in over and "specviz-more" not in over
+    closed = to_html(spans, budget=30 * one)
+    assert closed.startswith(over + "</div>") and "refused drafts not shown" in closed
+
+
 def test_the_timeline_counts_every_round_it_leaves_out():
     from specviz.metrics import RunStats
     from specviz.views import timeline_html

@@ -225,6 +225,92 @@ def test_views_stream_at_most_four_a_second_of_the_run(store, monkeypatch):
     assert rounds == 80 and 3 <= len(views) <= rounds / 2
 
 
+def test_the_plots_wait_ten_times_what_they_cost_between_one_and_five_seconds(monkeypatch):
+    """A 512-token run's plots (and the timeline and tree overview beside them) took 0.3-0.5 s on a
+    shared 2-core CPU, rebuilt once a second while the job's clock ran. Each rebuild now waits its
+    cost over RENDER_SHARE (0.1), at least PLOT_SECONDS (1 s) and at most PLOT_SECONDS_MAX (5 s:
+    one slow rebuild, the process's first, must not stop them)."""
+    now = [0.0]
+    monkeypatch.setattr(service, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    plots = service._Every(service.PLOT_SECONDS, service.RENDER_SHARE, service.PLOT_SECONDS_MAX)
+    assert (service.PLOT_SECONDS, service.RENDER_SHARE, service.PLOT_SECONDS_MAX) == (1.0, 0.1, 5.0)
+    shown = []
+    for at, cost in ((0.0, 0.3), (2.9, None), (3.0, 0.01), (3.9, None), (4.0, 2.0), (8.9, None), (9.0, None)):
+        now[0] = at
+        shown.append(plots())
+        if cost is not None:
+            plots.took(cost)
+    assert shown == [True, False, True, False, True, False, True]
+    views = service._Every(service.VIEW_SECONDS)  # no share: what a view cost changes nothing
+    assert views()
+    views.took(10.0)
+    now[0] += service.VIEW_SECONDS
+    assert views()
+
+
+def test_a_streaming_run_paces_its_plots_by_what_they_cost(store, monkeypatch):
+    """A view every round, against a clock that moves 0.1 s at each read, and plots that cost
+    0.01 s (rebuilt every second), 0.3 s (every 3 s) or 2 s (every 5 s): the plots of the 80 rounds
+    of a 40-token run and its baseline come less than half as often at 0.3 s, yet still at 2 s."""
+    import itertools
+
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=1,
+                    proposer="none")
+    store.get(s)
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
+    plotted = {}
+    for cost in (0.01, 0.3, 2.0):
+        store.baselines = service.Baselines()
+        clock_of_seconds(monkeypatch, 0.1)
+        reads = itertools.count()  # a render: two reads, `cost` apart
+        monkeypatch.setattr(service.time, "perf_counter", lambda cost=cost, reads=reads: cost * next(reads))
+        *streamed, last = run_views(store, s, Limits())
+        assert len(streamed) == 80 and last.figures and last.timeline_html
+        plotted[cost] = sum(bool(v.figures) for v in streamed)
+    assert plotted[0.01] >= 2 * plotted[0.3] and plotted[0.3] > plotted[2.0] >= 3, plotted
+
+
+def test_a_streaming_view_sends_what_changed_and_the_last_one_the_whole_run(store, monkeypatch):
+    """Streamed, the token text grows (each view begins with the last: Gradio sends what is added),
+    the timeline and tree overview come with the plots and only where the speculative run changed
+    since they were last sent (the baseline's and the chain's views sent them again, unchanged,
+    with every refresh of the plots); the last view holds every part whole, as a run that rebuilt
+    everything every round ends, and the text as an opened trace shows it."""
+    from specviz.render import to_html
+    from specviz.views import timeline_html
+
+    s = tree_settings(max_new_tokens=24)
+    store.get(s)
+    runs = {}
+    for every in (False, True):
+        monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
+        if every:  # the plots, timeline and overview every round too
+            monkeypatch.setattr(service, "PLOT_SECONDS", 0.0)
+            monkeypatch.setattr(service, "RENDER_SHARE", None)
+        store.baselines, store.chains = service.Baselines(), service.Baselines()
+        runs[every] = list(run_views(store, s, Limits()))
+    *streamed, last = runs[False]
+    streamed = [v for v in streamed if v.spec is not None]  # (not a load's or a prompt's reading)
+    assert len(streamed) > 20 and last.trace is not None and last.chain is not None
+    texts = [v.text_html for v in streamed]
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))
+    assert last.text_html == to_html(list(last.trace.spans)) == texts[-1] + "</div>"
+    for name in ("timeline_html", "tree_overview"):
+        sent = [getattr(v, name) for v in streamed if getattr(v, name) is not None]
+        assert 1 <= len(sent) < len(streamed) and all(a != b for a, b in zip(sent, sent[1:], strict=False))
+        assert all((getattr(v, name) is None) >= (not v.figures) for v in streamed)  # only with plots
+    spec_rounds = len(last.spec.events)
+    assert sum(v.timeline_html is not None for v in runs[True][:-1] if v.spec) == spec_rounds  # each once
+    assert last.timeline_html == timeline_html(list(last.trace.spans), last.spec)
+    whole = runs[True][-1]
+    for name in ("text_html", "timeline_html", "tree_html", "tree_overview", "tree_round"):
+        assert getattr(last, name) == getattr(whole, name), name
+    assert set(last.figures) == set(whole.figures) == {"tokens_per_pass", "cumulative", "acceptance",
+                                                       "k_prediction", "time", "tree_nodes", "tree_chain"}
+    for name in ("tokens_per_pass", "acceptance", "tree_nodes", "tree_chain"):  # (no timings in them)
+        assert last.figures[name].to_plotly_json() == whole.figures[name].to_plotly_json(), name
+
+
 def test_the_job_time_budget_is_counted_in_seconds(store, monkeypatch):
     """A budget of 20 s against a clock that moves a second at each read: a 40-token run (40
     rounds of the target alone) and a 20-sample check both stop inside it. A budget scaled by 60
