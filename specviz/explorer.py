@@ -30,6 +30,7 @@ from .verifycost import VERIFY_SLOPE, fit_line
 
 EXPLORER_PROPOSERS = ("draft", "ngram")
 CURVE_KS = range(1, 17)  # the k explorer's curve
+RECORD_ROWS = 64  # output positions whose draft logits record() reads in float32 at a time
 
 
 @dataclass(frozen=True)
@@ -164,9 +165,11 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
                              "replay it")
         ids = torch.tensor([prompt_ids + output[:-1]], device=pair.device)
         logits = pair.draft(input_ids=ids, logits_to_keep=len(output)).logits[0]  # [n, vocab+]
-        logits = logits[:, : pair.vocab_size].float()  # [n, vocab]
-        guesses = logits.argmax(-1).tolist()
-        confidences = logits.softmax(-1).amax(-1).tolist()
+        for rows in logits.split(RECORD_ROWS):  # float32 copies of a block at a time: a 151,936-id
+            # vocabulary's whole output in float32, and its softmax, were 0.6 GB at 512 tokens
+            rows = rows[:, : pair.vocab_size].float()  # [<= RECORD_ROWS, vocab]
+            guesses += rows.argmax(-1).tolist()
+            confidences += rows.softmax(-1).amax(-1).tolist()
         for i, token in run_drafts(stats.events).items():  # what the run's own passes drafted there
             if i < len(guesses):
                 guesses[i] = token

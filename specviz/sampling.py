@@ -14,6 +14,7 @@ import torch
 from .untrusted import real, whole
 
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 100.0
+TOP_P_CANDIDATES = 1024  # on a CPU, the tokens a top-p cut is first looked for among (process)
 
 
 @dataclass(frozen=True)
@@ -71,15 +72,42 @@ def process(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]  # [..., 1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if params.top_p < 1.0:
-        # stable: where the cut falls among tied logits (bfloat16 ties often), the lowest ids stay,
-        # whatever the batch; an unstable sort's order of ties can change with a pass's width (a
-        # verify pass's rows against the target alone's one row)
-        sorted_logits, order = torch.sort(logits, stable=True, dim=-1, descending=True)
-        sorted_probs = sorted_logits.softmax(-1)
-        mass_before = sorted_probs.cumsum(-1) - sorted_probs  # [..., vocab]
-        drop = mass_before >= params.top_p  # [..., vocab]
-        drop[..., 0] = False  # the first token is never dropped (a top_p below float32's
-        # smallest number, say 1e-300, compares as 0 with the first token's mass before it, 0)
-        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+        rows = logits.reshape(-1, logits.shape[-1])  # [n, vocab]
+        # a CPU sorts a whole vocabulary slowly (the embedded pair's 151,936 ids: 10-100 ms a row
+        # on 2 cores, as much as a draft pass, for every drafted token and verified row): there the
+        # cut is first looked for among each row's top TOP_P_CANDIDATES, and only a row whose cut
+        # lies past them is sorted; elsewhere every row is, as that check would cost a host sync
+        vocab = rows.shape[-1]
+        m = min(TOP_P_CANDIDATES, vocab) if logits.device.type == "cpu" else vocab
+        keep, short = _nucleus(rows, params.top_p, m)
+        if m < vocab and bool(short.any()):  # a flat row's cut lies past them: sort all of it
+            keep[short] = _nucleus(rows[short], params.top_p, vocab)[0]
+        logits = logits.masked_fill(~keep.view(logits.shape), float("-inf"))
     return logits.softmax(-1)
 
+
+def _nucleus(rows: torch.Tensor, top_p: float, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(keep [n, vocab], short [n]) for logits rows [n, vocab] (float32): the tokens top-p keeps,
+    looking for the cut among each row's m largest logits. The tokens in descending order of
+    logit, tied ones by ascending id (a stable sort's order: where the cut falls among tied logits,
+    the lowest ids stay, whatever the batch; an unstable sort's order of ties can change with a
+    pass's width, a verify pass's rows against the target alone's one row), are kept while the
+    mass before each is below top_p, the first one always (a top_p below float32's smallest
+    number, say 1e-300, compares as 0 with the first token's mass before it, 0). short: the rows
+    whose cut lies past their top m (m < vocab), whose keep is not set.
+
+    Only the values of the top m are read, never their order among ties: the count kept gives
+    the last kept logit, and the kept tokens are those above it and, of those tied at it, the
+    lowest ids that make up the count."""
+    values = rows.topk(m, dim=-1).values  # [n, m], descending
+    top = values[:, :1]  # [n, 1]
+    probs = (values - top).exp() / (rows - top).exp().sum(-1, keepdim=True)  # [n, m]: softmax's
+    before = probs.cumsum(-1) - probs  # [n, m]: the mass before each
+    drop = before >= top_p
+    drop[:, 0] = False
+    kept = torch.where(drop.any(-1), drop.int().argmax(-1), m)  # [n]: tokens kept (m: maybe more)
+    short = (kept == m) & (m < rows.shape[-1])
+    last = values.gather(-1, (kept - 1)[:, None])  # [n, 1]: the last kept logit
+    above = (values > last).sum(-1, keepdim=True)  # [n, 1]: kept above it (all among the top m)
+    tied = rows == last  # [n, vocab]
+    return (rows > last) | tied & (tied.cumsum(-1) <= kept[:, None] - above), short

@@ -3,6 +3,7 @@
 import math
 
 import pytest
+import torch
 
 import specviz
 from specviz import explorer
@@ -505,6 +506,35 @@ def test_a_padded_drafts_guesses_and_confidences_are_over_the_vocabulary(model_d
     best = seen[0].softmax(-1).amax(-1)
     assert [rec.guesses[i] for i in undrafted] == [int(seen[0][i].argmax()) for i in undrafted]
     assert rec.confidences == pytest.approx(best.tolist())
+
+
+def test_record_reads_the_drafts_logits_a_block_of_rows_at_a_time(pair, monkeypatch):
+    """The embedded pair's 151,936 ids: the draft's logits over a 512-token output were a 0.3 GB
+    float32 copy and as much again for its softmax, at once. record() reads RECORD_ROWS positions at
+    a time, and records the guesses and confidences a read of them all gives."""
+    measured = real(pair, "draft", 4, n=24)
+    forward, seen = pair.draft.forward, []
+
+    def kept(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        seen.append(out.logits[0, :, : pair.vocab_size].float().clone())
+        return out
+
+    softmax, read = torch.Tensor.softmax, []
+
+    def counted(self, *args, **kwargs):
+        if self.dim() == 2 and self.shape[-1] == pair.vocab_size:
+            read.append(self.shape[0])
+        return softmax(self, *args, **kwargs)
+
+    monkeypatch.setattr(pair.draft, "forward", kept)
+    monkeypatch.setattr(explorer, "RECORD_ROWS", 5)
+    monkeypatch.setattr(torch.Tensor, "softmax", counted)
+    rec = explorer.record(pair, pair.encode(PROMPT), measured, "draft", max_new_tokens=24)
+    assert read == [5, 5, 5, 5, 4]  # 24 positions, 5 at a time
+    assert rec.confidences == softmax(seen[0], -1).amax(-1).tolist()
+    undrafted = sorted(set(range(24)) - set(explorer.run_drafts(measured.events)))
+    assert undrafted and [rec.guesses[i] for i in undrafted] == [int(seen[0][i].argmax()) for i in undrafted]
 
 
 def test_a_cost_a_hair_under_100_ms_reads_100_not_1():

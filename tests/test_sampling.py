@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from specviz import sampling
 from specviz.sampling import SamplingParams, process
 
 
@@ -69,6 +70,73 @@ def test_top_p_stops_at_the_token_whose_mass_reaches_it():
                           torch.tensor([2 / 3, 1 / 3, 0, 0]))
     assert torch.allclose(process(logits, SamplingParams(1.0, top_p=0.7500001)),
                           torch.tensor([4 / 7, 2 / 7, 1 / 7, 0]))
+
+
+def _sorted_top_p(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """process as it was first written: a stable sort of every row's whole vocabulary."""
+    logits = logits.float() / params.temperature
+    if params.top_k and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    sorted_logits, order = torch.sort(logits, stable=True, dim=-1, descending=True)
+    sorted_probs = sorted_logits.softmax(-1)
+    drop = sorted_probs.cumsum(-1) - sorted_probs >= params.top_p
+    drop[..., 0] = False
+    return logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf"))).softmax(-1)
+
+
+@pytest.mark.parametrize("candidates", [None, 8])
+def test_top_p_keeps_what_a_stable_sort_of_the_whole_vocabulary_keeps(monkeypatch, candidates):
+    """On a CPU the cut is looked for among each row's top TOP_P_CANDIDATES (8: most rows' cuts lie
+    past them and are sorted whole, beside rows that are not): the same tokens as a stable sort of
+    every row, ties (bfloat16 logits tie often) broken by the lowest ids, with or without top-k."""
+    if candidates is not None:
+        monkeypatch.setattr(sampling, "TOP_P_CANDIDATES", candidates)
+    gen = torch.Generator().manual_seed(0)
+    for case in range(200):
+        rows = int(torch.randint(1, 6, (1,), generator=gen))
+        vocab = int(torch.randint(2, 3000, (1,), generator=gen))
+        scale = float(torch.rand(1, generator=gen)) * 8
+        logits = (torch.randn(rows, vocab, generator=gen) * scale).to(torch.bfloat16)  # ties
+        params = SamplingParams(0.05 + 2 * float(torch.rand(1, generator=gen)), (case % 3) * 7,
+                                0.0005 + 0.999 * float(torch.rand(1, generator=gen)))
+        got, want = process(logits, params), _sorted_top_p(logits, params)
+        assert torch.equal(got > 0, want > 0), (case, params)
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-7), (case, params)
+
+
+def test_a_peaked_row_of_a_real_vocabulary_finds_its_top_p_cut_without_sorting_it(monkeypatch):
+    """The embedded pair's 151,936 ids: a CPU's sort of a row took 10-100 ms, more than the draft's
+    pass, for every drafted token and every verified row of a top-p run (a sampled run's draft
+    passes, the proposer's q, then the target's p). A row whose nucleus lies among its top
+    TOP_P_CANDIDATES is cut without one; a flat row is still sorted, and cut as a sort cuts it."""
+    vocab, gen = 151_936, torch.Generator().manual_seed(1)
+    peaked = torch.randn(5, vocab, generator=gen) * 2
+    peaked[:, :40] += torch.linspace(24, 12, 40)  # an LM's few likely tokens, then a long tail
+    flat = torch.randn(1, vocab, generator=gen) * 0.1
+    params = SamplingParams(0.8, top_p=0.9)
+    want = _sorted_top_p(torch.cat([peaked, flat]), params)
+    widest = []
+    topk = torch.Tensor.topk
+
+    def counted(self, k, *args, **kwargs):
+        widest.append(k)
+        return topk(self, k, *args, **kwargs)
+
+    def no_sort(*args, **kwargs):
+        raise AssertionError("sorted a whole row")
+
+    monkeypatch.setattr(torch.Tensor, "topk", counted)
+    monkeypatch.setattr(torch, "sort", no_sort)
+    monkeypatch.setattr(torch.Tensor, "sort", no_sort)
+    got = process(peaked, params)
+    assert max(widest) <= sampling.TOP_P_CANDIDATES
+    assert torch.equal(got[2], process(peaked[2], params))  # a row's cut, whatever the batch
+    assert torch.equal(got > 0, want[:5] > 0) and 1 <= int((got[0] > 0).sum()) < 40
+    widest.clear()
+    both = process(torch.cat([peaked, flat]), params)  # the flat row's nucleus is thousands wide
+    assert widest == [sampling.TOP_P_CANDIDATES, vocab] and torch.equal(both > 0, want > 0)
+    assert torch.equal(both[:5], got) and int((both[5] > 0).sum()) > sampling.TOP_P_CANDIDATES
 
 
 @pytest.mark.parametrize("kwargs, match", [
