@@ -99,9 +99,11 @@ def _nucleus(rows: torch.Tensor, top_p: float, m: int) -> tuple[torch.Tensor, to
     Only the values of the top m are read, never their order among ties: the count kept gives
     the last kept logit, and the kept tokens are those above it and, of those tied at it, the
     lowest ids that make up the count."""
-    values = rows.topk(m, dim=-1).values  # [n, m], descending
-    top = values[:, :1]  # [n, 1]
-    probs = (values - top).exp() / (rows - top).exp().sum(-1, keepdim=True)  # [n, m]: softmax's
+    values, at = rows.topk(m, dim=-1)  # [n, m], descending (the order of ties is not read)
+    # softmax, not exp()/sum(): a CPU sums one row over its threads, several rows each on one,
+    # so the sum of a row alone and in a verify pass's rows differ in their last bits (a cut near
+    # top_p moved with the batch); softmax reduces a row the same way in any batch
+    probs = rows.softmax(-1).gather(-1, at)  # [n, m]: tied logits, equal probabilities
     before = probs.cumsum(-1) - probs  # [n, m]: the mass before each
     drop = before >= top_p
     drop[:, 0] = False

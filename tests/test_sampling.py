@@ -173,3 +173,22 @@ def test_the_smallest_allowed_temperature_still_gives_a_distribution():
     assert torch.isfinite(probs).all() and probs.sum().item() == pytest.approx(1.0)
     probs = process(logits, SamplingParams(100.0, top_k=3))
     assert torch.isfinite(probs).all() and probs[0, 3].item() == 0.0
+
+
+def test_a_top_p_row_keeps_the_same_tokens_alone_and_in_a_batch():
+    """Speculative sampling is exact only if a verify pass's rows are processed as the draft's
+    and the target alone's single rows are. A CPU sums a lone row over its threads but each of
+    several rows on one thread: the cut's denominator, summed so, differed in its last bits with
+    the batch, and near top_p the kept set moved (2 threads: a third of 151,936-id rows at
+    top_p 0.9999999). Run with two threads, as the app does on 2 cores (tests run with one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        logits = torch.randn(4, 151_936, generator=gen) * 3
+        params = SamplingParams(0.7, top_p=0.9999999)
+        batch = process(logits, params)
+        for row in range(len(logits)):
+            assert torch.equal(process(logits[row:row + 1], params)[0], batch[row]), row
+    finally:
+        torch.set_num_threads(threads)
