@@ -19,25 +19,17 @@ from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
-from conftest import EOS, make_tokenizer, perturbed  # noqa: E402
+from conftest import EOS, make_model, make_tokenizer, perturbed  # noqa: E402
 
 torch.set_num_threads(1)
 
 
 def build(noise: float) -> Path:
-    """A tiny target and draft (the tests' tokenizer) with room for 512+ new tokens (the tests'
-    models have 256 positions)."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
+    """A tiny target and draft (the tests' tokenizer and models) with room for 512+ new tokens
+    (the tests' models have 256 positions)."""
     out = Path(tempfile.mkdtemp())
     tok = make_tokenizer(out)
-    vocab, eos = len(tok), tok.convert_tokens_to_ids(EOS)
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         eos_token_id=eos, bos_token_id=eos, initializer_range=0.2, tie_word_embeddings=False)
-    target = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    target.generation_config.eos_token_id = target.generation_config.pad_token_id = eos
+    target = make_model("qwen2", len(tok), 0, tok.convert_tokens_to_ids(EOS), positions=1024)
     for name, m in (("target", target), ("draft", perturbed(target, 1, noise))):
         m.save_pretrained(out / name)
         tok.save_pretrained(out / name)

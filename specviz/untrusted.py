@@ -29,9 +29,14 @@ def fail(where: str, what: str):
     raise Invalid(where, what)
 
 
+def _code_point(c: int) -> str:
+    """A character as the page names it where drawing it would mislead or show nothing."""
+    return f"⟨U+{c:04X}⟩"
+
+
 # Characters that reorder the text around them (bidirectional embeddings, overrides, isolates
 # and marks): a token or a link's text of U+202E showed every token after it reversed.
-_BIDI = {c: f"⟨U+{c:04X}⟩" for c in [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
+_BIDI = {c: _code_point(c) for c in [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]}
 
 
 # C0 controls (but tab and newline, which the views show their own way) and DEL as their Control
@@ -39,7 +44,7 @@ _BIDI = {c: f"⟨U+{c:04X}⟩" for c in [0x061C, 0x200E, 0x200F, *range(0x202A, 
 # reads every CR as a line break (a CRLF token broke its line twice): ␍. The C1 controls, which
 # have no pictures, by their code points (a terminal reads U+009B as an escape, as ESC [).
 _CONTROLS = ({c: 0x2400 + c for c in range(32) if chr(c) not in "\t\n"} | {0x7F: 0x2421}
-             | {c: f"⟨U+{c:04X}⟩" for c in range(0x80, 0xA0)})
+             | {c: _code_point(c) for c in range(0x80, 0xA0)})
 
 
 def _draws_nothing(c: str) -> bool:
@@ -54,7 +59,7 @@ def visible_bidi(text: str) -> str:
     as their code points, where it was a token no one could see or point at."""
     text = text.translate(_BIDI).translate(_CONTROLS)
     if text and all(map(_draws_nothing, text)):
-        return "".join(f"⟨U+{ord(c):04X}⟩" for c in text)
+        return "".join(_code_point(ord(c)) for c in text)
     return text
 
 

@@ -53,17 +53,17 @@ def make_tokenizer(tmp_path):
     return fast
 
 
-def make_model(kind: str, vocab: int, seed: int, eos_id: int, scale: float = 1.0):
+def make_model(kind: str, vocab: int, seed: int, eos_id: int, scale: float = 1.0, positions: int = 256):
     from transformers import AutoModelForCausalLM, GPT2Config, Qwen2Config
 
     torch.manual_seed(seed)
     if kind == "gpt2":
-        config = GPT2Config(vocab_size=vocab, n_positions=256, n_embd=32, n_layer=2, n_head=4,
+        config = GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=32, n_layer=2, n_head=4,
                             eos_token_id=eos_id, bos_token_id=eos_id, initializer_range=0.2 * scale)
     else:
         config = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64,
                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                             max_position_embeddings=256, eos_token_id=eos_id,
+                             max_position_embeddings=positions, eos_token_id=eos_id,
                              bos_token_id=eos_id, initializer_range=0.2 * scale,
                              tie_word_embeddings=False)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
