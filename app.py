@@ -213,17 +213,20 @@ ABORTED = ("ZeroGPU ended this job before it finished: it ran past the {seconds}
            "job's part; Save, the Exactness lab and the k explorer use your last finished run, if any.")
 
 
-def stop_js(said: dict[str, str]) -> tuple[str, str]:
+def stop_js(said: dict[str, str]) -> tuple[str, str, str]:
     """The browser's side of a Stop button over the jobs that show progress on the elements `said`
-    names (element id -> what it says once stopped): (on the click, after the cancel).
+    names (element id -> what it says once stopped): (on the click, before the flush, after it).
 
     Each element says it was stopped only if its job was running (a Stop with nothing running
     wrote "Stopped" over a finished run's "Done", and the Run tab's Stop over a lab job's status
     wrote it on the run's); Gradio 6.31's tracker hides its .wrap when idle. Gradio cancels the
-    jobs once the click's function has answered, and their updates already under way still land
-    (the status said "round 22" again), then the tracker shows a red "Error" pill (over
-    "Stopped"): the second function, a .then step, waits (10 s at most) for the stopped jobs'
-    trackers to settle, clears the pill and says it again."""
+    jobs as the click is dispatched, but its page applies every update of theirs that reaches it,
+    and those the server had queued before the cancel can reach it after /cancel has answered
+    (the status said "round 22" again, for good); then the tracker shows a red "Error" pill (over
+    "Stopped"). So the second function waits (10 s at most) for the stopped jobs' trackers to
+    settle and then lets a Python step (`flushed`) go through the queue: its answer comes down
+    the page's one event stream behind everything the stopped jobs had queued. The third, once it
+    has, clears the pill and says "Stopped" again."""
     ids, texts = json.dumps(list(said)), json.dumps(list(said.values()))
     key = json.dumps("-".join(said))
     click = f"""(...shown) => {{
@@ -234,19 +237,28 @@ def stop_js(said: dict[str, str]) -> tuple[str, str]:
   (window.specvizStopped ??= {{}})[{key}] = running;
   return shown.map((text, i) => running[i] ? {texts}[i] : text);
 }}"""
-    after = f"""async (...shown) => {{
+    wait = f"""async () => {{
   const running = (window.specvizStopped ??= {{}})[{key}] ?? [];
-  window.specvizStopped[{key}] = [];
-  if (!running.some(Boolean)) return shown;
   const wrap = (i) => document.querySelector(`#${{{ids}[i]}} .wrap`);
   const settled = (i) => !running[i] || wrap(i) === null || wrap(i).classList.contains("hide")
     || wrap(i).querySelector(".error") !== null;
   for (let t = 0; t < 100 && !running.every((_, i) => settled(i)); t++)
     await new Promise((done) => setTimeout(done, 100));
+  return [];
+}}"""
+    after = f"""(...shown) => {{
+  const running = (window.specvizStopped ??= {{}})[{key}] ?? [];
+  window.specvizStopped[{key}] = [];
+  if (!running.some(Boolean)) return shown;
+  const wrap = (i) => document.querySelector(`#${{{ids}[i]}} .wrap`);
   running.forEach((stopped, i) => stopped && wrap(i)?.querySelector(".clear-status button")?.click());
   return shown.map((text, i) => running[i] ? {texts}[i] : text);
 }}"""
-    return click, after
+    return click, wait, after
+
+
+def flushed() -> None:
+    """A Stop's step through the queue, after the stopped jobs' cancel: see stop_js."""
 
 
 def link_notice(notices: list[str]) -> str:
@@ -937,8 +949,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                  [run_event, auto_event, rerun_event, lab_event, e2e_event]),
                 (lab_stop, [lab_info, e2e_out], {"lab-info": LAB_STOPPED, "e2e-out": LAB_STOPPED},
                  [lab_event, e2e_event])):  # the lab's jobs wait in line too: a Stop of its own
-            click, after = stop_js(said)
+            click, wait, after = stop_js(said)
             button.click(None, shown, shown, js=click, api_name=False, cancels=cancelled).then(
+                flushed, None, None, js=wait, api_name=False, concurrency_limit=None,
+                concurrency_id="stop", show_progress="hidden").then(
                 None, shown, shown, js=after, api_name=False)
         # The views of a held run, and uploads, each wait in a line of their own (one at a time):
         # a flood of uploads delays other uploads, not the k explorer or the tree playback.

@@ -1,5 +1,6 @@
 """The web app on tiny models: gradio_client streams, errors, share links, and a real browser."""
 
+import asyncio
 import shutil
 import socket
 import time
@@ -7,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from gradio.server_messages import ProcessGeneratingMessage
 
 from specviz import presets, service
 from specviz.settings import Limits, RunSettings, from_query, from_trace
@@ -464,10 +466,27 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
             page.goto(app_url + "?pair=tiny&max_new_tokens=240&temperature=0&prompt=def+f&run=1")
             status_js = "(document.querySelector('#status')?.innerText || '')"
             page.wait_for_function(status_js + ".includes('run: round')", timeout=60_000)
+            # The stopped run's updates already queued reach the page after Gradio's /cancel has
+            # answered, and were applied over "Stopped." (a loaded machine did it now and then): the
+            # page's event stream is held back here, so that they always do
+            real_get, sent = asyncio.Queue.get, []
+
+            async def late(queue):
+                message = await real_get(queue)
+                if isinstance(message, ProcessGeneratingMessage):
+                    await asyncio.sleep(0.5)
+                    sent.append(time.monotonic())
+                return message
+
+            mp.setattr(asyncio.Queue, "get", late)
+            page.wait_for_timeout(800)  # views queue up behind the held ones
+            clicked = time.monotonic()
             page.click("#stop")  # Gradio's "Error" pill for a stopped job is cleared: the text starts
             page.wait_for_function(status_js + ".startsWith('Stopped.')", timeout=20_000)
-            page.wait_for_timeout(1000)  # and the stopped run's updates under way did not land after it
+            page.wait_for_timeout(2500)  # and the stopped run's updates under way did not land after it
             assert page.inner_text("#status").startswith("Stopped."), page.inner_text("#status")
+            assert any(t > clicked + 0.2 for t in sent), (clicked, sent)  # they reached the page late
+            assert page.locator("#status .wrap").is_hidden()
         # an error is said on the status, whole: Gradio's "Error" pill hid the message's middle
         page.goto(app_url + "?pair=tiny&max_new_tokens=300&temperature=0&prompt=def+f&run=1")
         page.wait_for_function("(document.querySelector('#status')?.innerText || '').startsWith('⚠ prompt')",
