@@ -42,7 +42,7 @@ CSS = """
 .tree-body { overflow: auto; max-height: 520px; padding: 4px;
   border: 1px solid var(--border-color-primary); border-radius: 8px; }
 .tree-branch { display: flex; align-items: flex-start; }
-.tree-kids { display: flex; flex-direction: column; border-left: 1px solid #d1d5db;
+.tree-kids { display: flex; flex-direction: column; border-left: 1px solid #6b7280;
   margin-left: 3px; padding-left: 5px; }
 .tree-node { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre;
   margin: 1px 2px; display: inline-block; cursor: default; }

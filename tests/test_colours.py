@@ -245,16 +245,19 @@ MARKS = {  # (dark selector, property): (light selector, colour, its ratio on wh
         ("recovered", "background", "#c2410c", 5.18, "#f97316", 5.24),
         ("bonus", "background", "#1d4ed8", 6.70, "#60a5fa", 5.77),
         ("target", "background", "#4b5563", 7.56, "#9ca3af", 5.78))},
+    # the line from a node down its children: #d1d5db was 1.47:1 on white (L 0.6724)
+    ("#tree .tree-kids", "border-left"): (".tree-kids", "#6b7280", 4.83, "#9ca3af", 5.78),
 }
+DARK_PROPERTY = {"outline": "outline-color", "border-left": "border-left-color"}
 
 
 @pytest.mark.parametrize("selector, prop", list(MARKS))
-def test_focus_and_the_overviews_bars_keep_3_to_1_in_both_themes(selector, prop):
+def test_focus_the_overviews_bars_and_the_trees_lines_keep_3_to_1_in_both_themes(selector, prop):
     light_selector, light, light_ratio, dark, dark_ratio = MARKS[selector, prop]
     light_rule, dark_rule = declared(light_selector, STYLE + treeview.CSS), declared(".dark " + selector)
     assert hex_of(light_rule[prop]) == light
     assert contrast(light, "#ffffff") == pytest.approx(light_ratio, abs=0.005)
-    assert hex_of(dark_rule["outline-color" if prop == "outline" else prop]) == dark
+    assert hex_of(dark_rule[DARK_PROPERTY.get(prop, prop)]) == dark
     assert contrast(dark, DARK_PANEL) == pytest.approx(dark_ratio, abs=0.005)
     assert min(light_ratio, dark_ratio, contrast(light, "#f9fafb"), contrast(dark, DARK_PAGE),
                contrast(dark, "#27272a")) >= 3
