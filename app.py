@@ -206,6 +206,7 @@ def notices_text(notices: list[str]) -> str:
 STOPPED = ("Stopped. What the page shows may be the stopped run's part; Save, the Exactness lab and "
            "the k explorer use your last finished run, if there is one.")
 LAB_STOPPED = "<div class='specviz-lab'>Stopped.</div>"
+LOADING_ELSEWHERE = "<div class='specviz-lab'>Waiting for a pair to finish loading…</div>"
 STARTED = "specviz: the job reached its GPU worker"  # in_worker's first item, never shown
 ZEROGPU_ABORTED = "GPU task aborted"  # spaces' gr.Error for a job ZeroGPU ended (past its GPU time)
 ABORTED = ("ZeroGPU ended this job before it finished: it ran past the {seconds} s of GPU time it asked "
@@ -682,8 +683,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                              if source == "round" else lab_job(source, trace, round_number, trials, variants))
 
         def lab_job(source, trace, round_number, trials, variants):
-            if source == "round":
-                pair = store.current()
+            if source == "round":  # the pair loaded once a load under way (a stopped job's) ends
+                pair = yield from store.settled((LOADING_ELSEWHERE, gr.skip(), gr.skip(), gr.skip()))
                 seconds = job_limits("lab").max_job_seconds  # on ZeroGPU: within the GPU time asked
                 steps = labview.from_round_steps(
                     pair, trace, round_number, limits.max_prompt_tokens + limits.max_new_tokens,

@@ -206,6 +206,18 @@ class ModelStore:
             raise out["error"]
         return out["pair"]
 
+    def settled(self, waiting, poll: float = LOAD_POLL_SECONDS):
+        """current() from a job's generator, once no load is under way: a stopped job's load goes
+        on to its end (loading), and meanwhile no pair is loaded; `waiting` is yielded every `poll`
+        seconds until it ends. The lab read current() at once there, and told a visitor whose run
+        had just been made "no pair is loaded: run something first"."""
+        while not self._lock.acquire(timeout=poll):
+            yield waiting
+        try:
+            return self._pair
+        finally:
+            self._lock.release()
+
     def baseline_key(self, pair: Pair, s: RunSettings, prompt_ids: list[int]) -> tuple:
         """What decides a target-alone run: the pair, its dtype and device, the prompt's ids and
         every sampling setting (temperature, top-k, top-p, seed) and the length."""

@@ -143,3 +143,23 @@ def test_a_drag_of_the_k_explorers_slider_or_the_playbacks_ends_on_the_value_it_
     dragged = {fn.name: fn.trigger_mode for fn in demo.fns.values() if fn.name in ("explore", "play_tree")
                and any(event == "input" for _, event in fn.targets)}
     assert dragged == {"explore": "always_last", "play_tree": "always_last"}
+
+
+def test_the_lab_waits_for_a_load_a_stopped_job_left_under_way(demo, monkeypatch):
+    """Stop during a load lets the job go at once while the load goes on to its end, with no pair
+    loaded meanwhile: the lab on a round of the page's run, next in line, read that and said "no
+    pair is loaded: run something first" under the run it had just made. It waits for the load
+    (its status says so) and reads the pair loaded then."""
+    store = demo.specviz.store
+    page = Page()
+    assert page.run(demo, "lab-page", max_new_tokens=8) is None
+    key = page.props["last"]["value"]
+    assert page.run(demo, "lab-other", dtype="bfloat16", max_new_tokens=8) is None  # another pair
+    load = store._load
+    monkeypatch.setattr(store, "_load", lambda s: (time.sleep(1.5), load(s))[1])
+    job = handler(demo, "run")(page_request("lab-page"), None, *args(max_new_tokens=8))
+    assert next(str(out[0]) for out in job if not str(out[0]).startswith("waiting")).startswith("Loading")
+    job.close()  # Stop: the page's float32 pair goes on loading
+    outs = list(handler(demo, "lab_run")("round", 1, 2000, ["exact"], key, page_request("lab-page")))
+    assert "Waiting for a pair to finish loading" in outs[0][0]
+    assert "round 1, draft position 1" in outs[-1][0]
