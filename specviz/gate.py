@@ -24,7 +24,8 @@ from typing import NamedTuple
 
 from .untrusted import flag, held_bytes
 
-BUSY = "busy: you already have a job waiting or running; wait for it or press Stop"
+BUSY = ("busy: you already have a job waiting or running; wait for it, or press the Run tab's Stop "
+        "(it stops every job of the page; the lab's Stop, only the lab's)")
 
 
 BUSY_API = ("busy: a call without a session is already waiting or running (calls without one share "
@@ -196,8 +197,8 @@ class Gate:
                 raise Busy(f"busy: {self.per_network} jobs from your network ({network}) are already "
                            "waiting or running, the most this deployment allows; wait for one to finish")
             if len(self._line) >= self.max_jobs:
-                raise Busy(f"busy: {len(self._line)} jobs are already waiting for the model, the most "
-                           "this deployment queues; try again in a minute")
+                raise Busy(f"busy: {len(self._line)} jobs are already running or waiting for the model, "
+                           "the most this deployment queues; try again in a minute")
             ticket = Ticket(self, session, address)
             self._line.append(ticket)
             return ticket

@@ -410,7 +410,7 @@ def test_one_ipv6_48_cannot_fill_the_line_with_its_256_56s():
 def test_a_full_line_refuses_new_jobs_and_a_silent_waiter_loses_its_place():
     gate = Gate(max_jobs=2, stale_after=0.2)
     head, silent = gate.ticket("a"), gate.ticket("b")
-    with pytest.raises(Busy, match="2 jobs are already waiting"):
+    with pytest.raises(Busy, match="2 jobs are already running or waiting"):
         gate.ticket("c")
     time.sleep(0.3)
     head.touch()  # the holder is alive; "b" never polled
@@ -876,8 +876,12 @@ def test_uploads_over_the_size_limit_are_refused(demo, tmp_path):
         client(demo).predict(handle_file(str(big)), api_name="/open_trace")
 
 
-def test_busy_is_a_value_error_with_the_fix():
-    assert issubclass(Busy, ValueError) and "press Stop" in BUSY
+def test_busy_is_a_value_error_with_the_fix(demo):
+    """The fix names the Stop that ends any job of the page: the lab's own Stop leaves a run."""
+    assert issubclass(Busy, ValueError) and "press the Run tab's Stop" in BUSY
+    stops = [set(fn.cancels) for fn in demo.fns.values() if fn.cancels]
+    every = {fn._id for fn in demo.fns.values() if fn.concurrency_id == "model"}
+    assert len(stops) == 2 and every in stops and len(every) == 5, (stops, every)
 
 
 def test_uploads_and_views_wait_in_lines_of_their_own(demo):
