@@ -84,7 +84,8 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
     if not made_here(trace, pair):
         made = trace.models if isinstance(trace.models, dict) else {}
         raise ValueError(f"this trace was made with {pair_name(made)}, but the loaded pair is "
-                         f"{pair_name(pair_models(pair))}: "
+                         f"{pair_name(pair_models(pair))} (the server holds one pair at a time, and "
+                         "the last run loads it, perhaps another visitor's): "
                          "run it here first (Run tab, same settings), then look at its rounds")
     if isinstance(round_number, bool) or not isinstance(round_number, int) \
             or not 1 <= round_number <= len(events):
