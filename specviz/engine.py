@@ -143,8 +143,10 @@ def check_settings(k: int, max_new_tokens: int) -> None:
 
 
 def check_run_settings(seed, ngram_size) -> None:
-    if not (whole(seed) and -(2**63) <= seed < 2**64):
-        raise ValueError(f"seed must be an integer in -2**63..2**64-1, got {seed!r}")
+    # torch's generator holds 2**64 seeds and reads a negative one as 2**64 + seed: -1 and
+    # 2**64 - 1 drew the same run, so only 0..2**64-1 are taken (one run per seed)
+    if not (whole(seed) and 0 <= seed < 2**64):
+        raise ValueError(f"seed must be an integer in 0..2**64-1, got {seed!r}")
     if not (whole(ngram_size) and 1 <= ngram_size <= 16):
         raise ValueError(f"ngram_size must be an integer in 1..16, got {ngram_size!r}")
 

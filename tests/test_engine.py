@@ -124,6 +124,16 @@ def test_seeded_runs_reproduce(pair):
     assert tokens(a) != tokens(c)
 
 
+def test_each_seed_it_takes_draws_its_own_run(pair):
+    """torch's generator reads a negative seed s as 2**64 + s: -1 and 2**64 - 1, both taken, drew
+    the same run (as did -2**63 and 2**63). Only 0..2**64-1 are taken, so no two seeds share one."""
+    for seed in (-1, -(2**63)):
+        with pytest.raises(ValueError, match=r"seed must be an integer in 0\.\.2\*\*64-1"):
+            run(pair, k=3, max_new_tokens=20, temperature=1.0, seed=seed)
+    a, b = (tokens(run(pair, k=3, max_new_tokens=20, temperature=1.0, seed=s)) for s in (2**64 - 1, 2**63))
+    assert a != b
+
+
 def exact_two_token_distribution(pair, ids, params):
     """P(t1, t2) of the target alone under params: [vocab, vocab] (only top-k support nonzero)."""
     with torch.no_grad():
