@@ -164,9 +164,14 @@ def verdict_html(comparison: Comparison | None, tokenizer, greedy: bool) -> str:
     if comparison is None:
         return ""
     if not greedy:
+        narrow = ("" if comparison.dtype in WIDE else
+                  f" In {_text(comparison.dtype)}, the target's probabilities are those of the pass "
+                  "that computed them, and a wide verify pass rounds a little differently from a "
+                  "one-token pass: a token at the edge of a top-p or top-k cut can be kept by one and "
+                  "cut by the other. In float32 the passes agree to about 1e-7.")
         return ('<div class="specviz-verdict sampled">Sampling (temperature &gt; 0): the two runs '
                 "draw different samples from the same distribution, so their texts differ by "
-                "design. The Exactness lab checks the distribution itself.</div>")
+                f"design. The Exactness lab checks the distribution itself.{narrow}</div>")
     c, dtype, device = comparison, _text(comparison.dtype), _text(comparison.device)
     compared = (f'<br><span class="specviz-numerics">Compared: '
                 f"{_text(c.numerics or f'target in {c.dtype} on {c.device}')}.</span>")

@@ -171,7 +171,8 @@ def test_lab_on_a_round_of_a_real_run(pair):
         p2, q2, *_ = finished(labview.from_round_steps(pair, replace(t, models=other), 1))
         assert torch.equal(p2, p) and torch.equal(q2, q)
     dtype = "bfloat16" if models["dtype"] != "bfloat16" else "float32"
-    with pytest.raises(ValueError, match=rf"made with .*\({dtype}\), but the loaded pair is .*one pair at a time.*run it here"):
+    refused = rf"made with .*\({dtype}\), but the loaded pair is .*one pair at a time.*run it here"
+    with pytest.raises(ValueError, match=refused):
         finished(labview.from_round_steps(pair, replace(t, models={**models, "dtype": dtype}), 1))
     # a greedy run's settings may hold a top-k and top-p it never used: the lab applies them at
     # temperature 1, and its note says so (it named the temperature only)

@@ -14,6 +14,7 @@ from specviz import labview, service
 from specviz.service import ModelStore, continuations, replay_view, run_views
 from specviz.settings import Limits, RunSettings
 from specviz.trace import loads
+from specviz.views import verdict_html
 
 
 @pytest.fixture(scope="module")
@@ -851,6 +852,10 @@ def test_a_sampled_run_draws_with_its_settings_and_makes_no_greedy_claims(store)
     assert other.tokens != spec.tokens  # the seed decides the draw
     assert last.status.startswith("Done in float32") and "greedy" not in last.status
     assert "Sampling (temperature &gt; 0)" in last.verdict_html and "Identical" not in last.verdict_html
+    assert "top-p" not in last.verdict_html  # float32: no note on a wide pass's rounding
+    narrow = verdict_html(replace(last.comparison, dtype="bfloat16"), None, greedy=False)
+    assert "In bfloat16, the target's probabilities are those of the pass" in narrow
+    assert "edge of a top-p or top-k cut" in narrow
     assert last.trace.recording is None
     replayed = replay_view(loads(last.trace.to_json()))  # opened again: still a sampled run
     assert replayed.verdict_html == last.verdict_html
