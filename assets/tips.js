@@ -64,5 +64,23 @@
     if (status !== null && !status.hasAttribute("aria-live")) status.setAttribute("aria-live", "polite");
   });
   live();
-  new MutationObserver(live).observe(document.body, { childList: true, subtree: true });
+  // Gradio draws a plot afresh, in a new element, at every update of it (a streaming run's five
+  // plots every few seconds, each step of the k explorer's slider) and drops the old element
+  // without Plotly.purge: Plotly's window "resize" listener (Gradio's plots are responsive) kept
+  // every old drawing alive, 6 MB and 15,000 nodes more each 512-token run, for as long as the
+  // tab stayed open, and each resize (a tab shown: app.REDRAW_JS) visited them all. A plot taken
+  // off the page is purged, which removes that listener.
+  const purge = (records) => {
+    for (const record of records) {
+      for (const node of record.removedNodes) {
+        if (!(node instanceof Element) || node.isConnected) continue;
+        const plots = node.matches(".js-plotly-plot") ? [node] : node.querySelectorAll(".js-plotly-plot");
+        for (const plot of plots) {
+          try { window.Plotly?.purge(plot); } catch (e) {}  // a plot half drawn: what is left goes
+        }
+      }
+    }
+  };
+  new MutationObserver((records) => { live(); purge(records); })
+    .observe(document.body, { childList: true, subtree: true });
 }
