@@ -736,6 +736,20 @@ def test_browser_the_arrow_keys_go_on_from_the_token_tapped(app_url):
         page.keyboard.press("ArrowLeft")
         assert page.locator("#specviz-tip").inner_text() == tokens.nth(9).get_attribute("title")
         assert page.locator(".tip-current").count() == 1
+        # on a phone, a tap on a token the box covers (the lines below) shows that token's
+        # details: the box took the tap and only closed
+        page.set_viewport_size({"width": 390, "height": 900})
+        tokens.nth(1).click()
+        covered = page.evaluate("""() => { const tip = document.querySelector('#specviz-tip')
+            .getBoundingClientRect(); const tokens = [...document.querySelectorAll('#tokens .tok')];
+          const i = tokens.findIndex((t) => { const r = t.getBoundingClientRect();
+            const x = r.left + r.width / 2, y = r.top + r.height / 2;
+            return x > tip.left && x < tip.right && y > tip.top && y < tip.bottom; });
+          if (i < 0) return null; const r = tokens[i].getBoundingClientRect();
+          return [i, r.left + r.width / 2, r.top + r.height / 2]; }""")
+        assert covered is not None  # the box lies over the tokens below the one shown
+        page.mouse.click(covered[1], covered[2])
+        assert page.locator("#specviz-tip").inner_text() == tokens.nth(covered[0]).get_attribute("title")
         browser.close()
 
 
