@@ -69,14 +69,19 @@
   // without Plotly.purge: Plotly's window "resize" listener (Gradio's plots are responsive) kept
   // every old drawing alive, 6 MB and 15,000 nodes more each 512-token run, for as long as the
   // tab stayed open, and each resize (a tab shown: app.REDRAW_JS) visited them all. A plot taken
-  // off the page is purged, which removes that listener.
+  // off the page is purged, which removes that listener: two seconds later, once the redraws
+  // Plotly had under way for it are done (purged at once, a pending margin redraw read the
+  // purged layout and threw), and only if it is still off the page.
   const purge = (records) => {
     for (const record of records) {
       for (const node of record.removedNodes) {
         if (!(node instanceof Element) || node.isConnected) continue;
         const plots = node.matches(".js-plotly-plot") ? [node] : node.querySelectorAll(".js-plotly-plot");
         for (const plot of plots) {
-          try { window.Plotly?.purge(plot); } catch (e) {}  // a plot half drawn: what is left goes
+          setTimeout(() => {
+            if (plot.isConnected) return;
+            try { window.Plotly?.purge(plot); } catch (e) {}  // a plot half drawn: what is left goes
+          }, 2000);
         }
       }
     }

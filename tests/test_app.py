@@ -697,7 +697,7 @@ def test_browser_a_plot_drawn_again_leaves_no_old_drawing_behind(app_url):
             page.get_by_role("tab", name="k explorer").click()
             page.wait_for_selector("#explorer-tokens .tok", timeout=30_000)
             page.get_by_role("tab", name="Run", exact=True).click()
-            page.wait_for_timeout(500)
+            page.wait_for_timeout(2500)  # the old drawings purged (2 s after they went)
 
         page.goto(app_url + "?pair=tiny&k=3&max_new_tokens=24&temperature=0&dtype=float32&prompt=def+f&run=1")
         page.wait_for_function(DONE_JS, timeout=60_000)
