@@ -355,8 +355,8 @@ def test_a_released_model_wakes_the_next_job_at_once_not_at_its_next_poll():
 def test_a_second_job_from_the_same_session_is_refused_at_once():
     gate = Gate()
     with gate.ticket("visitor"):
-        with pytest.raises(Busy, match="busy: you already have a job waiting or running; wait for it or "
-                                       "press Stop"):
+        with pytest.raises(Busy, match="busy: you already have a job waiting or running; wait for it, or "
+                                       "press the Run tab's Stop"):
             gate.ticket("visitor")
         gate.ticket("someone else").release()
     gate.ticket("visitor").release()  # free again once the first job ended
