@@ -227,33 +227,50 @@ def stop_js(said: dict[str, str]) -> tuple[str, str, str]:
     "Stopped"). So the second function waits (10 s at most) for the stopped jobs' trackers to
     settle and then lets a Python step (`flushed`) go through the queue: its answer comes down
     the page's one event stream behind everything the stopped jobs had queued. The third, once it
-    has, clears the pill and says "Stopped" again."""
+    has (or the flush was refused: a full queue), clears the pill and says "Stopped" again, except
+    where a job started since (Run pressed after Stop) shows its tracker."""
     ids, texts = json.dumps(list(said)), json.dumps(list(said.values()))
     key = json.dumps("-".join(said))
+    trackers = f"""const wrap = (i) => document.querySelector(`#${{{ids}[i]}} .wrap`);
+  const busy = (i) => wrap(i) !== null && !wrap(i).classList.contains("hide")
+    && wrap(i).querySelector(".error") === null;  // a job's tracker showing it runs"""
     click = f"""(...shown) => {{
-  const running = {ids}.map((id) => {{
-    const wrap = document.querySelector(`#${{id}} .wrap`);
-    return wrap !== null && !wrap.classList.contains("hide") && wrap.querySelector(".error") === null;
-  }});
-  (window.specvizStopped ??= {{}})[{key}] = running;
+  {trackers}
+  const running = {ids}.map((_, i) => busy(i));
+  // a second Stop before the first's chain has ended adds to what it stopped: it overwrote the
+  // list, and the first chain's last step (the second's is skipped: its flush is "once") then saw
+  // nothing stopped and left the late updates and the "Error" pill. A list older than the chain's
+  // longest wait is stale (a chain whose flush was refused never cleared it)
+  const at = (window.specvizStoppedAt ??= {{}})[{key}] ?? 0;
+  const before = Date.now() - at < 15000 ? (window.specvizStopped ??= {{}})[{key}] ?? [] : [];
+  (window.specvizStopped ??= {{}})[{key}] = running.map((r, i) => r || Boolean(before[i]));
+  window.specvizStoppedAt[{key}] = Date.now();
   return shown.map((text, i) => running[i] ? {texts}[i] : text);
 }}"""
     wait = f"""async () => {{
   const running = (window.specvizStopped ??= {{}})[{key}] ?? [];
-  const wrap = (i) => document.querySelector(`#${{{ids}[i]}} .wrap`);
-  const settled = (i) => !running[i] || wrap(i) === null || wrap(i).classList.contains("hide")
-    || wrap(i).querySelector(".error") !== null;
-  for (let t = 0; t < 100 && !running.every((_, i) => settled(i)); t++)
+  {trackers}
+  const seen = running.map((r) => !r);  // once settled, a tracker a new job shows is not waited on
+  for (let t = 0; t < 100; t++) {{
+    running.forEach((_, i) => {{ seen[i] ||= !busy(i); }});
+    if (seen.every(Boolean)) break;
     await new Promise((done) => setTimeout(done, 100));
+  }}
   return [];
 }}"""
-    after = f"""(...shown) => {{
+    after = f"""async (...shown) => {{
   const running = (window.specvizStopped ??= {{}})[{key}] ?? [];
   window.specvizStopped[{key}] = [];
   if (!running.some(Boolean)) return shown;
-  const wrap = (i) => document.querySelector(`#${{{ids}[i]}} .wrap`);
-  running.forEach((stopped, i) => stopped && wrap(i)?.querySelector(".clear-status button")?.click());
-  return shown.map((text, i) => running[i] ? {texts}[i] : text);
+  {trackers}
+  // the stopped job's last updates may still be being applied (a late one shows its tracker
+  // again for a moment); a tracker still shown after 2 s is a job started since (Run pressed
+  // after Stop): left to it
+  for (let t = 0; t < 20 && running.some((r, i) => r && busy(i)); t++)
+    await new Promise((done) => setTimeout(done, 100));
+  const stopped = running.map((r, i) => r && !busy(i));
+  stopped.forEach((s, i) => s && wrap(i)?.querySelector(".clear-status button")?.click());
+  return shown.map((text, i) => stopped[i] ? {texts}[i] : text);
 }}"""
     return click, wait, after
 
@@ -684,11 +701,12 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def lab_job(source, trace, round_number, trials, variants):
             if source == "round":  # the pair loaded once a load under way (a stopped job's) ends
+                begun = time.monotonic()  # the wait counts: on ZeroGPU it spends the GPU time asked
+                seconds = job_limits("lab").max_job_seconds
                 pair = yield from store.settled((LOADING_ELSEWHERE, gr.skip(), gr.skip(), gr.skip()))
-                seconds = job_limits("lab").max_job_seconds  # on ZeroGPU: within the GPU time asked
                 steps = labview.from_round_steps(
                     pair, trace, round_number, limits.max_prompt_tokens + limits.max_new_tokens,
-                    limits.max_prompt_tokens, deadline=time.monotonic() + seconds)
+                    limits.max_prompt_tokens, deadline=begun + seconds)
                 while True:  # a long context is read a pass at a time: Stop acts between them
                     try:
                         text = next(steps)
@@ -951,10 +969,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 (lab_stop, [lab_info, e2e_out], {"lab-info": LAB_STOPPED, "e2e-out": LAB_STOPPED},
                  [lab_event, e2e_event])):  # the lab's jobs wait in line too: a Stop of its own
             click, wait, after = stop_js(said)
-            button.click(None, shown, shown, js=click, api_name=False, cancels=cancelled).then(
+            flush = button.click(None, shown, shown, js=click, api_name=False, cancels=cancelled).then(
                 flushed, None, None, js=wait, api_name=False, concurrency_limit=None,
-                concurrency_id="stop", show_progress="hidden").then(
-                None, shown, shown, js=after, api_name=False)
+                concurrency_id="stop", show_progress="hidden")
+            for step in (flush.then, flush.failure):  # a flush refused (the queue full): said anyway
+                step(None, shown, shown, js=after, api_name=False)
         # The views of a held run, and uploads, each wait in a line of their own (one at a time):
         # a flood of uploads delays other uploads, not the k explorer or the tree playback.
         explore_inputs = [ex_k, ex_adaptive, ex_profile, last]

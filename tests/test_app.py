@@ -483,7 +483,10 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
             clicked = time.monotonic()
             page.click("#stop")  # Gradio's "Error" pill for a stopped job is cleared: the text starts
             page.wait_for_function(status_js + ".startsWith('Stopped.')", timeout=20_000)
-            page.wait_for_timeout(2500)  # and the stopped run's updates under way did not land after it
+            # and the stopped run's updates under way did not land after the Stop's last step
+            page.wait_for_function("Object.values(window.specvizStopped ?? {}).every((r) => !r.length)",
+                                   timeout=20_000)
+            page.wait_for_timeout(300)
             assert page.inner_text("#status").startswith("Stopped."), page.inner_text("#status")
             assert any(t > clicked + 0.2 for t in sent), (clicked, sent)  # they reached the page late
             assert page.locator("#status .wrap").is_hidden()
@@ -708,7 +711,11 @@ def test_browser_a_plot_drawn_again_leaves_no_old_drawing_behind(app_url):
             page.wait_for_function("!" + DONE_JS, timeout=30_000)
             page.wait_for_function(DONE_JS, timeout=60_000)
         explored()
-        assert resize_listeners() == after_one  # 22 more before: the old drawings' listeners
+        for _ in range(20):  # 22 more before: the old drawings' listeners (a redraw just made
+            if resize_listeners() == after_one:  # is purged 2 s after it)
+                break
+            page.wait_for_timeout(500)
+        assert resize_listeners() == after_one
         assert page.evaluate(DRAWN_JS) >= 5  # the Run tab's plots, drawn
         browser.close()
 
@@ -736,20 +743,6 @@ def test_browser_the_arrow_keys_go_on_from_the_token_tapped(app_url):
         page.keyboard.press("ArrowLeft")
         assert page.locator("#specviz-tip").inner_text() == tokens.nth(9).get_attribute("title")
         assert page.locator(".tip-current").count() == 1
-        # on a phone, a tap on a token the box covers (the lines below) shows that token's
-        # details: the box took the tap and only closed
-        page.set_viewport_size({"width": 390, "height": 900})
-        tokens.nth(1).click()
-        covered = page.evaluate("""() => { const tip = document.querySelector('#specviz-tip')
-            .getBoundingClientRect(); const tokens = [...document.querySelectorAll('#tokens .tok')];
-          const i = tokens.findIndex((t) => { const r = t.getBoundingClientRect();
-            const x = r.left + r.width / 2, y = r.top + r.height / 2;
-            return x > tip.left && x < tip.right && y > tip.top && y < tip.bottom; });
-          if (i < 0) return null; const r = tokens[i].getBoundingClientRect();
-          return [i, r.left + r.width / 2, r.top + r.height / 2]; }""")
-        assert covered is not None  # the box lies over the tokens below the one shown
-        page.mouse.click(covered[1], covered[2])
-        assert page.locator("#specviz-tip").inner_text() == tokens.nth(covered[0]).get_attribute("title")
         browser.close()
 
 
@@ -807,3 +800,35 @@ def test_browser_copy_link_save_and_open_log_no_console_errors(app_url, tmp_path
         page.wait_for_timeout(500)  # the upload's last requests
         browser.close()
     assert not problems, problems
+
+
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
+def test_browser_a_second_stop_keeps_what_the_first_stopped():
+    """Two Stops in a row: the second's flush is skipped (Gradio's "once" while the first's is
+    pending), so the first chain's last step must still know what the first Stop stopped: the
+    second Stop's click, seeing the stopped tracker hidden, overwrote that with nothing."""
+    from playwright.sync_api import sync_playwright
+
+    import app
+
+    click, _, after = app.stop_js({"status": "Stopped.", "lab-info": "L"})
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        page = browser.new_page()
+        page.set_content("<div id='status'><div class='wrap'><div class='clear-status'>"
+                         "<button onclick='window.cleared = (window.cleared || 0) + 1'></button>"
+                         "</div></div></div><div id='lab-info'><div class='wrap hide'></div></div>")
+        assert page.evaluate(f"({click})('run: round 5', 'x')") == ["Stopped.", "x"]
+        page.evaluate("document.querySelector('#status .wrap').classList.add('hide')")  # cancelled
+        assert page.evaluate(f"({click})('Stopped.', 'x')") == ["Stopped.", "x"]  # Stop again
+        # the stopped run's late update landed, then the first chain's last step
+        assert page.evaluate(f"({after})('run: round 6', 'x')") == ["Stopped.", "x"]
+        assert page.evaluate("window.cleared") == 1
+        assert page.evaluate(f"({after})('Done', 'x')") == ["Done", "x"]  # and then it is spent
+        # a list a broken chain left (its flush refused) does not make a later idle Stop say so
+        page.evaluate(f"({click})('x', 'x')")  # nothing running, nothing said
+        page.evaluate("window.specvizStopped['status-lab-info'] = [true, false];"
+                      "window.specvizStoppedAt['status-lab-info'] = Date.now() - 60000")
+        assert page.evaluate(f"({click})('Done', 'x')") == ["Done", "x"]
+        assert page.evaluate(f"({after})('Done', 'x')") == ["Done", "x"]
+        browser.close()
