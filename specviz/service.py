@@ -214,7 +214,7 @@ class ModelStore:
         while not self._lock.acquire(timeout=poll):
             yield waiting
         try:
-            return self._pair
+            return self.current()
         finally:
             self._lock.release()
 

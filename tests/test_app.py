@@ -831,4 +831,9 @@ def test_browser_a_second_stop_keeps_what_the_first_stopped():
                       "window.specvizStoppedAt['status-lab-info'] = Date.now() - 60000")
         assert page.evaluate(f"({click})('Done', 'x')") == ["Done", "x"]
         assert page.evaluate(f"({after})('Done', 'x')") == ["Done", "x"]
+        # a Run pressed right after Stop shows its tracker running past the last step's 2 s wait:
+        # its status is left to it (it was labelled "Stopped" when it finished in that wait)
+        page.evaluate("document.querySelector('#status .wrap').classList.remove('hide')")
+        assert page.evaluate(f"({click})('run: round 5', 'x')") == ["Stopped.", "x"]
+        assert page.evaluate(f"({after})('run: round 1', 'x')") == ["run: round 1", "x"]
         browser.close()
