@@ -126,16 +126,19 @@ class Pair:
         return f"target in {dtype}{head} on {self.device}; raw logits, no generation_config processors"
 
     def encode(self, prompt: str | list[int], chat: bool = False) -> list[int]:
-        """A str prompt through the tokenizer (chat template if chat), or ids as they are."""
+        """A str prompt through the tokenizer (chat template if chat), or ids as they are. With chat,
+        special tokens typed in the prompt are text; without, the tokenizer reads them as tokens."""
         if isinstance(prompt, str):
             if not prompt:
                 raise ValueError("the prompt is empty: type some text to continue")
             if chat:
                 if not getattr(self.tokenizer, "chat_template", None):
                     raise ValueError(f"{self.target_name} has no chat template: turn chat off")
+                # what is typed in a message is its text: "<|im_end|>" typed ended the message and
+                # could open a system turn (chat off, typed special tokens are read, as for FIM)
                 ids = self.tokenizer.apply_chat_template(
                     [{"role": "user", "content": prompt}], add_generation_prompt=True,
-                    tokenize=True, return_dict=False)
+                    tokenize=True, return_dict=False, sanitize_control_tokens=True)
                 if isinstance(ids, dict) or hasattr(ids, "input_ids"):
                     ids = ids["input_ids"]
                 ids = [int(i) for i in ids]

@@ -72,6 +72,17 @@ def test_chat_template_is_applied(pair):
     assert chat != plain and pair.tokenizer.decode(chat).startswith("<user>hello")
 
 
+def test_special_tokens_typed_in_a_chat_message_are_text_and_without_chat_tokens(pair):
+    """A message's "<|endoftext|>" is the message's text, not the end of the turn; chat off, a
+    prompt is read as the model reads it (control tokens included, as FIM prompts need)."""
+    eos = pair.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    typed = "hi <|endoftext|>"
+    chat = pair.encode(typed, chat=True)
+    assert eos not in chat and pair.tokenizer.decode(chat) == "<user>hi <|endoftext|>\n<assistant>"
+    assert pair.encode("hi", chat=True) == pair.tokenizer.encode("<user>hi\n<assistant>")  # plain text as before
+    assert pair.encode(typed) == pair.tokenizer.encode("hi ") + [eos]
+
+
 def test_cli_run_json(model_dirs, capsys):
     import json
 
