@@ -79,7 +79,7 @@ def test_special_tokens_typed_in_a_chat_message_are_text_and_without_chat_tokens
     typed = "hi <|endoftext|>"
     chat = pair.encode(typed, chat=True)
     assert eos not in chat and pair.tokenizer.decode(chat) == "<user>hi <|endoftext|>\n<assistant>"
-    assert pair.encode("hi", chat=True) == pair.tokenizer.encode("<user>hi\n<assistant>")  # plain text as before
+    assert pair.encode("hi", chat=True) == pair.tokenizer.encode("<user>hi\n<assistant>")  # as before
     assert pair.encode(typed) == pair.tokenizer.encode("hi ") + [eos]
 
 
