@@ -182,6 +182,10 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     nodes, branching = (None if x is None else int(x) for x in (nodes, branching))
     ids = pair.encode(prompt, chat=chat)
     name = getattr(proposer, "name", proposer)  # a Proposer instance's, as its name would
+    if proposer != "tree" and (nodes, branching) != (None, None):  # they went unread
+        raise ValueError("nodes and branching shape the token tree that proposer='tree' drafts: pass "
+                         "that, or leave them unset" + ("" if isinstance(proposer, str) else
+                                                         " (a drafter object carries its own shape)"))
     room = round_room(name, k, branching)
     pair.check_length(len(ids), max_new_tokens, room, drafted=name in NEEDS_DRAFT)
     length = run_length(ids, max_new_tokens, room)

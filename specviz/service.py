@@ -541,8 +541,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
 
     # an n-gram run keeps the price it starts with; the baseline below moves the target's line
     drafter = make_proposer(pair, "ngram") if s.proposer == "ngram" else s.proposer
-    for event in generate(pair, prompt_ids, proposer=drafter, nodes=s.tree_nodes,
-                          branching=s.tree_branching, progress=True, **kwargs):
+    shape = dict(nodes=s.tree_nodes, branching=s.tree_branching) if s.proposer == "tree" else {}
+    for event in generate(pair, prompt_ids, proposer=drafter, progress=True, **shape, **kwargs):
         if isinstance(event, Reading):  # a long prompt, a pass at a time: Stop and the limit act
             if time.monotonic() > deadline:
                 yield View(_over_budget(limits, "the speculative run while it read the prompt (a "

@@ -638,6 +638,15 @@ def test_bad_tree_settings_are_clear_value_errors(pair, kwargs, match):
         list(specviz.generate(pair, PROMPTS[0], proposer="tree", **kwargs))
 
 
+@pytest.mark.parametrize("proposer", ["draft", "ngram", "hybrid", "none", "tree-object"])
+def test_a_tree_shape_given_to_another_drafter_is_refused_not_ignored(pair, proposer):
+    if proposer == "tree-object":  # an object carries its own shape: nodes= went unread
+        proposer = specviz.engine.make_proposer(pair, "tree", nodes=8)
+    for shape in ({"nodes": 16}, {"branching": 2}):
+        with pytest.raises(ValueError, match="nodes and branching shape the token tree"):
+            specviz.generate(pair, PROMPTS[0], proposer=proposer, **shape)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_a_tree_round_reads_the_device_back_once_a_depth_and_twice_more(pair, temperature):
     from conftest import read_backs_per_round
