@@ -157,6 +157,8 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
     if proposer not in EXPLORER_PROPOSERS:
         raise ValueError(f"the k explorer replays 'draft' or 'ngram' runs, not {proposer!r}")
     output = stats.tokens
+    if not output:  # logits_to_keep=0 keeps every row: the prompt's were taken for guesses
+        raise ValueError("the run made no tokens: record a finished run (stats of its events)")
     guesses: list[int] = []
     confidences: list[float] = []
     if proposer == "draft":

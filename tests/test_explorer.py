@@ -106,6 +106,12 @@ def test_only_greedy_draft_or_ngram_runs_are_recorded(pair):
         explorer.record(pair, [1, 2], real(pair, "none", 1, 5), "none", 5)
 
 
+@pytest.mark.parametrize("proposer", ["draft", "ngram"])
+def test_a_run_of_no_tokens_is_refused_not_recorded_with_the_prompts_guesses(pair, proposer):
+    with pytest.raises(ValueError, match="the run made no tokens"):  # draft: 3 guesses, one a prompt token
+        explorer.record(pair, [1, 2, 3], specviz.RunStats.of([]), proposer, 5)
+
+
 def test_adaptive_replay_follows_the_live_drafters_schedule(pair, monkeypatch):
     """With the target as its own draft (every draft kept, confidences as recorded) and a clock
     that charges each pass its modelled cost, the replay makes the live run's rounds exactly:
