@@ -415,7 +415,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     gr.Examples([[e["prompt"], e["chat"]] for e in EXAMPLES], [prompt, chat],
                                 example_labels=[e["label"] for e in EXAMPLES])
                     with gr.Row():
-                        run_btn = gr.Button("Run", variant="primary", elem_id="run")
+                        # until the page's load has set a link's settings: a Run clicked before
+                        # it ran the defaults, under the link's settings once they came
+                        run_btn = gr.Button("Run", variant="primary", elem_id="run", interactive=False)
                         stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
                     link_btn = gr.Button("Copy link to these settings", size="sm", elem_id="copy-link")
                     link = gr.Textbox(label="Share link", interactive=False, elem_id="share-link",
@@ -655,7 +657,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             s, notices, autorun = from_query(params, default, limits, store.known_pairs)
             shown = gr.update(value=link_notice(notices), visible=True) if notices else \
                 gr.update(visible=False)
-            return (*control_values(s), shown, autorun)
+            return (*control_values(s), shown, autorun, gr.update(interactive=True))
 
         def share_query(*values):
             try:
@@ -951,7 +953,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         proposer.change(None, proposer, None, js=TREE_PANEL_JS, api_name=False)  # in the browser
         link_btn.click(share_query, controls, link, api_name=False, preprocess=False).then(
             None, link, link, js=COPY_JS)
-        demo.load(on_load, None, [*controls, notice, autorun], api_name=False)
+        demo.load(on_load, None, [*controls, notice, autorun, run_btn], api_name=False)
         for tab in (run_tab, lab_tab, explorer_tab):  # no Python runs: the browser redraws the plots
             tab.select(None, None, None, js=REDRAW_JS, api_name=False, queue=False)
         auto_event = autorun.change(auto_run, [autorun, *controls], outputs, api_name=False, **model)

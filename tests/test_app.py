@@ -3,6 +3,7 @@
 import asyncio
 import shutil
 import socket
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -468,20 +469,33 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
             page.wait_for_function(status_js + ".includes('run: round')", timeout=60_000)
             # The stopped run's updates already queued reach the page after Gradio's /cancel has
             # answered, and were applied over "Stopped." (a loaded machine did it now and then): the
-            # page's event stream is held back here, so that they always do
-            real_get, sent = asyncio.Queue.get, []
+            # page's event stream is held back here, from its first update after this point until
+            # Stop has been clicked, so that they always do. (Held a fixed 0.5 s each, a loaded
+            # machine whose rounds took a second or more sent no update in the wait below: none
+            # was in flight at the click, and the test failed on its own premise.)
+            real_get, held, sent, clicked_at = asyncio.Queue.get, [], [], threading.Event()
 
             async def late(queue):
                 message = await real_get(queue)
                 if isinstance(message, ProcessGeneratingMessage):
+                    held.append(time.monotonic())
+                    until = time.monotonic() + 60
+                    while not clicked_at.is_set() and time.monotonic() < until:
+                        await asyncio.sleep(0.05)
                     await asyncio.sleep(0.5)
                     sent.append(time.monotonic())
                 return message
 
             mp.setattr(asyncio.Queue, "get", late)
+            for _ in range(600):  # an update of the run's is held: the run still streams
+                if held:
+                    break
+                page.wait_for_timeout(100)
+            assert held, "the run sent no update in a minute"
             page.wait_for_timeout(800)  # views queue up behind the held ones
             clicked = time.monotonic()
             page.click("#stop")  # Gradio's "Error" pill for a stopped job is cleared: the text starts
+            clicked_at.set()
             page.wait_for_function(status_js + ".startsWith('Stopped.')", timeout=20_000)
             # and the stopped run's updates under way did not land after the Stop's last step
             page.wait_for_function("Object.values(window.specvizStopped ?? {}).every((r) => !r.length)",
@@ -747,6 +761,35 @@ def test_browser_the_arrow_keys_go_on_from_the_token_tapped(app_url):
 
 
 @pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
+def test_browser_run_waits_for_the_page_load_to_set_a_links_settings(app_url, monkeypatch):
+    """A Run clicked before the page's load event had set a link's settings (a busy server
+    answers it late) ran the page's defaults (bfloat16, its prompt), shown under the link's. Run
+    is enabled by that load: here it is held back 3 s."""
+    from playwright.sync_api import sync_playwright
+
+    import app
+
+    choices, held = app.pair_choices, []
+
+    def late(*a, **kw):
+        if not held:
+            held.append(time.sleep(3.0))
+        return choices(*a, **kw)
+
+    monkeypatch.setattr(app, "pair_choices", late)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(app_url + "?pair=tiny&k=2&max_new_tokens=8&dtype=float32&prompt=def+g")
+        page.wait_for_selector("#run", timeout=60_000)
+        assert page.evaluate("document.querySelector('#run').disabled")  # the load is held
+        page.click("#run")  # waits for the button to be enabled
+        assert page.evaluate("document.querySelector('#prompt textarea').value") == "def g" and held
+        page.wait_for_function(DONE_JS, timeout=120_000)
+        assert "float32" in page.inner_text("#status"), page.inner_text("#status")
+        browser.close()
+
+
 def test_browser_copy_link_save_and_open_log_no_console_errors(app_url, tmp_path):
     """A visitor's way through the page, in a browser that refuses the clipboard (as Safari and
     Firefox do once the click's activation is spent on the server's answer), with the console

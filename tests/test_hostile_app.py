@@ -1357,11 +1357,13 @@ def test_a_page_load_takes_the_links_pair_says_its_notices_and_runs_only_on_run_
     pairs = {name: (str(model_dirs["target"]), str(model_dirs["draft"])) for name in ("tiny", "other")}
     built = app.build(ModelStore(pairs, device="cpu"), Limits(), RunSettings(pair="tiny", chat=False))
     load = handler(built, "on_load")
-    *controls, notice, autorun = load(SimpleNamespace(query_params={"pair": "other", "k": "6", "run": "1"}))
+    link = {"pair": "other", "k": "6", "run": "1"}
+    *controls, notice, autorun, run = load(SimpleNamespace(query_params=link))
     assert controls[0]["value"] == "other" and controls[FIELDS.index("k")] == 6
     assert notice == {"__type__": "update", "visible": False} and autorun is True
-    *controls, notice, autorun = load(SimpleNamespace(query_params={"evil": "1"}))
-    assert controls[0]["value"] == "tiny" and autorun is False
+    assert run == {"__type__": "update", "interactive": True}  # Run waits for the link's settings
+    *controls, notice, autorun, run = load(SimpleNamespace(query_params={"evil": "1"}))
+    assert controls[0]["value"] == "tiny" and autorun is False and run["interactive"] is True
     assert notice == {"__type__": "update", "value": "⚠ ignored unknown link parameter \\'evil\\'",
                       "visible": True}
 
