@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections import Counter
+from collections.abc import Collection
 
 import plotly.graph_objects as go
 
@@ -207,16 +208,18 @@ def tokens_over_time(spec: RunStats, base: RunStats | None) -> go.Figure:
 
 
 def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = None,
-                k: int | None = None) -> dict[str, go.Figure]:
+                k: int | None = None, names: Collection[str] | None = None) -> dict[str, go.Figure]:
     """The run's figures; a tree run adds "tree_nodes" and "tree_chain" (chain: the chain drafter
-    at the same depth k, when it has run)."""
-    figures = {"tokens_per_pass": tokens_per_pass(spec),
-               "cumulative": cumulative_tokens(spec, base),
-               "acceptance": acceptance_by_position(spec),
-               "k_prediction": k_prediction(spec, chain, k, base),
-               "time": tokens_over_time(spec, base)}
+    at the same depth k, when it has run). names: only those are made (None: all)."""
+    makers = {"tokens_per_pass": lambda: tokens_per_pass(spec),
+              "cumulative": lambda: cumulative_tokens(spec, base),
+              "acceptance": lambda: acceptance_by_position(spec),
+              "k_prediction": lambda: k_prediction(spec, chain, k, base),
+              "time": lambda: tokens_over_time(spec, base)}
     if spec.is_tree:
-        figures |= {"tree_nodes": tree_nodes(spec), "tree_chain": tree_vs_chain(spec, chain, k)}
+        makers |= {"tree_nodes": lambda: tree_nodes(spec),
+                   "tree_chain": lambda: tree_vs_chain(spec, chain, k)}
+    figures = {name: make() for name, make in makers.items() if names is None or name in names}
     for name, fig in figures.items():  # the page's layout: the width each is shown at, and rows
         fig.for_each_trace(lambda t: t.update(name=wrapped(t.name)) if t.name else None)
         fit_legend(fig, COLUMN_PX if name in WIDE else HALF_PX)

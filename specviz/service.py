@@ -325,6 +325,13 @@ RENDER_SHARE = 0.1
 # and timeline again (Gradio's diff finds no common prefix): 62 MiB for a 200-round run a view a
 # round; at this pace still 83 MiB for a 512-token run at 0.3 s a round, now 15 MiB
 VIEW_SECONDS = 0.25
+# Of the plots, the headline (tokens per pass) comes with every rebuild, the others at most every
+# SIDE_PLOT_SECONDS: the browser draws a plot afresh at each update of it (Gradio's Plot: Plotly from
+# scratch in a new element, after once more in the old one), 25-70 ms a plot on a shared 2-core CPU.
+# All five at each rebuild made 11-15 s of long tasks on the page over a 512-token run's 75 s; 6-7 s
+# now. The finished run's view has them all.
+SIDE_PLOT_SECONDS = 10.0
+HEADLINE = ("tokens_per_pass",)
 
 
 class _Parts:
@@ -348,11 +355,12 @@ class _Parts:
 
 
 def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, plots=True, chain=None,
-          k=None, pieces_of=None, kept=False, parts: _Parts | None = None) -> View:
+          k=None, pieces_of=None, kept=False, parts: _Parts | None = None, figures=None) -> View:
     """plots=False leaves View.figures empty and the timeline and tree overview None: the page keeps
-    those it shows. kept: the run is over (until then its text is left growing: render.to_html, and
-    the timeline and overview are None where this run's parts sent them already), and its tree
-    panel opens on its fullest round (treeview.fullest_round). parts: the run's _Parts."""
+    those it shows; figures: the names of those to make (None: all), the page keeps the others.
+    kept: the run is over (until then its text is left growing: render.to_html, and the timeline
+    and overview are None where this run's parts sent them already), and its tree panel opens on
+    its fullest round (treeview.fullest_round). parts: the run's _Parts."""
     number = treeview.fullest_round(spec.events) if kept else len(spec.events)
     parts = parts or _Parts()
     made = partial(parts.get, (len(spans), len(spec.events)))
@@ -362,7 +370,7 @@ def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, pl
     overview = made(("overview", number), lambda: trees[1], once=not kept) if plots else None
     return View(status, made(("text", kept), lambda: to_html(spans, growing=not kept)), timeline,
                 stats_html(spec, base, chain), verdict_html(comparison, pair.tokenizer, greedy),
-                all_figures(spec, base, chain, k) if plots else {}, spec, base, comparison, None,
+                all_figures(spec, base, chain, k, figures) if plots else {}, spec, base, comparison, None,
                 trees[0], number, overview, chain)
 
 
@@ -523,13 +531,15 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     events, spans, context = [], [], list(prompt_ids)
     shown = _Every(VIEW_SECONDS)  # the rounds between two views show in the next
     plots = _Every(PLOT_SECONDS, RENDER_SHARE, PLOT_SECONDS_MAX)
+    sides = _Every(SIDE_PLOT_SECONDS)  # the plots beside the headline (the first view: all of them)
 
     def live(status: str, spec: RunStats, base=None, comparison=None) -> View:
         """A view while the job streams: the plots, timeline and overview only when `plots` lets
         them be made again, paced by what they cost (time.perf_counter: a test's clock may move
-        time.monotonic at each read)."""
+        time.monotonic at each read), and of the plots only the headline unless `sides` lets them."""
         heavy, started = plots(), time.perf_counter()
-        view = _view(status, pair, spans, spec, base, comparison, plots=heavy, **views)
+        named = None if heavy and sides() else HEADLINE
+        view = _view(status, pair, spans, spec, base, comparison, plots=heavy, figures=named, **views)
         if heavy:
             plots.took(time.perf_counter() - started)
         return view

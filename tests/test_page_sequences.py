@@ -136,6 +136,50 @@ def test_a_streamed_run_sends_its_text_as_appends_and_the_page_ends_on_the_whole
     assert sum(len(data[text]) for data in sent[first:]) > 10 * len(final)  # what went before
 
 
+PLOTS = ["tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time", "tree_nodes", "tree_chain"]
+
+
+def test_a_streamed_runs_plots_beside_the_headline_come_less_often_and_end_as_the_finished_run(
+        demo, monkeypatch):
+    """The browser draws a plot afresh at each update of it: while a run streams, the page gets
+    the headline plot (tokens per pass) at every refresh of the plots and the others, the tree
+    run's two among them, at most every service.SIDE_PLOT_SECONDS (a skip between: the page keeps
+    what it shows); the first refresh and the finished run's view bring them all, and the page
+    ends on the finished run's plots."""
+    import itertools
+
+    from test_service import clock_of_seconds
+
+    from specviz import service
+
+    over = dict(proposer="tree", nodes=6, branching=2, max_new_tokens=60)
+    store = demo.specviz.store
+    store.get(RunSettings(pair="tiny", dtype="float32"))  # loaded on the real clock
+    store.baselines, store.chains = service.Baselines(), service.Baselines()  # both streamed too
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
+    clock_of_seconds(monkeypatch, 0.1)
+    reads = itertools.count()  # plots that cost 0.01 s: refreshed every PLOT_SECONDS
+    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
+    outs = list(handler(demo, "run")(page_request("sides"), None, *args(**over)))
+    page = Page()
+    for out in outs:
+        page.apply(out)
+
+    def sent(out, name) -> bool:
+        value = out[SHOWN.index(name)]
+        return not isinstance(value, dict) or "value" in value  # a figure, or an update with one
+
+    refreshes = [out for out in outs[:-1] if sent(out, "tokens_per_pass")]
+    counts = {name: sum(sent(out, name) for out in refreshes) for name in PLOTS}
+    assert all(sent(refreshes[0], name) for name in PLOTS)
+    assert counts["tokens_per_pass"] > 5 * counts["cumulative"] >= 10, counts  # (37 against 4 here)
+    assert {counts[name] for name in PLOTS[1:]} == {counts["cumulative"]}, counts
+    for name in PLOTS:
+        last = outs[-1][SHOWN.index(name)]
+        assert sent(outs[-1], name)
+        assert page.props[name]["value"] is (last["value"] if isinstance(last, dict) else last), name
+
+
 def test_a_drag_of_the_k_explorers_slider_or_the_playbacks_ends_on_the_value_it_left(demo):
     """A slider's drag sends an input at each step, and Gradio drops those sent while the last one
     is computed under its default for an input ("once"), the drag's last among them: the k

@@ -271,6 +271,46 @@ def test_a_streaming_run_paces_its_plots_by_what_they_cost(store, monkeypatch):
     assert plotted[0.01] >= 2 * plotted[0.3] and plotted[0.3] > plotted[2.0] >= 3, plotted
 
 
+@pytest.mark.parametrize("proposer", ["draft", "tree"])
+def test_a_streaming_run_refreshes_the_headline_plot_and_the_others_every_side_plot_seconds(
+        store, monkeypatch, proposer):
+    """The browser draws a plot afresh at each update of it (Gradio's Plot, 25-70 ms a plot on a
+    shared 2-core CPU): all five at each refresh made 11-15 s of long tasks on the page over a
+    512-token run's 75 s. While a run streams, the headline (tokens per pass) comes with every
+    refresh of the plots, the others at most every SIDE_PLOT_SECONDS (the first refresh has them
+    all: no plot of the last run is left beside the new one). The headline made alone is the one
+    made beside them (Gradio sends, and the page draws, nothing for a figure that did not change),
+    and the last view has every plot, as the finished run makes them."""
+    import itertools
+
+    from specviz.figures import all_figures
+
+    s = tree_settings(max_new_tokens=40) if proposer == "tree" else \
+        RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=2)
+    store.get(s)
+    store.baselines, store.chains = service.Baselines(), service.Baselines()
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
+    clock_of_seconds(monkeypatch, 0.1)
+    reads = itertools.count()  # plots that cost 0.01 s: refreshed every PLOT_SECONDS
+    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
+    *streamed, last = run_views(store, s, Limits())
+    plotted = [v for v in streamed if v.figures]
+    names = set(all_figures(last.spec, last.base, last.chain, s.k))
+    sides = names - {"tokens_per_pass"}
+    counts = Counter(name for v in plotted for name in v.figures)
+    assert len(sides) == (6 if proposer == "tree" else 4) and set(plotted[0].figures) == names
+    # the headline every second or so of the clock, the others every 10 s: (21 against 3 here)
+    assert counts["tokens_per_pass"] == len(plotted) > 5 * counts["cumulative"] >= 10, counts
+    assert {counts[name] for name in sides} == {counts["cumulative"]}  # the others together
+    for v in plotted:
+        beside = all_figures(v.spec, v.base, v.chain, s.k)["tokens_per_pass"]
+        assert v.figures["tokens_per_pass"].to_plotly_json() == beside.to_plotly_json()
+    finished = all_figures(last.spec, last.base, last.chain, s.k)
+    assert set(last.figures) == names
+    for name in names:
+        assert last.figures[name].to_plotly_json() == finished[name].to_plotly_json(), name
+
+
 def test_a_streaming_view_sends_what_changed_and_the_last_one_the_whole_run(store, monkeypatch):
     """Streamed, the token text grows (each view begins with the last: Gradio sends what is added),
     the timeline and tree overview come with the plots and only where the speculative run changed
