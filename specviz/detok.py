@@ -15,7 +15,8 @@ def _finished(text: str) -> str:
     return text[:len(text) - min(marks, _MAX_PENDING)]
 
 
-def token_pieces(tokenizer, context: list[int], ids: list[int], window: int = 8) -> list[str]:
+def token_pieces(tokenizer, context: list[int], ids: list[int], window: int = 8,
+                 final: bool = False) -> list[str]:
     """The text each of ids adds after context (same length as ids): the pieces join to the
     text the whole sequence decodes to, past the context's, no character lost or doubled.
 
@@ -25,6 +26,9 @@ def token_pieces(tokenizer, context: list[int], ids: list[int], window: int = 8)
     where a character ends: tokenizers that drop or add leading spaces (SentencePiece) give the
     spacing the full text has, and a byte-fallback decoder, which marks a whole run of byte tokens
     U+FFFD until its last character completes, the characters it held.
+
+    final: ids end the text (a finished run), so no later token can complete a character they
+    leave unfinished: the last piece then carries the U+FFFD marks the whole text decodes to.
     """
     ids, back = list(ids), window
     while True:  # context that begins inside a character reads as U+FFFD: begin further back
@@ -54,4 +58,6 @@ def token_pieces(tokenizer, context: list[int], ids: list[int], window: int = 8)
             if move - lo > window:
                 lo, ends = move, [e for e in ends if e > move]
                 shown = tokenizer.decode(seq[lo:i + 1], skip_special_tokens=False)
+    if final and pieces and full.startswith(shown):
+        pieces[-1] += full[len(shown):]  # the marks held back for a character nothing will finish
     return pieces

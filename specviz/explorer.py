@@ -177,7 +177,8 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
                 guesses[i] = token
     cost_d, cost_t = stats.draft_pass_seconds, stats.target_pass_seconds  # after round 1's prefills
     line = verify_line(stats.events, len(prompt_ids))
-    out_pieces = token_pieces(pair.tokenizer, prompt_ids, output)
+    ended = bool(stats.events) and stats.events[-1].stop is not None  # as the Run tab reads its end
+    out_pieces = token_pieces(pair.tokenizer, prompt_ids, output, final=ended)
     guess_pieces = [token_pieces(pair.tokenizer, prompt_ids + output[:i], [g])[0]
                     for i, g in enumerate(guesses)]
     token_text = {str(t): pair.tokenizer.decode([t]) for t in set(prompt_ids + output)}

@@ -121,7 +121,7 @@ def round_spans(event: RoundEvent, tokenizer, context: list[int]) -> list[Span]:
     texts = token_pieces(tokenizer, context, drafts[:n]) \
         + token_pieces(tokenizer, context + drafts[:n], drafts[n:])  # [k]: by draft position
     marks = round_marks(event)
-    own = token_pieces(tokenizer, context + drafts[:n], [event.token])[0] \
+    own = token_pieces(tokenizer, context + drafts[:n], [event.token], final=event.stop is not None)[0] \
         if len(event.new_tokens) > n else ""  # the target's token, where it survived truncation
     return [replace(s, text=own if s.position == 0 else texts[s.position - 1]) for s in marks]
 

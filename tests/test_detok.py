@@ -88,6 +88,31 @@ def test_pieces_join_to_the_decoded_text_however_the_tokens_are_cut_and_called()
         assert "".join(pieces) == tok.decode(ids), (trial, bytes(data))
 
 
+def test_a_finished_text_that_ends_inside_a_character_shows_the_mark_it_decodes_to():
+    """A run cut by its token budget inside a character: no later token will finish it, so the
+    last token shows the U+FFFD the whole text decodes to, not "" (the page showed "Hello" where
+    the run decoded to "Hello �"); a running text still holds the marks back."""
+    tok = Cuts(b"Hello", b" \xf0\x9f", b"\x9a")
+    assert token_pieces(tok, [], [0, 1, 2]) == ["Hello", " ", ""]
+    assert token_pieces(tok, [], [0, 1, 2], final=True) == ["Hello", " ", "\ufffd"]
+    assert token_pieces(tok, [0, 1], [2], final=True) == ["\ufffd"]  # the last round alone
+    assert token_pieces(Bytes(), [], list(b"ok"), final=True) == ["o", "k"]  # nothing held back
+    import random
+
+    rng = random.Random(11)
+    text = "héllo 🚀 中文字符 naïve ✨👨\u200d👩 ok".encode()
+    for trial in range(300):  # random cuts, read round by round, the last round final
+        data = text[:rng.randrange(1, len(text) + 1)]
+        cuts = sorted(rng.sample(range(1, len(data)), rng.randrange(len(data) // 2, len(data)))) \
+            if len(data) > 2 else []
+        tok = Cuts(*(data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)))
+        ids, pieces = list(range(len(tok.vocab))), []
+        while len(pieces) < len(ids):
+            end = min(len(ids), len(pieces) + rng.choice([1, 2, 5]))
+            pieces += token_pieces(tok, ids[:len(pieces)], ids[len(pieces):end], final=end == len(ids))
+        assert "".join(pieces) == tok.decode(ids), (trial, data)
+
+
 def test_a_byte_fallback_run_shows_each_character_once():
     """A byte-fallback decoder (SentencePiece's <0xF0>...) marks a whole run of byte tokens U+FFFD
     until its last character completes: "🚀" then 中's first byte read as five marks, and the

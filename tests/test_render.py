@@ -72,6 +72,17 @@ def test_each_rounds_tokens_are_read_after_the_output_so_far_not_after_its_draft
                                                  ("b", "recovered"), ("A", REJECTED)]
 
 
+def test_a_run_cut_inside_a_character_ends_with_the_mark_it_decodes_to():
+    """The token budget ends the run on an emoji's first byte: the last token shows the U+FFFD
+    the output decodes to, not "", while a round that did not end the run still holds it back."""
+    from specviz.render import all_spans
+
+    last = event(round=1, k=1, draft_tokens=[ord("a")], accepted=1, token=0xF0, kind="bonus",
+                 new_tokens=[ord("a"), 0xF0], target_probs=[1.0], draft_probs=[1.0], stop="length")
+    assert [s.text for s in all_spans([last], Bytes(), [ord("x")])] == ["a", "\ufffd"]
+    assert [s.text for s in all_spans([replace(last, stop=None)], Bytes(), [ord("x")])] == ["a", ""]
+
+
 def test_a_greedy_chain_keeps_with_p():
     greedy = event(target_probs=[1.0, 0.0, 1.0], draft_probs=[1.0, 1.0, 1.0])
     assert [s.keep for s in round_spans(greedy, Letters(), [5]) if s.position] == [1.0, 0.0, None]
