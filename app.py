@@ -116,6 +116,13 @@ REDRAW_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')),
 # The Token tree panel is open while the drafter is the token tree (a link's, an opened trace's or
 # a visitor's choice): on chain runs it stood open above the plots holding only a note. In the
 # browser alone: an event with a Python function would run outside the queue or wait in it.
+# Run is enabled by the page's load (below), which sets a link's settings. A load the server
+# refused (a full queue answers with a toast) left Run disabled for good: the page then enables it
+# for the settings it shows, and says how to get the link's.
+LOAD_REFUSED = ("⚠ The server was too busy to open this page's settings (a link's among them). Run "
+                "runs the settings shown here; reload the page to get the link's.")
+LOAD_REFUSED_JS = ("() => [{__type__: 'update', interactive: true}, "
+                   f"{{__type__: 'update', value: {json.dumps(LOAD_REFUSED)}, visible: true}}]")
 TREE_PANEL_JS = """(drafter) => {
   const label = document.querySelector('#tree-panel .label-wrap');
   if (label && label.classList.contains('open') !== (drafter === 'tree')) label.click();
@@ -953,7 +960,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         proposer.change(None, proposer, None, js=TREE_PANEL_JS, api_name=False)  # in the browser
         link_btn.click(share_query, controls, link, api_name=False, preprocess=False).then(
             None, link, link, js=COPY_JS)
-        demo.load(on_load, None, [*controls, notice, autorun, run_btn], api_name=False)
+        demo.load(on_load, None, [*controls, notice, autorun, run_btn], api_name=False).failure(
+            None, None, [run_btn, notice], js=LOAD_REFUSED_JS, api_name=False, queue=False)
         for tab in (run_tab, lab_tab, explorer_tab):  # no Python runs: the browser redraws the plots
             tab.select(None, None, None, js=REDRAW_JS, api_name=False, queue=False)
         auto_event = autorun.change(auto_run, [autorun, *controls], outputs, api_name=False, **model)

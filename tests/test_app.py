@@ -787,6 +787,38 @@ def test_browser_run_waits_for_the_page_load_to_set_a_links_settings(app_url, mo
         assert page.evaluate("document.querySelector('#prompt textarea').value") == "def g" and held
         page.wait_for_function(DONE_JS, timeout=120_000)
         assert "float32" in page.inner_text("#status"), page.inner_text("#status")
+        assert "too busy" not in page.inner_text("body")  # a load that came late did not fail
+        browser.close()
+
+
+def test_browser_a_refused_page_load_still_enables_run_and_says_how_to_get_the_links_settings(app_url):
+    """Run waits for the page's load; a load the server refused (a full queue answers 503, and
+    the page shows a toast) left Run disabled for good. It is enabled for the settings shown, and
+    the notice says to reload for the link's."""
+    from playwright.sync_api import sync_playwright
+
+    import app
+
+    refused = []
+
+    def join(route):
+        if not refused:  # the page's first job is its load
+            refused.append(route.request.post_data_json.get("fn_index"))
+            return route.fulfill(status=503, content_type="application/json",
+                                 json={"detail": "Queue is full. Max size is 1 and size is 1."})
+        return route.continue_()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        page = browser.new_page()
+        page.route("**/queue/join*", join)
+        page.goto(app_url + "?pair=tiny&k=2&max_new_tokens=8&dtype=float32&prompt=def+g")
+        page.wait_for_function("document.querySelector('#run') && !document.querySelector('#run').disabled",
+                               timeout=60_000)
+        assert refused and app.LOAD_REFUSED[2:40] in page.inner_text(".specviz-notice")
+        assert page.evaluate("document.querySelector('#prompt textarea').value") == "def fibonacci(n):"
+        page.click("#run")  # the settings shown: the page's own
+        page.wait_for_function(DONE_JS, timeout=120_000)
         browser.close()
 
 
