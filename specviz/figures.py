@@ -24,6 +24,12 @@ LEGEND_CHARS = 48  # a legend entry's line in a HALF_PX plot: its symbol and 48 
 CHAR_PX, SYMBOL_PX, MARGIN_PX = 5.6, 48, 70
 LINE_PX, PLOT_HEIGHT, AXIS_TITLE_PX = 17, 340, 60
 MAX_K_PLOT = 16
+# A title fits a 375 px phone's plot in TITLE_CHARS characters: plotly's 17 px title is 7.6 to 8.1 px
+# a character (chromium), and starts 5% in; the phone's plots are 309 px wide, 283 in the token
+# tree's panel (TREE_TITLE_CHARS). "Monte Carlo: 200,000 one-token rounds per variant", 386 px, ran
+# 92 px past its plot's edge there
+TITLE_CHAR_PX, PHONE_PLOT_PX, TREE_PHONE_PLOT_PX = 8.2, 309, 283
+TITLE_CHARS, TREE_TITLE_CHARS = (int(0.95 * px / TITLE_CHAR_PX) for px in (PHONE_PLOT_PX, TREE_PHONE_PLOT_PX))
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, width: int = HALF_PX) -> go.Figure:

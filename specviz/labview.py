@@ -13,7 +13,7 @@ from . import explorer, lab, profiles
 from .digits import beside, share, sig3
 from .figures import BASE, PAGE_HALF_PX, PAGE_PX, SPEC, THEORY, _layout
 from .lm import CachedLM, input_rows, output_rows
-from .render import to_html
+from .render import NBSP, to_html
 from .sampling import SamplingParams, process
 from .untrusted import gc_paused
 
@@ -251,17 +251,21 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     point = (" Here q is a point mass (an n-gram's or a token tree's draft): drafting its argmax or at "
              "another temperature draws the same token, so those variants are the rule itself."
              if int((torch.as_tensor(q) > 0).sum()) == 1 else "")
+    # the short columns' headers and numbers unbroken (assets/style.css): "TV to p" and "0.02 s"
+    # left "p" and "s" alone on a line, "< 1e-300" its "<"
     table = ("<table class='specviz-stats'><thead><tr><th>variant</th><th>what it does</th><th>TV to p</th>"
              "<th>p-value</th><th>verdict</th><th>time</th></tr></thead><tbody>" + "".join(rows) +
-             f"</tbody></table><p>{n:,} trials each. An exact sampler's TV shrinks like 1/√N; "
+             f"</tbody></table><p>{n:,} trials (one-token rounds) per variant. An exact sampler's TV "
+             "shrinks like 1/√N; "
              "a p-value below 0.001 flags a bias. The p-value is Pearson's χ² over tokens expecting 5 "
              "draws or more, the rarer ones pooled, and a second test of that pool (a Poisson tail where "
              "it expects fewer than 5, else its tokens in groups expecting 20 or more): twice the smaller "
              "of the two. The draws "
              "are seeded, so the same round and N draw the same again: an exact rule is flagged about "
              f"once in 1,000 such draws, and another N draws anew.{point}</p>")
-    return (_layout(fig, f"Monte Carlo: {n:,} one-token rounds per variant", "token", "frequency",
-                    PAGE_HALF_PX), table)
+    # a title that fits a phone's plot (figures.TITLE_CHARS): "Monte Carlo: 200,000 one-token rounds
+    # per variant" ran 92 px past its plot's right edge at 375 px; the rest is said under the table
+    return (_layout(fig, f"Monte Carlo: {n:,} rounds each", "token", "frequency", PAGE_HALF_PX), table)
 
 
 def _verdict(variant: str, r: lab.CheckResult, p: torch.Tensor) -> str:
@@ -273,7 +277,8 @@ def _verdict(variant: str, r: lab.CheckResult, p: torch.Tensor) -> str:
     off = lab.tv(r.predicted, p / p.sum())
     if off < 1e-9:
         wrong = lab.VARIANTS[variant].startswith("wrong")
-        return "matches p: exact for this q" if wrong else "matches p"
+        # "matches p" unbroken (NBSP): its "p" stood alone on a line, at 375 px and at 1400 px
+        return f"matches{NBSP}p: exact for this q" if wrong else f"matches{NBSP}p"
     return f"no bias detected at this N (its exact output is {sig3(off)} from p in TV: more trials show it)"
 
 

@@ -8,7 +8,7 @@ import math
 from .compare import Comparison
 from .digits import beside, percent
 from .metrics import RunStats
-from .render import HTML_BUDGET, KEYS, Span, ascii_html, more_note, shown, token_html, within
+from .render import HTML_BUDGET, KEYS, NBSP, Span, ascii_html, more_note, shown, token_html, within
 from .untrusted import visible_bidi
 
 
@@ -30,11 +30,13 @@ def timeline_html(spans: list[Span], stats: RunStats, budget: int = HTML_BUDGET)
         own = "".join(_chip(s) for s in chips if not s.position)
         # a tree's row shows its walked branch
         # kept: the drafts the output kept (RoundEvent.kept), as α and the acceptance rate count them
-        kept = f"{e.kept} of {e.nodes} nodes" if e.tree else f"{e.kept}/{e.k}"
+        # a number kept with its word (NBSP): on a 375 px phone "4)" of "(the rule accepted 4)"
+        # stood alone on the cell's last line
+        kept = f"{e.kept} of {e.nodes}{NBSP}nodes" if e.tree else f"{e.kept}/{e.k}"
         if e.accepted and len(e.new_tokens) <= e.accepted:  # only an EOS ends the output among the
             # accepted drafts: the budget leaves room for the target's token (tracecheck holds traces to it)
-            kept += f", EOS at draft {len(e.new_tokens)}" + (
-                f" (the rule accepted {e.accepted})" if e.accepted > e.kept else "")
+            kept += f", EOS at draft{NBSP}{len(e.new_tokens)}" + (
+                f" (the rule accepted{NBSP}{e.accepted})" if e.accepted > e.kept else "")
         rows.append(ascii_html(f"<tr><td>{e.round}</td><td>{drafts or '—'}</td><td>{kept}</td>"
                                f"<td>{own or '(cut)'}</td><td>{len(e.new_tokens)}</td></tr>"))
     rows = within(rows[::-1], budget)
@@ -85,12 +87,14 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
             lambda r: percent(r.alpha) if r.drafted else "—"),
         *([] if tree else [row("acceptance rate = accepted / drafted",
                                lambda r: percent(r.acceptance_rate) if r.drafted else "—")]),
-        row("i.i.d. prediction: mean over rounds of (1 − α^(kᵢ+1))/(1 − α), kᵢ the drafts round i "
-            "could keep (k, less where the budget or an EOS cut it)", _predicted),
+        # the formula in two unbroken halves (NBSP): at 375 px its "−" stood alone on a line
+        row(f"i.i.d. prediction: mean over rounds of (1{NBSP}−{NBSP}α^(kᵢ+1)) /{NBSP}(1{NBSP}−{NBSP}α), "
+            "kᵢ the drafts round i could keep (k, less where the budget or an EOS cut it)", _predicted),
         row("elapsed", lambda r: f"{r.wall_seconds:.2f} s", f"{b.wall_seconds:.2f} s" if b else ""),
         row("tokens / s", _speed, _speed(b) if b else ""),
-        row("time split", lambda r: f"draft {r.draft_seconds:.2f} s · target {r.target_seconds:.2f} s · "
-                                    f"other {r.overhead_seconds:.3f} s"),
+        # each number with its unit (NBSP): in a tree run's three columns the last "s" stood alone
+        row("time split", lambda r: f"draft {r.draft_seconds:.2f}{NBSP}s · target "
+                                    f"{r.target_seconds:.2f}{NBSP}s · other {r.overhead_seconds:.3f}{NBSP}s"),
     ]
     if b and b.stop and spec.stop:
         rows.append(row("speedup", lambda r: _speedup(r, b) if r.stop else "",
@@ -98,7 +102,8 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
         rows.append(row("speedup after round 1 (the prompt's reading left out: what the k plot's "
                         "break-even prices)", lambda r: _decode_speedup(r, b) if r.stop else "",
                         "1.00×" if b.decode_tokens_per_second else "—"))
-    columns = ("<th>token tree</th><th>baseline (target alone)</th><th>chain (draft model, same k)</th>"
+    # "same k)" unbroken: its "k)" stood alone in the header at 375 px
+    columns = (f"<th>token tree</th><th>baseline (target alone)</th><th>chain (draft model, same{NBSP}k)</th>"
                if tree else "<th>speculative</th><th>baseline (target alone)</th>")
     return (f'<table class="specviz-stats"><thead><tr><th></th>{columns}</tr></thead><tbody>'
             + "".join(rows) + "</tbody></table>")

@@ -329,6 +329,14 @@ WIDTHS_JS = """() => { const plot = document.querySelector('#fig-tpp .js-plotly-
           plot.getBoundingClientRect().width]; }"""  # the drawing, and the room it has
 
 
+BROKEN_JS = """(sel) => [...document.querySelectorAll(sel)].map((cell) => {
+  const range = document.createRange(), tops = [];
+  range.selectNodeContents(cell);
+  for (const box of range.getClientRects())
+    if (!tops.some((t) => Math.abs(t - box.top) < 4)) tops.push(box.top);
+  return [cell.innerText, tops.length]; }).filter((c) => c[1] > 1)"""  # cells on more than one line
+
+
 LEGENDS_JS = """() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];
   const out = [];
   for (const plot of plots) { const legend = plot.querySelector('.legend');
@@ -426,7 +434,12 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         page.click("#lab-run")
         page.wait_for_selector("#lab-table table", timeout=60_000)
         table = page.inner_text("#lab-table")
-        assert "matches p" in table and "biased" in table
+        assert "matches\u00a0p" in table and "biased" in table
+        # the short columns on one line each: "TV to p", "p-value" and "matches p" left a "p" or
+        # "value" alone on a line of its own at 1400 px (and "0.02 s" its "s" at 375 px)
+        short = ", ".join(f"#lab-table th:nth-child({i}), #lab-table td:nth-child({i})" for i in (3, 4, 5, 6))
+        broken = page.evaluate(BROKEN_JS, short)
+        assert not broken, broken
         assert "0.6000" in page.inner_text("#lab-info")
         page.wait_for_selector("#lab-mc .js-plotly-plot", timeout=30_000)
         page.screenshot(path=str(OUT / "lab.png"), full_page=True)
@@ -526,7 +539,7 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         rounds, fullest = len(rows), max(rows, key=lambda c: (int(c[1]), int(c[3]), int(c[0])))[0]
         assert rounds >= 2 and f"Round {fullest} of {rounds}" in page.inner_text("#tree")  # the
         assert page.locator("#tree-round input[type=number]").input_value() == fullest  # fullest tree
-        assert "chain (draft model, same k)" in page.inner_text("#stats")
+        assert "chain (draft model, same\u00a0k)" in page.inner_text("#stats")
         outside = page.evaluate(LEGENDS_JS)  # the tree's plots and points too
         assert outside[0] >= 3 and not outside[1], outside
         number = page.locator("#tree-round input[type=number]")  # playback: round 1
@@ -586,7 +599,7 @@ def test_lab_endpoint_on_the_example(app_url):
     info, masses, mc, table = client.predict("example", 1, 100_000, ["exact", "correction_from_p"], None,
                                              api_name="/lab")
     assert "1 − TV(p, q) = <b>0.6000</b>" in info and "min(1, p/q) = <b>0.3333</b>" in info
-    assert "matches p" in table and "biased" in table
+    assert "matches\u00a0p" in table and "biased" in table
     assert masses["type"] == mc["type"] == "plotly"
 
 

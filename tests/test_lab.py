@@ -87,9 +87,10 @@ def test_a_wrong_variant_that_a_point_mass_q_makes_exact_is_not_called_wrong_by_
         assert lab.tv(lab.predicted(v, p, q, q_draw=q), p) < 1e-12
     shown = _verdicts(p, q, 20_000, ["exact", "argmax_draft", "mismatched_q", "accept_if_target_argmax",
                                       "correction_from_p"])
-    assert shown["exact"] == "matches p"
+    # "matches p" unbroken (a no-break space): its "p" stood alone on a line, at 375 and 1400 px
+    assert shown["exact"] == "matches\u00a0p"
     assert {shown[v] for v in ("argmax_draft", "mismatched_q", "accept_if_target_argmax")} == \
-        {"matches p: exact for this q"}
+        {"matches\u00a0p: exact for this q"}
     assert shown["correction_from_p"] == "<b>biased</b>" and "q is a point mass" in shown["note"]
     assert "point mass" not in _verdicts(P, Q, 1_000, ["exact"])["note"]
 
@@ -160,7 +161,7 @@ def test_lab_on_a_round_of_a_real_run(pair):
     assert float(p[drafted]) == pytest.approx(events[0].target_probs[0], rel=1e-4)
     assert float(q[drafted]) == pytest.approx(events[0].draft_probs[0], rel=1e-4)
     _, table = labview.monte_carlo(p, q, labels, 20_000, ["exact"], tokenizer=pair.tokenizer)
-    assert "matches p" in table
+    assert "matches\u00a0p" in table
     with pytest.raises(ValueError, match="round in 1.."):
         finished(labview.from_round_steps(pair, t, 99))
     # The same pair on another device, or a trace from before numerics were written, is this pair
@@ -265,7 +266,7 @@ def test_lab_on_a_tree_round_of_a_real_run(pair):
     _, table = labview.monte_carlo(p, q, labels, 20_000, ["tree_exact"], tokenizer=pair.tokenizer,
                                    candidates=root)
     named = ", ".join(repr(pair.tokenizer.decode([c])) for c in root)
-    assert "matches p" in table and html.escape(f"candidates: {named}") in table
+    assert "matches\u00a0p" in table and html.escape(f"candidates: {named}") in table
 
 
 def test_two_sample_test_on_hand_enumerated_splits():
@@ -421,6 +422,31 @@ def test_every_lab_and_run_plot_tells_its_series_apart_without_colour():
     assert isinstance(base, RunStats)
     for name, fig in figures.all_figures(spec, base).items():
         assert len(set(looks(fig))) == len(fig.data), (name, looks(fig))
+
+
+def test_every_plots_title_fits_its_plot_on_a_375_px_phone():
+    """Plotly never wraps a title: the lab's "Monte Carlo: 200,000 one-token rounds per variant"
+    (386 px, chromium) ran 92 px past its 309 px plot's right edge on a 375 px phone, its end cut
+    off. Each title's longest line, at the widest numbers it can show (N = 1,000,000, k = 16),
+    fits a phone's plot (figures.TITLE_CHARS; the token tree's panel TREE_TITLE_CHARS)."""
+    from test_metrics import run
+
+    from specviz import explorer, figures, labview
+
+    fig, _ = labview.monte_carlo(P, Q, list(lab.EXAMPLE_LABELS), 1_000_000, ["exact"])
+    rec = explorer.Recording("draft", [1, 2], list(range(10, 24)), list(range(10, 24)), 0.05, 0.1, 14,
+                             confidences=[0.3] * 14, verify_line=(0.1, 0.0))
+    spec, base = run([(4, 2), (4, 4), (4, 1)]), run([(0, 0)] * 3)
+    shown = {"monte carlo": fig, "masses": labview.masses_figure(P, Q, list(lab.EXAMPLE_LABELS)),
+             "explorer": labview.explorer_views(rec, 16, True, None, None)[2],
+             **figures.all_figures(spec, base, k=16),
+             "k_prediction (tree)": figures._tree_points(spec, spec, 16),
+             "tree_nodes": figures.tree_nodes(spec), "tree_chain": figures.tree_vs_chain(spec, spec, 16)}
+    for name, fig in shown.items():
+        most = figures.TREE_TITLE_CHARS if name.startswith("tree_") else figures.TITLE_CHARS
+        lines = fig.layout.title.text.split("<br>")
+        assert max(len(line) for line in lines) <= most, (name, fig.layout.title.text)
+    assert shown["monte carlo"].layout.title.text == "Monte Carlo: 1,000,000 rounds each"
 
 
 def f64(*xs) -> torch.Tensor:

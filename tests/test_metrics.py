@@ -83,7 +83,8 @@ def test_the_stats_table_shows_the_hand_computed_figures():
     for shown in ("<td>8</td><td>8</td>", "<td>3</td><td>8</td>", "<td>2.67</td><td>1.00</td>",
                   f"<td>{a:.1%}</td>", f"<td>{5 / 12:.1%}</td>", f"{(1 - a ** 5) / (1 - a):.2f} /pass",
                   "<td>3.00 s</td><td>4.00 s</td>", "<td>2.67</td><td>2.00</td>",
-                  "draft 0.75 s · target 1.50 s · other 0.750 s", "<b>1.33×</b>",
+                  # a number's unit on its line (a no-break space): at 1400 px the last "s" stood alone
+                  "draft 0.75\u00a0s · target 1.50\u00a0s · other 0.750\u00a0s", "<b>1.33×</b>",
                   # after round 1: 3 tokens in 2 s against the target alone's 7 in 3.5 s
                   "(the prompt's reading left out: what the k plot's break-even prices)</th><td>0.75×</td>"):
         assert shown in html, shown

@@ -125,6 +125,11 @@ def test_a_tree_round_shows_the_chance_the_walk_kept_each_candidate():
     chain = [s for s in round_spans(replace(tree_event, tree=(), source="draft"), Letters(), [5])
              if s.position]  # a chain keeps with min(1, p/q): no note
     assert round(chain[0].keep, 6) == round(0.3 / 0.35, 6) and "one-hot" not in chain[0].tooltip
+    # the timeline's row: "1 of 4 nodes" with its last number and word on one line (NBSP)
+    from specviz.metrics import RunStats
+    from specviz.views import timeline_html
+
+    assert "<td>1 of 4&#160;nodes</td>" in timeline_html([], RunStats.of([tree_event]))
 
 
 def test_a_long_token_text_from_an_opened_trace_is_clipped_on_the_page():
@@ -211,7 +216,9 @@ def test_the_timeline_says_when_the_output_ended_among_the_kept_drafts():
     alone contradicted it; and "4/4, 2 committed" counted as kept the 2 drafts past the EOS that
     α and the acceptance rate leave out. The column is the drafts the output kept (RoundEvent.kept),
     summing to the stats' accepted; only an EOS ends the output there (the budget leaves room for
-    the target's token), so the row never blames the budget."""
+    the target's token), so the row never blames the budget. Each number is held to its word by a
+    no-break space (&#160;): in a 375 px phone's timeline the cell, 62 px wide, wrapped
+    "(the rule accepted 4)" with "4)" alone on its last line."""
     from dataclasses import replace
 
     from specviz.metrics import RunStats
@@ -221,11 +228,12 @@ def test_the_timeline_says_when_the_output_ended_among_the_kept_drafts():
     e = event(round=1, k=4, draft_tokens=[10, 0, 11, 12], accepted=4, token=13, kind="bonus",
               new_tokens=[10, 0], target_probs=[1.0] * 4, draft_probs=[1.0] * 4, stop="eos")
     spans = [Span("a", "accepted", 10, 1, 1), Span("<eos>", "accepted", 0, 1, 2)]
-    assert "<td>2/4, EOS at draft 2 (the rule accepted 4)</td>" in timeline_html(spans, RunStats.of([e]))
+    assert "<td>2/4, EOS at draft&#160;2 (the rule accepted&#160;4)</td>" in \
+        timeline_html(spans, RunStats.of([e]))
     assert timeline_html(spans, RunStats.of([e])).endswith("<td>(cut)</td><td>2</td></tr></tbody></table>")
     # EOS as the second draft of two kept (the third refused): 2 of 4 kept, both committed
     two = replace(e, accepted=2, kind="recovered", target_probs=[1.0, 1.0, 0.0, 1.0])
-    assert "<td>2/4, EOS at draft 2</td><td>(cut)</td><td>2</td></tr>" in \
+    assert "<td>2/4, EOS at draft&#160;2</td><td>(cut)</td><td>2</td></tr>" in \
         timeline_html([], RunStats.of([two]))
     whole = replace(e, new_tokens=[10, 0, 11, 12, 13], stop=None)
     assert "<td>4/4</td>" in timeline_html(spans, RunStats.of([whole]))

@@ -533,7 +533,7 @@ def test_the_chain_comparison_stops_at_the_job_time_limit(store, monkeypatch):
     assert last.status.startswith("Done") and "Stopped the chain comparison after" in last.status
     assert "SPECVIZ_MAX_JOB_SECONDS" in last.status and last.chain is None and len(store.chains) == 0
     assert last.trace is not None and last.spec.is_tree
-    assert "<th>chain (draft model, same k)</th>" in last.stats_html  # the column, left empty
+    assert "<th>chain (draft model, same\u00a0k)</th>" in last.stats_html  # the column, left empty
 
 
 def test_a_chain_run_has_no_tree_panel_and_no_chain_comparison(store):

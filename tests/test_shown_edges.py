@@ -148,7 +148,9 @@ def test_the_iid_row_names_the_mean_over_rounds_it_shows():
     mean = (2 * (1 - a ** 5) / (1 - a) + (1 - a ** 3) / (1 - a)) / 3
     assert abs(spec.predicted_tokens_per_pass - mean) < 1e-12
     shown = stats_html(spec)
-    assert "mean over rounds of (1 − α^(kᵢ+1))/(1 − α)" in shown and f"{mean:.2f} /pass" in shown
+    # the formula in two halves that never break (no-break spaces): at 375 px its "−" stood alone
+    assert "mean over rounds of (1\u00a0−\u00a0α^(kᵢ+1)) /\u00a0(1\u00a0−\u00a0α)," in shown
+    assert f"{mean:.2f} /pass" in shown
 
 
 def test_a_figure_beside_its_verdict_is_never_rounded_onto_the_bar():

@@ -207,7 +207,7 @@ def test_tree_figures_and_stats_match_hand_computations():
     assert unknown.layout.title.text == "Tokens per pass: measured"  # not the deepest walk's 3
     assert unknown.data[0].name == "this tree run: 2.7 deep a round on average"
     table = stats_html(spec, None, chain)
-    assert "<th>chain (draft model, same k)</th>" in table and "— (not for trees)" in table
+    assert "<th>chain (draft model, same\u00a0k)</th>" in table and "— (not for trees)" in table
     assert "<td>2.00</td><td></td><td>3.00</td>" in table  # tokens per pass: tree, -, chain
     assert "<td>15</td><td></td><td>9</td>" in table  # tokens verified: 6 + 6 + 3; the chain's 3 × 3
     assert f"<td>{3 / 15:.1%}</td><td></td><td>{3 / 9:.1%}</td>" in table
