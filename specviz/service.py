@@ -360,9 +360,10 @@ def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, pl
     those it shows; figures: the names of those to make (None: all), the page keeps the others.
     kept: the run is over (until then its text is left growing: render.to_html, and the timeline
     and overview are None where this run's parts sent them already), and its tree panel opens on
-    its fullest round (treeview.fullest_round). parts: the run's _Parts."""
+    its fullest round (treeview.fullest_round). parts: the run's _Parts, for the views while it
+    streams (a view of the run's end is made whole: its tree views read the end as its text does)."""
     number = treeview.fullest_round(spec.events) if kept else len(spec.events)
-    parts = parts or _Parts()
+    parts = parts if parts and not kept else _Parts()
     made = partial(parts.get, (len(spans), len(spec.events)))
     trees = made(("trees", number), lambda: treeview.tree_views(
         spec.events, pieces_of or token_text(pair.tokenizer), number, greedy=greedy))
@@ -412,22 +413,27 @@ def trace_text(trace: Trace, pair: Pair | None = None):
     """pieces_of for a trace's tree views: the loaded pair's tokenizer when this pair made the trace
     (same target, draft and dtype, as the lab asks), else the texts the trace itself holds."""
     if made_here(trace, pair):
-        return token_text(pair.tokenizer, vocab_size=pair.vocab_size)
+        by_token = token_text(pair.tokenizer, vocab_size=pair.vocab_size)
+        return committed_pieces(trace.events, trace.spans, by_token)
     recording = trace.recording
     known = {**((recording.token_text or {}) if recording else {}), **(trace.node_text or {})}
-    by_token = token_text(None, trace.spans, known=known)
+    return committed_pieces(trace.events, trace.spans, token_text(None, trace.spans, known=known))
+
+
+def committed_pieces(events, spans, fallback: treeview.Pieces) -> treeview.Pieces:
+    """pieces_of for a run's tree views that gives each round's committed tokens the texts its
+    spans show them with (the Run tab's: a piece can depend on the tokens before it, and the last
+    of a finished run carries the mark of a character it leaves unfinished), else fallback's."""
     texts: dict[int, list[str]] = {}  # round -> its committed tokens' texts, as the run showed them
-    for sp in trace.spans:
+    for sp in spans:
         if sp.emitted:
             texts.setdefault(sp.round, []).append(sp.text)
     committed = {(tuple(context), tuple(e.new_tokens)): texts.get(e.round)
-                 for e, context in zip(trace.events, treeview.contexts(trace.events), strict=True)}
+                 for e, context in zip(events, treeview.contexts(events), strict=True)}
 
     def pieces_of(context, tokens) -> list[str]:
-        """A round's committed tokens as the run showed them (a piece can depend on the tokens
-        before it), else each token's text as the trace shows it anywhere."""
         shown = committed.get((tuple(context), tuple(tokens)))
-        return shown if shown is not None and len(shown) == len(tokens) else by_token(context, tokens)
+        return shown if shown is not None and len(shown) == len(tokens) else fallback(context, tokens)
 
     return pieces_of
 
@@ -573,6 +579,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
         if shown():
             yield live(f"Speculative run: round {event.round}", RunStats.of(events))
     spec, key = RunStats.of(events), store.baseline_key(pair, s, prompt_ids)
+    views["pieces_of"] = committed_pieces(events, spans, pieces_of)  # the run's end, as its text shows it
     if s.proposer == "draft":  # this run is what a tree run at this k compares with: keep it
         store.chains.put(store.chain_key(pair, s, prompt_ids), spec.events, time.time())
     reused = store.baselines.get(key)
