@@ -329,9 +329,11 @@ VIEW_SECONDS = 0.25
 # SIDE_PLOT_SECONDS: the browser draws a plot afresh at each update of it (Gradio's Plot: Plotly from
 # scratch in a new element, after once more in the old one), 25-70 ms a plot on a shared 2-core CPU.
 # All five at each rebuild made 11-15 s of long tasks on the page over a 512-token run's 75 s; 6-7 s
-# now. The finished run's view has them all.
+# now. The finished run's view has them all. While the baseline runs, the headline is the race (the
+# tokens over time: the speculative run's tokens per pass no longer change), and while the chain
+# comparison runs no plot changes; the first rebuild of each phase has them all.
 SIDE_PLOT_SECONDS = 10.0
-HEADLINE = ("tokens_per_pass",)
+HEADLINE, RACE = ("tokens_per_pass",), ("time",)
 
 
 class _Parts:
@@ -537,14 +539,15 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     events, spans, context = [], [], list(prompt_ids)
     shown = _Every(VIEW_SECONDS)  # the rounds between two views show in the next
     plots = _Every(PLOT_SECONDS, RENDER_SHARE, PLOT_SECONDS_MAX)
-    sides = _Every(SIDE_PLOT_SECONDS)  # the plots beside the headline (the first view: all of them)
+    headline, sides = HEADLINE, _Every(SIDE_PLOT_SECONDS)  # beside the headline (the first: all)
 
     def live(status: str, spec: RunStats, base=None, comparison=None) -> View:
         """A view while the job streams: the plots, timeline and overview only when `plots` lets
         them be made again, paced by what they cost (time.perf_counter: a test's clock may move
-        time.monotonic at each read), and of the plots only the headline unless `sides` lets them."""
+        time.monotonic at each read), and of the plots only the phase's headline unless `sides`
+        lets them."""
         heavy, started = plots(), time.perf_counter()
-        named = None if heavy and sides() else HEADLINE
+        named = None if heavy and sides() else headline
         view = _view(status, pair, spans, spec, base, comparison, plots=heavy, figures=named, **views)
         if heavy:
             plots.took(time.perf_counter() - started)
@@ -585,6 +588,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     reused = store.baselines.get(key)
     if reused is None:
         base_events = []
+        headline, sides = RACE, _Every(SIDE_PLOT_SECONDS)
         for event in generate(pair, prompt_ids, proposer="none", progress=True, **kwargs):
             reading = isinstance(event, Reading)
             if not reading:
@@ -629,6 +633,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
             status += f" (chain comparison reused, measured {_when(reused[1])})"
         else:
             chain_events = []
+            headline, sides = (), _Every(SIDE_PLOT_SECONDS)  # its rounds show in the finished view
             for event in generate(pair, prompt_ids, proposer="draft", progress=True, **kwargs):
                 reading = isinstance(event, Reading)
                 if (reading or event.stop is None) and time.monotonic() > deadline:

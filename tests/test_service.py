@@ -278,9 +278,12 @@ def test_a_streaming_run_refreshes_the_headline_plot_and_the_others_every_side_p
     shared 2-core CPU): all five at each refresh made 11-15 s of long tasks on the page over a
     512-token run's 75 s. While a run streams, the headline (tokens per pass) comes with every
     refresh of the plots, the others at most every SIDE_PLOT_SECONDS (the first refresh has them
-    all: no plot of the last run is left beside the new one). The headline made alone is the one
-    made beside them (Gradio sends, and the page draws, nothing for a figure that did not change),
-    and the last view has every plot, as the finished run makes them."""
+    all: no plot of the last run is left beside the new one). While the baseline runs the headline
+    is the race (tokens over time; the tokens per pass no longer change, and were remade at every
+    refresh while the race waited 10 s), and while the chain comparison runs no plot changes: each
+    phase's first refresh has them all. The headline made alone is the one made beside them
+    (Gradio sends, and the page draws, nothing for a figure that did not change), and the last
+    view has every plot, as the finished run makes them."""
     import itertools
 
     from specviz.figures import all_figures
@@ -294,17 +297,24 @@ def test_a_streaming_run_refreshes_the_headline_plot_and_the_others_every_side_p
     reads = itertools.count()  # plots that cost 0.01 s: refreshed every PLOT_SECONDS
     monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
     *streamed, last = run_views(store, s, Limits())
-    plotted = [v for v in streamed if v.figures]
     names = set(all_figures(last.spec, last.base, last.chain, s.k))
-    sides = names - {"tokens_per_pass"}
-    counts = Counter(name for v in plotted for name in v.figures)
-    assert len(sides) == (6 if proposer == "tree" else 4) and set(plotted[0].figures) == names
-    # the headline every second or so of the clock, the others every 10 s: (21 against 3 here)
-    assert counts["tokens_per_pass"] == len(plotted) > 5 * counts["cumulative"] >= 10, counts
-    assert {counts[name] for name in sides} == {counts["cumulative"]}  # the others together
-    for v in plotted:
-        beside = all_figures(v.spec, v.base, v.chain, s.k)["tokens_per_pass"]
-        assert v.figures["tokens_per_pass"].to_plotly_json() == beside.to_plotly_json()
+    assert len(names) == (7 if proposer == "tree" else 5)
+    phases = {"Speculative run": "tokens_per_pass", "Baseline": "time", "Chain drafter": None}
+    for phase, headline in phases.items():
+        plotted = [v for v in streamed if v.figures and v.status.startswith(phase)]
+        if headline is None:  # the chain's rounds change no plot: all of them now and then
+            assert all(set(v.figures) == names for v in plotted)
+            assert (len(plotted) > 0) == (proposer == "tree")
+            continue
+        sides = names - {headline}
+        counts = Counter(name for v in plotted for name in v.figures)
+        assert set(plotted[0].figures) == names, phase
+        # the headline every second or so of the clock, the others every 10 s: (8-13 against 1-2 here)
+        assert counts[headline] == len(plotted) > 4 * counts["acceptance"] >= 4, (phase, counts)
+        assert {counts[name] for name in sides} == {counts["acceptance"]}  # the others together
+        for v in plotted:
+            beside = all_figures(v.spec, v.base, v.chain, s.k)[headline]
+            assert v.figures[headline].to_plotly_json() == beside.to_plotly_json()
     finished = all_figures(last.spec, last.base, last.chain, s.k)
     assert set(last.figures) == names
     for name in names:
