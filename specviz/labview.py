@@ -138,6 +138,7 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
         logits_q = draft.forward(prefix)[0]  # [<=vocab]
         q = process(logits_q, params).double().cpu()  # ids the draft cannot produce get q = 0:
         q = torch.nn.functional.pad(q, (0, pair.vocab_size - len(q)))  # [vocab]
+    kept = min(1.0, float(p[candidates].sum()))  # a float32 distribution's sum can pass 1 by rounding
     truncated = ", ".join([f"top-k {int(top_k)}"] * bool(top_k) + [f"top-p {top_p:g}"] * (top_p < 1))
     note = (f"round {round_number}, draft position 1, temperature {temperature:g}"
             + (f", {truncated}" if truncated else "")
@@ -148,7 +149,7 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
                "as the rule used it" if event.source == "ngram" else "")
             + (f"; a tree round: the walk tries the root's {len(candidates)} candidates one at a time, "
                "each as a one-hot draft, so q is one-hot on the first; one of them is kept with "
-               f"probability Σ p(x) over the candidates = {share(p[candidates].sum())} (the tree "
+               f"probability Σ p(x) over the candidates = {share(kept)} (the tree "
                "variants below try them all)" if candidates else ""))
     return p, q, [], drafted, note
 

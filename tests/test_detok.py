@@ -113,6 +113,32 @@ def test_a_finished_text_that_ends_inside_a_character_shows_the_mark_it_decodes_
         assert "".join(pieces) == tok.decode(ids), (trial, data)
 
 
+def test_a_run_of_invalid_bytes_shows_each_mark_once_no_character_can_hold_it():
+    """An unfinished character holds at most 3 of its bytes: a mark with 3 more after it is an
+    invalid byte (a small model writes them), shown on the token that makes that sure, not held
+    back with the rest until the next valid character."""
+    ids = list(b"a\xff\xff\xff\xff\xffb")
+    held = "\ufffd" * 3  # the last 3 marks may still be a character's start, until "b"
+    assert token_pieces(Bytes(), [], ids) == ["a", "", "", "", "\ufffd", "\ufffd", held + "b"]
+    assert token_pieces(Bytes(), ids[:4], ids[4:]) == ["\ufffd", "\ufffd", held + "b"]  # round by round
+
+
+def test_a_long_text_is_decoded_a_few_tokens_back_not_from_its_start():
+    """The window moves on where a character ends: a finished run's 2,000 tokens (its text made
+    whole at the end) decode a few tokens back from each, about 2,000 x 14 tokens read in all;
+    from the start at each token that was 2,000,000 (seconds of a page's final view)."""
+    read = []
+
+    class Counted(Bytes):
+        def decode(self, ids, **kw):
+            read.append(len(ids))
+            return super().decode(ids, **kw)
+
+    ids = list(("héllo, 中文 " * 200).encode())[:2000]
+    assert "".join(token_pieces(Counted(), [], ids, final=True)) == Bytes().decode(ids)
+    assert sum(read) < 40 * len(ids), sum(read)
+
+
 def test_a_byte_fallback_run_shows_each_character_once():
     """A byte-fallback decoder (SentencePiece's <0xF0>...) marks a whole run of byte tokens U+FFFD
     until its last character completes: "🚀" then 中's first byte read as five marks, and the
@@ -133,6 +159,10 @@ def test_a_byte_fallback_run_shows_each_character_once():
     pieces = token_pieces(SentencePiece(), [], ids)
     assert pieces == ["ok", "", "", "", "🚀", "", "", "中", " ok"]
     assert token_pieces(SentencePiece(), ids[:6], ids[6:]) == pieces[6:]  # read after the run's start
+    # a round read after a run longer than the window: the window's 8 tokens began inside 中
+    # (its last byte), where the run reads as marks to its end and 符 was never shown
+    long = [256, *"中文字符".encode(), 256]
+    assert token_pieces(SentencePiece(), long[:11], long[11:]) == ["", "符", " ok"]
 
 
 def test_a_trained_byte_level_tokenizer_whose_tokens_cross_characters_joins_to_its_text():

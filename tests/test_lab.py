@@ -181,7 +181,11 @@ def test_lab_on_a_round_of_a_real_run(pair):
     p3, _, _, _, note = finished(labview.from_round_steps(pair, greedy, 1))
     assert "temperature 1, top-k 5, top-p 0.5 (the run was greedy" in note
     assert "with the top-k and top-p its settings hold" in note and 1 <= int((p3 > 0).sum()) <= 5
-    assert "top-k" not in finished(labview.from_round_steps(pair, t, 1))[4]
+    # top-k 0 and top-p 1 are off: a note names neither, greedy or not
+    assert "top-" not in finished(labview.from_round_steps(pair, t, 1))[4]
+    plain = finished(labview.from_round_steps(pair, replace(t, settings={**greedy.settings, "top_k": 0,
+                                                                           "top_p": 1.0}), 1))[4]
+    assert "temperature 1 (the run was greedy: one-hot p and q, so the lab looks at temperature 1)" in plain
 
 
 # ---- token trees at depth 1 -------------------------------------------------------------------
@@ -484,6 +488,36 @@ def test_the_permutation_p_value_counts_the_observed_split():
     # 5 of one outcome against 5 of the other: of 10 random splits none is as far apart (1 in 252),
     # and the observed split counts itself: (1 + 0) / (1 + 10)
     assert lab.two_sample_tv(torch.tensor([5, 0]), torch.tensor([0, 5]), permutations=10).pvalue == 1 / 11
+
+
+def test_a_tree_rounds_note_prints_the_probability_a_candidate_is_kept_as_a_probability(pair):
+    """The note's Σ p(x) over the root's candidates (the walk keeps one of them with that
+    probability), printed to 4 decimals, read 1.0000 for 0.9999996 at a low temperature: a
+    candidate always kept. And a sum of float32 probabilities can pass 1 by rounding: it was
+    printed 1.0000000000007703. It reads in [0, 1], and 1 only where it is 1 but for rounding."""
+    import re
+
+    import specviz
+    from specviz import labview
+    from specviz.render import all_spans
+    from specviz.service import pair_models
+    from specviz.trace import Trace
+
+    ids, near = pair.encode("def f"), []
+    for temperature in (0.01, 0.02):
+        events = tuple(specviz.generate(pair, ids, proposer="tree", k=3, nodes=8, branching=2,
+                                        max_new_tokens=6, temperature=temperature, seed=1))
+        t = Trace({"temperature": temperature, "top_k": 0, "top_p": 1.0}, pair_models(pair), ids, events,
+                  tuple(all_spans(events, pair.tokenizer, ids)))
+        for number, event in enumerate(events, 1):
+            if not event.tree:
+                continue
+            p, _, _, _, note = finished(labview.from_round_steps(pair, t, number))
+            kept = float(p[labview.tree_root(t, number)].sum())
+            (printed,) = re.findall(r"over the candidates = ([0-9.]+) ", note)
+            assert 0 <= float(printed) <= 1 and (float(printed) < 1 or kept > 1 - 1e-9), (kept, printed)
+            near.append(1 - 1e-4 < kept < 1)
+    assert any(near)  # a sum that 4 decimals round onto 1 is among them
 
 
 def test_tree_candidates_up_to_the_widest_branching_and_within_the_vocabulary():

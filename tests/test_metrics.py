@@ -413,16 +413,18 @@ def test_the_plots_print_alpha_as_the_table_does_never_rounded_onto_all():
 def test_a_plots_reference_levels_are_named_in_its_legend_never_written_over_its_bars():
     """The acceptance plot's "per-token α = 92.3%" sat on its dotted line at the right, over
     position 3's "11/12" and the top of position 4's bar (seen in chromium on the embedded pair);
-    the baseline's label on the tokens-per-pass plot hid the bars it crossed. Each level is a
-    line across the plot (a shape at its y) and a legend entry drawn as that line, no text on it;
-    α's line runs beneath the bars' counts it crosses."""
+    the baseline's label on the tokens-per-pass plot hid the bars it crossed. Each level (the tree
+    plot's "target alone" too: 1 token a pass) is a line across the plot (a shape at its y) and a
+    legend entry drawn as that line, no text on it; α's line runs beneath the bars' counts it
+    crosses."""
     from specviz import figures
 
     spec = run([(4, 3), (4, 4), (2, 0), (4, 4)])  # kept 3 + 4 + 0 + 4 = 11, refused 1 + 1: α = 11/13
     assert spec.alpha == pytest.approx(11 / 13)
     for fig, y, name, dash, layer in (
             (figures.acceptance_by_position(spec), 11 / 13, "per-token α = 84.6%", "dot", "below"),
-            (figures.tokens_per_pass(spec), 1.0, "baseline: 1 token/pass", "dash", "above")):
+            (figures.tokens_per_pass(spec), 1.0, "baseline: 1 token/pass", "dash", "above"),
+            (figures.tree_vs_chain(spec, spec, 4), 1.0, "target alone", "dash", "above")):
         assert not fig.layout.annotations  # nothing written inside the plot
         (line,) = fig.layout.shapes
         assert (line.y0, line.y1, line.line.dash, line.layer) == (pytest.approx(y), pytest.approx(y), dash,

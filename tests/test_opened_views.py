@@ -61,6 +61,34 @@ def test_an_opened_runs_verdict_without_its_pair_names_tokens_the_trace_holds(pa
     assert f"«{b}»" in verdict and f"⟨{b}⟩" not in verdict
 
 
+def test_an_opened_runs_verdict_from_another_pair_names_tokens_the_trace_holds(pair):
+    """A trace another pair made, opened while this one is loaded: its ids are that pair's, so the
+    verdict names them as the trace does (its recording's token_text), never as the loaded
+    tokenizer decodes them."""
+    opened, b = flipped_trace(pair)
+    text = {str(t): f"«{t}»" for t in set(opened.prompt_ids) | set(opened.stats.tokens) | {b}}
+    d = json.loads(opened.to_json())
+    d["recording"]["token_text"] = text
+    d["models"]["target"] = "someone/another-target"
+    elsewhere = trace.loads(json.dumps(d))
+    verdict = replay_view(elsewhere, pair).verdict_html
+    assert f"«{b}»" in verdict
+
+
+def test_an_opened_runs_verdict_names_an_id_past_the_vocabulary_by_its_number(pair):
+    """An edited trace that names the loaded pair as its maker may hold an id the pair's tokenizer
+    has not got (its baseline's token here, past the vocabulary): decoded, it read as "", an empty
+    token in the verdict; it is named by its number, as a trace without its pair names it."""
+    opened, _ = flipped_trace(pair)
+    d = json.loads(opened.to_json())
+    far, last = pair.vocab_size + 5, d["baseline"][-1]
+    last["token"], last["new_tokens"] = far, [far]
+    last["target_top2"][0][0][0] = far  # the baseline's choice, beside the run's token
+    edited = trace.loads(json.dumps(d))
+    for verdict in (replay_view(edited, pair).verdict_html, replay_view(edited).verdict_html):
+        assert "differ" in verdict and f"⟨{far}⟩" in verdict
+
+
 @pytest.fixture(scope="module")
 def demo(model_dirs):
     import app

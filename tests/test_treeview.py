@@ -344,6 +344,10 @@ def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
     f = figures.tree_nodes(stats)
     assert (list(f.data[0].x), list(f.data[0].y), list(f.data[0].text)) == ([6], [1], ["2 rounds"])
     assert f.layout.shapes[0].y0 == 1.0 and f.data[1].name == "mean accepted 1.00"
+    # a round that verified no tree (plain: the last, drafted nothing) is no point and no part of the mean
+    f = figures.tree_nodes(RunStats.of([tree_round(1), eos, replace(plain, round=3)]))
+    assert list(f.data[0].x) == [6] and f.layout.shapes[0].y0 == 1.0
+    assert f.data[1].name == "mean accepted 1.00"
     line = next(s for s in figures.acceptance_by_position(stats).layout.shapes)
     assert line.y0 == pytest.approx(2 / 4)
     note = figures.acceptance_by_position(stats).data[1].name
