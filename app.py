@@ -121,8 +121,21 @@ REDRAW_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')),
 # for the settings it shows, and says how to get the link's.
 LOAD_REFUSED = ("⚠ The server was too busy to open this page's settings (a link's among them). Run "
                 "runs the settings shown here; reload the page to get the link's.")
-LOAD_REFUSED_JS = ("() => [{__type__: 'update', interactive: true}, "
-                   f"{{__type__: 'update', value: {json.dumps(LOAD_REFUSED)}, visible: true}}]")
+# The refused load also leaves Gradio's "Error" over each of its outputs, an opaque layer that hid
+# every setting the notice says Run runs (and the notice's own words) until its × was clicked: the
+# page clicks them, polling while Gradio draws them (an event without Python leaves its outputs'
+# status as it is, and one with Python would run outside the queue or wait in it)
+LOAD_REFUSED_JS = """() => {
+  const clear = (tries) => {
+    document.querySelectorAll('.block [data-testid=status-tracker]').forEach((tracker) => {
+      if (tracker.querySelector(':scope > .error')) tracker.querySelector('.clear-status button')?.click();
+    });
+    if (tries > 0) setTimeout(() => clear(tries - 1), 100);
+  };
+  clear(20);
+  return [{__type__: 'update', interactive: true},
+          {__type__: 'update', value: NOTICE, visible: true}];
+}""".replace("NOTICE", json.dumps(LOAD_REFUSED))
 TREE_PANEL_JS = """(drafter) => {
   const label = document.querySelector('#tree-panel .label-wrap');
   if (label && label.classList.contains('open') !== (drafter === 'tree')) label.click();

@@ -90,7 +90,8 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
         # the formula in two unbroken halves (NBSP): at 375 px its "−" stood alone on a line
         row(f"i.i.d. prediction: mean over rounds of (1{NBSP}−{NBSP}α^(kᵢ+1)) /{NBSP}(1{NBSP}−{NBSP}α), "
             "kᵢ the drafts round i could keep (k, less where the budget or an EOS cut it)", _predicted),
-        row("elapsed", lambda r: f"{r.wall_seconds:.2f} s", f"{b.wall_seconds:.2f} s" if b else ""),
+        # each number with its unit (NBSP), as in the time split: at 375 px the tree column's "s" stood alone
+        row("elapsed", lambda r: f"{r.wall_seconds:.2f}{NBSP}s", f"{b.wall_seconds:.2f}{NBSP}s" if b else ""),
         row("tokens / s", _speed, _speed(b) if b else ""),
         # each number with its unit (NBSP): in a tree run's three columns the last "s" stood alone
         row("time split", lambda r: f"draft {r.draft_seconds:.2f}{NBSP}s · target "

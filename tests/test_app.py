@@ -830,6 +830,13 @@ def test_browser_a_refused_page_load_still_enables_run_and_says_how_to_get_the_l
                                timeout=60_000)
         assert refused and app.LOAD_REFUSED[2:40] in page.inner_text(".specviz-notice")
         assert page.evaluate("document.querySelector('#prompt textarea').value") == "def fibonacci(n):"
+        # shown: the refused load's "Error" covered every setting (and the notice's words) until
+        # its × was clicked, the prompt's box under an opaque layer
+        page.wait_for_function("![...document.querySelectorAll('.block .wrap .error')]"
+                               ".some((e) => e.offsetParent)", timeout=30_000)
+        assert page.evaluate("""() => { const box = document.querySelector('#prompt textarea');
+  box.scrollIntoView(); const r = box.getBoundingClientRect();
+  return document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2) === box; }""")
         page.click("#run")  # the settings shown: the page's own
         page.wait_for_function(DONE_JS, timeout=120_000)
         browser.close()
