@@ -187,7 +187,8 @@ def overview_html(events: Sequence[RoundEvent], pieces_of: Pieces, current: int 
         return ""
     stats = RunStats.of(events)
     trees = [e for e in events if e.tree]
-    summary = (f"{len(trees)} of {len(events)} rounds verified a tree: {stats.nodes_verified} nodes "
+    summary = (f"{len(trees)} of {len(events)} round{'s' * (len(events) != 1)} verified a tree: "
+               f"{stats.nodes_verified} node{'s' * (stats.nodes_verified != 1)} "
                f"({stats.nodes_per_round()}), {stats.accepted} accepted"
                + (f" ({percent(stats.accepted_per_node)} of the nodes)" if stats.nodes_verified else "")
                + f", {beside(stats.tokens_per_pass, 1.0)} tokens per target pass.")

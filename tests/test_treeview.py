@@ -139,6 +139,15 @@ def test_a_64_round_run_gets_one_overview_line_a_round_with_hand_computed_totals
     assert stats.nodes_verified == 384 and stats.accepted_per_node == pytest.approx(1 / 6)
 
 
+def test_a_one_round_one_node_overview_says_round_and_node():
+    """"1 of 1 rounds verified a tree: 1 nodes" (the real pair, a one-node tree): singular now."""
+    one = TreeNode(parent=-1, token=10, depth=1, q=0.9, score=0.9, p=1.0, fate="accepted")
+    event = replace(tree_round(1, tree=(one,)), k=1, draft_tokens=[10], target_probs=[1.0], draft_probs=[0.9],
+                    kind="bonus")
+    assert "1 of 1 round verified a tree: 1 node (1.0 a tree round), 1 accepted" in \
+        treeview.overview_html([event], pieces)
+
+
 def test_playback_shows_the_last_round_by_default_and_refuses_a_round_out_of_range():
     events = [tree_round(i) for i in range(1, 4)]
     round_text, overview = treeview.tree_views(events, pieces)
