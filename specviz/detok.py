@@ -28,7 +28,9 @@ def token_pieces(tokenizer, context: list[int], ids: list[int], window: int = 8,
     U+FFFD until its last character completes, the characters it held.
 
     final: ids end the text (a finished run), so no later token can complete a character they
-    leave unfinished: the last piece then carries the U+FFFD marks the whole text decodes to.
+    leave unfinished: the last piece then carries the U+FFFD marks the whole text decodes to
+    (a byte-fallback decoder's: those of the unfinished bytes alone, the characters before them
+    shown as they were).
     """
     ids, back = list(ids), window
     while True:  # context that begins inside a character reads as U+FFFD: begin further back
@@ -58,6 +60,10 @@ def token_pieces(tokenizer, context: list[int], ids: list[int], window: int = 8,
             if move - lo > window:
                 lo, ends = move, [e for e in ends if e > move]
                 shown = tokenizer.decode(seq[lo:i + 1], skip_special_tokens=False)
-    if final and pieces and full.startswith(shown):
-        pieces[-1] += full[len(shown):]  # the marks held back for a character nothing will finish
+    if final and pieces and full.endswith(_PENDING):  # the marks held back for a character nothing
+        # will finish (only then: where a character ended the window may have moved, and the text
+        # read from lo is not what `shown` continues). A byte-fallback run marks the characters it
+        # finished before too: the unfinished bytes' own marks, read after the last character's end
+        pieces[-1] += full[len(shown):] if full.startswith(shown) else tokenizer.decode(
+            seq[ends[-1] if ends else ready:], skip_special_tokens=False)
     return pieces

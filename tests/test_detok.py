@@ -113,6 +113,15 @@ def test_a_finished_text_that_ends_inside_a_character_shows_the_mark_it_decodes_
         assert "".join(pieces) == tok.decode(ids), (trial, data)
 
 
+def test_a_finished_repetitive_text_is_not_doubled_where_the_window_moved_on_its_last_token():
+    """final=True on a text whose window moved at its last token: the text read from the old
+    start began with the new window's, and its rest was added again ("a" x 17 showed 26 a's)."""
+    for pattern in (b"a", b"\n", b"la "):
+        for n in range(1, 60):
+            ids = list((pattern * 60)[:n])
+            assert "".join(token_pieces(Bytes(), [], ids, final=True)) == Bytes().decode(ids), (pattern, n)
+
+
 def test_a_run_of_invalid_bytes_shows_each_mark_once_no_character_can_hold_it():
     """An unfinished character holds at most 3 of its bytes: a mark with 3 more after it is an
     invalid byte (a small model writes them), shown on the token that makes that sure, not held
@@ -163,6 +172,11 @@ def test_a_byte_fallback_run_shows_each_character_once():
     # (its last byte), where the run reads as marks to its end and 符 was never shown
     long = [256, *"中文字符".encode(), 256]
     assert token_pieces(SentencePiece(), long[:11], long[11:]) == ["", "符", " ok"]
+    # a finished run that ends on a byte after a character its byte run finished: the run reads
+    # as marks to its end, and the last token showed "" where the text ends unfinished
+    ended = [256, *"🚀".encode(), 0xE4]
+    assert token_pieces(SentencePiece(), [], ended, final=True) == ["ok", "", "", "", "🚀", "\ufffd"]
+    assert token_pieces(SentencePiece(), ended[:5], ended[5:], final=True) == ["\ufffd"]
 
 
 def test_a_trained_byte_level_tokenizer_whose_tokens_cross_characters_joins_to_its_text():
