@@ -355,6 +355,10 @@ class _Parts:
         self.made[name] = made = make()
         return made
 
+    def forget(self, *kinds: str) -> None:
+        """Make the parts of these kinds (a name's first item) afresh when next asked for."""
+        self.made = {name: part for name, part in self.made.items() if name[0] not in kinds}
+
 
 def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, plots=True, chain=None,
           k=None, pieces_of=None, kept=False, parts: _Parts | None = None, figures=None) -> View:
@@ -582,7 +586,11 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
         if shown():
             yield live(f"Speculative run: round {event.round}", RunStats.of(events))
     spec, key = RunStats.of(events), store.baseline_key(pair, s, prompt_ids)
-    views["pieces_of"] = committed_pieces(events, spans, pieces_of)  # the run's end, as its text shows it
+    views["pieces_of"] = ended = committed_pieces(events, spans, pieces_of)  # the end, as its text shows it
+    if events:  # a last character left unfinished: its mark in the tree views while the baseline runs
+        before = treeview.contexts(events)[-1]
+        if ended(before, events[-1].new_tokens) != pieces_of(before, events[-1].new_tokens):
+            views["parts"].forget("trees", "overview")
     if s.proposer == "draft":  # this run is what a tree run at this k compares with: keep it
         store.chains.put(store.chain_key(pair, s, prompt_ids), spec.events, time.time())
     reused = store.baselines.get(key)

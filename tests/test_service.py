@@ -1,6 +1,7 @@
 """The app's service layer on tiny models: streamed views, the trace, end-to-end sampling."""
 
 import copy
+import html
 import json
 import re
 from collections import Counter
@@ -1050,7 +1051,8 @@ def test_a_custom_pair_that_cannot_load_is_refused_before_the_loaded_pair_is_fre
 
 
 @pytest.mark.parametrize("proposer", ["ngram", "tree"])
-def test_a_run_on_text_of_many_scripts_shows_its_output_once_escaped_and_reopens_the_same(store, proposer):
+def test_a_run_on_text_of_many_scripts_shows_its_output_once_escaped_and_reopens_the_same(store, proposer,
+                                                                                         monkeypatch):
     """The tiny byte-level tokenizer writes every non-ASCII character in byte tokens: the n-gram
     drafter copies them from the prompt and the random model writes broken ones. The output's
     pieces join to the text its ids decode to (an unfinished character at its end as U+FFFD), no
@@ -1058,10 +1060,17 @@ def test_a_run_on_text_of_many_scripts_shows_its_output_once_escaped_and_reopens
     prompt = "é🚀中 <script>alert(1)</script>&amp; \u202eevil\u200d\x00 naïve 🚀 é🚀中 é🚀中"
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=24, prompt=prompt, dtype="float32",
                     proposer=proposer, k=3)
-    last = list(run_views(store, s, Limits()))[-1]
+    store.baselines = service.Baselines()  # its baseline streams: a view a round
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
+    *streamed, last = run_views(store, s, Limits())
     out = "".join(sp.text for sp in last.trace.spans if sp.emitted)
     full = store.current().tokenizer.decode(last.spec.tokens)
-    assert out == full
+    assert out == full and full.endswith("\ufffd")  # (the run ends inside a character)
+    if proposer == "tree":  # the last round's panel, while the baseline runs, ends as the text does
+        end = html.escape("".join(sp.text for sp in last.trace.spans if sp.emitted
+                                  and sp.round == len(last.spec.events)))
+        panels = [v.tree_html for v in streamed if v.status.startswith("Baseline")]
+        assert panels and all(f"Committed: <code>{end}</code>" in panel for panel in panels), end
     views = ("text_html", "timeline_html", "tree_html", "tree_overview")
     for name in views:
         page = getattr(last, name)
