@@ -29,7 +29,7 @@ LEGEND = {
 # tells them apart (style.css marks every fate without colour too: struck, barred, outlined)
 TAGS = {REJECTED: "del", RECOVERED: "ins", BONUS: "ins"}
 # a no-break space: a number or a short word kept on one line with its neighbour in a narrow
-# cell (views.timeline_html, labview's verdicts)
+# cell (views' timeline and stats table, labview's verdicts)
 NBSP = "\u00a0"
 # A view of tokens is one stop of the keyboard's Tab: its arrow keys step through the tokens'
 # details (assets/tips.js), as a tap or the pointer does
