@@ -366,10 +366,9 @@ def _view(status, pair, spans, spec, base=None, comparison=None, greedy=True, pl
     those it shows; figures: the names of those to make (None: all), the page keeps the others.
     kept: the run is over (until then its text is left growing: render.to_html, and the timeline
     and overview are None where this run's parts sent them already), and its tree panel opens on
-    its fullest round (treeview.fullest_round). parts: the run's _Parts, for the views while it
-    streams (a view of the run's end is made whole: its tree views read the end as its text does)."""
+    its fullest round (treeview.fullest_round). parts: the run's _Parts."""
     number = treeview.fullest_round(spec.events) if kept else len(spec.events)
-    parts = parts if parts and not kept else _Parts()
+    parts = parts or _Parts()
     made = partial(parts.get, (len(spans), len(spec.events)))
     trees = made(("trees", number), lambda: treeview.tree_views(
         spec.events, pieces_of or token_text(pair.tokenizer), number, greedy=greedy))
