@@ -873,10 +873,14 @@ def test_browser_copy_link_save_and_open_log_no_console_errors(app_url, tmp_path
         page.wait_for_function(f"{box}.startsWith('http')", timeout=20_000)
         link = page.evaluate(box)
         assert "k=3" in link and "prompt=def+f" in link
-        for _ in range(300):  # the k explorer's replay of the run, after "Done", is still streaming
-            if not streams:  # on a loaded machine: a visitor leaving then is no error of the page's
-                break
-            page.wait_for_timeout(100)
+
+        def settled():  # the k explorer's replay of the run, after "Done", may still be streaming
+            for _ in range(600):  # on a loaded machine: a visitor leaving then is no error of the page's
+                if not streams:
+                    break
+                page.wait_for_timeout(100)
+
+        settled()
         page.goto(link)  # the link opens with its settings
         page.wait_for_function("document.querySelector('#prompt textarea')?.value === 'def f'",
                                timeout=20_000)
@@ -893,6 +897,7 @@ def test_browser_copy_link_save_and_open_log_no_console_errors(app_url, tmp_path
         page.wait_for_function("(document.querySelector('#replay-status')?.innerText || '')"
                                ".startsWith('Opened: Replay of a saved run')", timeout=60_000)
         page.wait_for_timeout(500)  # the upload's last requests
+        settled()  # and the opened trace's k explorer view
         browser.close()
     assert not problems, problems
 
