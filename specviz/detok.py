@@ -2,11 +2,58 @@
 
 from __future__ import annotations
 
+import re
+
 _PENDING = "\ufffd"  # what a byte-level tokenizer decodes an unfinished UTF-8 character to
 # An unfinished character has at most 3 of its bytes: one U+FFFD from a byte-level decoder, one a
 # byte from a byte-fallback one (SentencePiece's <0xE4>). Marks before those are invalid bytes.
 _MAX_PENDING = 3
 _MAX_CONTEXT = 64  # context tokens read at most, where the last `window` begin inside a character
+
+
+def _byte_level() -> dict[str, int]:
+    """GPT-2's byte-level alphabet (also Qwen's, Llama 3's): the character each byte is spelled
+    with in a token's name -> the byte."""
+    shown = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    spelled = dict(zip(shown, shown, strict=True))
+    for b in range(256):
+        if b not in spelled:
+            spelled[b] = 256 + len(spelled) - len(shown)
+    return {chr(c): b for b, c in spelled.items()}
+
+
+_BYTE_OF = _byte_level()
+_FALLBACK_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece's byte-fallback pieces
+
+
+def token_bytes(tokenizer, token_id: int) -> bytes | None:
+    """The bytes one token stands for, where its name says them (a byte-level tokenizer's, or a
+    byte-fallback piece); None otherwise."""
+    try:
+        name = tokenizer.convert_ids_to_tokens(int(token_id))
+    except (AttributeError, IndexError, KeyError, OverflowError, TypeError, ValueError):
+        return None
+    if not isinstance(name, str) or not name:
+        return None
+    if m := _FALLBACK_BYTE.fullmatch(name):
+        return bytes([int(m.group(1), 16)])
+    if all(c in _BYTE_OF for c in name):
+        return bytes(_BYTE_OF[c] for c in name)
+    return None
+
+
+def token_label(tokenizer, token_id: int) -> str:
+    """One token as a quoted string, for a label: repr of its text, except that a token holding only
+    part of a character (whose text decodes to U+FFFD marks, alike for every such token) shows its
+    bytes past the characters it finishes as \\x escapes: ' \\xf0\\x9f' and '\\x9a\\x80' are two tokens."""
+    text = tokenizer.decode([token_id])
+    if _PENDING not in text or (raw := token_bytes(tokenizer, token_id)) is None \
+            or raw.decode("utf-8", "replace") != text:  # a name that is not this text's bytes
+        return repr(text)
+    shown = raw.decode("utf-8", "surrogateescape")  # an invalid byte b -> U+DC00 + b
+    body = "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
+                   else "\\'" if c == "'" else repr(c)[1:-1] for c in shown)
+    return f"'{body}'"
 
 
 def _finished(text: str) -> str:

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 import torch
 
 from . import explorer, lab, profiles
+from .detok import token_label
 from .digits import beside, share, sig3
 from .figures import BASE, PAGE_HALF_PX, PAGE_PX, SPEC, THEORY, _layout
 from .lm import CachedLM, input_rows, output_rows
@@ -161,8 +162,8 @@ def _top(p, q, labels, tokenizer=None) -> tuple[list[int], list[str]]:
     if labels:
         names = [labels[i] for i in ids]
     else:
-        names = [repr(tokenizer.decode([i])) if tokenizer is not None else str(i) for i in ids]
-    seen = Counter(names)  # byte pieces of one character all decode to '\ufffd': one bar each
+        names = [token_label(tokenizer, i) if tokenizer is not None else str(i) for i in ids]
+    seen = Counter(names)  # two tokens of one text (a tokenizer's duplicates): one bar each
     names = [f"{n} #{i}" if seen[n] > 1 else n for n, i in zip(names, ids, strict=True)]
     return ids, [html.escape(n, quote=False) for n in names]  # plotly reads tags in its labels
 
@@ -229,7 +230,7 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     candidates = list(dict.fromkeys(c for c in candidates or () if isinstance(c, int) and 0 <= c < len(p)))
     candidates = candidates[: lab.MAX_TREE_CANDIDATES] or None
     tried = lab.tree_candidates(q) if candidates is None else candidates
-    named = ", ".join(labels[i] if labels else repr(tokenizer.decode([i])) if tokenizer is not None
+    named = ", ".join(labels[i] if labels else token_label(tokenizer, i) if tokenizer is not None
                       else str(i) for i in tried)
     ids, names = _top(p, q, labels, tokenizer)
     x = names + (["other"] if len(ids) < len(p) else [])

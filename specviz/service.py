@@ -720,6 +720,13 @@ class _NoTokenizer:
             return self.tokenizer.decode(ids)
         return "".join(self.text.get(i, f"⟨{i}⟩") for i in ids)
 
+    def convert_ids_to_tokens(self, i: int) -> str | None:
+        """A token's name (detok.token_label reads a partial character's bytes from it), where the
+        pair that made the trace is loaded; None otherwise (the label is then the text)."""
+        if self.tokenizer is not None and 0 <= i < self.vocab_size:
+            return self.tokenizer.convert_ids_to_tokens(i)
+        return None
+
 
 def check_continuations(s: RunSettings, n: int, limits: Limits) -> None:
     """ValueError naming the fix for what the end-to-end check cannot sample: before the line and

@@ -6,6 +6,7 @@ import html
 import math
 
 from .compare import Comparison
+from .detok import token_label
 from .digits import beside, percent
 from .metrics import RunStats
 from .render import HTML_BUDGET, KEYS, NBSP, Span, ascii_html, more_note, shown, token_html, within
@@ -154,7 +155,7 @@ def _top2(top2, tokenizer) -> str:
     if not top2:
         return "—"
     (a, la), (b, lb) = top2
-    show = lambda t: html.escape(repr(tokenizer.decode([t])))  # noqa: E731
+    show = lambda t: html.escape(token_label(tokenizer, t))  # noqa: E731
     return f"{show(a)} {la:.4f} vs {show(b)} {lb:.4f} (margin {la - lb:.4g})"
 
 

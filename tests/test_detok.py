@@ -1,6 +1,8 @@
 """Token pieces for display: "" until a character completes, then the whole character; spacing
 as the full text has it; special tokens in the context read as they are."""
 
+import re
+
 from specviz.detok import token_pieces
 
 
@@ -198,3 +200,113 @@ def test_a_trained_byte_level_tokenizer_whose_tokens_cross_characters_joins_to_i
     for n in (1, 2, 3, len(ids)):  # a round at a time, of n tokens
         pieces = sum((token_pieces(tok, ids[:at], ids[at:at + n]) for at in range(0, len(ids), n)), [])
         assert "".join(pieces) == text and len(pieces) == len(ids)
+
+
+def test_the_byte_level_alphabet_is_gpt2s():
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    from specviz.detok import _BYTE_OF
+
+    assert _BYTE_OF == {c: b for b, c in bytes_to_unicode().items()}
+
+
+def trained_byte_level(text: str, vocab_size: int = 300):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator([text] * 50, trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=bpe)
+
+
+def from_label(label: str) -> bytes:
+    """A label read back: its \\x escapes as bytes, its other characters as UTF-8."""
+    body = label[1:-1]
+    parts = re.split(r"\\x([0-9a-f]{2})", body)
+    return b"".join(bytes([int(part, 16)]) if i % 2 else part.encode() for i, part in enumerate(parts))
+
+
+def test_a_label_shows_the_bytes_of_a_token_that_holds_part_of_a_character():
+    """Every token holding part of a character decoded to U+FFFD alone: the lab's bars and its
+    drafted token read "' �'" for " \\xf0\\x9f" of " 🚀" and for " \\xc3" of " ñ" alike."""
+    from specviz.detok import _BYTE_OF, token_bytes, token_label
+
+    tok = trained_byte_level("go", vocab_size=257)  # the byte alphabet, and no merges
+    char_of = {b: c for c, b in _BYTE_OF.items()}
+    byte = lambda b: tok.convert_tokens_to_ids(char_of[b])  # noqa: E731
+    assert token_label(tok, byte(0xF0)) == "'\\xf0'" and token_label(tok, byte(0x9A)) == "'\\x9a'"
+    assert token_label(tok, byte(ord("g"))) == "'g'" and token_label(tok, byte(ord("'"))) == repr("'")
+    # merged across characters: every token holding part of one has a label of its own, its bytes
+    tok = trained_byte_level("go 🚀 now ñandú 'ẞ' ok 中文字符 'é' 🚢 ✨ " * 3, vocab_size=320)
+    partial = [i for i in range(len(tok)) if "\ufffd" in tok.decode([i])]
+    labels = [token_label(tok, i) for i in partial]
+    assert len(partial) > 20 and len(set(labels)) == len(labels)
+    assert [from_label(shown) for shown in labels] == [token_bytes(tok, i) for i in partial]
+    assert not any("\ufffd" in shown for shown in labels)
+    assert any(shown.startswith("' \\x") for shown in labels)  # " \\xf0\\x9f": a space and bytes
+    # a whole character's token, and the character U+FFFD itself, read as their text
+    literal = trained_byte_level("a \ufffd b", vocab_size=300)
+    ids = literal.encode("\ufffd")
+    assert len(ids) == 1 and token_label(literal, ids[0]) == "'\ufffd'"
+    whole = [i for i in range(len(tok)) if "\ufffd" not in tok.decode([i])]
+    assert all(token_label(tok, i) == repr(tok.decode([i])) for i in whole)
+
+
+def test_a_byte_fallback_piece_is_labelled_with_its_byte():
+    from tokenizers import Tokenizer, decoders, models
+
+    from specviz.detok import token_label
+
+    vocab = {f"<0x{b:02X}>": b for b in range(256)} | {"▁ok": 256}
+    sp = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
+    sp.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                    decoders.Strip(" ", 1, 0)])
+
+    class SentencePiece:
+        def decode(self, ids, **_):
+            return sp.decode(ids, skip_special_tokens=False)
+
+        def convert_ids_to_tokens(self, i):
+            return sp.id_to_token(i)
+
+    assert token_label(SentencePiece(), 0xF0) == "'\\xf0'" and token_label(SentencePiece(), 0x41) == "'A'"
+    assert token_label(SentencePiece(), 256) == "'ok'"
+
+
+def test_a_label_falls_back_to_the_text_where_the_tokens_name_is_not_its_bytes():
+    from specviz.detok import token_label
+
+    class Named:  # a name that is not the token's bytes (a decoder that rewrites), or no name at all
+        def decode(self, ids, **_):
+            return {0: "\ufffd", 1: "a\ufffd"}[ids[0]]
+
+        def convert_ids_to_tokens(self, i):
+            return {0: "x", 1: "<0xZZ>"}[i]
+
+    assert token_label(Named(), 0) == "'\ufffd'" and token_label(Named(), 1) == "'a\ufffd'"
+    assert token_label(Bytes(), 0xF0) == "'\ufffd'"  # no names: the text, as before
+
+
+def test_the_verdicts_top2_labels_a_partial_character_by_its_bytes():
+    """A bf16 near-tie between " \\xf0\\x9f" and " \\xc3" read "' �' 12.5 vs ' �' 12.5"."""
+    from specviz.compare import Comparison
+    from specviz.detok import _BYTE_OF
+    from specviz.views import verdict_html
+
+    char_of = {b: c for c, b in _BYTE_OF.items()}
+
+    class Named:
+        names = {1: b" \xf0\x9f", 2: b" \xc3"}
+
+        def decode(self, ids, **_):
+            return " \ufffd"
+
+        def convert_ids_to_tokens(self, i):
+            return "".join(char_of[b] for b in self.names[i])
+
+    c = Comparison(False, 3, [(1, 12.5), (2, 12.5)], [(2, 12.5), (1, 12.5)], "torch.bfloat16", "cpu", 0.1)
+    shown = verdict_html(c, Named(), greedy=True)
+    assert "&#x27; \\xf0\\x9f&#x27; 12.5000 vs &#x27; \\xc3&#x27; 12.5000" in shown

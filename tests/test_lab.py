@@ -374,6 +374,20 @@ def test_the_lab_names_every_token_on_its_own_bar_and_shows_tags_as_text():
     assert sorted(x) == sorted(["'\ufffd' #1", "'\ufffd' #2", "'&lt;b&gt;x&lt;/b&gt;'"])
     assert list(fig.data[0].y) == [float(P[int(n[-1])]) if "#" in n else 0.2 for n in x]
 
+    class Named(Pieces):  # ... with byte-level names (as the embedded pair's): " \\xf0\\x9f" and "\\x9a"
+        def convert_ids_to_tokens(self, i):
+            from specviz.detok import _BYTE_OF
+
+            char_of = {b: c for c, b in _BYTE_OF.items()}
+            return {0: "x", 1: "".join(char_of[b] for b in b" \xf0\x9f"), 2: char_of[0x9A]}[i]
+
+        def decode(self, ids):
+            return {0: "<b>x</b>", 1: " \ufffd", 2: "\ufffd"}[ids[0]]
+
+    fig, _ = labview.monte_carlo(P, Q, None, 1_000, ["exact"], tokenizer=Named())
+    assert sorted(fig.data[0].x) == sorted(["' \\xf0\\x9f'", "'\\x9a'", "'&lt;b&gt;x&lt;/b&gt;'"])
+    assert list(labview.masses_figure(P, Q, None, Named()).data[0].x)[:3] == list(fig.data[0].x)
+
 
 def wrong_walk(nodes, p: torch.Tensor, generator: torch.Generator) -> int:
     """A known-wrong tree rule for the exactness lab, depth 1 only: every child is tried against

@@ -50,6 +50,21 @@ def test_an_opened_runs_verdict_names_the_top2_tokens_as_the_live_run_did(pair):
     assert replay_view(opened, pair).verdict_html == live
 
 
+def test_an_opened_runs_verdict_labels_a_partial_character_by_its_bytes_as_the_live_run_did(pair):
+    """The live verdict labels a token holding part of a character by its bytes (detok.token_label):
+    opened with the pair that made it, the same label; with no pair, the text the trace holds."""
+    from specviz.detok import token_label
+    from specviz.service import _NoTokenizer
+
+    opened, _ = flipped_trace(pair)
+    partial = [i for i in range(pair.vocab_size) if "\ufffd" in pair.tokenizer.decode([i])]
+    assert len(partial) > 10
+    live = [token_label(pair.tokenizer, i) for i in partial]
+    assert len(set(live)) == len(live) and not any("\ufffd" in shown for shown in live)
+    assert [token_label(_NoTokenizer(opened, pair), i) for i in partial] == live
+    assert token_label(_NoTokenizer(opened), partial[0]) == repr(_NoTokenizer(opened).decode([partial[0]]))
+
+
 def test_an_opened_runs_verdict_without_its_pair_names_tokens_the_trace_holds(pair):
     """With no pair loaded, a token the trace's recording names (token_text: each id decoded
     alone, as the live verdict decodes it) is named so, not ⟨id⟩."""
