@@ -81,7 +81,7 @@ def test_the_stats_table_shows_the_hand_computed_figures():
     html = stats_html(spec, base)
     a = 5 / 7
     for shown in ("<td>8</td><td>8</td>", "<td>3</td><td>8</td>", "<td>2.67</td><td>1.00</td>",
-                  f"<td>{a:.1%}</td>", f"<td>{5 / 12:.1%}</td>", f"{(1 - a ** 5) / (1 - a):.2f} /pass",
+                  f"<td>{a:.1%}</td>", f"<td>{5 / 12:.1%}</td>", f"{(1 - a ** 5) / (1 - a):.2f}\u00a0/pass",
                   "<td>3.00\u00a0s</td><td>4.00\u00a0s</td>", "<td>2.67</td><td>2.00</td>",
                   # a number's unit on its line (a no-break space): at 1400 px the last "s" stood alone
                   "draft 0.75\u00a0s · target 1.50\u00a0s · other 0.750\u00a0s", "<b>1.33×</b>",

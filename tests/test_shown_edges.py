@@ -150,7 +150,7 @@ def test_the_iid_row_names_the_mean_over_rounds_it_shows():
     shown = stats_html(spec)
     # the formula in two halves that never break (no-break spaces): at 375 px its "−" stood alone
     assert "mean over rounds of (1\u00a0−\u00a0α^(kᵢ+1)) /\u00a0(1\u00a0−\u00a0α)," in shown
-    assert f"{mean:.2f} /pass" in shown
+    assert f"{mean:.2f}\u00a0/pass" in shown
 
 
 def test_a_figure_beside_its_verdict_is_never_rounded_onto_the_bar():
