@@ -57,7 +57,7 @@ def _row(label: str, spec: str, base: str = "", *more: str) -> str:
 def _predicted(stats: RunStats) -> str:
     if stats.is_tree:
         return "— (not for trees)"
-    return f"{stats.predicted_tokens_per_pass:.2f}{NBSP}/pass" if stats.drafted else "—"  # one line on a phone
+    return f"{stats.predicted_tokens_per_pass:.2f}{NBSP}/pass" if stats.drafted else "—"  # one line at 375 px
 
 
 def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | None = None) -> str:

@@ -210,6 +210,10 @@ def test_embedded_pair_is_exact_and_cached(monkeypatch):
     out = pair.target.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False)
     assert spec == out[0, len(ids):].tolist()
     assert "def" in pair.tokenizer.decode(spec)
+    from specviz.detok import token_label  # the lab's labels of tokens that hold part of a character
+
+    assert [token_label(pair.tokenizer, i) for i in pair.tokenizer.encode(" 🚀 ñ")] == [
+        "' \\xf0\\x9f'", "'\\x9a'", "'\\x80'", "' \\xc3'", "'\\xb1'"]
 
     assert pair.target_name == embedded.TARGET.title and pair.draft is not None
     # a later load reads the cache: nothing is reassembled (a full second load costs ~45 s here)
