@@ -1058,9 +1058,10 @@ def main(argv=None):
     on_zerogpu = zerogpu.active()
     try:
         device = "cuda" if on_zerogpu else check_device(args.device) if args.device else default_device()
+        limits = Limits.from_env()  # an operator's typo (SPECVIZ_MAX_NEW_TOKENS=lots): a traceback
     except ValueError as e:  # every job would fail on it: say so before serving
         raise SystemExit(f"specviz: error: {e}") from None
-    limits = Limits.from_env().for_device(device.split(":")[0])
+    limits = limits.for_device(device.split(":")[0])
     store = ModelStore(extra, device=device, fast=zerogpu.FAST if on_zerogpu else None,
                        warm=not on_zerogpu, switch_share=RELOAD_SHARE)
     default = RunSettings(pair="command-line") if args.target else RunSettings()

@@ -399,7 +399,11 @@ def load_profile(value: str) -> profiles.Profile:
     if not exists:  # a mistyped name said only "No such file or directory"
         raise ValueError(f"--profile {value[:60]!r}: no such file, and no shipped profile of that name: "
                          f"give a profile file, or one of {', '.join(profiles.shipped())}")
-    return profiles.load(Path(value))
+    try:
+        return profiles.load(Path(value))
+    except ValueError as e:  # "a cost profile must be JSON" named neither the file nor what to give
+        raise ValueError(f"--profile {value[:60]!r}: {e}: give a profile file that `python -m specviz "
+                         f"gpucheck` wrote, or one of {', '.join(profiles.shipped())}") from None
 
 
 def machine() -> dict:
@@ -464,8 +468,11 @@ def cmd_bench(args) -> int:
             for p in prompts):
         raise ValueError(f"--prompts {args.prompts}: give a JSON list of one or more "
                          '{"class": ..., "prompt": ...} objects (assets/bench_prompts.json is one)')
-    if any(not 1 <= k <= MAX_K for k in ks) or args.max_new_tokens < 1 or args.repeats < 1:
-        raise ValueError(f"--ks must be in 1..{MAX_K}, --max-new-tokens and --repeats >= 1")
+    if (bad := next((k for k in ks if not 1 <= k <= MAX_K), None)) is not None:
+        raise ValueError(f"--ks must be in 1..{MAX_K}, got {bad}: pick ks in that range")
+    for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--repeats", args.repeats)):
+        if value < 1:  # one message named all three flags, whichever was wrong, and no value
+            raise ValueError(f"{flag} must be >= 1, got {value}: give a positive whole number")
     for nodes in tree_nodes:
         check_tree_settings(nodes, None)
     if args.quick:

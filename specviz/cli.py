@@ -244,3 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a file it could not read or write: one line, not a traceback
         print(f"specviz: error: {e}", file=sys.stderr)
         return 1
+    except (MemoryError, RuntimeError) as e:  # torch's OutOfMemoryError is a RuntimeError
+        from .lm import out_of_memory
+
+        if not out_of_memory(e):
+            raise
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        print(f"specviz: error: out of memory ({first}): pick a smaller pair, fewer --max-new-tokens "
+              "or a shorter prompt", file=sys.stderr)
+        return 1

@@ -14,7 +14,7 @@ import torch
 
 from . import dense, quant
 from .lm import output_rows, positions, rollback_window
-from .untrusted import whole
+from .untrusted import clip, whole
 
 _PROBE = ["def fibonacci(n):\n    return n", "Hello, world! Ünïcödé 東京 🙂", "  \t\n x = [1, 2]"]
 
@@ -152,7 +152,8 @@ class Pair:
         # fails every later job of the process (a tokenizer longer than the target's vocabulary)
         if (bad := next((i for i in ids if not 0 <= i < self.vocab_size), None)) is not None:
             if not isinstance(prompt, str):
-                raise ValueError(f"prompt token ids must be in 0..{self.vocab_size - 1}")
+                raise ValueError(f"prompt token ids must be in 0..{self.vocab_size - 1}, got {bad}: pass ids "
+                                 "of this pair's tokenizer (pair.encode(text))")
             raise ValueError(f"the tokenizer gave token id {bad}, past the {self.vocab_size} ids "
                              f"{self.target_name} reads: pick a target that shares its tokenizer")
         return ids
@@ -208,12 +209,26 @@ def token_ids(prompt) -> list[int]:
 
 def _source(name: str) -> tuple[str, dict]:
     """Where from_pretrained should look: (folder or hub id, extra kwargs)."""
+    try:
+        return _where(name)
+    except (OSError, RuntimeError) as e:  # a name past the file system's limit; a ~user with no home
+        why = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)).rstrip(".")
+        why = why[:1].lower() + why[1:]
+        raise ValueError(f"{clip(name, 80)} is not a model folder, .gguf file or hub id ({why}): check "
+                         "the path") from None
+
+
+def _where(name: str) -> tuple[str, dict]:
     path = Path(name).expanduser()
     if name.endswith(".gguf"):
         if not path.is_file():
             raise ValueError(f"GGUF file {name} does not exist: check the path")
         return str(path.parent), {"gguf_file": path.name}
     if path.is_dir():
+        if not (path / "config.json").is_file():  # transformers said "Couldn't instantiate the
+            # backend tokenizer from one of: ." of an empty folder
+            raise ValueError(f"{name} is a folder with no config.json, not a model folder: check the path "
+                             "(a model folder holds config.json, the weights and the tokenizer files)")
         return str(path), {}
     if path.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ValueError(f"{name} is not a model folder or .gguf file: check the path")
@@ -306,6 +321,16 @@ def bound_hub_requests() -> None:
         constants.HF_HUB_DISABLE_XET = True  # read at each download (is_xet_available)
 
 
+_LOAD_FIXES = (  # (words in transformers' error, the fix said after its first line)
+    ("contains custom code", " specviz never runs a model's own code (trust_remote_code): pick a model "
+                             "that transformers supports without it."),
+    ("Unrecognized configuration class", " specviz runs causal language models (text generators, "
+                                         "AutoModelForCausalLM): pick one of those."),
+    ("does not recognize this architecture", " Pick a model this transformers version supports (or, "
+                                             "operators: pip install --upgrade transformers)."),
+)
+
+
 def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | None = None):
     """(model, tokenizer) from a hub id, local folder or .gguf path; ValueError if unavailable."""
     from huggingface_hub.errors import HFValidationError
@@ -332,6 +357,8 @@ def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | Non
         hint = (f" The model hub ({presets.hub_endpoint()}) is unreachable or offline and the model "
                 "is not cached: download it on a connected machine or pass a local folder."
                 if offline and not local else "")
+        # transformers' own fix is on a later line, cut below (and for custom code, not one to take)
+        hint = next((fix for words, fix in _LOAD_FIXES if words in str(e)), hint)
         first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
         raise ValueError(f"cannot load model {name!r}: {first}.{hint}") from e
     if not tokenizer.encode("Hello, world"):  # transformers makes an empty one where none is saved

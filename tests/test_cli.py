@@ -234,6 +234,13 @@ def loaded(*args, **kwargs):
     (["bench", "--markdown", "/nonexistent-folder/b.md"],
      "--markdown /nonexistent-folder/b.md: cannot write"),
     (["bench", "--ks", "0"], "--ks must be in 1..32"),
+    # one message named --ks, --max-new-tokens and --repeats, whichever was wrong, and no value
+    (["bench", "--ks", "4,40"], "--ks must be in 1..32, got 40: pick ks in that range"),
+    (["bench", "--repeats", "0"], "--repeats must be >= 1, got 0: give a positive whole number"),
+    (["bench", "--max-new-tokens", "-3"], "--max-new-tokens must be >= 1, got -3: give a positive"),
+    # "a cost profile must be JSON": no flag, no file, no fix
+    (["bench", "--profile", "/dev/null"], "--profile '/dev/null': a cost profile must be JSON: give a "
+                                          "profile file that `python -m specviz gpucheck` wrote, or one of"),
     (["bench", "--methods", "specviz:ngram-4"], "the n-gram ones are specviz:ngram-8 and hf:lookup-8"),
     (["costs", "--pair", "embedded", "--draft", "D"], "--pair replaces"),
     # ignored without a word, the bench's meta still saying it ran them
@@ -326,6 +333,44 @@ def test_the_app_refuses_a_device_it_cannot_use_before_serving():
 
     with pytest.raises(SystemExit, match="specviz: error: unknown device 'tpu'.*use cpu, cuda or mps"):
         app.main(["--device", "tpu"])
+
+
+def test_the_app_refuses_an_operators_mistyped_limit_in_one_line_before_serving(monkeypatch):
+    """SPECVIZ_MAX_NEW_TOKENS=lots stopped start-up with a traceback, its message on the last line."""
+    import app
+
+    monkeypatch.setattr(app, "build", lambda *a, **k: pytest.fail("built the page"))
+    for name, value, message in (
+            ("SPECVIZ_MAX_NEW_TOKENS", "lots", "SPECVIZ_MAX_NEW_TOKENS='lots' is not a whole number: "
+                                               "give one"),
+            ("SPECVIZ_TRUST_FORWARDED", "10.0.0.x", "give 0, 1 or the proxies' networks")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(SystemExit, match=f"specviz: error: .*{re.escape(message)}"):
+            app.main(["--device", "cpu"])
+        monkeypatch.delenv(name)
+
+
+def test_running_out_of_memory_is_one_line_that_names_the_fix(monkeypatch, capsys):
+    """torch's OutOfMemoryError (a RuntimeError) went past main as a traceback."""
+    import torch
+
+    from specviz import loading
+
+    def full(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail")
+
+    monkeypatch.setattr(loading, "load_pair", full)
+    assert main(["run", "--target", "T", "--draft", "D", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("specviz: error: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB)")
+    assert len(err.strip().splitlines()) == 1 and "pick a smaller pair, fewer --max-new-tokens" in err
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("some other failure")
+
+    monkeypatch.setattr(loading, "load_pair", broken)  # not a user's: raised as it is
+    with pytest.raises(RuntimeError, match="some other failure"):
+        main(["run", "--target", "T", "--draft", "D", "x"])
 
 
 def test_run_defaults_are_the_documented_ones():

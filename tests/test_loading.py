@@ -256,3 +256,52 @@ def test_a_prompt_the_target_cannot_read_is_refused_when_encoded(pair):
     assert max(ids) >= 10 and short.encode([1, 2, 9]) == [1, 2, 9]
     with pytest.raises(ValueError, match=rf"token id {next(i for i in ids if i >= 10)}, past the 10 ids"):
         short.encode("def fibonacci(n):")
+
+
+def test_a_folder_that_holds_no_model_says_so_and_a_name_no_file_system_takes_is_refused(tmp_path):
+    """An empty folder (or /tmp) failed with transformers' "Couldn't instantiate the backend
+    tokenizer from one of: ."; a name with a part past 255 bytes with an OSError, and a ~user
+    with no home with a RuntimeError (a traceback on the command line, a bare "Error" on the page)."""
+    from specviz.loading import check_source
+
+    with pytest.raises(ValueError, match="is a folder with no config.json, not a model folder: check the "
+                                         "path"):
+        specviz.load_pair(str(tmp_path), device="cpu")
+    for name in ("a" * 300, str(tmp_path / ("b" * 300)), "c" * 300 + ".gguf", "~no-such-user-specviz/model"):
+        for load in (check_source, lambda n: specviz.load_pair(n, device="cpu")):
+            with pytest.raises(ValueError, match=r"is not a model folder, \.gguf file or hub id \(.+\): "
+                                                 "check the path") as error:
+                load(name)
+            assert len(str(error.value)) < 200  # the name clipped
+
+
+@pytest.mark.parametrize("config, fix", [
+    ({"model_type": "qwen2-custom", "auto_map": {"AutoConfig": "configuration.C",
+                                                  "AutoModelForCausalLM": "modeling.M"}},
+     "specviz never runs a model's own code (trust_remote_code): pick a model"),
+    ({"model_type": "t5"}, "specviz runs causal language models (text generators, AutoModelForCausalLM): "
+                           "pick"),
+    ({"model_type": "frobnicator"}, "Pick a model this transformers version supports (or, operators: pip "
+                                    "install --upgrade transformers)"),
+])
+def test_a_model_transformers_cannot_load_as_a_causal_lm_names_the_fix(config, fix, model_dirs, tmp_path):
+    """transformers' own fix is on a later line of its message, which is cut at its first: a model
+    with custom code, an encoder-decoder and an unknown architecture said what went wrong and no
+    fix (and custom code's cut fix, trust_remote_code=True, is one specviz never takes)."""
+    import json
+    import shutil
+
+    for part in model_dirs["target"].glob("tokenizer*"):
+        shutil.copy(part, tmp_path / part.name)
+    base = json.loads((model_dirs["target"] / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(base | config))
+    with pytest.raises(ValueError, match="cannot load model") as error:
+        specviz.load_pair(str(tmp_path), device="cpu", dtype="float32")
+    assert fix in str(error.value)
+
+
+def test_prompt_ids_out_of_range_name_the_id_and_the_fix(pair):
+    for ids in ([1, -1], [10**6]):
+        with pytest.raises(ValueError, match=rf"must be in 0\.\.{pair.vocab_size - 1}, got {ids[-1]}: "
+                                             "pass ids of this pair's tokenizer"):
+            specviz.generate(pair, ids)

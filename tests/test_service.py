@@ -1041,6 +1041,10 @@ def test_a_custom_pair_that_cannot_load_is_refused_before_the_loaded_pair_is_fre
         (str(model_dirs["target"]), "~/typo.gguf", "GGUF file ~/typo.gguf does not exist: check the path"),
         ("someone/not-cached-model", "", "'someone/not-cached-model': it is not cached and the model hub"),
         ("not an id", "", "'not an id' is not a model folder, .gguf file or hub id (org/name)"),
+        # an OSError and a RuntimeError, which the page showed as a bare "Error"
+        ("m" * 300, "", "is not a model folder, .gguf file or hub id (file name too long): check the path"),
+        ("~no-such-user-specviz/m", "", "hub id (could not determine home directory): check the path"),
+        (str(model_dirs["target"].parent), "", "is a folder with no config.json, not a model folder"),
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             store.get(RunSettings(pair=CUSTOM, target=target, draft=draft))
