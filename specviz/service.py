@@ -527,7 +527,8 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
     limits.max_job_seconds (the clock starts when the pair is loaded).
     """
     s.check(limits, store.known_pairs)
-    loading = View(f"Loading {markdown_text(clip(s.target)) if s.pair == CUSTOM else s.pair}…")
+    named = clip(s.target) if s.pair == CUSTOM else s.pair  # a long name clipped: its own "…" ends it
+    loading = View(f"Loading {markdown_text(named)}{'' if named.endswith('…') else '…'}")
     pair = yield from store.loading(s, loading)
     if s.proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")

@@ -1051,6 +1051,10 @@ def test_a_custom_pair_that_cannot_load_is_refused_before_the_loaded_pair_is_fre
         assert store.current() is pair and list(store._loads) == loads  # kept, and no load counted
     custom = store.get(RunSettings(pair=CUSTOM, target=str(model_dirs["target"]),
                                    draft=str(model_dirs["draft"])))
+    views = run_views(store, RunSettings(pair=CUSTOM, target="m" * 300), Limits(allow_custom=True))
+    shown = next(views).status  # the clipped name's own "…" ends it: it read "m……"
+    assert shown.startswith("Loading ") and shown.endswith("m…") and "……" not in shown
+    views.close()
     assert custom is not pair and store.current() is custom  # a loadable one still loads
 
 
