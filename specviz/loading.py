@@ -136,9 +136,17 @@ class Pair:
                     raise ValueError(f"{self.target_name} has no chat template: turn chat off")
                 # what is typed in a message is its text: "<|im_end|>" typed ended the message and
                 # could open a system turn (chat off, typed special tokens are read, as for FIM)
-                ids = self.tokenizer.apply_chat_template(
-                    [{"role": "user", "content": prompt}], add_generation_prompt=True,
-                    tokenize=True, return_dict=False, sanitize_control_tokens=True)
+                from jinja2 import TemplateError
+
+                try:
+                    ids = self.tokenizer.apply_chat_template(
+                        [{"role": "user", "content": prompt}], add_generation_prompt=True,
+                        tokenize=True, return_dict=False, sanitize_control_tokens=True)
+                except TemplateError as e:  # a template's raise_exception ("roles must alternate"):
+                    # not a ValueError, so the page said a bare "Error" and the CLI a traceback
+                    said = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    raise ValueError(f"{self.target_name}'s chat template refused the prompt "
+                                     f"({said[:120]}): turn chat off") from None
                 if isinstance(ids, dict) or hasattr(ids, "input_ids"):
                     ids = ids["input_ids"]
                 ids = [int(i) for i in ids]

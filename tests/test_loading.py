@@ -72,6 +72,17 @@ def test_chat_template_is_applied(pair):
     assert chat != plain and pair.tokenizer.decode(chat).startswith("<user>hello")
 
 
+def test_a_chat_template_that_refuses_the_prompt_names_the_fix(pair, monkeypatch):
+    """A template's raise_exception (Gemma's "roles must alternate", a system-only template) raised
+    jinja's TemplateError, no ValueError: the page said a bare "Error" and the CLI a traceback."""
+    monkeypatch.setattr(pair.tokenizer, "chat_template",
+                        "{{ raise_exception('Conversation roles must alternate user/assistant') }}")
+    with pytest.raises(ValueError, match=r"chat template refused the prompt \(Conversation roles must "
+                                         r"alternate user/assistant\): turn chat off"):
+        pair.encode("hello", chat=True)
+    assert pair.encode("hello") == pair.encode("hello", chat=False)  # chat off still reads it
+
+
 def test_special_tokens_typed_in_a_chat_message_are_text_and_without_chat_tokens(pair):
     """A message's "<|endoftext|>" is the message's text, not the end of the turn; chat off, a
     prompt is read as the model reads it (control tokens included, as FIM prompts need)."""
