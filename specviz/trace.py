@@ -140,4 +140,5 @@ def check_model(t: Trace, vocab_size: int, max_positions: int | None = None) -> 
     # a round at output position g feeds the last committed token and its nodes: P + g + nodes
     longest = len(t.prompt_ids) + max(e.position + e.nodes for run in runs for e in run)
     if max_positions is not None and longest > max_positions:
-        raise TraceError(f"this trace needs up to {longest} positions; the model has {max_positions}")
+        raise TraceError(f"this trace needs up to {longest} positions; the model has {max_positions}: "
+                         "read it with the model that made it, or one with that many positions")

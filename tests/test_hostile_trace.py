@@ -399,7 +399,8 @@ def test_model_checks_count_every_tree_node():
         trace.check_model(t, 200)
     # the last round: 5 prompt tokens + 12 generated before it + 6 nodes (the target's token
     # after them is never fed: prompt + new - 1 positions, as the engine asks)
-    with pytest.raises(trace.TraceError, match="needs up to 23 positions; the model has 22"):
+    with pytest.raises(trace.TraceError, match="needs up to 23 positions; the model has 22: read it with "
+                                                 "the model that made it"):
         trace.check_model(t, 300, 22)
     trace.check_model(t, 300, 23)
 
