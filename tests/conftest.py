@@ -246,22 +246,26 @@ def hf_greedy(pair, prompt, n):
     return out[0, len(ids):].tolist()
 
 
+class CountReadBacks(torch.overrides.TorchFunctionMode):
+    """Counts the tensor methods that read the device back (READ_BACKS) while it is active. One
+    class for every count: dynamo guards a compiled step on the type of each mode active when it
+    runs, so a class made anew per count had the compiled steps recompiled at every run (7 s a
+    run on the tiny pair's compiled path), not the count's business."""
+
+    n = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.n += getattr(func, "__name__", "") in READ_BACKS
+        return func(*args, **(kwargs or {}))
+
+
 def read_backs_per_round(events) -> list[int]:
     """Device-to-host reads (each a host sync on a GPU) of every round after the first (which
     carries the prompt), counted on any device by intercepting the tensor methods that read."""
-    from torch.overrides import TorchFunctionMode
-
-    class Count(TorchFunctionMode):
-        n = 0
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            self.n += getattr(func, "__name__", "") in READ_BACKS
-            return func(*args, **(kwargs or {}))
-
     events, counts = iter(events), []
     next(events)
     while True:
-        with Count() as count:
+        with CountReadBacks() as count:
             if next(events, None) is None:
                 return counts
         counts.append(count.n)

@@ -690,6 +690,9 @@ def test_browser_a_streaming_runs_open_text_grows_as_one_view_of_tokens(app_url,
         page.goto(app_url + "?pair=tiny&dtype=float32&prompt=def+f&"
                   + "&".join(f"{name}={value}" for name, value in settings.items()))
         page.wait_for_selector("#run", timeout=60_000)
+        # the token view may be drawn after the Run button (its observer found no #tokens once,
+        # beside a busy worker)
+        page.wait_for_selector("#tokens", state="attached", timeout=60_000)
         page.evaluate(WATCH_TOKENS_JS)
         page.click("#run")
         page.wait_for_function(DONE_JS, timeout=120_000)
@@ -735,7 +738,8 @@ def test_browser_a_plot_drawn_again_leaves_no_old_drawing_behind(app_url):
         after_one = resize_listeners()
         for _ in range(2):  # every plot drawn again at least once a run (its final view, the explorer's)
             page.click("#run")
-            page.wait_for_function("!" + DONE_JS, timeout=30_000)
+            # as long as the finished run's own wait (30 s ran out once beside a busy worker)
+            page.wait_for_function("!" + DONE_JS, timeout=60_000)
             page.wait_for_function(DONE_JS, timeout=60_000)
         explored()
         for _ in range(20):  # 22 more before: the old drawings' listeners (a redraw just made
