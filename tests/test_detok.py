@@ -150,21 +150,29 @@ def test_a_long_text_is_decoded_a_few_tokens_back_not_from_its_start():
     assert sum(read) < 40 * len(ids), sum(read)
 
 
+class SentencePiece:
+    """A byte-fallback tokenizer (as SentencePiece's): ids 0..255 are the pieces <0x00>..<0xFF>,
+    256 is "▁ok"."""
+
+    def __init__(self):
+        from tokenizers import Tokenizer, decoders, models
+
+        vocab = {f"<0x{b:02X}>": b for b in range(256)} | {"▁ok": 256}
+        self.sp = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
+        self.sp.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                             decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+
+    def decode(self, ids, **_):
+        return self.sp.decode(ids, skip_special_tokens=False)
+
+    def convert_ids_to_tokens(self, i):
+        return self.sp.id_to_token(i)
+
+
 def test_a_byte_fallback_run_shows_each_character_once():
     """A byte-fallback decoder (SentencePiece's <0xF0>...) marks a whole run of byte tokens U+FFFD
     until its last character completes: "🚀" then 中's first byte read as five marks, and the
     token that finished 中 showed "🚀中", the rocket twice."""
-    from tokenizers import Tokenizer, decoders, models
-
-    vocab = {f"<0x{b:02X}>": b for b in range(256)} | {"▁ok": 256}
-    sp = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
-    sp.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                    decoders.Strip(" ", 1, 0)])
-
-    class SentencePiece:
-        def decode(self, ids, **_):
-            return sp.decode(ids, skip_special_tokens=False)
-
     ids = [256, *"🚀中".encode(), 256]
     assert SentencePiece().decode(ids[:6]) == "ok" + "\ufffd" * 5  # the run, unfinished
     pieces = token_pieces(SentencePiece(), [], ids)
@@ -256,21 +264,7 @@ def test_a_label_shows_the_bytes_of_a_token_that_holds_part_of_a_character():
 
 
 def test_a_byte_fallback_piece_is_labelled_with_its_byte():
-    from tokenizers import Tokenizer, decoders, models
-
     from specviz.detok import token_label
-
-    vocab = {f"<0x{b:02X}>": b for b in range(256)} | {"▁ok": 256}
-    sp = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True))
-    sp.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                    decoders.Strip(" ", 1, 0)])
-
-    class SentencePiece:
-        def decode(self, ids, **_):
-            return sp.decode(ids, skip_special_tokens=False)
-
-        def convert_ids_to_tokens(self, i):
-            return sp.id_to_token(i)
 
     assert token_label(SentencePiece(), 0xF0) == "'\\xf0'" and token_label(SentencePiece(), 0x41) == "'A'"
     assert token_label(SentencePiece(), 256) == "'ok'"
