@@ -42,17 +42,30 @@ def token_bytes(tokenizer, token_id: int) -> bytes | None:
     return None
 
 
+# repr's \xNN of a character U+0080-U+00FF (C1 controls, the no-break space, the soft hyphen), not
+# after an escaped backslash: a label writes those \u00NN, its \xNN past 0x7f being bytes
+_LATIN1_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\x([89a-f][0-9a-f])")
+
+
+def _quoted(text: str) -> str:
+    """repr(text), a character U+0080-U+00FF that it escapes written \\u00NN (the no-break space
+    \\u00a0): repr's '\\xa0' is what a label shows for the lone byte 0xA0."""
+    return _LATIN1_ESCAPE.sub(r"\1\\u00\2", repr(text))
+
+
 def token_label(tokenizer, token_id: int) -> str:
     """One token as a quoted string, for a label: repr of its text, except that a token holding only
     part of a character (whose text decodes to U+FFFD marks, alike for every such token) shows its
-    bytes past the characters it finishes as \\x escapes: ' \\xf0\\x9f' and '\\x9a\\x80' are two tokens."""
+    bytes past the characters it finishes as \\x escapes: ' \\xf0\\x9f' and '\\x9a\\x80' are two tokens.
+    A character U+0080-U+00FF that repr escapes is written \\u00NN: with repr, a token of the
+    no-break space (bytes c2 a0) and one of the byte a0 alone both read '\\xa0'."""
     text = tokenizer.decode([token_id])
     if _PENDING not in text or (raw := token_bytes(tokenizer, token_id)) is None \
             or raw.decode("utf-8", "replace") != text:  # a name that is not this text's bytes
-        return repr(text)
+        return _quoted(text)
     shown = raw.decode("utf-8", "surrogateescape")  # an invalid byte b -> U+DC00 + b
     body = "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
-                   else "\\'" if c == "'" else repr(c)[1:-1] for c in shown)
+                   else "\\'" if c == "'" else _quoted(c)[1:-1] for c in shown)
     return f"'{body}'"
 
 

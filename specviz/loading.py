@@ -136,7 +136,7 @@ class Pair:
                     raise ValueError(f"{self.target_name} has no chat template: turn chat off")
                 # what is typed in a message is its text: "<|im_end|>" typed ended the message and
                 # could open a system turn (chat off, typed special tokens are read, as for FIM)
-                from jinja2 import TemplateError
+                from jinja2 import TemplateError, TemplateSyntaxError
 
                 try:
                     ids = self.tokenizer.apply_chat_template(
@@ -145,7 +145,8 @@ class Pair:
                 except TemplateError as e:  # a template's raise_exception ("roles must alternate"):
                     # not a ValueError, so the page said a bare "Error" and the CLI a traceback
                     said = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                    raise ValueError(f"{self.target_name}'s chat template refused the prompt "
+                    what = "does not parse" if isinstance(e, TemplateSyntaxError) else "refused the prompt"
+                    raise ValueError(f"{self.target_name}'s chat template {what} "
                                      f"({said[:120]}): turn chat off") from None
                 if isinstance(ids, dict) or hasattr(ids, "input_ids"):
                     ids = ids["input_ids"]

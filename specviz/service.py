@@ -706,7 +706,9 @@ class _NoTokenizer:
     """Token text for views that would otherwise decode ids (the verdict's top-2): the loaded
     pair's tokenizer when that pair made the trace, as the live run decoded them; else each id as
     the trace holds it: the recording's token_text (an id decoded alone, as the live verdict
-    reads it), then the tree's node_text, then the spans' text (a piece read in its context)."""
+    decoded it), then the tree's node_text, then the spans' text (a piece read in its context).
+    Without the pair no token has a name, so a token holding part of a character reads as the
+    trace's text for it (U+FFFD), not by its bytes as the live verdict labels it."""
 
     def __init__(self, trace: Trace, pair: Pair | None = None):
         here = made_here(trace, pair)

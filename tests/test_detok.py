@@ -263,6 +263,28 @@ def test_a_label_shows_the_bytes_of_a_token_that_holds_part_of_a_character():
     assert all(token_label(tok, i) == repr(tok.decode([i])) for i in whole)
 
 
+def test_a_no_break_space_and_the_byte_a0_alone_have_labels_of_their_own():
+    """repr writes the no-break space (bytes c2 a0), U+0085, the soft hyphen and U+0080 as \\xNN:
+    the label of a token of one of them read as that of the lone byte 0xNN (Qwen's ids 4102 and
+    254 both read '\\xa0'; 41416 and 222, the rocket's last byte, '\\x80')."""
+    import ast
+
+    from specviz.detok import _BYTE_OF, token_label
+
+    tok = trained_byte_level("a\u00a0b a\u0085b soft\u00adhyphen x\u0080y typed \\xa0", vocab_size=300)
+    labels = [token_label(tok, i) for i in range(len(tok))]
+    assert len(set(labels)) == len(labels)  # every token a label of its own
+    char_of = {b: c for c, b in _BYTE_OF.items()}
+    for char in "\u00a0\u0085\u00ad\u0080":
+        (whole,) = tok.encode(char)
+        alone = tok.convert_tokens_to_ids(char_of[char.encode()[1]])  # its last byte, a token alone
+        assert token_label(tok, whole) == f"'\\u{ord(char):04x}'"
+        assert ast.literal_eval(token_label(tok, whole)) == char  # still a string's literal
+        assert token_label(tok, alone) == f"'\\x{char.encode()[1]:02x}'"
+    typed = tok.encode(" \\xa0")  # a backslash typed before "xa0": its text, escaped as repr does
+    assert "".join(ast.literal_eval(token_label(tok, i)) for i in typed) == " \\xa0"
+
+
 def test_a_byte_fallback_piece_is_labelled_with_its_byte():
     from specviz.detok import token_label
 

@@ -81,6 +81,10 @@ def test_a_chat_template_that_refuses_the_prompt_names_the_fix(pair, monkeypatch
                                          r"alternate user/assistant\): turn chat off"):
         pair.encode("hello", chat=True)
     assert pair.encode("hello") == pair.encode("hello", chat=False)  # chat off still reads it
+    # a template that does not parse refused nothing: it said "refused the prompt (unexpected '}')"
+    monkeypatch.setattr(pair.tokenizer, "chat_template", "{% for m in messages %}{{ m['content'] }")
+    with pytest.raises(ValueError, match=r"chat template does not parse \(unexpected '}'\): turn chat off"):
+        pair.encode("hello", chat=True)
 
 
 def test_special_tokens_typed_in_a_chat_message_are_text_and_without_chat_tokens(pair):

@@ -62,7 +62,11 @@ def test_an_opened_runs_verdict_labels_a_partial_character_by_its_bytes_as_the_l
     live = [token_label(pair.tokenizer, i) for i in partial]
     assert len(set(live)) == len(live) and not any("\ufffd" in shown for shown in live)
     assert [token_label(_NoTokenizer(opened, pair), i) for i in partial] == live
-    assert token_label(_NoTokenizer(opened), partial[0]) == repr(_NoTokenizer(opened).decode([partial[0]]))
+    # without it, a partial character's id the trace holds reads as its text (partial[0] read "⟨95⟩",
+    # no U+FFFD: a label that could be nothing else)
+    alone = _NoTokenizer(opened)
+    held = [i for i in partial if "\ufffd" in alone.text.get(i, "")]
+    assert held and all(token_label(alone, i) == repr(alone.text[i]) for i in held)
 
 
 def test_an_opened_runs_verdict_without_its_pair_names_tokens_the_trace_holds(pair):
