@@ -25,7 +25,10 @@ os.environ.pop("SPACE_ID", None)
 
 def main() -> None:
     import torch
+    gradio_temp = os.environ.pop("GRADIO_TEMP_DIR", None)  # conftest would make its own cache in it
     from conftest import EOS, make_model, make_tokenizer, perturbed
+    if gradio_temp:  # the folder the soak samples is Gradio's own, as before conftest made one
+        os.environ["GRADIO_TEMP_DIR"] = gradio_temp
 
     import app
     from specviz.service import ModelStore
