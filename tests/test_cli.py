@@ -237,6 +237,8 @@ def loaded(*args, **kwargs):
     # one message named --ks, --max-new-tokens and --repeats, whichever was wrong, and no value
     (["bench", "--ks", "4,40"], "--ks must be in 1..32, got 40: pick ks in that range"),
     (["bench", "--repeats", "0"], "--repeats must be >= 1, got 0: give a positive whole number"),
+    (["bench", "--ks", "40,4"], "--ks must be in 1..32, got 40: pick ks in that range"),
+    (["bench", "--ks", "1,32", "--repeats", "0"], "--repeats must be >= 1, got 0"),  # 1 and 32 are in range
     (["bench", "--max-new-tokens", "-3"], "--max-new-tokens must be >= 1, got -3: give a positive"),
     # "a cost profile must be JSON": no flag, no file, no fix
     (["bench", "--profile", "/dev/null"], "--profile '/dev/null': a cost profile must be JSON: give a "

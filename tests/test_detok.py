@@ -306,6 +306,76 @@ def test_a_label_falls_back_to_the_text_where_the_tokens_name_is_not_its_bytes()
     assert token_label(Bytes(), 0xF0) == "'\ufffd'"  # no names: the text, as before
 
 
+def test_a_name_is_read_as_bytes_only_where_all_of_it_spells_them():
+    """A name that holds a byte-fallback piece among other characters is not that piece; one with a
+    character outside the byte-level alphabet (SentencePiece's "▁", a piece holding U+FFFD itself)
+    says no bytes; a lookup of the name that fails leaves the label its text."""
+    from specviz.detok import token_bytes, token_label
+
+    class Named:
+        texts = {0: "\ufffd", 1: "a\ufffd", 2: "\ufffd", 3: "\ufffd"}
+
+        def decode(self, ids, **_):
+            return self.texts[ids[0]]
+
+        def convert_ids_to_tokens(self, i):
+            if i == 2:
+                raise IndexError("piece id is out of range")  # a list of names shorter than the ids
+            if i == 3:
+                raise OverflowError("out of range integral type conversion attempted")
+            return ["x<0xF0>", "a\ufffd"][i]
+
+    # "x<0xF0>" spells its seven characters' bytes in the byte-level alphabet, not the byte f0
+    assert [token_bytes(Named(), i) for i in range(4)] == [b"x<0xF0>", None, None, None]
+    assert [token_label(Named(), i) for i in range(4)] == ["'\ufffd'", "'a\ufffd'", "'\ufffd'", "'\ufffd'"]
+    assert token_bytes(SentencePiece(), 256) is None and token_bytes(SentencePiece(), 0xF0) == b"\xf0"
+
+
+class Text:
+    """A tokenizer of one token, id 0, of the given text; no names (its label is its text)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def decode(self, ids, **_):
+        return self.text
+
+
+def test_a_label_reads_back_as_its_text_where_backslashes_and_latin1_characters_meet():
+    """The \\u00NN rewrite of repr's \\xNN leaves a typed backslash's "\\xa0" alone, keeps the
+    backslashes before a rewritten character, and rewrites each such character of a label."""
+    import ast
+
+    from specviz.detok import token_label
+
+    for text, label in (("a\\xa0", r"'a\\xa0'"),  # typed: a backslash, then "xa0"
+                        ("\\\u00a0", r"'\\\u00a0'"),  # a backslash, then the no-break space
+                        ("\\\\\u00a0", r"'\\\\\u00a0'"),  # two of them
+                        ("\u00a0\u00ad", r"'\u00a0\u00ad'")):  # each character rewritten
+        assert token_label(Text(text), 0) == label
+        assert ast.literal_eval(label) == text
+
+
+def test_a_partial_characters_label_escapes_its_other_characters_as_a_whole_tokens_does():
+    """Past its bytes, a partial character's label writes its other characters as a whole token's
+    label does: an apostrophe escaped inside the quotes, a backslash doubled, the no-break space
+    \\u00a0 (written '\\xa0' it read as the lone byte a0: three bytes where there are four)."""
+    from specviz.detok import _BYTE_OF, token_label
+
+    char_of = {b: c for c, b in _BYTE_OF.items()}
+
+    class Named:
+        names = [b"'\xf0\x9f", b"\\\xf0", b"\xc2\xa0\xf0\x9f"]
+
+        def decode(self, ids, **_):
+            return self.names[ids[0]].decode("utf-8", "replace")
+
+        def convert_ids_to_tokens(self, i):
+            return "".join(char_of[b] for b in self.names[i])
+
+    assert [token_label(Named(), i) for i in range(3)] == [r"'\'\xf0\x9f'", r"'\\\xf0'", r"'\u00a0\xf0\x9f'"]
+
+
 def test_the_verdicts_top2_labels_a_partial_character_by_its_bytes():
     """A bf16 near-tie between " \\xf0\\x9f" and " \\xc3" read "' �' 12.5 vs ' �' 12.5"."""
     from specviz.compare import Comparison

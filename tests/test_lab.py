@@ -387,6 +387,9 @@ def test_the_lab_names_every_token_on_its_own_bar_and_shows_tags_as_text():
     fig, _ = labview.monte_carlo(P, Q, None, 1_000, ["exact"], tokenizer=Named())
     assert sorted(fig.data[0].x) == sorted(["' \\xf0\\x9f'", "'\\x9a'", "'&lt;b&gt;x&lt;/b&gt;'"])
     assert list(labview.masses_figure(P, Q, None, Named()).data[0].x)[:3] == list(fig.data[0].x)
+    # the tree variant's row names its candidates so too: it read "candidates: ' �', '�'"
+    _, table = labview.monte_carlo(P, Q, None, 1_000, ["tree_exact"], tokenizer=Named(), candidates=[1, 2])
+    assert "(candidates: &#x27; \\xf0\\x9f&#x27;, &#x27;\\x9a&#x27;)" in table
 
 
 def wrong_walk(nodes, p: torch.Tensor, generator: torch.Generator) -> int:

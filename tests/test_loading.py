@@ -81,6 +81,11 @@ def test_a_chat_template_that_refuses_the_prompt_names_the_fix(pair, monkeypatch
                                          r"alternate user/assistant\): turn chat off"):
         pair.encode("hello", chat=True)
     assert pair.encode("hello") == pair.encode("hello", chat=False)  # chat off still reads it
+    # a message of several lines: its first, as the page's one-line error shows
+    monkeypatch.setattr(pair.tokenizer, "chat_template",
+                        "{{ raise_exception('No system turns.\\nPut them in the first user turn.') }}")
+    with pytest.raises(ValueError, match=r"refused the prompt \(No system turns\.\): turn chat off"):
+        pair.encode("hello", chat=True)
     # a template that does not parse refused nothing: it said "refused the prompt (unexpected '}')"
     monkeypatch.setattr(pair.tokenizer, "chat_template", "{% for m in messages %}{{ m['content'] }")
     with pytest.raises(ValueError, match=r"chat template does not parse \(unexpected '}'\): turn chat off"):
@@ -316,7 +321,9 @@ def test_a_model_transformers_cannot_load_as_a_causal_lm_names_the_fix(config, f
 
 
 def test_prompt_ids_out_of_range_name_the_id_and_the_fix(pair):
-    for ids in ([1, -1], [10**6]):
-        with pytest.raises(ValueError, match=rf"must be in 0\.\.{pair.vocab_size - 1}, got {ids[-1]}: "
+    v = pair.vocab_size  # the first id past the vocabulary named, wherever it is; the last id is v - 1
+    for ids, bad in (([1, -1], -1), ([10**6], 10**6), ([2, v, 3, v + 1], v)):
+        with pytest.raises(ValueError, match=rf"must be in 0\.\.{v - 1}, got {bad}: "
                                              "pass ids of this pair's tokenizer"):
             specviz.generate(pair, ids)
+    assert pair.encode([0, v - 1]) == [0, v - 1]

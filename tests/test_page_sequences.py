@@ -211,3 +211,29 @@ def test_the_lab_waits_for_a_load_a_stopped_job_left_under_way(demo, monkeypatch
     outs = list(handler(demo, "lab_run")("round", 1, 2000, ["exact"], key, page_request("lab-page")))
     assert "Waiting for a pair to finish loading" in outs[0][0]
     assert "round 1, draft position 1" in outs[-1][0]
+
+
+def test_the_labs_drafted_token_holding_part_of_a_character_is_labelled_by_its_byte(demo, monkeypatch):
+    """A round's drafted token that holds part of a character read "Drafted token '�'", as every
+    such token did: it reads as its byte, as its bar does."""
+    import torch
+
+    from specviz import labview
+    from specviz.detok import _BYTE_OF
+
+    page = Page()
+    assert page.run(demo, "lab-label", max_new_tokens=8) is None
+    pair = demo.specviz.store.current()
+    char_of = {b: c for c, b in _BYTE_OF.items()}
+    drafted = pair.tokenizer.convert_tokens_to_ids(char_of[0xF0])  # the byte f0 alone: a rocket's first
+    assert pair.tokenizer.decode([drafted]) == "\ufffd"
+    p = torch.full((pair.vocab_size,), 1 / pair.vocab_size, dtype=torch.float64)
+
+    def steps(*args, **kwargs):  # the round's p and q, without reading the models
+        yield from ()
+        return p, p, None, drafted, "round 1, draft position 1"
+
+    monkeypatch.setattr(labview, "from_round_steps", steps)
+    outs = list(handler(demo, "lab_run")("round", 1, 2000, ["exact"], page.props["last"]["value"],
+                                         page_request("lab-label")))
+    assert "Drafted token &#x27;\\xf0&#x27;: p(x)=" in outs[-1][0]
