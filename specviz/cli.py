@@ -126,6 +126,8 @@ def cmd_run(args) -> int:
     branching = args.branching  # None: the width adapts
     check_tree_settings(args.nodes, branching)
     check_model_args(args, args.proposer in NEEDS_DRAFT)
+    if not args.prompt:  # Pair.encode says so too, after a load of a minute or more
+        raise ValueError("the prompt is empty: type some text to continue")
     pair = load_from_args(args)
     prompt_ids = pair.encode(args.prompt, chat=args.chat)  # a prompt it refuses: before the warm-up
     from .service import warm_up

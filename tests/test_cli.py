@@ -252,6 +252,7 @@ def loaded(*args, **kwargs):
     (["run", "--proposer", "ngram", "--ngram", "0", "x"], "ngram_size must be an integer in 1..16"),
     (["run", "--k", "0", "x"], "k must be an integer in 1.."),
     (["run", "--top-p", "0", "x"], "top_p must be in (0, 1]"),
+    (["run", ""], "the prompt is empty: type some text to continue"),  # said after a minute's load
     (["gpucheck", "--device", "cpu", "--out", "/proc/version/x"], "--out /proc/version/x: cannot make that"),
     # a folder root may "write" by its mode that takes no file (it ran its minutes, then failed to save)
     (["gpucheck", "--device", "cpu", "--out", "/proc/x"], "--out /proc/x: cannot make that folder (/proc "),
