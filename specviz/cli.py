@@ -112,6 +112,7 @@ def load_from_args(args):
 def cmd_run(args) -> int:
     from .compare import compare
     from .engine import check_run_settings, check_settings, generate
+    from .loading import EMPTY_PROMPT
     from .metrics import RunStats
     from .render import all_spans, to_ansi
     from .sampling import SamplingParams
@@ -127,7 +128,7 @@ def cmd_run(args) -> int:
     check_tree_settings(args.nodes, branching)
     check_model_args(args, args.proposer in NEEDS_DRAFT)
     if not args.prompt:  # Pair.encode says so too, after a load of a minute or more
-        raise ValueError("the prompt is empty: type some text to continue")
+        raise ValueError(EMPTY_PROMPT)
     pair = load_from_args(args)
     prompt_ids = pair.encode(args.prompt, chat=args.chat)  # a prompt it refuses: before the warm-up
     from .service import warm_up

@@ -16,6 +16,7 @@ from . import dense, quant
 from .lm import output_rows, positions, rollback_window
 from .untrusted import clip, whole
 
+EMPTY_PROMPT = "the prompt is empty: type some text to continue"
 _PROBE = ["def fibonacci(n):\n    return n", "Hello, world! Ünïcödé 東京 🙂", "  \t\n x = [1, 2]"]
 
 
@@ -130,7 +131,7 @@ class Pair:
         special tokens typed in the prompt are text; without, the tokenizer reads them as tokens."""
         if isinstance(prompt, str):
             if not prompt:
-                raise ValueError("the prompt is empty: type some text to continue")
+                raise ValueError(EMPTY_PROMPT)
             if chat:
                 if not getattr(self.tokenizer, "chat_template", None):
                     raise ValueError(f"{self.target_name} has no chat template: turn chat off")
@@ -154,7 +155,7 @@ class Pair:
             else:
                 ids = [int(i) for i in self.tokenizer.encode(prompt, add_special_tokens=True)]
             if not ids:  # whitespace is text like any other; what encodes to nothing is not
-                raise ValueError("the prompt is empty: type some text to continue")
+                raise ValueError(EMPTY_PROMPT)
         else:
             ids = token_ids(prompt)
         # every id the target reads: on a GPU one past its embedding is a device-side assert that
