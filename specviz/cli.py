@@ -248,11 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specviz: error: {e}", file=sys.stderr)
         return 1
     except (MemoryError, RuntimeError) as e:  # torch's OutOfMemoryError is a RuntimeError
-        from .lm import out_of_memory
+        from .lm import first_line, out_of_memory
 
         if not out_of_memory(e):
             raise
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        print(f"specviz: error: out of memory ({first}): pick a smaller pair, fewer --max-new-tokens "
-              "or a shorter prompt", file=sys.stderr)
+        print(f"specviz: error: out of memory ({first_line(e)[:200]}): pick a smaller pair, fewer "
+              "--max-new-tokens or a shorter prompt", file=sys.stderr)
         return 1

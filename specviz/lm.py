@@ -377,6 +377,12 @@ class _Slot:
         return slot
 
 
+def first_line(e: BaseException) -> str:
+    """An error's first line that says something (its fix, if any, is often on a later one), or its
+    type's name where none does: for a one-line message."""
+    return next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+
+
 def failure(e: BaseException) -> str:
     """One line for a log: the exception's type, and its root cause's first line (dynamo's
     BackendCompilerFailed holds the compiler's own exception, and names it on a later line)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from . import dense, quant
-from .lm import output_rows, positions, rollback_window
+from .lm import first_line, output_rows, positions, rollback_window
 from .untrusted import clip, whole
 
 EMPTY_PROMPT = "the prompt is empty: type some text to continue"
@@ -145,7 +145,7 @@ class Pair:
                         tokenize=True, return_dict=False, sanitize_control_tokens=True)
                 except TemplateError as e:  # a template's raise_exception ("roles must alternate"):
                     # not a ValueError, so the page said a bare "Error" and the CLI a traceback
-                    said = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                    said = first_line(e)
                     what = "does not parse" if isinstance(e, TemplateSyntaxError) else "refused the prompt"
                     raise ValueError(f"{self.target_name}'s chat template {what} "
                                      f"({said[:120]}): turn chat off") from None
@@ -369,8 +369,7 @@ def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | Non
                 if offline and not local else "")
         # transformers' own fix is on a later line, cut below (and for custom code, not one to take)
         hint = next((fix for words, fix in _LOAD_FIXES if words in str(e)), hint)
-        first = str(e).strip().splitlines()[0].rstrip(".") if str(e).strip() else type(e).__name__
-        raise ValueError(f"cannot load model {name!r}: {first}.{hint}") from e
+        raise ValueError(f"cannot load model {name!r}: {first_line(e).rstrip('.')}.{hint}") from e
     if not tokenizer.encode("Hello, world"):  # transformers makes an empty one where none is saved
         raise ValueError(f"cannot load model {name!r}: it has no tokenizer (text encodes to no ids): copy "
                          "the model's tokenizer files (tokenizer.json, tokenizer_config.json) beside it")
