@@ -33,7 +33,6 @@ from gradio.utils import get_upload_folder
 from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
-from specviz.detok import token_label
 from specviz.gate import Gate, Shelf, public_address
 from specviz.guard import (
     PerAddress,
@@ -743,7 +742,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             else:
                 (p, q, labels, drafted), note, tok = labview.example(), "built-in example", None
                 candidates = None
-            label = labels[drafted] if labels else token_label(tok, drafted)
+            label = labview.token_name(drafted, labels, tok)
             mc, table = labview.monte_carlo(p, q, labels, trials, variants, tokenizer=tok,
                                             candidates=candidates)
             yield (labview.masses_html(p, q, drafted, label, note),

@@ -155,14 +155,19 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
     return p, q, [], drafted, note
 
 
+def token_name(i: int, labels, tokenizer=None) -> str:
+    """Token i as the lab names it: the built-in example's label, else the token's own label
+    (detok.token_label: a partial character by its bytes), else its id."""
+    if labels:
+        return labels[i]
+    return token_label(tokenizer, i) if tokenizer is not None else str(i)
+
+
 def _top(p, q, labels, tokenizer=None) -> tuple[list[int], list[str]]:
     order = torch.unique(torch.cat([p.topk(min(TOP, len(p))).indices, q.topk(min(TOP, len(q))).indices]))
     ids = sorted(order.tolist(), key=lambda i: -float(p[i] + q[i]))[:TOP]
     ids = [i for i in ids if p[i] + q[i] > 0] or ids[:1]  # a top-k run's zero-mass ids crowded the axis
-    if labels:
-        names = [labels[i] for i in ids]
-    else:
-        names = [token_label(tokenizer, i) if tokenizer is not None else str(i) for i in ids]
+    names = [token_name(i, labels, tokenizer) for i in ids]
     seen = Counter(names)  # two tokens of one text (a tokenizer's duplicates): one bar each
     names = [f"{n} #{i}" if seen[n] > 1 else n for n, i in zip(names, ids, strict=True)]
     return ids, [html.escape(n, quote=False) for n in names]  # plotly reads tags in its labels
@@ -230,8 +235,7 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     candidates = list(dict.fromkeys(c for c in candidates or () if isinstance(c, int) and 0 <= c < len(p)))
     candidates = candidates[: lab.MAX_TREE_CANDIDATES] or None
     tried = lab.tree_candidates(q) if candidates is None else candidates
-    named = ", ".join(labels[i] if labels else token_label(tokenizer, i) if tokenizer is not None
-                      else str(i) for i in tried)
+    named = ", ".join(token_name(i, labels, tokenizer) for i in tried)
     ids, names = _top(p, q, labels, tokenizer)
     x = names + (["other"] if len(ids) < len(p) else [])
     fig = go.Figure()
