@@ -72,7 +72,7 @@ from specviz.settings import (
 )
 from specviz.trace import MAX_TRACE_BYTES, loads
 from specviz.treedraft import MAX_BRANCHING, MAX_NODES
-from specviz.untrusted import flag, held_bytes, visible_bidi
+from specviz.untrusted import env_flag, held_bytes, visible_bidi
 from specviz.views import WIDE
 
 ASSETS = Path(__file__).parent / "assets"
@@ -1039,9 +1039,11 @@ def preload(store: ModelStore, settings: RunSettings) -> None:
 
 
 def parse_args(argv=None):
-    in_container = bool(os.environ.get("SPACE_ID")) or \
-        flag(os.environ.get("SPECVIZ_IN_CONTAINER", "").strip()) is True
     p = argparse.ArgumentParser(description="specviz web app")
+    try:
+        in_container = bool(os.environ.get("SPACE_ID")) or env_flag("SPECVIZ_IN_CONTAINER") is True
+    except ValueError as e:  # as main's own refusals of the environment
+        raise SystemExit(f"specviz: error: {e}") from None
     p.add_argument("--target", help="target model (hub id, folder or .gguf); default: embedded pair")
     p.add_argument("--draft", help="draft model for --target")
     p.add_argument("--device", help="cuda, mps or cpu (default: best available)")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import embedded, zerogpu
-from .untrusted import flag
+from .untrusted import env_flag, flag
 
 EMBEDDED = "embedded"
 
@@ -203,7 +203,7 @@ def large_flag() -> bool | None:
     Hugging Face Space (SPACE_ID: a visitor's first pick would start a 15 GB download that holds
     the model line and that Stop cannot interrupt) and None elsewhere (the machine's memory decides,
     per dtype: large_models_fit)."""
-    value = flag(os.environ.get("SPECVIZ_ALLOW_LARGE_MODELS", "").strip())
+    value = env_flag("SPECVIZ_ALLOW_LARGE_MODELS")
     return False if value is None and os.environ.get("SPACE_ID") else value
 
 

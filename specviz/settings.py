@@ -18,7 +18,7 @@ from . import presets, zerogpu
 from .engine import PROPOSERS
 from .gate import proxy_networks
 from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
-from .untrusted import flag, is_utf8, visible_bidi
+from .untrusted import env_flag, flag, is_utf8, visible_bidi
 
 DEFAULT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 UI_MAX_K = 16
@@ -90,7 +90,7 @@ class Limits:
 
     @classmethod
     def from_env(cls) -> Limits:
-        return cls(bool(flag(os.environ.get("SPECVIZ_ALLOW_CUSTOM_MODELS", "").strip())),
+        return cls(bool(env_flag("SPECVIZ_ALLOW_CUSTOM_MODELS")),
                    _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000),
                    _env_int("SPECVIZ_MAX_NEW_TOKENS", zerogpu.MAX_NEW_TOKENS if zerogpu.active() else 512),
                    _env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048), _env_int("SPECVIZ_MAX_SAMPLES", 200, 10),

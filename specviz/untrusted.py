@@ -11,6 +11,7 @@ comparison with it is false); an infinity fails every finite bound, so min/max o
 from __future__ import annotations
 
 import gc
+import os
 import unicodedata
 from contextlib import contextmanager
 from itertools import accumulate, islice
@@ -105,6 +106,19 @@ def flag(text) -> bool | None:
     """A switch's word, any case (1/true/yes/on, 0/false/no/off), as a bool; None for any other
     value. Callers strip it where a surrounding space is allowed."""
     return _FLAGS.get(str(text).lower())
+
+
+def env_flag(name: str) -> bool | None:
+    """An operator's switch in the environment variable name: None when unset or blank, else its
+    bool; ValueError naming the variable for any other word (SPECVIZ_ALLOW_CUSTOM_MODELS=ture read
+    as off, silently)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if (value := flag(raw)) is None:
+        raise ValueError(f"{name}={clip(raw)} is not a switch: give 1 or 0 (or true/false, yes/no, "
+                         "on/off) or unset it")
+    return value
 
 
 def is_utf8(s: str) -> bool:

@@ -9,6 +9,7 @@ import pytest
 from specviz.cli import main, run_line
 from specviz.engine import RoundEvent
 from specviz.metrics import RunStats
+from specviz.settings import Limits
 from specviz.tree import TreeNode
 
 
@@ -346,11 +347,19 @@ def test_the_app_refuses_an_operators_mistyped_limit_in_one_line_before_serving(
     for name, value, message in (
             ("SPECVIZ_MAX_NEW_TOKENS", "lots", "SPECVIZ_MAX_NEW_TOKENS='lots' is not a whole number: "
                                                "give one"),
-            ("SPECVIZ_TRUST_FORWARDED", "10.0.0.x", "give 0, 1 or the proxies' networks")):
+            ("SPECVIZ_TRUST_FORWARDED", "10.0.0.x", "give 0, 1 or the proxies' networks"),
+            # a mistyped switch read as off, silently (the safe default, yet not what was meant)
+            ("SPECVIZ_ALLOW_CUSTOM_MODELS", " ture", "SPECVIZ_ALLOW_CUSTOM_MODELS='ture' is not a switch: "
+                                                     "give 1 or 0"),
+            ("SPECVIZ_ALLOW_LARGE_MODELS", "maybe", "SPECVIZ_ALLOW_LARGE_MODELS='maybe' is not a switch"),
+            ("SPECVIZ_IN_CONTAINER", "y", "SPECVIZ_IN_CONTAINER='y' is not a switch")):
         monkeypatch.setenv(name, value)
         with pytest.raises(SystemExit, match=f"specviz: error: .*{re.escape(message)}"):
             app.main(["--device", "cpu"])
         monkeypatch.delenv(name)
+    for value, on in (("", False), (" On ", True), ("0", False), ("yes", True)):  # the words it knows
+        monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", value)
+        assert Limits.from_env().allow_custom is on
 
 
 def test_running_out_of_memory_is_one_line_that_names_the_fix(monkeypatch, capsys):
