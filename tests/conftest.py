@@ -29,6 +29,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # one torch thread per worker: two wo
     # other beside the other worker took 8 ms a tiny matrix product, and the check 70 s, not 10
     os.environ["OMP_NUM_THREADS"] = "1"
 
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """With -n and no --dist: each worker starts on its half of the suite in order, and one that
+    runs out takes over the other's last pending tests. ("load" hands out small batches to whichever
+    worker is free, so one module's tests, and its module-scoped fixtures with them, the app builds
+    and the quick gpucheck's 10 s run among them, could be made in both workers.) Here and not in
+    pyproject's addopts, where `-p no:xdist` stopped on the unknown --dist option."""
+    chosen = any(a == "--dist" or a.startswith("--dist=") for a in config.invocation_params.args)
+    if getattr(config.option, "dist", "no") == "load" and not chosen:
+        config.option.dist = "worksteal"
+
+
 CORPUS = [
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
     "for i in range(10):\n    print(i * i)\n",
