@@ -977,9 +977,13 @@ def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(m
     monkeypatch.setenv("SPECVIZ_TRUST_FORWARDED", "0")
     assert Limits.from_env().trust_forwarded == ()
     for value, allowed in (("1", True), ("True", True), (" YES ", True), ("on", True), ("0", False),
-                           ("False", False), ("", False), ("maybe", False)):  # any case, as HF's
+                           ("False", False), ("", False)):  # any case, as HF's
         monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", value)
         assert Limits.from_env().allow_custom is allowed, value
+    monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", "maybe")  # read as off, silently, before
+    with pytest.raises(ValueError, match="SPECVIZ_ALLOW_CUSTOM_MODELS='maybe' is not a switch"):
+        Limits.from_env()
+    monkeypatch.delenv("SPECVIZ_ALLOW_CUSTOM_MODELS")
     for value, allowed in (("ON", True), ("Off", False), ("", None)):
         monkeypatch.setenv("SPECVIZ_ALLOW_LARGE_MODELS", value)
         assert Limits.from_env().allow_large is allowed, value
