@@ -50,6 +50,7 @@ from specviz.render import legend_html
 from specviz.service import (
     RELOAD_SHARE,
     ModelStore,
+    Sides,
     View,
     check_continuations,
     continuations,
@@ -223,6 +224,9 @@ def notices_text(notices: list[str]) -> str:
     return markdown_text("; ".join(shown))
 
 
+# The Run tab's plots, in the order of the page's outputs (tree runs add the last two)
+RUN_PLOTS = ("tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time", "tree_nodes",
+             "tree_chain")
 STOPPED = ("Stopped. What the page shows may be the stopped run's part; Save, the Exactness lab and "
            "the k explorer use your last finished run, if there is one.")
 LAB_STOPPED = "<div class='specviz-lab'>Stopped.</div>"
@@ -245,8 +249,9 @@ def stop_js(said: dict[str, str]) -> tuple[str, str, str]:
     and those the server had queued before the cancel can reach it after /cancel has answered
     (the status said "round 22" again, for good); then the tracker shows a red "Error" pill (over
     "Stopped"). So the second function waits (10 s at most) for the stopped jobs' trackers to
-    settle and then lets a Python step (`flushed`) go through the queue: its answer comes down
-    the page's one event stream behind everything the stopped jobs had queued. The third, once it
+    settle and then lets a Python step (`flushed`, or the Run tab's caught_up: the plots a stopped
+    run left behind its headline) go through the queue: its answer comes down the page's one event
+    stream behind everything the stopped jobs had queued, and lands last. The third, once it
     has (or the flush was refused: a full queue), clears the pill and says "Stopped" again, except
     where a job started since (Run pressed after Stop) shows its tracker."""
     ids, texts = json.dumps(list(said)), json.dumps(list(said.values()))
@@ -267,7 +272,7 @@ def stop_js(said: dict[str, str]) -> tuple[str, str, str]:
   window.specvizStoppedAt[{key}] = Date.now();
   return shown.map((text, i) => running[i] ? {texts}[i] : text);
 }}"""
-    wait = f"""async () => {{
+    wait = f"""async (...inputs) => {{
   const running = (window.specvizStopped ??= {{}})[{key}] ?? [];
   {trackers}
   const seen = running.map((r) => !r);  // once settled, a tracker a new job shows is not waited on
@@ -276,7 +281,7 @@ def stop_js(said: dict[str, str]) -> tuple[str, str, str]:
     if (seen.every(Boolean)) break;
     await new Promise((done) => setTimeout(done, 100));
   }}
-  return [];
+  return inputs;  // the flush's own (a State's is read on the server)
 }}"""
     after = f"""async (...shown) => {{
   const running = (window.specvizStopped ??= {{}})[{key}] ?? [];
@@ -296,7 +301,8 @@ def stop_js(said: dict[str, str]) -> tuple[str, str, str]:
 
 
 def flushed() -> None:
-    """A Stop's step through the queue, after the stopped jobs' cancel: see stop_js."""
+    """The lab Stop's step through the queue, after the stopped jobs' cancel: see stop_js (the Run
+    tab's makes the plots a stopped run left behind its headline: caught_up)."""
 
 
 def link_notice(notices: list[str]) -> str:
@@ -396,6 +402,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # the key was set): no time to live of its own, which Gradio counts from when the key was
         # set, so a page in use an hour after its last run lost it and was told "run something first"
         last = gr.State(None, delete_callback=shelf.drop)
+        # the rounds of the headline plot the page shows, while the plots beside it are older
+        # (service.View.sides: they come every 10 s): a run that ends before its finished view (Stop,
+        # an error) makes them anew, and every plot then shows the same rounds. Set only as a view
+        # reaches the page: a Stop discards the view its job was making
+        sides = gr.State(None)
         # a phone shows every tab, wrapped onto a second line if need be: the default "menu" hid the
         # last two behind "..." on a page opened at 360-390 px
         with gr.Tabs(overflow_behavior="wrap"):
@@ -522,7 +533,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         assert sorted(names) == sorted(SETTING_NAMES)
         demo.specviz.names = tuple(names)  # the order of the controls, the link and the API's /run
         outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time,
-                   tree_view, tree_slider, tree_overview, fig_tree_nodes, fig_tree_chain, last]
+                   tree_view, tree_slider, tree_overview, fig_tree_nodes, fig_tree_chain, sides, last]
+        plot_outputs = dict(zip(RUN_PLOTS, (fig_tpp, fig_cum, fig_acc, fig_k, fig_time, fig_tree_nodes,
+                                            fig_tree_chain), strict=True))
 
         def settings_of(values) -> RunSettings:
             if len(values) != len(names):
@@ -583,12 +596,17 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             f = view.figures
             key = shelf.put(session_of(request), view.trace, address=visitor(request)) \
                 if view.trace is not None else gr.skip()
-            plots = [f.get(name, gr.skip()) for name in
-                     ("tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time")]
+            shown = [f.get(name, gr.skip()) for name in RUN_PLOTS[:5]]
             final = view.trace is not None if final is None else final
             timeline = gr.skip() if view.timeline_html is None else view.timeline_html  # as the plots
             return (view.status, view.text_html, view.verdict_html, view.stats_html,
-                    timeline, *plots, *tree_outputs(view, final), key)
+                    timeline, *shown, *tree_outputs(view, final), view.sides if f else gr.skip(), key)
+
+        def caught_up(behind: Sides | None) -> dict:
+            """{output: value}: every plot of the rounds the page's headline shows (behind: the
+            rounds the plots beside it lag), and `sides` cleared."""
+            made = behind.figures() if behind is not None else {}
+            return {plot_outputs[name]: figure for name, figure in made.items()} | {sides: None}
 
         def job_limits(kind: str, *args) -> Limits:
             """limits, with the job's clock inside the GPU time it asked for on ZeroGPU (the time a
@@ -610,8 +628,16 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 raise user_error(e) from None
 
             def job():
-                for view in on_gpu_job("run", s):
-                    yield show(view, request)  # the shelf lives in this process
+                behind = None  # the page's `sides`, as this job last set it
+                try:
+                    for view in on_gpu_job("run", s):
+                        behind = view.sides if view.figures else behind
+                        yield show(view, request)  # the shelf lives in this process
+                except Exception:  # an error, ZeroGPU's limit (a Stop is the page's: caught_up)
+                    if behind is not None:
+                        caught = caught_up(behind)
+                        yield tuple(caught.get(output, gr.skip()) for output in outputs)
+                    raise
 
             yield from gated(request, lambda ahead: status_only(wait_text(ahead)), job)
 
@@ -985,15 +1011,17 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         e2e_event = e2e_btn.click(e2e_run, [e2e_n, *controls], e2e_out, api_name="e2e",
                                   **(model | dict(show_progress_on=e2e_out)))
         # Gradio completes a cancelled event with no output: the page said "round 6" for good
-        for button, shown, said, cancelled in (
+        # A stopped run's flush makes the plots its last headline left behind (caught_up)
+        for button, shown, said, cancelled, flush_step in (
                 (stop_btn, [status, lab_info, e2e_out], {"status": STOPPED, "lab-info": LAB_STOPPED,
                                                          "e2e-out": LAB_STOPPED},
-                 [run_event, auto_event, rerun_event, lab_event, e2e_event]),
+                 [run_event, auto_event, rerun_event, lab_event, e2e_event],
+                 (caught_up, [sides], [*plot_outputs.values(), sides])),
                 (lab_stop, [lab_info, e2e_out], {"lab-info": LAB_STOPPED, "e2e-out": LAB_STOPPED},
-                 [lab_event, e2e_event])):  # the lab's jobs wait in line too: a Stop of its own
+                 [lab_event, e2e_event], (flushed, None, None))):  # the lab's jobs wait in line too
             click, wait, after = stop_js(said)
             flush = button.click(None, shown, shown, js=click, api_name=False, cancels=cancelled).then(
-                flushed, None, None, js=wait, api_name=False, concurrency_limit=None,
+                *flush_step, js=wait, api_name=False, concurrency_limit=None,
                 concurrency_id="stop", show_progress="hidden")
             for step in (flush.then, flush.failure):  # a flush refused (the queue full): said anyway
                 step(None, shown, shown, js=after, api_name=False)

@@ -46,6 +46,21 @@ from .views import implausible_race, stats_html, timeline_html, verdict_html
 
 
 @dataclass(frozen=True)
+class Sides:
+    """The rounds of a streamed view that sent its headline plot alone, the plots beside it left as
+    the page had them (they come every SIDE_PLOT_SECONDS): a run that ends before its finished view
+    (Stop, an error, ZeroGPU's limit) makes them anew from these, or they stay up to 10 s older
+    than the headline."""
+    spec: RunStats
+    base: RunStats | None
+    k: int
+
+    def figures(self) -> dict:
+        """Every plot of these rounds, the headline among them (made as the view made it)."""
+        return all_figures(self.spec, self.base, k=self.k)
+
+
+@dataclass(frozen=True)
 class View:
     status: str
     text_html: str = ""
@@ -61,6 +76,7 @@ class View:
     tree_round: int = 0  # which: the last while a run streams, the fullest once it is kept
     tree_overview: str | None = ""  # every round of a tree run on one line (None: as timeline_html)
     chain: RunStats | None = None  # a tree run's comparison: the chain drafter at the same k
+    sides: Sides | None = None  # a view whose plots are its headline alone: the others' rounds
 
     @property
     def is_tree(self) -> bool:
@@ -329,9 +345,11 @@ VIEW_SECONDS = 0.25
 # SIDE_PLOT_SECONDS: the browser draws a plot afresh at each update of it (Gradio's Plot: Plotly from
 # scratch in a new element, after once more in the old one), 25-70 ms a plot on a shared 2-core CPU.
 # All five at each rebuild made 11-15 s of long tasks on the page over a 512-token run's 75 s; 6-7 s
-# now. The finished run's view has them all. While the baseline runs, the headline is the race (the
-# tokens over time: the speculative run's tokens per pass no longer change), and while the chain
-# comparison runs no plot changes; the first rebuild of each phase has them all.
+# now. The finished run's view has them all; a run that ends before it (Stop, an error) has the app
+# make them from the rounds of the last headline it sent (View.sides). While the baseline runs, the
+# headline is the race (the tokens over time: the speculative run's tokens per pass no longer
+# change), and while the chain comparison runs no plot changes; the first rebuild of each phase has
+# them all.
 SIDE_PLOT_SECONDS = 10.0
 HEADLINE, RACE = ("tokens_per_pass",), ("time",)
 
@@ -549,12 +567,14 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
         """A view while the job streams: the plots, timeline and overview only when `plots` lets
         them be made again, paced by what they cost (time.perf_counter: a test's clock may move
         time.monotonic at each read), and of the plots only the phase's headline unless `sides`
-        lets them."""
+        lets them (View.sides then holds the rounds that make the others)."""
         heavy, started = plots(), time.perf_counter()
         named = None if heavy and sides() else headline
         view = _view(status, pair, spans, spec, base, comparison, plots=heavy, figures=named, **views)
         if heavy:
             plots.took(time.perf_counter() - started)
+        if heavy and named:  # the page keeps older plots beside this headline: what makes them
+            view = replace(view, sides=Sides(spec, base, s.k))
         return view
 
     def kept(rounds, baseline=(), recording=None, chain=()) -> Trace:

@@ -907,6 +907,48 @@ def test_browser_copy_link_save_and_open_log_no_console_errors(app_url, tmp_path
 
 
 @pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
+def test_browser_a_stopped_run_ends_with_every_plot_of_its_headlines_rounds(app_url, monkeypatch):
+    """docs/benchmarks.md: "After a Stop, the four side plots can be up to 10 s older than the
+    headline" (they come every service.SIDE_PLOT_SECONDS, the headline at every refresh). In the
+    browser, the Stop's step through the queue (its input a State, after the script that waits for
+    the stopped job) makes them of the headline's rounds: the cumulative and time plots end on the
+    tokens of the headline's bars. Here the side plots come only with the first refresh."""
+    from playwright.sync_api import sync_playwright
+
+    from specviz import service
+
+    real = service.generate
+
+    def slow(*a, **kw):  # rounds slowed, so that the run is still streaming at the click
+        for event in real(*a, **kw):
+            time.sleep(0.05)
+            yield event
+
+    monkeypatch.setattr(service, "generate", slow)
+    monkeypatch.setattr(service, "SIDE_PLOT_SECONDS", 3600.0)
+    tokens_js = """() => {
+  const plot = (title) => [...document.querySelectorAll('.js-plotly-plot')]
+    .filter((p) => (p.layout?.title?.text || '').startsWith(title)).pop();
+  const last = (p) => p ? p.data[0].y[p.data[0].y.length - 1] : null;
+  const bars = plot('Tokens per target pass');
+  return [bars ? bars.data[0].y.reduce((a, b) => a + b, 0) : null,
+          last(plot('Tokens against target passes')), last(plot('Tokens against wall-clock time'))];
+}"""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(app_url + "?pair=tiny&max_new_tokens=240&temperature=0&prompt=def+f&run=1")
+        # the headline has gone on past the plots beside it
+        page.wait_for_function(f"(({tokens_js})()[0] ?? 0) > (({tokens_js})()[1] ?? 0) + 4", timeout=60_000)
+        page.click("#stop")
+        page.wait_for_function("(document.querySelector('#status')?.innerText || '').startsWith('Stopped.')",
+                               timeout=20_000)
+        page.wait_for_function(f"(([a, b, c]) => a === b && b === c)(({tokens_js})())", timeout=20_000)
+        assert page.inner_text("#status").startswith("Stopped."), page.inner_text("#status")
+        browser.close()
+
+
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
 def test_browser_a_second_stop_keeps_what_the_first_stopped():
     """Two Stops in a row: the second's flush is skipped (Gradio's "once" while the first's is
     pending), so the first chain's last step must still know what the first Stop stopped: the

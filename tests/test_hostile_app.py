@@ -1334,7 +1334,7 @@ def test_an_error_on_the_status_is_escaped_once(demo):
     with pytest.raises(gr.Error, match="unknown pair 'a&lt;b&gt;&amp;c'"):
         for out in handler(demo, "run")(None, None, *args(pair="a<b>&c")):
             shown.append(out)
-    assert len(shown) == 1 and shown[0][1:] == (gr.skip(),) * 15
+    assert len(shown) == 1 and shown[0][1:] == (gr.skip(),) * 16
     assert shown[0][0] == "⚠ unknown pair \\'a&lt;b&gt;&amp;c\\'\\: pick one from the list"
 
 
@@ -1436,7 +1436,7 @@ def test_an_opened_tree_trace_is_shown_whole_and_held_as_an_upload(demo, tmp_pat
     path = tmp_path / "tree.json"
     path.write_text(trace.to_json())
     request = page_request("opener")
-    *shown, key = list(handler(demo, "open_trace")(str(path), request))[-1][:16]
+    *shown, key = list(handler(demo, "open_trace")(str(path), request))[-1][:17]
     slider, rounds = shown[11], len(trace.events)
     assert slider["interactive"] is True and slider["visible"] is True
     assert (slider["value"], slider["maximum"]) == (treeview.fullest_round(trace.events), rounds)
@@ -1449,9 +1449,9 @@ def test_an_opened_tree_trace_is_shown_whole_and_held_as_an_upload(demo, tmp_pat
     assert last[-1].endswith("**Run** runs it again (⚠ ignored trace setting max\\_new\\_tokens\\: max new "
                              "tokens must be in 1\\.\\.200, got 300 \\(kept 8\\)).")
     held = demo.specviz.shelf._items
-    assert key not in held and last[15] in held  # the session's newest opening replaced its older one
-    demo.specviz.shelf.drop(last[15])  # and leaves the shared page's shelf as it found it
-    assert last[15] not in held
+    assert key not in held and last[16] in held  # the session's newest opening replaced its older one
+    demo.specviz.shelf.drop(last[16])  # and leaves the shared page's shelf as it found it
+    assert last[16] not in held
 
 
 def test_the_lab_on_a_tree_round_tries_the_rounds_root_candidates(demo):
@@ -1474,7 +1474,7 @@ def test_the_auto_run_runs_only_once_a_run_1_link_has_set_its_state(demo):
     import gradio as gr
 
     auto = handler(demo, "auto_run")
-    assert list(auto(None, None, False, *args())) == [(gr.skip(),) * 16]  # a page opened without run=1
+    assert list(auto(None, None, False, *args())) == [(gr.skip(),) * 17]  # a page opened without run=1
     last = list(auto(None, None, True, *args(max_new_tokens=4)))[-1]
     assert last[0].startswith("Done") and demo.specviz.shelf.get(last[-1]) is not None
     demo.specviz.shelf.drop(last[-1])

@@ -124,14 +124,14 @@ def test_a_float32_rerun_of_an_opened_trace_from_before_trees_is_not_refused(dem
     "Re-run in float32" said "the page's settings changed since the last run" though the visitor
     changed nothing (and those two are for the token tree only)."""
     run = list(handler(demo, "run")(page_request("older"), None, *args(dtype="bfloat16")))[-1]
-    saved = json.loads(demo.specviz.shelf.get(run[15]).to_json())
+    saved = json.loads(demo.specviz.shelf.get(run[16]).to_json())
     for name in ("nodes", "branching"):
         del saved["settings"][name]
     path = tmp_path / "older.json"
     path.write_text(json.dumps(saved))
     request = page_request("older-open")
     opened = list(handler(demo, "open_trace")(str(path), request))[-1]
-    key, controls = opened[15], [c["value"] if isinstance(c, dict) else c for c in opened[16:31]]
+    key, controls = opened[16], [c["value"] if isinstance(c, dict) else c for c in opened[17:32]]
     shown = list(handler(demo, "rerun_float32")(request, None, key, *controls))[-1]
     assert shown[0].startswith("Done in float32"), shown[0]
     demo.specviz.shelf.drop(key)
@@ -146,14 +146,14 @@ def test_the_explorer_says_an_opened_trace_without_its_recording_holds_none(demo
     job's time limit" (no baseline) or "the draft model cannot read every token" (draft)."""
     request = page_request(f"unrecorded-{proposer}-{baseline}")
     run = list(handler(demo, "run")(request, None, *args(proposer=proposer)))[-1]
-    saved = json.loads(demo.specviz.shelf.get(run[15]).to_json())
+    saved = json.loads(demo.specviz.shelf.get(run[16]).to_json())
     assert saved["recording"] is not None
     saved["recording"] = None
     if not baseline:
         saved["baseline"] = []
     path = tmp_path / "unrecorded.json"
     path.write_text(json.dumps(saved))
-    key = list(handler(demo, "open_trace")(str(path), request))[-1][15]
+    key = list(handler(demo, "open_trace")(str(path), request))[-1][16]
     numbers, _, fig = handler(demo, "explore")(3, False, "", key, request)
     assert "holds no recording" in numbers and fig is None, numbers
     demo.specviz.shelf.drop(key)

@@ -12,7 +12,7 @@ from specviz.settings import Limits, RunSettings
 
 SHOWN = ["status", "text", "verdict", "stats", "timeline", "tokens_per_pass", "cumulative",
          "acceptance", "k_prediction", "time", "tree", "tree_slider", "tree_overview", "tree_nodes",
-         "tree_chain", "last"]
+         "tree_chain", "sides", "last"]
 
 
 class Page:
@@ -182,6 +182,76 @@ def test_a_streamed_runs_plots_beside_the_headline_come_less_often_and_end_as_th
         last = outs[-1][SHOWN.index(name)]
         assert sent(outs[-1], name)
         assert page.props[name]["value"] is (last["value"] if isinstance(last, dict) else last), name
+
+
+@pytest.mark.parametrize("end", ["stop", "error"])
+def test_a_run_stopped_or_failing_mid_stream_ends_with_every_plot_of_its_headlines_rounds(
+        demo, monkeypatch, end):
+    """docs/benchmarks.md: "After a Stop, the four side plots can be up to 10 s older than the
+    headline": while a run streams they come every service.SIDE_PLOT_SECONDS, the headline at every
+    refresh, and a run stopped (or failing: out of memory, ZeroGPU's limit) between two left them
+    so, each plot counting other rounds. The Stop's step through the queue after the cancel
+    (caught_up: its answer lands after everything the stopped job had sent), or the job before
+    its error, makes every plot of the rounds the page's headline shows."""
+    import itertools
+
+    from test_service import clock_of_seconds
+
+    from specviz import service
+    from specviz.figures import all_figures
+
+    store = demo.specviz.store
+    store.get(RunSettings(pair="tiny", dtype="float32"))  # loaded on the real clock
+    store.baselines = service.Baselines()
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
+    clock_of_seconds(monkeypatch, 0.1)
+    reads = itertools.count()  # plots that cost 0.01 s: refreshed every PLOT_SECONDS
+    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
+    alone, made, generate = [], service.all_figures, service.generate
+
+    def figures(*a, **kw):  # notes each headline made alone (the plots beside it left as they were)
+        alone.append(a[4:] == (service.HEADLINE,))
+        return made(*a, **kw)
+
+    monkeypatch.setattr(service, "all_figures", figures)
+
+    def failing(*a, **kw):  # out of memory in the round after the first headline made alone
+        for event in generate(*a, **kw):
+            if any(alone):
+                raise ValueError("out of memory, as it were")
+            yield event
+
+    if end == "error":
+        monkeypatch.setattr(service, "generate", failing)
+    page, run = Page(), next(fn for fn in demo.fns.values() if fn.name == "run")
+    job = handler(demo, "run")(page_request(f"sides-{end}"), None, *args(max_new_tokens=60))
+    try:
+        for out in job:
+            page.apply(out)
+            if str(out[0]).startswith("Speculative run"):  # what a view of the run left on the page
+                shown = {name: page.props[name]["value"] for name in ("tokens_per_pass", "cumulative")}
+                if end == "stop" and not isinstance(out[SHOWN.index("tokens_per_pass")], dict) and \
+                        isinstance(out[SHOWN.index("cumulative")], dict):  # a headline alone
+                    break
+    except gr.Error as e:
+        assert end == "error" and "out of memory" in str(e)
+    if end == "stop":
+        job.close()  # Stop: Gradio cancels the job at the view it last sent, then the flush
+        behind = page.props["sides"]["value"]
+        flushed = handler(demo, "caught_up")(behind)
+        page.apply(tuple(flushed.get(output, gr.skip()) for output in run.outputs))
+    headline = page.props["tokens_per_pass"]["value"]
+    assert headline.to_plotly_json() == shown["tokens_per_pass"].to_plotly_json()  # the same rounds
+    tokens = sum(headline.data[0].y)  # the headline's: its bars, a round each
+    assert shown["cumulative"].data[0].y[-1] < tokens  # the plots beside it were older ...
+    assert page.props["sides"]["value"] is None
+    for name in ("cumulative", "time"):  # ... and now count the headline's rounds
+        assert page.props[name]["value"].data[0].y[-1] == tokens, name
+    rounds = len(headline.data[0].x)
+    if end == "stop":
+        assert len(behind.spec.events) == rounds
+        for name, figure in all_figures(behind.spec, None, k=3).items():
+            assert page.props[name]["value"].to_plotly_json() == figure.to_plotly_json(), name
 
 
 def test_a_drag_of_the_k_explorers_slider_or_the_playbacks_ends_on_the_value_it_left(demo):

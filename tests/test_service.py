@@ -369,6 +369,41 @@ def test_the_side_plots_come_every_ten_seconds_and_are_never_more_than_ten_behin
                for t, v in streamed if v.figures and t not in sides)
 
 
+@pytest.mark.parametrize("proposer", ["draft", "tree"])
+def test_a_view_that_sends_its_headline_alone_holds_the_rounds_that_make_every_plot(
+        store, monkeypatch, proposer):
+    """docs/benchmarks.md: after a Stop the side plots could be up to SIDE_PLOT_SECONDS older than
+    the headline (and after an error mid-run). A streamed view that sends its phase's headline
+    alone holds the rounds it was made of (View.sides), from which the app makes every plot when
+    the run ends before its finished view: the headline as the view made it, and the others of
+    the same rounds. A view with every plot, or none, holds none (the page has nothing behind)."""
+    import itertools
+
+    from specviz.figures import all_figures
+
+    s = tree_settings(max_new_tokens=40) if proposer == "tree" else \
+        RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=2)
+    store.get(s)
+    store.baselines, store.chains = service.Baselines(), service.Baselines()
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
+    clock_of_seconds(monkeypatch, 0.1)
+    reads = itertools.count()  # plots that cost 0.01 s: refreshed every PLOT_SECONDS
+    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
+    *streamed, last = run_views(store, s, Limits())
+    names = set(all_figures(last.spec, last.base, last.chain, s.k))
+    alone = [v for v in streamed if len(v.figures) == 1]
+    assert {v.status.split(":")[0] for v in alone} == {"Speculative run", "Baseline (target alone)"}
+    for v in alone:
+        made = v.sides.figures()
+        assert set(made) == names and (v.sides.spec, v.sides.base) == (v.spec, v.base)
+        (headline, sent), = v.figures.items()
+        assert made[headline].to_plotly_json() == sent.to_plotly_json()
+        for name, figure in made.items():  # as the run's own view of these rounds would make it
+            beside = all_figures(v.spec, v.base, None, s.k)[name]
+            assert figure.to_plotly_json() == beside.to_plotly_json(), name
+    assert all(v.sides is None for v in [*streamed, last] if len(v.figures) != 1)
+
+
 def test_a_streaming_view_sends_what_changed_and_the_last_one_the_whole_run(store, monkeypatch):
     """Streamed, the token text grows (each view begins with the last: Gradio sends what is added),
     the timeline and tree overview come with the plots and only where the speculative run changed
