@@ -125,10 +125,14 @@ LOAD_REFUSED = ("⚠ The server was too busy to open this page's settings (a lin
 # The refused load also leaves Gradio's "Error" over each of its outputs, an opaque layer that hid
 # every setting the notice says Run runs (and the notice's own words) until its × was clicked: the
 # page clicks them, polling while Gradio draws them (an event without Python leaves its outputs'
-# status as it is, and one with Python would run outside the queue or wait in it)
+# status as it is, and one with Python would run outside the queue or wait in it). Only the load's
+# own outputs, which carry LOAD_OUTPUT (Gradio 6.31 puts a component's elem_classes on the block
+# that holds its status tracker; Run, a Button, has no tracker): it cleared every tracker on the
+# page, and the "Error" of a Run, a share link or a lab job refused in those 2 s went with it
+LOAD_OUTPUT = "specviz-load"
 LOAD_REFUSED_JS = """() => {
   const clear = (tries) => {
-    document.querySelectorAll('.block [data-testid=status-tracker]').forEach((tracker) => {
+    document.querySelectorAll('.block.LOAD_OUTPUT [data-testid=status-tracker]').forEach((tracker) => {
       if (tracker.querySelector(':scope > .error')) tracker.querySelector('.clear-status button')?.click();
     });
     if (tries > 0) setTimeout(() => clear(tries - 1), 100);
@@ -136,7 +140,7 @@ LOAD_REFUSED_JS = """() => {
   clear(20);
   return [{__type__: 'update', interactive: true},
           {__type__: 'update', value: NOTICE, visible: true}];
-}""".replace("NOTICE", json.dumps(LOAD_REFUSED))
+}""".replace("NOTICE", json.dumps(LOAD_REFUSED)).replace("LOAD_OUTPUT", LOAD_OUTPUT)
 TREE_PANEL_JS = """(drafter) => {
   const label = document.querySelector('#tree-panel .label-wrap');
   if (label && label.classList.contains('open') !== (drafter === 'tree')) label.click();
@@ -396,7 +400,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         demo.specviz = SimpleNamespace(gate=gate, shelf=shelf, store=store, limits=limits, pages=pages,
                                        default=default, tidy=tidy, beating=beating)
         gr.Markdown(INTRO)
-        notice = gr.Markdown(visible=False, elem_classes=["specviz-notice"], **NO_TEX)
+        notice = gr.Markdown(visible=False, elem_classes=["specviz-notice", LOAD_OUTPUT], **NO_TEX)
         # a key on the shelf, freed with the page's state (guard.Tidy: a page closed and unused for
         # PAGE_GRACE, or unused for TRACE_TTL with no heartbeat; Gradio: a closed page an hour after
         # the key was set): no time to live of its own, which Gradio counts from when the key was
@@ -531,6 +535,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         names = ["pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
                  "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching"]
         assert sorted(names) == sorted(SETTING_NAMES)
+        for control in controls:  # the page's load sets them: a refused load clears their "Error"
+            control.elem_classes = [*(control.elem_classes or []), LOAD_OUTPUT]  # (LOAD_REFUSED_JS)
         demo.specviz.names = tuple(names)  # the order of the controls, the link and the API's /run
         outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time,
                    tree_view, tree_slider, tree_overview, fig_tree_nodes, fig_tree_chain, sides, last]

@@ -846,6 +846,46 @@ def test_browser_a_refused_page_load_still_enables_run_and_says_how_to_get_the_l
         browser.close()
 
 
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium package is not installed")
+def test_browser_a_refused_page_load_clears_only_its_own_outputs_errors(app_url):
+    """The refused load's clean-up clicked the × of every "Error" on the page for 2 s: a share
+    link and a Run refused by the same full queue in those 2 s lost theirs (the link's box said
+    nothing, a toast alone said it was refused). It clears the load's outputs alone."""
+    from playwright.sync_api import sync_playwright
+
+    refused = []
+
+    def join(route):  # the page's load is refused, then everything: the queue stays full
+        refused.append(route.request.post_data_json.get("fn_index"))
+        return route.fulfill(status=503, content_type="application/json",
+                             json={"detail": "Queue is full. Max size is 1 and size is 1."})
+
+    error = "(id) => document.querySelector(`#${id} [data-testid=status-tracker] > .error`)"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.route("**/queue/join*", join)
+        page.goto(app_url + "?pair=tiny&k=2&max_new_tokens=8&dtype=float32&prompt=def+g")
+        page.wait_for_function("document.querySelector('#run') && !document.querySelector('#run').disabled",
+                               timeout=60_000)
+        enabled = time.monotonic()  # the clean-up runs from now for 2 s
+        page.click("#copy-link")
+        page.click("#run")
+        for _ in range(100):
+            if len(refused) == 3:
+                break
+            page.wait_for_timeout(50)
+        assert len(refused) == 3 and time.monotonic() - enabled < 1.5, (refused, time.monotonic() - enabled)
+        page.wait_for_timeout(1000 * (3.0 - (time.monotonic() - enabled)))  # the clean-up is over
+        # the share link's box shows its red "Error"; the status's is hidden by the page's style
+        # (it says a job's error in words) but is there, and the load's own are cleared
+        assert page.evaluate(f"({error})('share-link')?.offsetParent != null"), "the link's Error was cleared"
+        assert page.evaluate(f"({error})('status') != null"), "the Run's Error was cleared"
+        assert page.evaluate("![...document.querySelectorAll('.specviz-load [data-testid=status-tracker]"
+                             " > .error')].some((e) => e.offsetParent)")
+        browser.close()
+
+
 def test_browser_copy_link_save_and_open_log_no_console_errors(app_url, tmp_path):
     """A visitor's way through the page, in a browser that refuses the clipboard (as Safari and
     Firefox do once the click's activation is spent on the server's answer), with the console
