@@ -167,15 +167,14 @@ class Gate:
     max_jobs bounds the line (waiting and running together). A waiter that stops polling for
     `stale_after` seconds (its handler was dropped without being closed) loses its place, and so
     does a holder that shows no sign of life for that long, so a lost job cannot block the model.
-    One IPv6 /48 (network_of) holds at most per_network places: a quarter of the line by default,
+    One IPv6 /48 (network_of) holds at most per_network places: a quarter of the line,
     so that one free /48 cannot fill the line while many subscribers of one carrier's /48 can
     still queue beside each other.
     """
 
-    def __init__(self, max_jobs: int = 16, stale_after: float = 900.0, per_address: int = 2,
-                 per_network: int | None = None):
+    def __init__(self, max_jobs: int = 16, stale_after: float = 900.0, per_address: int = 2):
         self.max_jobs, self.stale_after, self.per_address = max_jobs, stale_after, per_address
-        self.per_network = max(per_address, max_jobs // 4) if per_network is None else per_network
+        self.per_network = max(per_address, max_jobs // 4)
         self._cond = threading.Condition()
         self._line: list[Ticket] = []
 

@@ -112,10 +112,6 @@ def request_address(request, proxies: tuple = ()) -> str | None:
                            forwarded(getattr(request, "headers", None) or {}), proxies)
 
 
-def _address(request, proxies: tuple = ()) -> str | None:
-    return public_address(request_address(request, proxies))
-
-
 class PerAddress:
     """The distinct keys each public address has used in the last `window` seconds, at most
     per_address, and each IPv6 /48 (gate.network_of: one free tunnel /48 is 256 /56s, each an
@@ -172,13 +168,13 @@ class PerAddress:
 
 
 def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None = None,
-              max_chars: int | None = None, proxies: tuple = (), per_network: int | None = None) -> None:
+              max_chars: int | None = None, proxies: tuple = ()) -> None:
     """Wrap a Gradio Queue's push. An event is refused ("queue_full", HTTP 503, with a message
     that names the fix) when its line already has per_line events waiting; when its client's
     public address has per_address events waiting or unread (a result stays in server memory
     until the client reads it: results never read were a way to fill it); or when the address
     has used all its `pages`; or when its IPv6 /48 (gate.network_of: one free tunnel /48 is 256
-    addresses of their own) has per_network, by default a quarter of a line, as the Gate's.
+    addresses of their own) has per_network, a quarter of a line, as the Gate's.
     Gradio's own bound then never binds first. An event whose data
     names a file by URL is refused (HTTP 400): Gradio would download it; and so is one holding
     more than max_chars characters of text: Gradio keeps an event's inputs in its page's state,
@@ -192,7 +188,7 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
     joining: defaultdict[tuple, int] = defaultdict(int)  # pushes under way, by line and address
     unread: dict[str, tuple] = {}  # event id -> (public address or None, session), until read
     finished: dict[str, float] = {}  # unread event id -> when first seen finished
-    per_network = max(per_address, per_line // 4) if per_network is None else per_network
+    per_network = max(per_address, per_line // 4)
 
     def waiting(line: str) -> int:
         return sum(count for (ln, _), count in joining.items() if ln == line) + sum(
@@ -263,7 +259,7 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
             return False, LINKED, "error"
         if max_chars is not None and chars > max_chars:
             return False, TOO_MUCH_TEXT.format(n=max_chars), "error"
-        line, address = fn.concurrency_id, _address(request, proxies)
+        line, address = fn.concurrency_id, public_address(request_address(request, proxies))
         forget()  # the results read since, and those unread for long
         if waiting(line) >= per_line:
             return False, QUEUE_FULL.format(what="this line", n=per_line), "queue_full"

@@ -178,7 +178,7 @@ def pvalue_text(p: float) -> str:
     return "< 1e-300" if p < 1e-300 else beside(p, 1e-3, 3, "g")
 
 
-def _bars(ids, names, series: dict[str, torch.Tensor]) -> list[tuple[str, list[float]]]:
+def _bars(ids, series: dict[str, torch.Tensor]) -> list[tuple[str, list[float]]]:
     out = []
     for name, dist in series.items():
         shown = [float(dist[i]) for i in ids]
@@ -196,7 +196,7 @@ def masses_figure(p, q, labels, tokenizer=None) -> go.Figure:
     series = {"target p": (p, SPEC, ""), "draft q": (q, BASE, "/"),
               "min(p, q): accepted mass": (masses.accepted, "#16a34a", "."),
               "normalize(max(0, p - q)): residual": (masses.residual, THEORY, "x")}
-    for name, ys in _bars(ids, names, {k: v[0] for k, v in series.items()}):  # a pattern each too
+    for name, ys in _bars(ids, {k: v[0] for k, v in series.items()}):  # a pattern each too
         fig.add_bar(name=name, x=x, y=ys, marker=dict(color=series[name][1], pattern_shape=series[name][2]))
     fig.update_layout(barmode="group")
     return _layout(fig, "p, q, accepted mass and residual", "token", "probability", PAGE_HALF_PX)
@@ -239,14 +239,14 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     ids, names = _top(p, q, labels, tokenizer)
     x = names + (["other"] if len(ids) < len(p) else [])
     fig = go.Figure()
-    fig.add_bar(name="target p", x=x, y=_bars(ids, names, {"p": p})[0][1], marker_color=SPEC,
+    fig.add_bar(name="target p", x=x, y=_bars(ids, {"p": p})[0][1], marker_color=SPEC,
                 marker_line=EDGE)
     rows = []
     for i, v in enumerate(variants):
         # seeded by N as well: the same N draws the same again, another N a stream of its own
         r = lab.check(v, p, q, n, seed=seed + n, q_draw=flatten(q) if v == "mismatched_q" else None,
                       candidates=candidates)
-        fig.add_bar(name=v, x=x, y=_bars(ids, names, {v: r.empirical})[0][1],
+        fig.add_bar(name=v, x=x, y=_bars(ids, {v: r.empirical})[0][1],
                     marker_pattern=PATTERNS[i % len(PATTERNS)], marker_line=EDGE)
         verdict = _verdict(v, r, p)
         what = lab.VARIANTS[v] + (f" (candidates: {named})" if v in lab.TREE_VARIANTS else "")

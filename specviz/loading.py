@@ -168,10 +168,10 @@ class Pair:
                              f"{self.target_name} reads: pick a target that shares its tokenizer")
         return ids
 
-    def check_length(self, prompt_tokens: int, max_new_tokens: int, room: int | None = None,
+    def check_length(self, prompt_tokens: int, max_new_tokens: int, room: int,
                      drafted: bool = False) -> None:
-        """room: the most positions a round may add to a cache beyond the output (a chain's k,
-        at most MAX_K when unset; a token tree's nodes). drafted: the draft model reads the run
+        """room: the most positions a round may add to a cache beyond the output (a chain's k;
+        a token tree's nodes). drafted: the draft model reads the run
         too, so its positions bound it as well (a learned-position draft shorter than the target
         failed mid-run with an IndexError)."""
         models = [(self.target_name, self.max_positions, "")]
@@ -185,7 +185,6 @@ class Pair:
                                  f"{limit}: shorten one of them{other}")
         from .engine import MAX_K
 
-        room = MAX_K if room is None else room
         if self.window and prompt_tokens + max_new_tokens + room >= self.window:
             raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
                              f"+ {room} drafted positions must stay below the {self.window}-token "
