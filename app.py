@@ -123,24 +123,14 @@ REDRAW_JS = "() => { setTimeout(() => window.dispatchEvent(new Event('resize')),
 LOAD_REFUSED = ("⚠ The server was too busy to open this page's settings (a link's among them). Run "
                 "runs the settings shown here; reload the page to get the link's.")
 # The refused load also leaves Gradio's "Error" over each of its outputs, an opaque layer that hid
-# every setting the notice says Run runs (and the notice's own words) until its × was clicked: the
-# page clicks them, polling while Gradio draws them (an event without Python leaves its outputs'
-# status as it is, and one with Python would run outside the queue or wait in it). Only the load's
-# own outputs, which carry LOAD_OUTPUT (Gradio 6.31 puts a component's elem_classes on the block
-# that holds its status tracker; Run, a Button, has no tracker): it cleared every tracker on the
-# page, and the "Error" of a Run, a share link or a lab job refused in those 2 s went with it
+# every setting the notice says Run runs (and the notice's own words). The page's style hides it on
+# the load's outputs, which carry LOAD_OUTPUT (assets/style.css): those in a closed accordion too,
+# drawn when it opens. The page clicked each layer's × for 2 s before: every tracker on the page, so
+# a share link refused in those 2 s lost its "Error", and none in a closed accordion
 LOAD_OUTPUT = "specviz-load"
-LOAD_REFUSED_JS = """() => {
-  const clear = (tries) => {
-    document.querySelectorAll('.block.LOAD_OUTPUT [data-testid=status-tracker]').forEach((tracker) => {
-      if (tracker.querySelector(':scope > .error')) tracker.querySelector('.clear-status button')?.click();
-    });
-    if (tries > 0) setTimeout(() => clear(tries - 1), 100);
-  };
-  clear(20);
-  return [{__type__: 'update', interactive: true},
-          {__type__: 'update', value: NOTICE, visible: true}];
-}""".replace("NOTICE", json.dumps(LOAD_REFUSED)).replace("LOAD_OUTPUT", LOAD_OUTPUT)
+LOAD_REFUSED_JS = """() => [{__type__: 'update', interactive: true},
+                           {__type__: 'update', value: NOTICE, visible: true}]""".replace(
+    "NOTICE", json.dumps(LOAD_REFUSED))
 TREE_PANEL_JS = """(drafter) => {
   const label = document.querySelector('#tree-panel .label-wrap');
   if (label && label.classList.contains('open') !== (drafter === 'tree')) label.click();
@@ -536,7 +526,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                  "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching"]
         assert sorted(names) == sorted(SETTING_NAMES)
         for control in controls:  # the page's load sets them: a refused load clears their "Error"
-            control.elem_classes = [*(control.elem_classes or []), LOAD_OUTPUT]  # (LOAD_REFUSED_JS)
+            control.elem_classes = [*(control.elem_classes or []), LOAD_OUTPUT]  # (LOAD_OUTPUT)
         demo.specviz.names = tuple(names)  # the order of the controls, the link and the API's /run
         outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time,
                    tree_view, tree_slider, tree_overview, fig_tree_nodes, fig_tree_chain, sides, last]

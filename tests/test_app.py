@@ -841,6 +841,15 @@ def test_browser_a_refused_page_load_still_enables_run_and_says_how_to_get_the_l
         assert page.evaluate("""() => { const box = document.querySelector('#prompt textarea');
   box.scrollIntoView(); const r = box.getBoundingClientRect();
   return document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2) === box; }""")
+        # the settings in a closed accordion too, drawn when it opens (the page's clicks on each
+        # layer's × in the first 2 s missed them: top-k's box lay under an "Error" for good)
+        page.wait_for_timeout(2500)
+        page.get_by_text("Sampling", exact=True).click()
+        top_k = "input[aria-label='top-k (0 = off)']"
+        page.wait_for_selector(top_k, state="visible", timeout=10_000)
+        assert page.evaluate("""(top_k) => { const box = document.querySelector(top_k); box.scrollIntoView();
+  const r = box.getBoundingClientRect();
+  return document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2) === box; }""", top_k)
         page.click("#run")  # the settings shown: the page's own
         page.wait_for_function(DONE_JS, timeout=120_000)
         browser.close()
@@ -850,7 +859,7 @@ def test_browser_a_refused_page_load_still_enables_run_and_says_how_to_get_the_l
 def test_browser_a_refused_page_load_clears_only_its_own_outputs_errors(app_url):
     """The refused load's clean-up clicked the × of every "Error" on the page for 2 s: a share
     link and a Run refused by the same full queue in those 2 s lost theirs (the link's box said
-    nothing, a toast alone said it was refused). It clears the load's outputs alone."""
+    nothing, a toast alone said it was refused). The page hides the load's outputs' alone."""
     from playwright.sync_api import sync_playwright
 
     refused = []
@@ -876,7 +885,7 @@ def test_browser_a_refused_page_load_clears_only_its_own_outputs_errors(app_url)
                 break
             page.wait_for_timeout(50)
         assert len(refused) == 3 and time.monotonic() - enabled < 1.5, (refused, time.monotonic() - enabled)
-        page.wait_for_timeout(1000 * (3.0 - (time.monotonic() - enabled)))  # the clean-up is over
+        page.wait_for_timeout(1000 * (3.0 - (time.monotonic() - enabled)))  # when the clean-up was over
         # the share link's box shows its red "Error"; the status's is hidden by the page's style
         # (it says a job's error in words) but is there, and the load's own are cleared
         assert page.evaluate(f"({error})('share-link')?.offsetParent != null"), "the link's Error was cleared"
