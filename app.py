@@ -128,6 +128,7 @@ LOAD_REFUSED = ("⚠ The server was too busy to open this page's settings (a lin
 # drawn when it opens. The page clicked each layer's × for 2 s before: every tracker on the page, so
 # a share link refused in those 2 s lost its "Error", and none in a closed accordion
 LOAD_OUTPUT = "specviz-load"
+SIDES_TTL = 60  # seconds a page keeps the rounds its side plots lag (the `sides` state, below)
 LOAD_REFUSED_JS = """() => [{__type__: 'update', interactive: true},
                            {__type__: 'update', value: NOTICE, visible: true}]""".replace(
     "NOTICE", json.dumps(LOAD_REFUSED))
@@ -399,8 +400,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # the rounds of the headline plot the page shows, while the plots beside it are older
         # (service.View.sides: they come every 10 s): a run that ends before its finished view (Stop,
         # an error) makes them anew, and every plot then shows the same rounds. Set only as a view
-        # reaches the page: a Stop discards the view its job was making
-        sides = gr.State(None)
+        # reaches the page: a Stop discards the view its job was making. Kept SIDES_TTL after its
+        # last update: the Stop's step reads it within 10 s; one a cancelled run left without that
+        # step (an API client's /cancel, a closed page) held its rounds (23.5 KB a tree round here)
+        # outside the shelf's budget for as long as Gradio kept the page
+        sides = gr.State(None, time_to_live=SIDES_TTL)
         # a phone shows every tab, wrapped onto a second line if need be: the default "menu" hid the
         # last two behind "..." on a page opened at 360-390 px
         with gr.Tabs(overflow_behavior="wrap"):

@@ -254,6 +254,37 @@ def test_a_run_stopped_or_failing_mid_stream_ends_with_every_plot_of_its_headlin
             assert page.props[name]["value"].to_plotly_json() == figure.to_plotly_json(), name
 
 
+def test_the_rounds_a_cancelled_run_left_in_the_page_go_after_a_minute(demo):
+    """The `sides` state holds the rounds of the run the page's headline shows (23.5 KB a tree
+    round here) outside the shelf's budget: the Stop's step clears it, but a run cancelled without
+    that step (an API client's /cancel, a closed page) left it for as long as Gradio kept the
+    page. Gradio deletes it SIDES_TTL after its last update (every view of a run updates it)."""
+    import datetime
+
+    from gradio.state_holder import StateHolder
+
+    import app
+    from specviz.metrics import RunStats
+    from specviz.service import Sides
+
+    run = next(fn for fn in demo.fns.values() if fn.name == "run")
+    sides = run.outputs[SHOWN.index("sides")]
+    before = getattr(demo, "state_holder", None)
+    holder = StateHolder()
+    try:
+        holder.set_blocks(demo)
+        page = holder["cancelled"]
+        for age, kept in ((app.SIDES_TTL - 5, True), (app.SIDES_TTL + 1, False)):
+            page[sides._id] = Sides(RunStats(()), None, 3)
+            ttl, _ = page._state_ttl[sides._id]
+            page._state_ttl[sides._id] = (ttl, datetime.datetime.now() - datetime.timedelta(seconds=age))
+            holder.delete_all_expired_state()  # as Gradio's server does every second
+            assert (sides._id in page.state_data) is kept, age
+    finally:
+        demo.state_holder = before
+    assert 10 < app.SIDES_TTL  # the Stop's step waits up to 10 s for the stopped job, then reads it
+
+
 def test_a_drag_of_the_k_explorers_slider_or_the_playbacks_ends_on_the_value_it_left(demo):
     """A slider's drag sends an input at each step, and Gradio drops those sent while the last one
     is computed under its default for an input ("once"), the drag's last among them: the k
