@@ -8,14 +8,58 @@ import os
 import sys
 from pathlib import Path
 
+from .bounds import BRANCHING, MAX_BRANCHING, MAX_K, MAX_NODES, NEEDS_DRAFT, PROPOSERS
 from .digits import beside, percent
-from .engine import MAX_K, NEEDS_DRAFT, PROPOSERS
-from .treedraft import BRANCHING, MAX_BRANCHING, MAX_NODES
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2
         self.exit(2, f"specviz: error: {message} (see --help)\n")
+
+
+class _LazyParser(_Parser):
+    """A subcommand's parser whose arguments are added (by `fill`, from a module that imports
+    torch) only once that subcommand is parsed or its help is shown: `python -m specviz --help`
+    and `run` took seconds importing torch and transformers for bench's, costs' and gpucheck's."""
+
+    def __init__(self, *args, fill=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._fill = fill
+
+    def _filled(self) -> None:
+        if self._fill is not None:
+            fill, self._fill = self._fill, None
+            fill(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._filled()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self):
+        self._filled()
+        return super().format_help()
+
+    def format_usage(self):
+        self._filled()
+        return super().format_usage()
+
+
+def _add_bench_args(p) -> None:
+    from .bench import add_bench_args
+
+    add_bench_args(p)
+
+
+def _add_costs_args(p) -> None:
+    from .costs import add_costs_args
+
+    add_costs_args(p)
+
+
+def _add_gpucheck_args(p) -> None:
+    from .gpucheck import add_gpucheck_args
+
+    add_gpucheck_args(p)
 
 
 def _add_model_args(p: argparse.ArgumentParser,
@@ -51,7 +95,7 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m specviz", description="Exact speculative decoding, visible.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_LazyParser)
     run = sub.add_parser("run", help="generate with speculative decoding and show each token's fate")
     _add_model_args(run)
     _add_sampling_args(run)
@@ -60,16 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("prompt")
     sub.add_parser("prepare", help="build the embedded pair's cache and the draft's int4 codes ahead of time")
     sub.add_parser("presets", help="list the preset pairs and whether each can load here")
-    from .bench import add_bench_args
-
-    add_bench_args(sub.add_parser("bench", help="benchmark against transformers generate"))
-    from .costs import add_costs_args
-
-    add_costs_args(sub.add_parser("costs", help="draft and target pass costs, and a draft profile"))
-    from .gpucheck import add_gpucheck_args
-
-    add_gpucheck_args(sub.add_parser("gpucheck", help="eager against fast-path pass costs, on random-weight "
-                                                      "copies of the embedded pair; writes a cost profile"))
+    # their modules import torch: their arguments are added when the subcommand is asked for
+    sub.add_parser("bench", help="benchmark against transformers generate", fill=_add_bench_args)
+    sub.add_parser("costs", help="draft and target pass costs, and a draft profile", fill=_add_costs_args)
+    sub.add_parser("gpucheck", help="eager against fast-path pass costs, on random-weight copies of the "
+                                    "embedded pair; writes a cost profile", fill=_add_gpucheck_args)
     return parser
 
 

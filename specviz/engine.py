@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .acceptance import Verdict, verify, verify_greedy
+from .bounds import MAX_K, NEEDS_DRAFT, PROPOSERS  # here too: defined there for the command line
 from .lm import CachedLM, bucket, draft_lm, resolve_fast
 from .loading import Pair
 from .proposers import (
@@ -27,10 +28,6 @@ from .tree import TreeNode, TreeVerdict, check, is_id, walk
 from .treedraft import MAX_BRANCHING, MAX_NODES, TreeProposer, check_tree_settings
 from .untrusted import whole
 from .verifycost import VerifyCost
-
-MAX_K = 32
-PROPOSERS = ("draft", "ngram", "none", "hybrid", "adaptive", "tree")
-NEEDS_DRAFT = ("draft", "hybrid", "adaptive", "tree")
 
 
 @dataclass(frozen=True)

@@ -21,16 +21,13 @@ import time
 import numpy as np
 import torch
 
+from .bounds import BRANCHING, MAX_BRANCHING, MAX_NODES  # here too: defined there for the command line
 from .lm import CachedLM, draft_lm, input_rows
 from .proposers import Draft
 from .sampling import SamplingParams, process
 from .tree import TreeNode, check, first_branch
 from .untrusted import whole
 from .verifycost import VerifyCost
-
-MAX_NODES = 64
-MAX_BRANCHING = 8
-BRANCHING = 3  # children of each expanded node; with branching unset, the width a run starts at
 
 
 def float32_product(a: float, b: float) -> float:

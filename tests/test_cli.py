@@ -2,11 +2,14 @@
 
 import json
 import re
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from specviz.cli import main, run_line
+from specviz.cli import build_parser, main, run_line
 from specviz.engine import RoundEvent
 from specviz.metrics import RunStats
 from specviz.tree import TreeNode
@@ -489,3 +492,34 @@ def test_check_writable_refuses_a_folder_it_cannot_write_in(tmp_path, monkeypatc
     monkeypatch.setattr(cli.os, "access", lambda path, mode: False)  # read-only (root may write anyway)
     with pytest.raises(ValueError, match=r"--json .*b\.json: cannot write a file there"):
         cli.check_writable("--json", str(tmp_path / "b.json"))
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["presets", "--help"]])
+def test_help_imports_no_torch_transformers_or_gradio(argv):
+    """`python -m specviz --help` and `run --help` imported torch and transformers (the package's
+    __init__ imported the engine, and the parser bench's, costs' and gpucheck's modules for their
+    arguments): 8-10 s of a 2-core machine before a line of help."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "specviz", *argv], capture_output=True,
+                          text=True, cwd=Path(__file__).parent.parent, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("usage: python -m specviz")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert not imported & {"torch", "transformers", "gradio"}
+
+
+def test_the_subcommands_built_on_demand_parse_and_show_their_arguments(capsys):
+    """bench, costs and gpucheck get their arguments when asked for: parsed and shown as before."""
+    args = build_parser().parse_args(["bench", "--quick", "--ks", "2,4", "--target", "t"])
+    assert (args.command, args.quick, args.ks, args.target) == ("bench", True, "2,4", "t")
+    assert args.draft_quant == "auto" and args.max_new_tokens == 64
+    assert build_parser().parse_args(["gpucheck", "--quick"]).compile == "auto"
+    assert build_parser().parse_args(["costs", "--repeats", "3"]).repeats == 3
+    with pytest.raises(SystemExit) as e:
+        main(["costs", "--help"])
+    assert e.value.code == 0 and "--repeats" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--no-such-flag"])
+    assert e.value.code == 2 and "unrecognized arguments: --no-such-flag" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["gpucheck", "--compile", "sometimes"])
+    assert e.value.code == 2 and "--compile" in capsys.readouterr().err
