@@ -23,6 +23,7 @@ import math
 import tempfile
 import threading
 import time
+import weakref
 from collections import Counter
 from dataclasses import asdict, fields, replace
 from pathlib import Path
@@ -40,6 +41,7 @@ from specviz.guard import (
     Tidy,
     allow_long_heads,
     cap_queue,
+    drop_value,
     forbid_downloads,
     keep_closed_page,
     request_address,
@@ -404,7 +406,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # reaches the page: a Stop discards the view its job was making. Kept SIDES_TTL after its
         # last update: the Stop's step reads it within 10 s; one a cancelled run left without that
         # step (an API client's /cancel, a closed page) held its rounds (23.5 KB a tree round here)
-        # outside the shelf's budget for as long as Gradio kept the page
+        # outside the shelf's budget for as long as Gradio kept the page. A closed page's values
+        # Gradio keeps an hour, whatever their time to live: the page's unload drops it (free_session)
         sides = gr.State(None, time_to_live=SIDES_TTL)
         # a phone shows every tab, wrapped onto a second line if need be: the default "menu" hid the
         # last two behind "..." on a page opened at 360-390 px
@@ -603,10 +606,22 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             return (view.status, view.text_html, view.verdict_html, view.stats_html,
                     timeline, *shown, *tree_outputs(view, final), view.sides if f else gr.skip(), key)
 
+        # the Sides whose plots a Stop's step (or a failed job) has made: each is made once. The step
+        # runs at once (concurrency_limit=None), reading the page's `sides` as it starts, and anyone
+        # can send it by its index: a dozen sent together made every plot a dozen times (0.3 s
+        # each for a 93-round tree run here), again at each view of a run of their own
+        plotted = weakref.WeakSet()
+        catching = threading.Lock()
+
         def caught_up(behind: Sides | None) -> dict:
             """{output: value}: every plot of the rounds the page's headline shows (behind: the
-            rounds the plots beside it lag), and `sides` cleared."""
-            made = behind.figures() if behind is not None else {}
+            rounds the plots beside it lag), the first time these rounds are asked for, and `sides`
+            cleared."""
+            with catching:
+                fresh = behind is not None and behind not in plotted
+                if fresh:
+                    plotted.add(behind)
+            made = behind.figures() if fresh else {}
             return {plot_outputs[name]: figure for name, figure in made.items()} | {sides: None}
 
         def job_limits(kind: str, *args) -> Limits:
@@ -635,8 +650,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                         behind = view.sides if view.figures else behind
                         yield show(view, request)  # the shelf lives in this process
                 except Exception:  # an error, ZeroGPU's limit (a Stop is the page's: caught_up)
-                    if behind is not None:
-                        caught = caught_up(behind)
+                    try:
+                        caught = caught_up(behind) if behind is not None else None
+                    except Exception:  # noqa: BLE001 - the plots failing too (out of memory again):
+                        caught = None  # the job's own error is what the visitor is told
+                    if caught is not None:
                         yield tuple(caught.get(output, gr.skip()) for output in outputs)
                     raise
 
@@ -985,7 +1003,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             # for PAGE_GRACE; State's delete callback): Gradio runs this when the heartbeat stream
             # drops, which a page still open does too (a network change, a laptop's sleep), and its
             # page never opens another, yet goes on working; dropped here at once, its run was
-            # gone under it and Save said "run something first"
+            # gone under it and Save said "run something first". The rounds its side plots lag go
+            # (`sides`): Gradio keeps a closed page's values an hour, whatever their time to live
+            drop_value(getattr(demo, "state_holder", None), session_of(request), sides._id)
             tidy()
 
         # Model jobs start at once (no Gradio limit): the gate is the limit, so a busy visitor or a

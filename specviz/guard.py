@@ -345,6 +345,26 @@ def keep_closed_page(holder, session: str | None) -> None:
         ttl[key] = (live, now)
 
 
+def drop_value(holder, session: str | None, key: int) -> bool:
+    """Drop one State value (its block's _id: key) of a page from Gradio's StateHolder, on the
+    server's loop (_on_loop), without its delete callback; whether it was there. Gradio 6.31 keeps
+    each value of a page it marked closed an hour (SessionState.STATE_TTL_WHEN_CLOSED), whatever
+    the State's own time_to_live."""
+    data = getattr(holder, "session_data", None)
+    if data is None or session is None:  # not launched, or another Gradio
+        return False
+
+    def drop() -> bool:
+        values = getattr(data.get(session), "state_data", None)
+        if not isinstance(values, dict) or key not in values:
+            return False
+        del values[key]
+        getattr(data[session], "_state_ttl", {}).pop(key, None)
+        return True
+
+    return _on_loop(drop)
+
+
 def _on_loop(fn):
     """fn() on the server's event loop, where Gradio reads and changes its pages (its expiry task
     checks that a page is there, then reads it: a page dropped from a worker thread between the

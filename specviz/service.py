@@ -45,12 +45,12 @@ from .trace import Trace
 from .views import implausible_race, stats_html, timeline_html, verdict_html
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Sides:
     """The rounds of a streamed view that sent its headline plot alone, the plots beside it left as
     the page had them (they come every SIDE_PLOT_SECONDS): a run that ends before its finished view
     (Stop, an error, ZeroGPU's limit) makes them anew from these, or they stay up to 10 s older
-    than the headline."""
+    than the headline. Equal only to itself (the app makes each one's plots once: app.caught_up)."""
     spec: RunStats
     base: RunStats | None
     k: int
