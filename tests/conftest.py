@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -38,7 +39,8 @@ def pytest_configure(config):
     worker is free, so one module's tests, and its module-scoped fixtures with them, the app builds
     and the quick gpucheck's 10 s run among them, could be made in both workers.) Here and not in
     pyproject's addopts, where `-p no:xdist` stopped on the unknown --dist option."""
-    chosen = any(a == "--dist" or a.startswith("--dist=") for a in config.invocation_params.args)
+    given = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
+    chosen = any(a == "--dist" or a.startswith("--dist=") for a in given)
     if getattr(config.option, "dist", "no") == "load" and not chosen:
         config.option.dist = "worksteal"
 
