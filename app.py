@@ -405,9 +405,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # an error) makes them anew, and every plot then shows the same rounds. Set only as a view
         # reaches the page: a Stop discards the view its job was making. Kept SIDES_TTL after its
         # last update: the Stop's step reads it within 10 s; one a cancelled run left without that
-        # step (an API client's /cancel, a closed page) held its rounds (23.5 KB a tree round here)
-        # outside the shelf's budget for as long as Gradio kept the page. A closed page's values
-        # Gradio keeps an hour, whatever their time to live: the page's unload drops it (free_session)
+        # step (an API client's /cancel, a closed page) held its rounds (2-24 KB a tree round here:
+        # docs/rounds-memory.py) outside the shelf's budget for as long as Gradio kept the page. A
+        # closed page's values Gradio keeps an hour, whatever their time to live: the page's unload
+        # drops it (free_session)
         sides = gr.State(None, time_to_live=SIDES_TTL)
         # a phone shows every tab, wrapped onto a second line if need be: the default "menu" hid the
         # last two behind "..." on a page opened at 360-390 px

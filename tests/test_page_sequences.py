@@ -301,7 +301,7 @@ def test_a_run_failing_mid_stream_says_its_own_error_when_its_plots_cannot_be_ma
 
 
 def test_the_rounds_a_cancelled_run_left_in_the_page_go_after_a_minute(demo):
-    """The `sides` state holds the rounds of the run the page's headline shows (23.5 KB a tree
+    """The `sides` state holds the rounds of the run the page's headline shows (2-24 KB a tree
     round here) outside the shelf's budget: the Stop's step clears it, but a run cancelled without
     that step (an API client's /cancel, a closed page) left it for as long as Gradio kept the
     page. Gradio deletes it SIDES_TTL after its last update (every view of a run updates it)."""
@@ -334,7 +334,7 @@ def test_the_rounds_a_cancelled_run_left_in_the_page_go_after_a_minute(demo):
 def test_the_rounds_a_closed_pages_run_left_go_with_its_unload(demo):
     """Gradio 6.31 keeps every State value of a page it marked closed (its heartbeat ended: the tab
     closed, its run cancelled) an hour after it was set, whatever the State's time_to_live: the
-    rounds of `sides` (23.5 KB a tree round) stayed until Tidy let the page go (PAGE_GRACE, 10
+    rounds of `sides` (2-24 KB a tree round) stayed until Tidy let the page go (PAGE_GRACE, 10
     minutes at least, and only when a job comes) or that hour. The page's unload drops them; its
     run (`last`) stays on the shelf until the page goes (a page whose connection dropped still works)."""
     import datetime
