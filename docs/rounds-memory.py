@@ -5,12 +5,10 @@ hold): tracemalloc around a deep copy of a run's RunStats, per round, on the tes
 """
 import copy
 import sys
-import tempfile
 import tracemalloc
-from pathlib import Path
 
 import torch
-from conftest import EOS, make_model, make_tokenizer, perturbed
+from conftest import long_pair
 
 from specviz.engine import generate
 from specviz.loading import load_pair
@@ -19,12 +17,7 @@ from specviz.metrics import RunStats
 torch.set_num_threads(1)
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 512
 noise = float(sys.argv[2]) if len(sys.argv) > 2 else 0.5
-out = Path(tempfile.mkdtemp())
-tok = make_tokenizer(out)
-target = make_model("qwen2", len(tok), 0, tok.convert_tokens_to_ids(EOS), positions=1024)
-for name, m in (("target", target), ("draft", perturbed(target, 1, noise))):
-    m.save_pretrained(out / name)
-    tok.save_pretrained(out / name)
+out = long_pair(noise)
 pair = load_pair(str(out / "target"), str(out / "draft"), device="cpu", dtype="float32")
 for proposer in ("draft", "tree"):
     spec = RunStats.of(generate(pair, "def f", proposer=proposer, k=4, max_new_tokens=n, temperature=1.0))

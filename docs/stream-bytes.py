@@ -12,28 +12,14 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
-from conftest import EOS, make_model, make_tokenizer, perturbed  # noqa: E402
+from conftest import long_pair  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-def build(noise: float) -> Path:
-    """A tiny target and draft (the tests' tokenizer and models) with room for 512+ new tokens
-    (the tests' models have 256 positions)."""
-    out = Path(tempfile.mkdtemp())
-    tok = make_tokenizer(out)
-    target = make_model("qwen2", len(tok), 0, tok.convert_tokens_to_ids(EOS), positions=1024)
-    for name, m in (("target", target), ("draft", perturbed(target, 1, noise))):
-        m.save_pretrained(out / name)
-        tok.save_pretrained(out / name)
-    return out
 
 
 n = int(sys.argv[1])
@@ -42,7 +28,7 @@ round_seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
 proposer = sys.argv[4] if len(sys.argv) > 4 else "draft"
 temperature = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
 noise = float(sys.argv[6]) if len(sys.argv) > 6 else 0.05
-root = build(noise)
+root = long_pair(noise)
 
 from gradio import utils as gutils  # noqa: E402
 from gradio.state_holder import SessionState  # noqa: E402

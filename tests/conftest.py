@@ -6,6 +6,7 @@ import contextlib
 import os
 import shlex
 import tempfile
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -113,6 +114,19 @@ def fresh_verify_lines(monkeypatch):
     from specviz import verifycost
 
     monkeypatch.setattr(verifycost, "_COSTS", weakref.WeakKeyDictionary())
+
+
+def long_pair(noise: float) -> Path:
+    """A folder holding a tiny target and a draft (its copy with noise added) under target/ and
+    draft/, with the tests' tokenizer and room for 512+ new tokens (the tests' models have 256
+    positions): the docs' scripts that measure a long run (stream-bytes.py, rounds-memory.py)."""
+    out = Path(tempfile.mkdtemp())
+    tok = make_tokenizer(out)
+    target = make_model("qwen2", len(tok), 0, tok.convert_tokens_to_ids(EOS), positions=1024)
+    for name, m in (("target", target), ("draft", perturbed(target, 1, noise))):
+        m.save_pretrained(out / name)
+        tok.save_pretrained(out / name)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -272,6 +272,24 @@ def test_a_streaming_run_paces_its_plots_by_what_they_cost(store, monkeypatch):
     assert plotted[0.01] >= 2 * plotted[0.3] and plotted[0.3] > plotted[2.0] >= 3, plotted
 
 
+def paced_views(store, monkeypatch, proposer: str):
+    """(settings, streamed views, last view) of a 40-token run of proposer ("tree" or a chain
+    drafter at k=2) whose views each take 0.1 s of the service's clock and whose plots cost 0.01 s:
+    refreshed every PLOT_SECONDS, the side plots every SIDE_PLOT_SECONDS."""
+    import itertools
+
+    s = tree_settings(max_new_tokens=40) if proposer == "tree" else \
+        RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=2)
+    store.get(s)
+    store.baselines, store.chains = service.Baselines(), service.Baselines()
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
+    clock_of_seconds(monkeypatch, 0.1)
+    reads = itertools.count()
+    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
+    *streamed, last = run_views(store, s, Limits())
+    return s, streamed, last
+
+
 @pytest.mark.parametrize("proposer", ["draft", "tree"])
 def test_a_streaming_run_refreshes_the_headline_plot_and_the_others_every_side_plot_seconds(
         store, monkeypatch, proposer):
@@ -285,19 +303,9 @@ def test_a_streaming_run_refreshes_the_headline_plot_and_the_others_every_side_p
     phase's first refresh has them all. The headline made alone is the one made beside them
     (Gradio sends, and the page draws, nothing for a figure that did not change), and the last
     view has every plot, as the finished run makes them."""
-    import itertools
-
     from specviz.figures import all_figures
 
-    s = tree_settings(max_new_tokens=40) if proposer == "tree" else \
-        RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=2)
-    store.get(s)
-    store.baselines, store.chains = service.Baselines(), service.Baselines()
-    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
-    clock_of_seconds(monkeypatch, 0.1)
-    reads = itertools.count()  # plots that cost 0.01 s: refreshed every PLOT_SECONDS
-    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
-    *streamed, last = run_views(store, s, Limits())
+    s, streamed, last = paced_views(store, monkeypatch, proposer)
     names = set(all_figures(last.spec, last.base, last.chain, s.k))
     assert len(names) == (7 if proposer == "tree" else 5)
     phases = {"Speculative run": "tokens_per_pass", "Baseline": "time", "Chain drafter": None}
@@ -377,19 +385,9 @@ def test_a_view_that_sends_its_headline_alone_holds_the_rounds_that_make_every_p
     alone holds the rounds it was made of (View.sides), from which the app makes every plot when
     the run ends before its finished view: the headline as the view made it, and the others of
     the same rounds. A view with every plot, or none, holds none (the page has nothing behind)."""
-    import itertools
-
     from specviz.figures import all_figures
 
-    s = tree_settings(max_new_tokens=40) if proposer == "tree" else \
-        RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=2)
-    store.get(s)
-    store.baselines, store.chains = service.Baselines(), service.Baselines()
-    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
-    clock_of_seconds(monkeypatch, 0.1)
-    reads = itertools.count()  # plots that cost 0.01 s: refreshed every PLOT_SECONDS
-    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
-    *streamed, last = run_views(store, s, Limits())
+    s, streamed, last = paced_views(store, monkeypatch, proposer)
     names = set(all_figures(last.spec, last.base, last.chain, s.k))
     alone = [v for v in streamed if len(v.figures) == 1]
     assert {v.status.split(":")[0] for v in alone} == {"Speculative run", "Baseline (target alone)"}
