@@ -130,7 +130,6 @@ LOAD_REFUSED = ("⚠ The server was too busy to open this page's settings (a lin
 # drawn when it opens. The page clicked each layer's × for 2 s before: every tracker on the page, so
 # a share link refused in those 2 s lost its "Error", and none in a closed accordion
 LOAD_OUTPUT = "specviz-load"
-SIDES_TTL = 60  # seconds a page keeps the rounds its side plots lag (the `sides` state, below)
 LOAD_REFUSED_JS = """() => [{__type__: 'update', interactive: true},
                            {__type__: 'update', value: NOTICE, visible: true}]""".replace(
     "NOTICE", json.dumps(LOAD_REFUSED))
@@ -225,6 +224,7 @@ def notices_text(notices: list[str]) -> str:
 # The Run tab's plots, in the order of the page's outputs (tree runs add the last two)
 RUN_PLOTS = ("tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time", "tree_nodes",
              "tree_chain")
+SIDES_TTL = 60  # seconds a page keeps the rounds its side plots lag (the `sides` state, in build)
 STOPPED = ("Stopped. What the page shows may be the stopped run's part; Save, the Exactness lab and "
            "the k explorer use your last finished run, if there is one.")
 LAB_STOPPED = "<div class='specviz-lab'>Stopped.</div>"
@@ -534,8 +534,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         names = ["pair", "target", "draft", "proposer", "k", "temperature", "top_p", "top_k", "seed",
                  "max_new_tokens", "prompt", "chat", "dtype", "nodes", "branching"]
         assert sorted(names) == sorted(SETTING_NAMES)
-        for control in controls:  # the page's load sets them: a refused load clears their "Error"
-            control.elem_classes = [*(control.elem_classes or []), LOAD_OUTPUT]  # (LOAD_OUTPUT)
+        for control in controls:  # the page's load sets them: a refused load's "Error" over them is
+            control.elem_classes = [*(control.elem_classes or []), LOAD_OUTPUT]  # hidden (LOAD_OUTPUT)
         demo.specviz.names = tuple(names)  # the order of the controls, the link and the API's /run
         outputs = [status, text, verdict, stats, timeline, fig_tpp, fig_cum, fig_acc, fig_k, fig_time,
                    tree_view, tree_slider, tree_overview, fig_tree_nodes, fig_tree_chain, sides, last]
