@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from importlib import import_module
 from pathlib import Path
 
 from .bounds import BRANCHING, MAX_BRANCHING, MAX_K, MAX_NODES, NEEDS_DRAFT, PROPOSERS
@@ -44,22 +45,9 @@ class _LazyParser(_Parser):
         return super().format_usage()
 
 
-def _add_bench_args(p) -> None:
-    from .bench import add_bench_args
-
-    add_bench_args(p)
-
-
-def _add_costs_args(p) -> None:
-    from .costs import add_costs_args
-
-    add_costs_args(p)
-
-
-def _add_gpucheck_args(p) -> None:
-    from .gpucheck import add_gpucheck_args
-
-    add_gpucheck_args(p)
+def _adder(module: str):
+    """A fill for _LazyParser: the module's add_<module>_args, imported when it is called."""
+    return lambda p: getattr(import_module(f".{module}", __package__), f"add_{module}_args")(p)
 
 
 def _add_model_args(p: argparse.ArgumentParser,
@@ -105,10 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("prepare", help="build the embedded pair's cache and the draft's int4 codes ahead of time")
     sub.add_parser("presets", help="list the preset pairs and whether each can load here")
     # their modules import torch: their arguments are added when the subcommand is asked for
-    sub.add_parser("bench", help="benchmark against transformers generate", fill=_add_bench_args)
-    sub.add_parser("costs", help="draft and target pass costs, and a draft profile", fill=_add_costs_args)
+    sub.add_parser("bench", help="benchmark against transformers generate", fill=_adder("bench"))
+    sub.add_parser("costs", help="draft and target pass costs, and a draft profile", fill=_adder("costs"))
     sub.add_parser("gpucheck", help="eager against fast-path pass costs, on random-weight copies of the "
-                                    "embedded pair; writes a cost profile", fill=_add_gpucheck_args)
+                                    "embedded pair; writes a cost profile", fill=_adder("gpucheck"))
     return parser
 
 
