@@ -361,6 +361,28 @@ def test_the_app_refuses_an_operators_mistyped_limit_in_one_line_before_serving(
         monkeypatch.delenv(name)
 
 
+def test_the_app_listens_beyond_this_machine_only_in_a_container_or_a_space(monkeypatch):
+    """The app's default host: this machine alone (127.0.0.1), unless a container or a Space says
+    otherwise (SPECVIZ_IN_CONTAINER=1, SPACE_ID), where its port is reached from outside (0.0.0.0).
+    SPECVIZ_IN_CONTAINER=0 is a switch set off: the app stays on this machine. GRADIO_SERVER_NAME
+    and --host win."""
+    import app
+
+    for name in ("SPACE_ID", "SPECVIZ_IN_CONTAINER", "GRADIO_SERVER_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    assert app.parse_args([]).host == "127.0.0.1"
+    for value, host in (("0", "127.0.0.1"), ("off", "127.0.0.1"), (" ", "127.0.0.1"), ("1", "0.0.0.0"),
+                        ("Yes", "0.0.0.0")):
+        monkeypatch.setenv("SPECVIZ_IN_CONTAINER", value)
+        assert app.parse_args([]).host == host, value
+    monkeypatch.setenv("SPECVIZ_IN_CONTAINER", "0")
+    monkeypatch.setenv("SPACE_ID", "someone/specviz")
+    assert app.parse_args([]).host == "0.0.0.0"
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "10.1.2.3")
+    assert app.parse_args([]).host == "10.1.2.3"
+    assert app.parse_args(["--host", "::1"]).host == "::1"
+
+
 def test_running_out_of_memory_is_one_line_that_names_the_fix(monkeypatch, capsys):
     """torch's OutOfMemoryError (a RuntimeError) went past main as a traceback."""
     import torch
@@ -507,6 +529,33 @@ def test_help_imports_no_torch_transformers_or_gradio(argv):
     assert not imported & {"torch", "transformers", "gradio"}
 
 
+def test_the_packages_names_load_on_first_use_and_are_what_they_were():
+    """`import specviz` loads no torch (its names load on first use): each name of its API is the
+    object it was, a submodule is reached as an attribute after `import specviz` alone (as when
+    the package imported the engine), dir() and `import *` list the API, and a name that is not
+    there, or a private one (__main__ would run the command line), is an AttributeError (hasattr
+    false), in a fresh interpreter."""
+    check = """
+import sys
+import specviz
+assert "torch" not in sys.modules
+assert specviz.bounds.MAX_NODES == 64 and "torch" not in sys.modules  # a submodule, not yet imported
+assert set(specviz.__all__) <= set(dir(specviz)), dir(specviz)
+assert not hasattr(specviz, "no_such_name") and not hasattr(specviz, "_no_such_module")
+assert not hasattr(specviz, "__main__")  # a private name: the command line is not run for it
+from specviz import engine, loading, metrics, sampling
+assert (specviz.Pair, specviz.load_pair) == (loading.Pair, loading.load_pair)
+assert (specviz.RoundEvent, specviz.generate) == (engine.RoundEvent, engine.generate)
+assert (specviz.RunStats, specviz.SamplingParams) == (metrics.RunStats, sampling.SamplingParams)
+names = {}
+exec("from specviz import *", names)
+assert {n for n in names if n != "__builtins__"} == set(specviz.__all__)
+"""
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
+                          cwd=Path(__file__).parent.parent, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_subcommands_built_on_demand_parse_and_show_their_arguments(capsys):
     """bench, costs and gpucheck get their arguments when asked for: parsed and shown as before."""
     args = build_parser().parse_args(["bench", "--quick", "--ks", "2,4", "--target", "t"])
@@ -523,3 +572,28 @@ def test_the_subcommands_built_on_demand_parse_and_show_their_arguments(capsys):
     with pytest.raises(SystemExit) as e:
         main(["gpucheck", "--compile", "sometimes"])
     assert e.value.code == 2 and "--compile" in capsys.readouterr().err
+
+
+def test_the_subcommands_built_on_demand_are_the_parsers_they_were(capsys):
+    """bench, costs and gpucheck each get their own module's arguments, as when the parser added
+    them at once: the same usage and help, asked of the subcommand's parser directly (as a docs or
+    completion tool does) or shown by --help."""
+    import argparse
+
+    from specviz import cli
+    from specviz.bench import add_bench_args
+    from specviz.costs import add_costs_args
+    from specviz.gpucheck import add_gpucheck_args
+
+    def subcommand(name):
+        action = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+        return action.choices[name]
+
+    for name, add in (("bench", add_bench_args), ("costs", add_costs_args), ("gpucheck", add_gpucheck_args)):
+        eager = cli._Parser(prog=f"python -m specviz {name}")
+        add(eager)
+        assert subcommand(name).format_usage() == eager.format_usage(), name
+        assert subcommand(name).format_help() == eager.format_help(), name
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        assert capsys.readouterr().out == eager.format_help(), name

@@ -945,6 +945,55 @@ def test_pages_are_forgotten_on_the_event_loop_where_gradio_reads_them():
     assert _on_loop(threading.get_ident) == threading.get_ident()  # no loop: directly
 
 
+def test_one_value_of_a_closed_page_is_dropped_on_the_loop_and_nothing_else():
+    """guard.drop_value (a page's unload drops the rounds its side plots lag): Gradio keeps a closed
+    page's values an hour whatever their time to live. It drops that one value of that one page,
+    with nothing of it left behind (its time to live), no delete callback (the value is no shelf
+    key), on the server's loop where Gradio's expiry task reads the page's values (a value deleted
+    from a worker thread while that task went through them would end it), and says whether it
+    was there."""
+    import asyncio
+    import threading
+
+    import anyio
+    import gradio as gr
+    from gradio.state_holder import StateHolder
+
+    from specviz.guard import drop_value
+
+    dropped, deleted_on = [], []
+
+    class Values(dict):
+        def __delitem__(self, key):
+            deleted_on.append(threading.get_ident())
+            super().__delitem__(key)
+
+    with gr.Blocks() as blocks:
+        rounds = gr.State(None, time_to_live=60, delete_callback=dropped.append)
+        key = gr.State(None, delete_callback=dropped.append)
+    holder = StateHolder()
+    holder.set_blocks(blocks)
+    for page in ("closed", "other"):
+        holder[page][rounds._id], holder[page][key._id] = f"rounds of {page}", f"key of {page}"
+    closed = holder.session_data["closed"]
+    closed.state_data = Values(closed.state_data)
+
+    async def main():
+        return threading.get_ident(), await anyio.to_thread.run_sync(
+            lambda: drop_value(holder, "closed", rounds._id))
+
+    loop, there = asyncio.run(main())
+    assert there and deleted_on == [loop]
+    assert dict(closed.state_data) == {key._id: "key of closed"} and rounds._id not in closed._state_ttl
+    assert holder.session_data["other"].state_data == {rounds._id: "rounds of other", key._id: "key of other"}
+    assert dropped == []
+    assert drop_value(holder, "closed", rounds._id) is False  # a second unload: nothing there
+    assert drop_value(holder, "never-seen", rounds._id) is False and "never-seen" not in holder.session_data
+    assert drop_value(holder, None, rounds._id) is False
+    assert drop_value(object(), "other", rounds._id) is False  # another Gradio's holder
+    assert drop_value(holder, "other", key._id) is True and dropped == []
+
+
 def test_tidy_removes_folders_on_the_event_loop_where_gradio_fills_them(tmp_path, monkeypatch):
     """Gradio makes an upload's folder and moves the file in on the server's loop, with no await
     between: a folder removed from a worker thread could go between the two and fail the upload."""
@@ -1053,6 +1102,33 @@ def test_a_line_holds_per_line_events_and_one_ipv6_48_a_quarter_of_it():
     cap_queue(queue, per_line=128, per_address=16)
     one_48 = [(f"2a01:4f8:1:{i:x}00::1", f"s{i}-{j}") for i in range(256) for j in range(4)]
     assert pushed(queue, one_48) == 32
+
+
+def test_behind_a_trusted_proxy_the_queue_counts_each_forwarded_visitor():
+    """Behind the operator's proxy (SPECVIZ_TRUST_FORWARDED) every event arrives from the proxy's
+    address: the queue counts the visitor the proxy names, so one visitor's events are bounded
+    and another's behind the same proxy are not refused for them; a forwarded line from a peer
+    that is no trusted proxy names nobody."""
+    from specviz.gate import proxy_networks
+
+    def pushes(queue, sent):
+        async def run():
+            done = []
+            for i, (peer, visitor) in enumerate(sent):
+                request = SimpleNamespace(client=SimpleNamespace(host=peer),
+                                          headers={"x-forwarded-for": visitor})
+                body = SimpleNamespace(fn_index=0, session_hash=f"s{i}", data=["x"])
+                done.append((await queue.push(body, request, None))[0])
+            return done
+        return asyncio.run(run())
+
+    queue = fake_queue()
+    cap_queue(queue, per_line=6, per_address=1, proxies=proxy_networks(None))
+    proxy = "10.16.3.80"  # the operator's proxy, on a private network the default trusts
+    assert pushes(queue, [(proxy, "1.2.3.4"), (proxy, "1.2.3.4"), (proxy, "5.6.7.8")]) == [True, False, True]
+    queue = fake_queue()
+    cap_queue(queue, per_line=6, per_address=1, proxies=proxy_networks(None))
+    assert pushes(queue, [("8.8.8.8", "1.2.3.4"), ("8.8.8.8", "5.6.7.8")]) == [True, False]  # 8.8.8.8's own
 
 
 def test_a_page_closed_during_its_run_drops_the_views_queued_for_it():

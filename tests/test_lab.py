@@ -362,6 +362,24 @@ def test_the_lab_sums_the_tokens_past_its_top_8_into_an_other_bar():
     assert list(nine.data[0].x)[-1] == "other" and nine.data[0].y[-1] == pytest.approx(0.03 / 0.98)
 
 
+def test_an_other_bar_of_no_mass_is_zero_not_a_rounding_below_it():
+    """A top-k run's p and q hold no mass past their top 8 tokens: "other" is their sum's rounding
+    (float32 p summed as a tensor, less its 8 bars summed one by one), here -9e-8 for p, a bar
+    below the axis. It is 0 in both the masses plot and the Monte Carlo check's."""
+    from specviz import labview
+
+    p = torch.cat([torch.softmax(torch.randn(8, generator=torch.Generator().manual_seed(3)) * 2, 0),
+                   torch.zeros(4)])
+    assert float(p.sum()) < sum(float(x) for x in p[:8])  # the rounding this is about
+    q = torch.cat([torch.full((8,), 1 / 8), torch.zeros(4)])
+    labels = [f"t{i}" for i in range(12)]
+    masses = labview.masses_figure(p, q, labels)
+    checked, _ = labview.monte_carlo(p, q, labels, 1_000, ["exact"])
+    for fig in (masses, checked):
+        assert all(list(bar.x)[-1] == "other" and bar.y[-1] >= 0 for bar in fig.data)
+    assert masses.data[0].y[-1] == 0.0
+
+
 def test_the_lab_names_every_token_on_its_own_bar_and_shows_tags_as_text():
     from specviz import labview
 

@@ -111,6 +111,10 @@ def test_sliding_window_models_run_below_their_window_and_refuse_beyond(pair):
     # a tree round may cache up to 64 nodes: the same run as a tree needs more room than there is
     with pytest.raises(ValueError, match="a token tree needs more room"):
         specviz.generate(slide_pair, ids, proposer="tree", k=4, max_new_tokens=64 - 33 - len(ids) - 1)
+    # a chain of the most drafts (MAX_K) is no tree: the fix is to shorten, not to draft a chain
+    with pytest.raises(ValueError, match=r"\+ 32 drafted positions must stay below") as refused:
+        specviz.generate(slide_pair, ids, k=32, max_new_tokens=64 - 32 - len(ids))
+    assert "token tree" not in str(refused.value)
 
 
 def test_a_sliding_window_model_stays_on_the_dynamic_cache_whatever_the_fast_path(pair):

@@ -184,15 +184,18 @@ def test_a_streamed_runs_plots_beside_the_headline_come_less_often_and_end_as_th
         assert page.props[name]["value"] is (last["value"] if isinstance(last, dict) else last), name
 
 
+@pytest.mark.parametrize("quiet", [0, 1])
 @pytest.mark.parametrize("end", ["stop", "error"])
 def test_a_run_stopped_or_failing_mid_stream_ends_with_every_plot_of_its_headlines_rounds(
-        demo, monkeypatch, end):
+        demo, monkeypatch, end, quiet):
     """docs/benchmarks.md: "After a Stop, the four side plots can be up to 10 s older than the
     headline": while a run streams they come every service.SIDE_PLOT_SECONDS, the headline at every
     refresh, and a run stopped (or failing: out of memory, ZeroGPU's limit) between two left them
     so, each plot counting other rounds. The Stop's step through the queue after the cancel
     (caught_up: its answer lands after everything the stopped job had sent), or the job before
-    its error, makes every plot of the rounds the page's headline shows."""
+    its error, makes every plot of the rounds the page's headline shows. Also where the run ends
+    `quiet` views after the headline (views with no plot: the text and counters of each round in
+    between), which leave the page's plots, and the rounds behind them, as they were."""
     import itertools
 
     from test_service import clock_of_seconds
@@ -215,26 +218,36 @@ def test_a_run_stopped_or_failing_mid_stream_ends_with_every_plot_of_its_headlin
 
     monkeypatch.setattr(service, "all_figures", figures)
 
-    def failing(*a, **kw):  # out of memory in the round after the first headline made alone
+    def failing(*a, **kw):  # out of memory `quiet` rounds after the first headline made alone
+        after = 0
         for event in generate(*a, **kw):
             if any(alone):
-                raise ValueError("out of memory, as it were")
+                if after == quiet:
+                    raise ValueError("out of memory, as it were")
+                after += 1
             yield event
 
     if end == "error":
         monkeypatch.setattr(service, "generate", failing)
     page, run = Page(), next(fn for fn in demo.fns.values() if fn.name == "run")
-    job = handler(demo, "run")(page_request(f"sides-{end}"), None, *args(max_new_tokens=60))
+    job = handler(demo, "run")(page_request(f"sides-{end}-{quiet}"), None, *args(max_new_tokens=60))
+    since = None  # the views with no plot since the first headline alone
     try:
         for out in job:
             page.apply(out)
             if str(out[0]).startswith("Speculative run"):  # what a view of the run left on the page
                 shown = {name: page.props[name]["value"] for name in ("tokens_per_pass", "cumulative")}
-                if end == "stop" and not isinstance(out[SHOWN.index("tokens_per_pass")], dict) and \
-                        isinstance(out[SHOWN.index("cumulative")], dict):  # a headline alone
+                plotted = [not isinstance(out[SHOWN.index(name)], dict) for name in PLOTS[:5]]
+                if since is None and plotted[0] and not any(plotted[1:]):  # a headline alone
+                    since = 0
+                elif since is not None:
+                    assert not any(plotted), "plotted again before the run ended"
+                    since += 1
+                if end == "stop" and since == quiet:
                     break
     except gr.Error as e:
         assert end == "error" and "out of memory" in str(e)
+    assert since == quiet  # the run ended `quiet` views after its first headline alone
     if end == "stop":
         job.close()  # Stop: Gradio cancels the job at the view it last sent, then the flush
         behind = page.props["sides"]["value"]
@@ -252,6 +265,65 @@ def test_a_run_stopped_or_failing_mid_stream_ends_with_every_plot_of_its_headlin
         assert len(behind.spec.events) == rounds
         for name, figure in all_figures(behind.spec, None, k=3).items():
             assert page.props[name]["value"].to_plotly_json() == figure.to_plotly_json(), name
+
+
+@pytest.mark.parametrize("end", ["stop", "error"])
+def test_a_run_ending_after_a_view_of_every_plot_keeps_that_views_plots(demo, monkeypatch, end):
+    """A view that sends every plot (the baseline's first, a side-plot refresh) leaves nothing
+    behind its headline: a run stopped or failing after it keeps the plots it sent, not those of
+    the rounds an earlier headline alone was sent with (older: they would replace newer plots)."""
+    import itertools
+
+    from test_service import clock_of_seconds
+
+    from specviz import service
+
+    store = demo.specviz.store
+    store.get(RunSettings(pair="tiny", dtype="float32"))  # loaded on the real clock
+    store.baselines = service.Baselines()
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
+    clock_of_seconds(monkeypatch, 0.1)
+    reads = itertools.count()
+    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
+    made, generate, kinds = service.all_figures, service.generate, []
+
+    def figures(*a, **kw):  # notes each set of plots made: a headline alone, or every plot
+        kinds.append("alone" if len(a) > 4 and a[4] is not None else "all")
+        return made(*a, **kw)
+
+    def failing(*a, **kw):  # out of memory in the round after every plot came after a headline alone
+        for event in generate(*a, **kw):
+            if "alone" in kinds and kinds[-1] == "all":
+                raise ValueError("out of memory, as it were")
+            yield event
+
+    monkeypatch.setattr(service, "all_figures", figures)
+    if end == "error":
+        monkeypatch.setattr(service, "generate", failing)
+    page, run = Page(), next(fn for fn in demo.fns.values() if fn.name == "run")
+    job = handler(demo, "run")(page_request(f"full-{end}"), None, *args(max_new_tokens=60))
+    seen, full = False, None
+    try:
+        for out in job:
+            page.apply(out)
+            plotted = [not isinstance(out[SHOWN.index(name)], dict) for name in PLOTS[:5]]
+            seen = seen or (plotted[0] and not any(plotted[1:])) or (plotted[4] and not any(plotted[:4]))
+            # every plot, in a view while the run streams (the finished view holds its key)
+            if seen and all(plotted) and isinstance(out[-1], dict) and isinstance(out[0], str):
+                full = {name: out[SHOWN.index(name)] for name in PLOTS[:5]}
+                if end == "stop":
+                    break
+    except gr.Error as e:
+        assert end == "error" and "out of memory" in str(e)
+    else:
+        assert end == "stop", "the run did not fail"
+    assert full is not None
+    if end == "stop":
+        job.close()
+        flushed = handler(demo, "caught_up")(page.props["sides"]["value"])
+        page.apply(tuple(flushed.get(output, gr.skip()) for output in run.outputs))
+    for name, figure in full.items():
+        assert page.props[name]["value"] is figure, name
 
 
 def test_a_run_failing_mid_stream_says_its_own_error_when_its_plots_cannot_be_made(demo, monkeypatch):
@@ -320,7 +392,8 @@ def test_the_rounds_a_cancelled_run_left_in_the_page_go_after_a_minute(demo):
     try:
         holder.set_blocks(demo)
         page = holder["cancelled"]
-        for age, kept in ((app.SIDES_TTL - 5, True), (app.SIDES_TTL + 1, False)):
+        # kept while the Stop's step may read it (it waits up to 10 s), gone within a minute
+        for age, kept in ((app.SIDES_TTL - 5, True), (15, True), (app.SIDES_TTL + 1, False), (61, False)):
             page[sides._id] = Sides(RunStats(()), None, 3)
             ttl, _ = page._state_ttl[sides._id]
             page._state_ttl[sides._id] = (ttl, datetime.datetime.now() - datetime.timedelta(seconds=age))
@@ -401,6 +474,24 @@ def test_a_stops_step_makes_the_plots_of_a_runs_rounds_once(demo, monkeypatch):
     other = service.Sides(RunStats(trace.stats.events), None, 3)  # the next view's rounds: made
     assert plots in handler(demo, "caught_up")(other) and len(made) == 2
     demo.specviz.shelf.drop(page.props["last"]["value"])
+
+
+def test_the_stops_step_keeps_no_rounds_alive(demo):
+    """The Stop's step remembers which rounds it has plotted (each once), and a remembered round
+    is 23.5 KB of a tree run, outside the shelf's budget: a page's rounds, once the page's `sides`
+    has let them go, are freed, whatever the step remembers."""
+    import gc
+    import weakref
+
+    from specviz.metrics import RunStats
+    from specviz.service import Sides
+
+    behind = Sides(RunStats(()), None, 3)
+    gone = weakref.ref(behind)
+    handler(demo, "caught_up")(behind)
+    del behind
+    gc.collect()
+    assert gone() is None
 
 
 def test_a_drag_of_the_k_explorers_slider_or_the_playbacks_ends_on_the_value_it_left(demo):
