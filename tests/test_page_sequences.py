@@ -184,6 +184,24 @@ def test_a_streamed_runs_plots_beside_the_headline_come_less_often_and_end_as_th
         assert page.props[name]["value"] is (last["value"] if isinstance(last, dict) else last), name
 
 
+def paced(demo, monkeypatch) -> None:
+    """The tiny pair loaded (on the real clock), then each view 0.1 s of the service's clock and
+    each plot 0.01 s: the plots refreshed every PLOT_SECONDS, the side plots every SIDE_PLOT_SECONDS."""
+    import itertools
+
+    from test_service import clock_of_seconds
+
+    from specviz import service
+
+    store = demo.specviz.store
+    store.get(RunSettings(pair="tiny", dtype="float32"))
+    store.baselines = service.Baselines()
+    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
+    clock_of_seconds(monkeypatch, 0.1)
+    reads = itertools.count()
+    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
+
+
 @pytest.mark.parametrize("quiet", [0, 1])
 @pytest.mark.parametrize("end", ["stop", "error"])
 def test_a_run_stopped_or_failing_mid_stream_ends_with_every_plot_of_its_headlines_rounds(
@@ -196,20 +214,10 @@ def test_a_run_stopped_or_failing_mid_stream_ends_with_every_plot_of_its_headlin
     its error, makes every plot of the rounds the page's headline shows. Also where the run ends
     `quiet` views after the headline (views with no plot: the text and counters of each round in
     between), which leave the page's plots, and the rounds behind them, as they were."""
-    import itertools
-
-    from test_service import clock_of_seconds
-
     from specviz import service
     from specviz.figures import all_figures
 
-    store = demo.specviz.store
-    store.get(RunSettings(pair="tiny", dtype="float32"))  # loaded on the real clock
-    store.baselines = service.Baselines()
-    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
-    clock_of_seconds(monkeypatch, 0.1)
-    reads = itertools.count()  # plots that cost 0.01 s: refreshed every PLOT_SECONDS
-    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
+    paced(demo, monkeypatch)
     alone, made, generate = [], service.all_figures, service.generate
 
     def figures(*a, **kw):  # notes each headline made alone (the plots beside it left as they were)
@@ -272,19 +280,9 @@ def test_a_run_ending_after_a_view_of_every_plot_keeps_that_views_plots(demo, mo
     """A view that sends every plot (the baseline's first, a side-plot refresh) leaves nothing
     behind its headline: a run stopped or failing after it keeps the plots it sent, not those of
     the rounds an earlier headline alone was sent with (older: they would replace newer plots)."""
-    import itertools
-
-    from test_service import clock_of_seconds
-
     from specviz import service
 
-    store = demo.specviz.store
-    store.get(RunSettings(pair="tiny", dtype="float32"))  # loaded on the real clock
-    store.baselines = service.Baselines()
-    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
-    clock_of_seconds(monkeypatch, 0.1)
-    reads = itertools.count()
-    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
+    paced(demo, monkeypatch)
     made, generate, kinds = service.all_figures, service.generate, []
 
     def figures(*a, **kw):  # notes each set of plots made: a headline alone, or every plot
@@ -332,19 +330,9 @@ def test_a_run_failing_mid_stream_says_its_own_error_when_its_plots_cannot_be_ma
     visitor is still told the job's own error, on the status and in the toast: the plots' failure
     replaced it (raised inside the handler of the first), so a run out of memory, or past ZeroGPU's
     time, said only Gradio's bare "Error", and the status what the job said last."""
-    import itertools
-
-    from test_service import clock_of_seconds
-
     from specviz import service
 
-    store = demo.specviz.store
-    store.get(RunSettings(pair="tiny", dtype="float32"))  # loaded on the real clock
-    store.baselines = service.Baselines()
-    monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
-    clock_of_seconds(monkeypatch, 0.1)
-    reads = itertools.count()
-    monkeypatch.setattr(service.time, "perf_counter", lambda: 0.01 * next(reads))
+    paced(demo, monkeypatch)
     generate, alone = service.generate, []
 
     def failing(*a, **kw):  # out of memory in the round after a headline made alone
