@@ -44,6 +44,7 @@ from specviz.guard import (
     drop_value,
     forbid_downloads,
     keep_closed_page,
+    page_value,
     request_address,
 )
 from specviz.lm import out_of_memory
@@ -614,15 +615,20 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         plotted = weakref.WeakSet()
         catching = threading.Lock()
 
-        def caught_up(behind: Sides | None) -> dict:
+        def caught_up(behind: Sides | None, request: gr.Request = None) -> dict:
             """{output: value}: every plot of the rounds the page's headline shows (behind: the
             rounds the plots beside it lag), the first time these rounds are asked for, and `sides`
-            cleared."""
+            cleared; nothing where the page has moved on while they were made."""
             with catching:
                 fresh = behind is not None and behind not in plotted
                 if fresh:
                     plotted.add(behind)
             made = behind.figures() if fresh else {}
+            # Run pressed just after Stop: the new run's first view (every plot) set `sides` while
+            # these were made, and they landed over its plots, older, until its next side plots
+            if page_value(getattr(demo, "state_holder", None), session_of(request), sides._id,
+                          behind) is not behind:
+                return {sides: gr.skip()}
             return {plot_outputs[name]: figure for name, figure in made.items()} | {sides: None}
 
         def job_limits(kind: str, *args) -> Limits:
@@ -652,7 +658,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                         yield show(view, request)  # the shelf lives in this process
                 except Exception:  # an error, ZeroGPU's limit (a Stop is the page's: caught_up)
                     try:
-                        caught = caught_up(behind) if behind is not None else None
+                        caught = caught_up(behind, request) if behind is not None else None
                     except Exception:  # noqa: BLE001 - the plots failing too (out of memory again):
                         caught = None  # the job's own error is what the visitor is told
                     if caught is not None:

@@ -365,6 +365,17 @@ def drop_value(holder, session: str | None, key: int) -> bool:
     return _on_loop(drop)
 
 
+def page_value(holder, session: str | None, key: int, unknown=None):
+    """A page's State value (its block's _id: key) as the server holds it now, or `unknown` where
+    it cannot be read (not launched, another Gradio, no such page or value). Gradio sets it on the
+    server's loop as it takes each output of an event's function; one dict read from a worker
+    thread needs no lock."""
+    data = getattr(holder, "session_data", None)
+    page = data.get(session) if data is not None and session is not None else None
+    values = getattr(page, "state_data", None)
+    return values.get(key, unknown) if isinstance(values, dict) else unknown
+
+
 def _on_loop(fn):
     """fn() on the server's event loop, where Gradio reads and changes its pages (its expiry task
     checks that a page is there, then reads it: a page dropped from a worker thread between the

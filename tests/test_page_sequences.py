@@ -464,6 +464,46 @@ def test_a_stops_step_makes_the_plots_of_a_runs_rounds_once(demo, monkeypatch):
     demo.specviz.shelf.drop(page.props["last"]["value"])
 
 
+def test_a_run_pressed_just_after_stop_keeps_its_own_plots(demo, monkeypatch):
+    """The Stop's step reads the page's `sides` as it starts and makes every plot of those rounds
+    (0.3 s for a 93-round tree run here). Run pressed within that time started a new run, whose
+    first view sends every plot and sets `sides` anew: the step's answer, the stopped run's plots,
+    then landed over the new run's, for up to a side-plot period (10 s). Where the page's `sides`
+    has moved on while they were made, the step answers nothing and leaves `sides` as the new run
+    set it; where it has not, every plot and `sides` cleared."""
+    from gradio.state_holder import StateHolder
+
+    from specviz import service
+    from specviz.metrics import RunStats
+
+    run = next(fn for fn in demo.fns.values() if fn.name == "run")
+    sides, plots = run.outputs[SHOWN.index("sides")], run.outputs[SHOWN.index("tokens_per_pass")]
+    before, holder = getattr(demo, "state_holder", None), StateHolder()
+    real = service.Sides.figures
+    try:
+        holder.set_blocks(demo)
+        demo.state_holder = holder
+        for moved in (True, False):
+            page, stopped = holder[f"rerun-{moved}"], service.Sides(RunStats(()), None, 3)
+            page[sides._id] = stopped
+            newer = service.Sides(RunStats(()), None, 3)  # the new run's first rounds
+
+            def made(self, page=page, moved=moved, newer=newer):  # the new run's first view lands
+                if moved:
+                    page[sides._id] = newer
+                return real(self)
+
+            monkeypatch.setattr(service.Sides, "figures", made)
+            answer = handler(demo, "caught_up")(stopped, page_request(f"rerun-{moved}"))
+            if moved:
+                assert plots not in answer and answer[sides] == gr.skip()
+                assert page.state_data[sides._id] is newer
+            else:
+                assert plots in answer and answer[sides] is None
+    finally:
+        demo.state_holder = before
+
+
 def test_the_stops_step_keeps_no_rounds_alive(demo):
     """The Stop's step remembers which rounds it has plotted (each once), and a remembered round
     is 23.5 KB of a tree run, outside the shelf's budget: a page's rounds, once the page's `sides`
