@@ -76,7 +76,7 @@ from specviz.settings import (
 )
 from specviz.trace import MAX_TRACE_BYTES, loads
 from specviz.treedraft import MAX_BRANCHING, MAX_NODES
-from specviz.untrusted import env_flag, held_bytes, visible_bidi
+from specviz.untrusted import env_flag, held_bytes, port, visible_bidi
 from specviz.views import WIDE
 
 ASSETS = Path(__file__).parent / "assets"
@@ -1100,18 +1100,28 @@ def preload(store: ModelStore, settings: RunSettings) -> None:
 
 
 def parse_args(argv=None):
+    """The app's flags, its address resolved: --host, else GRADIO_SERVER_NAME, else 0.0.0.0 in a
+    container (SPECVIZ_IN_CONTAINER=1) or on a Space (SPACE_ID), else 127.0.0.1; --port, else
+    GRADIO_SERVER_PORT, else 7860. The environment is read after the flags, so --help prints
+    whatever it holds; a mistyped value stops start-up naming it (on a Space too)."""
     p = argparse.ArgumentParser(description="specviz web app")
-    try:
-        in_container = bool(os.environ.get("SPACE_ID")) or env_flag("SPECVIZ_IN_CONTAINER") is True
-    except ValueError as e:  # as main's own refusals of the environment
-        raise SystemExit(f"specviz: error: {e}") from None
     p.add_argument("--target", help="target model (hub id, folder or .gguf); default: embedded pair")
     p.add_argument("--draft", help="draft model for --target")
     p.add_argument("--device", help="cuda, mps or cpu (default: best available)")
-    p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME",
-                                                    "0.0.0.0" if in_container else "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
-    return p.parse_args(argv)
+    p.add_argument("--host", help="address to listen on (default: GRADIO_SERVER_NAME, else 0.0.0.0 on a "
+                                  "Space or with SPECVIZ_IN_CONTAINER=1, else 127.0.0.1)")
+    p.add_argument("--port", help="port to listen on (default: GRADIO_SERVER_PORT, else 7860)")
+    args = p.parse_args(argv)
+    try:
+        in_container = env_flag("SPECVIZ_IN_CONTAINER") is True or bool(os.environ.get("SPACE_ID"))
+        env_port = os.environ.get("GRADIO_SERVER_PORT", "").strip()
+        args.port = (port(args.port, "--port") if args.port is not None
+                     else port(env_port, "GRADIO_SERVER_PORT") if env_port else 7860)
+    except ValueError as e:  # as main's own refusals of the environment
+        raise SystemExit(f"specviz: error: {e}") from None
+    args.host = (args.host or os.environ.get("GRADIO_SERVER_NAME", "").strip()
+                 or ("0.0.0.0" if in_container else "127.0.0.1"))
+    return args
 
 
 def main(argv=None):

@@ -121,6 +121,14 @@ def env_flag(name: str) -> bool | None:
     return value
 
 
+def port(text: str, where: str) -> int:
+    """A TCP port to listen on, from an operator's text; ValueError naming where it came from."""
+    raw = text.strip()
+    if raw.isascii() and raw.isdigit() and 1 <= int(raw) <= 65535:
+        return int(raw)
+    raise ValueError(f"{where}={clip(raw)} is not a port: give a whole number from 1 to 65535")
+
+
 def is_utf8(s: str) -> bool:
     """s encodes as UTF-8: it holds no lone surrogate (JSON's "\\ud800" reads into one)."""
     if s.isascii():

@@ -361,6 +361,36 @@ def test_the_app_refuses_an_operators_mistyped_limit_in_one_line_before_serving(
         monkeypatch.delenv(name)
 
 
+def test_the_apps_help_prints_whatever_the_environment_holds_and_a_space_reads_its_switch_too(
+        monkeypatch, capsys):
+    """`python app.py --help` stopped on a mistyped switch instead of printing its help, and on a
+    Space (SPACE_ID set) a mistyped SPECVIZ_IN_CONTAINER was never read. GRADIO_SERVER_PORT=lots
+    ended start-up in a traceback, and a port past 65535 reached the server. The flags are read
+    first, then the environment, each mistyped value named."""
+    import app
+
+    monkeypatch.setenv("SPECVIZ_IN_CONTAINER", "y")
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "lots")
+    with pytest.raises(SystemExit) as done:
+        app.parse_args(["--help"])
+    assert done.value.code == 0 and "GRADIO_SERVER_PORT" in capsys.readouterr().out
+    monkeypatch.setenv("SPACE_ID", "someone/specviz")
+    with pytest.raises(SystemExit, match="SPECVIZ_IN_CONTAINER='y' is not a switch"):
+        app.parse_args([])
+    monkeypatch.setenv("SPECVIZ_IN_CONTAINER", "1")
+    for value in ("lots", "70000", "0", "-1", "٨٠٨٠"):
+        monkeypatch.setenv("GRADIO_SERVER_PORT", value)
+        with pytest.raises(SystemExit, match=f"specviz: error: GRADIO_SERVER_PORT={re.escape(repr(value))} "
+                                             "is not a port: give a whole number from 1 to 65535"):
+            app.parse_args([])
+    with pytest.raises(SystemExit, match="--port='x' is not a port"):
+        app.parse_args(["--port", "x"])
+    monkeypatch.setenv("GRADIO_SERVER_PORT", " 8080 ")
+    assert app.parse_args([]).port == 8080 and app.parse_args(["--port", "9000"]).port == 9000
+    monkeypatch.delenv("GRADIO_SERVER_PORT")
+    assert app.parse_args([]).port == 7860
+
+
 def test_the_app_listens_beyond_this_machine_only_in_a_container_or_a_space(monkeypatch):
     """The app's default host: this machine alone (127.0.0.1), unless a container or a Space says
     otherwise (SPECVIZ_IN_CONTAINER=1, SPACE_ID), where its port is reached from outside (0.0.0.0).
