@@ -306,6 +306,28 @@ def test_the_stops_step_through_the_queue_plots_the_pages_rounds_once_and_clears
         demo.specviz.shelf.drop(key)
 
 
+def test_the_dockerfiles_health_check_passes_while_the_app_serves_and_fails_where_nothing_listens(demo):
+    """docker ps and an orchestrator read a container's health from the Dockerfile's HEALTHCHECK:
+    without one, a server that had stopped answering still read as up. Its command, run as Docker
+    runs it (the container's GRADIO_SERVER_PORT), passes against the served app and fails within
+    its timeout where nothing listens."""
+    import subprocess
+    import sys
+    from urllib.parse import urlparse
+
+    from test_app import free_port
+    from test_deploy import dockerfile
+
+    check = [args for op, args in dockerfile() if op == "HEALTHCHECK"]
+    assert len(check) == 1 and " CMD " in check[0]
+    command = json.loads(check[0].split(" CMD ", 1)[1])
+    assert command[0] == "python"
+    for port, passes in ((urlparse(demo.url).port, True), (free_port(), False)):
+        env = dict(os.environ, GRADIO_SERVER_PORT=str(port))
+        done = subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True, timeout=30)
+        assert (done.returncode == 0) is passes, done.stderr.decode()[-300:]
+
+
 def test_the_auto_run_event_reads_run_from_the_servers_state_not_from_the_caller(demo):
     gate = demo.specviz.gate
     text = call_hidden(demo, "auto_run", [True, *args(k=math.nan)], "auto-run-caller")
