@@ -444,7 +444,10 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                         dtype = gr.Dropdown(list(limits.dtypes), value=default.dtype, label="dtype")
                     max_new_tokens = gr.Slider(1, limits.max_new_tokens, step=1, label="max new tokens",
                                                value=min(default.max_new_tokens, limits.max_new_tokens))
-                    prompt = gr.Textbox(default.prompt, lines=5, max_length=limits.max_prompt_chars,
+                    # the browser counts a prompt's UTF-16 units (an emoji is two), the server its
+                    # characters: a box of max_prompt_chars cut a pasted prompt the server takes
+                    # silently. Twice that lets each through, and one longer is refused with the fix
+                    prompt = gr.Textbox(default.prompt, lines=5, max_length=2 * limits.max_prompt_chars,
                                         label="Prompt", elem_id="prompt")
                     chat = gr.Checkbox(default.chat, label="apply the chat template (instruct models)")
                     gr.Examples([[e["prompt"], e["chat"]] for e in EXAMPLES], [prompt, chat],

@@ -345,6 +345,21 @@ def test_a_fourteen_thousand_token_prompt_is_refused_with_the_fix(demo):
         client(demo).predict(*args(prompt=prompt), api_name="/run")
 
 
+def test_the_prompt_box_holds_every_prompt_the_server_takes_and_a_longer_one_is_refused_with_the_fix(demo):
+    """The prompt box's maxlength counts UTF-16 units (an emoji is two), the server characters: a
+    box of max_prompt_chars cut 4,000 emoji, which the server takes, to 2,000, silently, and cut
+    any longer paste silently too. The box holds twice as many units, and what fills it is within
+    the queue's text cap, so the server answers it with its own message naming the fix."""
+    from gradio_client.exceptions import AppError
+
+    box = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "prompt")
+    chars = demo.specviz.limits.max_prompt_chars
+    assert len(("🙂" * chars).encode("utf-16-le")) // 2 <= box.max_length
+    with pytest.raises(AppError, match=rf"prompt has {box.max_length} characters; this deployment "
+                                       rf"allows {chars}: shorten it"):
+        client(demo).predict(*args(prompt="a" * box.max_length), api_name="/run")
+
+
 def test_end_to_end_sampling_over_the_cap_is_refused(demo):
     from gradio_client.exceptions import AppError
 
