@@ -13,7 +13,7 @@ import torch
 
 from .acceptance import Verdict, verify, verify_greedy
 from .bounds import MAX_K, NEEDS_DRAFT, PROPOSERS  # here too: defined there for the command line
-from .lm import CachedLM, bucket, draft_lm, resolve_fast
+from .lm import CachedLM, bucket, check_tree_model, draft_lm, resolve_fast
 from .loading import Pair
 from .proposers import (
     AdaptiveProposer,
@@ -111,6 +111,9 @@ def make_proposer(pair, proposer: str | Proposer, ngram_size: int = 3,
         return NoProposer()
     if proposer == "ngram":  # the prices stay as they are at the start of the run (replayable)
         return NgramProposer(ngram_size, *ngram_price(pair))
+    if proposer == "tree":  # before any cache is made: a model that cannot verify a tree is named
+        check_tree_model(pair.target, pair.target_name)
+        check_tree_model(pair.draft, pair.draft_name or "the draft")
     draft = pair_draft_lm(pair, max_len) if draft is None else draft
     if proposer == "tree":
         return TreeProposer(pair.draft, pair.vocab_size, nodes, branching, VerifyCost.of(pair.target), draft)

@@ -102,9 +102,13 @@ def input_rows(model) -> int:
 
 
 def positions(model) -> int | None:
-    """The positions a model's config says it holds (None: unbounded as far as it says)."""
+    """The positions a model's config says it holds (None: unbounded as far as it says). MPT names
+    them max_seq_len: its ALiBi table has that many key slots, and a longer run failed inside its
+    forward ("The size of tensor a (257) must match the size of tensor b (256)") where
+    Pair.check_length refuses it up front."""
     config = model.config
-    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return (getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+            or getattr(config, "max_seq_len", None))
 
 
 def rollback_window(model, name: str = "the model") -> int | None:
@@ -122,6 +126,43 @@ def rollback_window(model, name: str = "the model") -> int | None:
                              "rolled back to an earlier token: specviz needs full-attention models "
                              "(pick another pair)")
     return window
+
+
+@functools.cache
+def _takes_position_ids(forward_class: type) -> bool:
+    return "position_ids" in inspect.signature(forward_class.forward).parameters
+
+
+def alibi(model) -> bool:
+    """Whether the model places tokens by ALiBi biases rather than by position ids: Bloom and MPT
+    (whose forwards take no position_ids), Falcon with `alibi` set. Their biases come from a 2-D
+    mask (Bloom, Falcon) or from each key's slot in the cache (MPT), never from position_ids."""
+    return (getattr(model.config, "alibi", False) is True
+            or not all(_takes_position_ids(type(m)) for m in (model, model.base_model)))
+
+
+def check_tree_model(model, name: str = "the model") -> None:
+    """ValueError where the model cannot verify a token tree exactly. A tree pass (forward_tree)
+    gives each node the position of its depth through position_ids and its ancestors through a
+    4-D mask: an ALiBi model reads neither (transformers 5.24: Bloom and Falcon raised "too many
+    values to unpack" building their biases from the 4-D mask; MPT biased each node by its slot in
+    the cache, not its depth, and its tree rounds kept tokens the target's greedy output has not)."""
+    if alibi(model):
+        raise ValueError(f"{name} ({model.config.model_type}) places tokens by ALiBi biases, not position "
+                         "ids, so it cannot verify a token tree exactly: draft a chain (proposer 'draft', "
+                         "'hybrid', 'adaptive' or 'ngram'), or pick a pair with rotary or learned positions")
+
+
+def static_ready(model) -> bool:
+    """Whether the model runs on a StaticCache in this transformers, whose every slot is a key of
+    each pass. Falcon with ALiBi builds its biases over the tokens cached only (5.24: "The size of
+    tensor a (77) must match the size of tensor b (11)" at its first pass); MPT's ALiBi table spans
+    max_seq_len keys, fewer than a compiled slot's 1,024 or a run's last drafts past its end ("The
+    size of tensor a (1024) must match the size of tensor b (256)"). Both stay on a dynamic cache,
+    as sliding-window models do."""
+    config = model.config
+    falcon_alibi = config.model_type == "falcon" and getattr(config, "alibi", False)
+    return not (config.model_type == "mpt" or falcon_alibi)
 
 
 def refinable(model) -> bool:
@@ -508,13 +549,13 @@ def resolve_fast(mode: str, model) -> tuple[str, str | None]:
     steps captured as CUDA graphs without a compiler (for ZeroGPU, which has no torch.compile;
     on a device without graphs the same as static). auto: compiled on CUDA, eager elsewhere (on
     this CPU neither static nor compiled steps pay, see docs/benchmarks.md). Models whose cache
-    cannot be static (sliding-window layers) stay eager. steps: None (eager forwards),
-    "compiled" or "graphs" (CachedLM's steps)."""
+    cannot be static (sliding-window layers, ALiBi in Falcon and MPT: static_ready) stay eager. steps:
+    None (eager forwards), "compiled" or "graphs" (CachedLM's steps)."""
     if mode not in FAST_PATHS:
         raise ValueError(f"fast path must be one of {', '.join(FAST_PATHS)}, got {mode!r}")
     if mode == "auto":
         mode = "compiled" if model.device.type == "cuda" else "eager"
-    if mode == "eager" or rollback_window(model) is not None:
+    if mode == "eager" or rollback_window(model) is not None or not static_ready(model):
         return "dynamic", None
     if mode == "graphed":
         return "static", "graphs" if model.device.type in GRAPH_DEVICES else None
@@ -665,7 +706,8 @@ class CachedLM:
         with PAD_TOKEN nodes that only see the context: the pass then has one of a few fixed
         shapes and runs through the compiled step (a captured graph on CUDA). No real node sees
         a pad, so every real row is what the unpadded pass gives; the pads are dropped with the
-        other unkept slots."""
+        other unkept slots. ValueError for a model that cannot verify a tree (check_tree_model)."""
+        check_tree_model(self.model)
         if ids != self.tokens:  # a new round: earlier nodes go, the uncached tail is fed
             self.rollback(ids)
         real, held = len(tokens), len(ids) + len(self.slots)  # held: after the nodes cached earlier
