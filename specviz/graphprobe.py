@@ -42,9 +42,7 @@ from .lm import GraphedStep, cache_argument, crop, step
 
 
 def static_cache(model, max_len: int):
-    from transformers import StaticCache
-
-    return StaticCache(config=model.config, max_cache_len=max_len)
+    return lm.static_cache(model, max_len)  # every layer a full one, as the engine's
 
 
 def captured(model, cache, width: int):

@@ -28,7 +28,12 @@ import torch
 from torch import nn
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError, GuardOnDataDependentSymNode
 from transformers import DynamicCache, StaticCache
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, StaticLayer
+from transformers.cache_utils import (
+    DynamicLayer,
+    DynamicSlidingWindowLayer,
+    StaticLayer,
+    StaticSlidingWindowLayer,
+)
 
 from . import dense, packing
 from .tree import mask as tree_mask
@@ -111,21 +116,92 @@ def positions(model) -> int | None:
             or getattr(config, "max_seq_len", None))
 
 
-def rollback_window(model, name: str = "the model") -> int | None:
-    """The most positions the model's cache can hold and still be cropped (None: no limit).
-
-    ValueError for caches that cannot roll back at all (linear-attention or other recurrent
-    layers); a sliding-window layer crops exactly only while it holds fewer tokens than its
-    window."""
-    window = None
+def check_rollback(model, name: str = "the model") -> None:
+    """ValueError for caches that cannot roll back at all (linear-attention or other recurrent
+    layers, layers that share another's keys). Full-attention and sliding-window layers can: a
+    sliding-window model's cache keeps every position (full_layers), so it crops exactly past
+    its window too."""
     for layer in DynamicCache(config=model.config).layers:
-        if type(layer) is DynamicSlidingWindowLayer:
-            window = min(window or layer.sliding_window, layer.sliding_window)
-        elif type(layer) is not DynamicLayer:
+        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
             raise ValueError(f"{name} uses {type(layer).__name__} cache layers, whose state cannot be "
                              "rolled back to an earlier token: specviz needs full-attention models "
                              "(pick another pair)")
-    return window
+
+
+def full_layers(cache, max_len: int | None = None):
+    """cache with each sliding-window layer made a full one (max_len: a static cache's length), in
+    place. A sliding-window layer drops the keys that leave its window, so it cannot be cropped back
+    past it; a full layer keeps them, and the model still applies its window: transformers 5.24
+    masks the keys a sliding layer may not see by their positions (masking_utils), whatever the
+    cache holds. The memory is a full-attention cache's, the logits the sliding cache's (the same
+    to 6e-6 in float32 on tiny Mistral, Gemma 2 and Gemma 3 models, fed in chunks with rollbacks
+    past a 16-token window)."""
+    for i, layer in enumerate(cache.layers):
+        if type(layer) is DynamicSlidingWindowLayer:
+            cache.layers[i] = DynamicLayer()
+        elif type(layer) is StaticSlidingWindowLayer:
+            cache.layers[i] = StaticLayer(max_cache_len=max_len or layer.max_cache_len)
+    return cache
+
+
+def dynamic_cache(model):
+    """A DynamicCache for the model whose every attention layer keeps every position (full_layers)."""
+    return full_layers(DynamicCache(config=model.config))
+
+
+def static_cache(model, max_len: int):
+    """A StaticCache of max_len positions whose every attention layer keeps them all (full_layers)."""
+    return full_layers(StaticCache(config=model.config, max_cache_len=max_len), max_len)
+
+
+@functools.cache
+def _takes_mask_dict(forward_class: type) -> bool:
+    """Whether the model's forward takes attention_mask as a dict of masks keyed by layer type
+    (transformers 5.24: Gemma 2 and 3, Cohere 2, Qwen2, ...: `isinstance(attention_mask, dict)`)."""
+    try:
+        return "attention_mask, dict)" in inspect.getsource(forward_class.forward)
+    except (OSError, TypeError):
+        return False
+
+
+def tree_windows(model) -> tuple[str, int | None]:
+    """How a token tree's pass gives this model's layers their windows: (how, window).
+
+    "full": no layer slides, one ancestors-only mask. "all": every layer slides the same `window`
+    (Mistral, Phi-3, Starcoder2): one mask that also hides keys `window` or more positions back.
+    "split": full and sliding layers side by side (Gemma 2 and 3, Cohere 2), a model that takes a
+    mask a layer type: the full layers' mask and the sliding layers' (step passes them as a dict).
+    "below": any other mix (windows of several sizes, chunked attention, a model that takes one
+    mask for layers of both kinds): a tree pass gives every layer the full mask, which is exact
+    only while every position stays below `window`, the smallest. A 4-D mask passed to
+    transformers is used as it is for every layer: the model's own window is not applied to it."""
+    config = model.config.get_text_config(decoder=True)
+    kinds = getattr(config, "layer_types", None)
+    layers = DynamicCache(config=model.config).layers
+    windows = [layer.sliding_window if type(layer) is DynamicSlidingWindowLayer else None for layer in layers]
+    spans = {w for w in windows if w is not None}
+    if not spans:
+        return "full", None
+    smallest = min(spans)
+    sliding = [w is not None for w in windows]
+    if kinds is not None and any(
+            kind != ("sliding_attention" if slides else "full_attention")
+            for kind, slides in zip(kinds, sliding, strict=False)):
+        return "below", smallest  # chunked attention, or types the cache reads otherwise
+    if len(spans) > 1 or smallest != getattr(config, "sliding_window", None):
+        return "below", smallest
+    if all(sliding):
+        return "all", smallest
+    if kinds is not None and _takes_mask_dict(type(model.base_model)):
+        return "split", smallest
+    return "below", smallest
+
+
+def tree_window(model) -> int | None:
+    """The positions a token tree verifies exactly below on this model (None: any): a model whose
+    tree masks cannot give each layer its window (tree_windows "below") only below the smallest."""
+    how, window = tree_windows(model)
+    return window if how == "below" else None
 
 
 @functools.cache
@@ -153,13 +229,20 @@ def check_tree_model(model, name: str = "the model") -> None:
                          "'hybrid', 'adaptive' or 'ngram'), or pick a pair with rotary or learned positions")
 
 
+def tree_refusal(model, window: int, name: str = "the model") -> str:
+    """Why a token tree reaching `window` positions is refused on a model of tree_windows "below"."""
+    return (f"{name} ({model.config.model_type}) has sliding-window layers whose token-tree masks this "
+            f"specviz cannot build, so a token tree is exact only below its {window}-token window: draft "
+            "a chain (proposer 'draft', 'hybrid', 'adaptive' or 'ngram'), or shorten the prompt or "
+            "max_new_tokens")
+
+
 def static_ready(model) -> bool:
     """Whether the model runs on a StaticCache in this transformers, whose every slot is a key of
     each pass. Falcon with ALiBi builds its biases over the tokens cached only (5.24: "The size of
     tensor a (77) must match the size of tensor b (11)" at its first pass); MPT's ALiBi table spans
     max_seq_len keys, fewer than a compiled slot's 1,024 or a run's last drafts past its end ("The
-    size of tensor a (1024) must match the size of tensor b (256)"). Both stay on a dynamic cache,
-    as sliding-window models do."""
+    size of tensor a (1024) must match the size of tensor b (256)"). Both stay on a dynamic cache."""
     config = model.config
     falcon_alibi = config.model_type == "falcon" and getattr(config, "alibi", False)
     return not (config.model_type == "mpt" or falcon_alibi)
@@ -289,8 +372,14 @@ def step(model, cache, input_ids: torch.Tensor, last: int, refine: bool, kv: str
          **tree) -> torch.Tensor:
     """The model over input_ids [1, n] after the cache: the last hidden states [last, d] (refine)
     or the logits [last, vocab+], in the model's dtype (last 0: every row). tree: attention_mask
-    and position_ids of a tree pass (tree.mask)."""
+    and position_ids of a tree pass (tree.mask), and sliding_mask where the model's sliding layers
+    take a mask of their own (tree_windows "split")."""
     # kv: the forward argument that takes the cache (cache_argument), decided outside any graph
+    if "sliding_mask" in tree:  # a tree pass on a model with full and sliding layers (tree_windows
+        # "split"): each layer type its own mask, as the model's forward takes them
+        tree = dict(tree)
+        tree["attention_mask"] = {"full_attention": tree["attention_mask"],
+                                  "sliding_attention": tree.pop("sliding_mask")}
     if refine:
         out = model.base_model(input_ids=input_ids, use_cache=True, **{kv: cache}, **tree)
         return out.last_hidden_state[0, -last:]
@@ -395,7 +484,7 @@ class _Slot:
             packing.pack(model)  # before the cache and any capture: from now on every pass is packed
         if NESTED and steps == "compiled":
             packing.nest(model)  # eager passes are unchanged: only torch.compile reads the regions
-        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        self.cache = static_cache(model, max_len)
         self.step = fixed_step(model.device.type, steps)
         self.capacity, self.steps, self.in_use = max_len, steps, False
 
@@ -474,7 +563,8 @@ class SharedWidths:
     as without sharing; should the compiler refuse the shared graph, CachedLM puts the model in
     UNSHARED and compiles it a graph a width, before it would give up on compiled steps."""
 
-    WIDTH_DIMS = {"attention_mask": 2, "position_ids": 1}  # a tree pass's tensors: [1, 1, w, kv], [1, w]
+    # a tree pass's tensors: [1, 1, w, kv], [1, w], [1, 1, w, kv]
+    WIDTH_DIMS = {"attention_mask": 2, "position_ids": 1, "sliding_mask": 2}
 
     def __init__(self, fn):
         self.fn = fn
@@ -549,13 +639,14 @@ def resolve_fast(mode: str, model) -> tuple[str, str | None]:
     steps captured as CUDA graphs without a compiler (for ZeroGPU, which has no torch.compile;
     on a device without graphs the same as static). auto: compiled on CUDA, eager elsewhere (on
     this CPU neither static nor compiled steps pay, see docs/benchmarks.md). Models whose cache
-    cannot be static (sliding-window layers, ALiBi in Falcon and MPT: static_ready) stay eager. steps:
+    cannot be static (ALiBi in Falcon and MPT: static_ready) stay eager; sliding-window models run
+    on every path, their caches' layers all full ones (full_layers). steps:
     None (eager forwards), "compiled" or "graphs" (CachedLM's steps)."""
     if mode not in FAST_PATHS:
         raise ValueError(f"fast path must be one of {', '.join(FAST_PATHS)}, got {mode!r}")
     if mode == "auto":
         mode = "compiled" if model.device.type == "cuda" else "eager"
-    if mode == "eager" or rollback_window(model) is not None or not static_ready(model):
+    if mode == "eager" or not static_ready(model):
         return "dynamic", None
     if mode == "graphed":
         return "static", "graphs" if model.device.type in GRAPH_DEVICES else None
@@ -587,9 +678,10 @@ class CachedLM:
                 self._slot = _Slot.lease(self, model, self.max_len, steps)
                 self.cache, self._step, self.max_len = self._slot.cache, self._slot.step, self._slot.capacity
             else:
-                self.cache = StaticCache(config=model.config, max_cache_len=self.max_len)
+                self.cache = static_cache(model, self.max_len)
         else:
-            self.cache = DynamicCache(config=model.config)
+            self.cache = dynamic_cache(model)
+        self.tree_windows = tree_windows(model)
         self.tokens: list[int] = []
         self.slots: list[tuple[int, int]] = []  # tree nodes cached after tokens: (token, parent slot)
         self.passes = 0
@@ -725,14 +817,20 @@ class CachedLM:
             depth.append(1 if parent < 0 else depth[parent] + 1)
         kv_length = self.max_len if self.static else len(ids) + len(every)
         dtype = self.model.dtype
-        attention = tree_mask(every, first, len(ids), kv_length, dtype, self.device, len(tail))
+        how, window = self.tree_windows
+        if how == "below" and len(ids) - 1 + max(depth[first:], default=0) >= window:
+            raise ValueError(tree_refusal(self.model, window))
+        masks = {"attention_mask": tree_mask(every, first, len(ids), kv_length, dtype, self.device, len(tail),
+                                             window if how == "all" else None)}
+        if how == "split":  # the sliding layers' own mask, beside the full layers'
+            masks["sliding_mask"] = tree_mask(every, first, len(ids), kv_length, dtype, self.device,
+                                              len(tail), window)
         positions = list(range(len(self.tokens), len(ids))) + [len(ids) - 1 + d for d in depth[first:]]
         self._check_room(len(ids) + len(every))
         start = time.perf_counter()
         r = min(len(tail), 1)
         logits = self._logits(torch.tensor([tail + tokens], device=self.device), r + len(tokens), fixed,
-                              attention_mask=attention,
-                              position_ids=torch.tensor([positions], device=self.device))
+                              position_ids=torch.tensor([positions], device=self.device), **masks)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.seconds += time.perf_counter() - start

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from . import dense, quant
-from .lm import first_line, output_rows, positions, rollback_window
+from .lm import check_rollback, first_line, output_rows, positions, tree_window
 from .untrusted import clip, whole
 
 EMPTY_PROMPT = "the prompt is empty: type some text to continue"
@@ -108,13 +108,17 @@ class Pair:
         return positions(self.target)
 
     @cached_property
-    def window(self) -> int | None:
-        """The most positions both caches can hold and still roll back (sliding-window layers
-        crop exactly only below their window); ValueError for caches that cannot roll back."""
-        windows = [rollback_window(self.target, self.target_name)]
+    def tree_window(self) -> int | None:
+        """The positions a token tree stays exact below on both models (None: any; lm.tree_window:
+        sliding-window models whose tree masks cannot give each layer its window); ValueError for
+        caches that cannot roll back. Chains have no such bound: a sliding-window model's cache
+        keeps every position (lm.full_layers) and crops exactly past its window."""
+        models = [(self.target, self.target_name)]
         if self.draft is not None:
-            windows.append(rollback_window(self.draft, self.draft_name or "the draft"))
-        return min((w for w in windows if w), default=None)
+            models.append((self.draft, self.draft_name or "the draft"))
+        for model, name in models:
+            check_rollback(model, name)
+        return min((w for w in (tree_window(m) for m, _ in models) if w), default=None)
 
     @property
     def numerics(self) -> str:
@@ -185,12 +189,12 @@ class Pair:
                                  f"{limit}: shorten one of them{other}")
         from .engine import MAX_K
 
-        if self.window and prompt_tokens + max_new_tokens + room >= self.window:
+        if room > MAX_K and self.tree_window and prompt_tokens + max_new_tokens + room >= self.tree_window:
             raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
-                             f"+ {room} drafted positions must stay below the {self.window}-token "
-                             "sliding window, where the cache can no longer roll back: shorten one "
-                             "of them" + (" (or draft a chain: a token tree needs more room)"
-                                          if room > MAX_K else ""))
+                             f"+ {room} tree nodes must stay below the {self.tree_window}-token sliding "
+                             "window, past which this model's token-tree masks are not exact: draft a "
+                             "chain (proposer 'draft', 'hybrid', 'adaptive' or 'ngram'), or shorten one "
+                             "of them")
 
 
 def token_ids(prompt) -> list[int]:
@@ -472,5 +476,5 @@ def load_pair(target: str | os.PathLike | None = None, draft: str | os.PathLike 
         "instruct" in names["target"].lower()
     pair = Pair(target_model, tokenizer, draft_model, target_name=names["target"],
                 draft_name=names["draft"], chat_default=chat_default)
-    pair.window  # noqa: B018 - refuse caches that cannot roll back now, not at the first round
+    pair.tree_window  # noqa: B018 - refuse caches that cannot roll back now, not at the first round
     return pair

@@ -109,13 +109,18 @@ def ancestors(nodes, i: int) -> list[int]:
 
 
 def mask(parents: list[int], first: int, context: int, kv_length: int, dtype: torch.dtype,
-         device=None, tail: int = 0) -> torch.Tensor:
+         device=None, tail: int = 0, window: int | None = None) -> torch.Tensor:
     """Additive attention mask [1, 1, tail + m, kv_length] for feeding `tail` context tokens,
     then the tree slots first..len(parents)-1, after `context - tail` cached positions.
 
-    Slot j sits at position context + j; parents[j] is its parent's slot (-1: the root). Tail
-    rows are causal; slot j sees the whole context, its ancestors and itself (0), nothing else
-    (the dtype's minimum)."""
+    Slot j sits at position context + j of the cache, at position context - 1 + its depth in the
+    sequence; parents[j] is its parent's slot (-1: the root). Tail rows are causal; slot j sees
+    the whole context, its ancestors and itself (0), nothing else (the dtype's minimum).
+
+    window: a sliding-window layer's span (transformers' sliding_window_overlay): a row also
+    stops seeing every key whose position is `window` or more before its own, as the model's
+    own mask does in a chain pass over the same tokens (keys are placed by their positions, not
+    their slots: a node's ancestors sit at their depths)."""
     m, start = len(parents) - first, context - tail
     # built on the host in a few whole-tensor ops, then copied once: element-wise writes on a
     # GPU would launch a kernel per node and ancestor
@@ -130,6 +135,14 @@ def mask(parents: list[int], first: int, context: int, kv_length: int, dtype: to
             cols.append(context + slot)
             slot = parents[slot]
     out[rows, cols] = 0
+    if window is not None:
+        depth: list[int] = []
+        for parent in parents:
+            depth.append(1 if parent < 0 else depth[parent] + 1)
+        keys = torch.arange(kv_length)  # a column's position: its slot, a node's its depth's
+        keys[context:context + len(parents)] = context - 1 + torch.tensor(depth, dtype=torch.long)
+        queries = torch.cat([start + torch.arange(tail), keys[context + first:context + len(parents)]])
+        out.masked_fill_(queries[:, None] - keys[None, :] >= window, torch.finfo(dtype).min)
     return out[None, None].to(device)
 
 

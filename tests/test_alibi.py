@@ -82,7 +82,7 @@ def test_chains_on_alibi_models_keep_the_targets_greedy_output(kind, fast, token
 @pytest.mark.parametrize("kind", ["falcon", "mpt"])
 def test_falcon_and_mpt_alibi_stay_on_a_dynamic_cache_on_every_fast_path(kind, tokenizer):
     """Falcon's ALiBi biases span the tokens cached and MPT's its max_seq_len keys, where a static
-    cache makes every slot a key: both stay eager on a dynamic cache, as sliding-window models do
+    cache makes every slot a key: both stay eager on a dynamic cache
     (on CUDA "auto" picks the compiled path, which crashed for both); Bloom keeps its static cache."""
     model = alibi_pair(kind, tokenizer).target
     for mode in ("auto", "static", "compiled", "graphed"):

@@ -8,7 +8,7 @@ from conftest import fails_once, make_model
 from scipy.stats import chisquare
 
 import specviz
-from specviz.lm import CachedLM, refine_top, rollback_window
+from specviz.lm import CachedLM, check_rollback, refine_top, tree_window
 from specviz.loading import Pair
 from specviz.proposers import ModelProposer
 from specviz.sampling import SamplingParams, process
@@ -86,9 +86,9 @@ def test_caches_that_cannot_roll_back_are_refused_at_load():
     model = tiny("Qwen3NextConfig", layer_types=["linear_attention", "full_attention"])
     with pytest.raises(ValueError, match=r"Qwen3-Next uses .* cannot be rolled back.*full-attention models "
                                          r"\(pick another pair\)"):
-        rollback_window(model, "Qwen3-Next")
+        check_rollback(model, "Qwen3-Next")
     with pytest.raises(ValueError, match="cannot be rolled back"):
-        Pair(tiny("Qwen2Config"), None, model).window  # noqa: B018
+        Pair(tiny("Qwen2Config"), None, model).tree_window  # noqa: B018
 
 
 def sliding_pair(pair) -> Pair:
@@ -98,45 +98,54 @@ def sliding_pair(pair) -> Pair:
     return Pair(sliding, pair.tokenizer, copy.deepcopy(sliding))
 
 
-def test_sliding_window_models_run_below_their_window_and_refuse_beyond(pair):
+def test_sliding_window_models_run_past_their_window(pair):
+    """A sliding-window cache layer cannot be cropped back past its window, and such pairs were
+    refused once prompt + output + a round's drafts reached it. Their caches now keep every
+    position (lm.full_layers; transformers applies the window in the mask): a chain, a chain of
+    the most drafts (MAX_K) and a token tree run far past the 64-token window and keep the
+    target's own greedy output."""
     slide_pair = sliding_pair(pair)
-    assert slide_pair.window == 64
+    assert slide_pair.tree_window is None  # every layer slides one window: tree masks apply it
     ids = pair.encode("for i in range(10):")
-    most = 64 - len(ids) - 4 - 1  # prompt + output + a round's 4 drafts: 63 positions, below 64
-    out = list(specviz.generate(slide_pair, ids, k=4, max_new_tokens=most))
-    alone = list(specviz.generate(slide_pair, ids, proposer="none", k=4, max_new_tokens=most))
-    assert [t for e in out for t in e.new_tokens] == [t for e in alone for t in e.new_tokens]
-    with pytest.raises(ValueError, match=r"\+ 4 drafted positions must stay below the 64-token"):
-        specviz.generate(slide_pair, ids, k=4, max_new_tokens=most + 1)
-    # a tree round may cache up to 64 nodes: the same run as a tree needs more room than there is
-    with pytest.raises(ValueError, match="a token tree needs more room"):
-        specviz.generate(slide_pair, ids, proposer="tree", k=4, max_new_tokens=64 - 33 - len(ids) - 1)
-    # a chain of the most drafts (MAX_K) is no tree: the fix is to shorten, not to draft a chain
-    with pytest.raises(ValueError, match=r"\+ 32 drafted positions must stay below") as refused:
-        specviz.generate(slide_pair, ids, k=32, max_new_tokens=64 - 32 - len(ids))
-    assert "token tree" not in str(refused.value)
+    alone = [t for e in specviz.generate(slide_pair, ids, proposer="none", max_new_tokens=150)
+             for t in e.new_tokens]
+    assert len(alone) == 150  # past the window, the output not cut short by an end of text
+    for proposer, k in (("draft", 4), ("draft", 32), ("tree", 4)):
+        out = specviz.generate(slide_pair, ids, proposer=proposer, k=k, max_new_tokens=150)
+        assert [t for e in out for t in e.new_tokens] == alone, (proposer, k)
 
 
-def test_a_sliding_window_model_stays_on_the_dynamic_cache_whatever_the_fast_path(pair):
+def test_a_sliding_window_model_takes_every_fast_path_with_full_cache_layers(pair):
+    """Sliding-window models stayed on the dynamic cache whatever the fast path: a static sliding
+    layer cannot roll back past its window either. With every layer a full one they take the
+    static, compiled and graphed paths as other models do."""
+    from transformers.cache_utils import DynamicLayer, StaticLayer
+
     from specviz.lm import resolve_fast
 
     model = sliding_pair(pair).target
-    for mode in ("static", "compiled", "graphed"):
-        assert resolve_fast(mode, model) == ("dynamic", None), mode
+    assert resolve_fast("static", model) == ("static", None)
+    assert resolve_fast("compiled", model) == ("static", "compiled")
+    assert {type(layer) for layer in CachedLM(model, 64).cache.layers} == {DynamicLayer}
+    static = CachedLM(model, 64, cache="static", max_len=300)
+    assert {(type(layer), layer.max_cache_len) for layer in static.cache.layers} == {(StaticLayer, 300)}
 
 
 def test_the_sampling_check_prices_a_tree_round_as_the_engine_does(pair, monkeypatch):
     """The exactness lab's continuations check refuses, before its first sample, a tree run the
-    engine would refuse: it once reserved a chain's MAX_K (32) positions for a tree's 64 nodes."""
-    from specviz import service
+    engine would refuse: it once reserved a chain's MAX_K (32) positions for a tree's 64 nodes.
+    (A model whose tree masks cannot apply its window, lm.tree_windows "below", refuses trees
+    that reach it.)"""
+    from specviz import lm, service
     from specviz.settings import RunSettings
 
+    monkeypatch.setattr(lm, "tree_windows", lambda model: ("below", 64))
     slide_pair = sliding_pair(pair)
     s = RunSettings(pair="tiny", chat=False, prompt="for i in range(10):", temperature=1.0, k=4,
                     proposer="tree", dtype="float32")
     tokens = 64 - 33 - len(pair.encode(s.prompt)) - 1  # fits 32 drafted positions, not 64
     monkeypatch.setattr(service, "generate", lambda *a, **kw: pytest.fail("sampled before the check"))
-    with pytest.raises(ValueError, match="a token tree needs more room"):
+    with pytest.raises(ValueError, match="token-tree masks are not exact: draft a chain"):
         next(service.continuations(slide_pair, s, 10, tokens=tokens))
 
 
@@ -339,7 +348,9 @@ def test_layers_that_cannot_crop_name_the_transformers_that_can(pair, monkeypatc
         crop(cache, -1)
 
 
-def test_the_rollback_window_is_the_smallest_sliding_window(pair, monkeypatch):
+def test_the_tree_window_is_the_smallest_where_sliding_windows_differ(pair, monkeypatch):
+    """Layers of several windows take no one windowed tree mask: a token tree is exact only below
+    the smallest window (lm.tree_windows "below"), which bounds a tree run and no chain."""
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     from specviz import lm
@@ -350,7 +361,8 @@ def test_the_rollback_window_is_the_smallest_sliding_window(pair, monkeypatch):
             self.layers.insert(1, DynamicLayer())
 
     monkeypatch.setattr(lm, "DynamicCache", Mixed)
-    assert rollback_window(pair.target) == 32
+    assert lm.tree_windows(pair.target) == ("below", 32)
+    assert tree_window(pair.target) == 32
 
 
 def test_only_plain_low_precision_heads_are_refined(pair):
