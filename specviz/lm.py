@@ -222,9 +222,14 @@ def check_tree_model(model, name: str = "the model") -> None:
     gives each node the position of its depth through position_ids and its ancestors through a
     4-D mask: an ALiBi model reads neither (transformers 5.24: Bloom and Falcon raised "too many
     values to unpack" building their biases from the 4-D mask; MPT biased each node by its slot in
-    the cache, not its depth, and its tree rounds kept tokens the target's greedy output has not)."""
+    the cache, not its depth, and its tree rounds kept tokens the target's greedy output has not).
+    Any other model whose forward takes no position_ids (Bart's, Marian's or RoFormer's decoder:
+    positions counted from the cache's length) places nodes by their slots too."""
     if alibi(model):
-        raise ValueError(f"{name} ({model.config.model_type}) places tokens by ALiBi biases, not position "
+        config = model.config
+        biased = getattr(config, "alibi", False) is True or config.model_type in ("bloom", "mpt")
+        how = "ALiBi biases" if biased else "its cache slots (its forward takes no position_ids)"
+        raise ValueError(f"{name} ({config.model_type}) places tokens by {how}, not position "
                          "ids, so it cannot verify a token tree exactly: draft a chain (proposer 'draft', "
                          "'hybrid', 'adaptive' or 'ngram'), or pick a pair with rotary or learned positions")
 
@@ -242,10 +247,22 @@ def static_ready(model) -> bool:
     each pass. Falcon with ALiBi builds its biases over the tokens cached only (5.24: "The size of
     tensor a (77) must match the size of tensor b (11)" at its first pass); MPT's ALiBi table spans
     max_seq_len keys, fewer than a compiled slot's 1,024 or a run's last drafts past its end ("The
-    size of tensor a (1024) must match the size of tensor b (256)"). Both stay on a dynamic cache."""
+    size of tensor a (1024) must match the size of tensor b (256)"). Both stay on a dynamic cache.
+    Bloom's biases span a static cache's every slot from transformers 5.24; before it (5.17, the
+    GPU machine's) they span the tokens cached only ("The expanded size of the tensor (64) must
+    match the existing size (11)" at its first static pass), so there Bloom stays dynamic too."""
     config = model.config
     falcon_alibi = config.model_type == "falcon" and getattr(config, "alibi", False)
-    return not (config.model_type == "mpt" or falcon_alibi)
+    old_bloom = config.model_type == "bloom" and transformers_release() < (5, 24)
+    return not (config.model_type == "mpt" or falcon_alibi or old_bloom)
+
+
+def transformers_release() -> tuple[int, int]:
+    """The installed transformers' (major, minor)."""
+    import transformers
+    from packaging.version import Version
+
+    return Version(transformers.__version__).release[:2]
 
 
 def refinable(model) -> bool:

@@ -60,6 +60,22 @@ def test_a_token_tree_on_an_alibi_model_is_refused_with_a_message_naming_a_chain
         lm.forward_tree(pair.encode(PROMPT), [5, 6, 7], [-1, 0, -1])
 
 
+def test_a_tree_on_another_model_without_position_ids_is_refused_without_naming_alibi():
+    """lm.alibi also holds for decoders whose forward takes no position_ids and that count positions
+    from the cache's length (Bart's, Marian's): refused as they should be, but the message said
+    they placed tokens by ALiBi biases, which they do not."""
+    from transformers import BartConfig, BartForCausalLM
+
+    from specviz.lm import check_tree_model
+
+    model = BartForCausalLM(BartConfig(vocab_size=64, d_model=16, decoder_layers=1, encoder_layers=1,
+                                       decoder_attention_heads=2, encoder_attention_heads=2,
+                                       decoder_ffn_dim=16, encoder_ffn_dim=16))
+    with pytest.raises(ValueError, match=r"\(bart\) places tokens by its cache slots.*: draft a chain") as no:
+        check_tree_model(model)
+    assert "ALiBi" not in str(no.value)
+
+
 @pytest.mark.parametrize(("kind", "fast"), [("bloom", "eager"), ("bloom", "static"), ("mpt", "eager"),
                                             ("mpt", "static"), ("mpt", "compiled"), ("falcon", "eager"),
                                             ("falcon", "static"), ("falcon", "compiled")])
@@ -83,11 +99,28 @@ def test_chains_on_alibi_models_keep_the_targets_greedy_output(kind, fast, token
 def test_falcon_and_mpt_alibi_stay_on_a_dynamic_cache_on_every_fast_path(kind, tokenizer):
     """Falcon's ALiBi biases span the tokens cached and MPT's its max_seq_len keys, where a static
     cache makes every slot a key: both stay eager on a dynamic cache
-    (on CUDA "auto" picks the compiled path, which crashed for both); Bloom keeps its static cache."""
+    (on CUDA "auto" picks the compiled path, which crashed for both); Bloom keeps its static cache
+    from transformers 5.24 (test_bloom_stays_on_a_dynamic_cache_where_...)."""
     model = alibi_pair(kind, tokenizer).target
     for mode in ("auto", "static", "compiled", "graphed"):
         assert resolve_fast(mode, model) == ("dynamic", None), mode
-    assert resolve_fast("compiled", alibi_pair("bloom", tokenizer).target) == ("static", "compiled")
+
+
+def test_bloom_stays_on_a_dynamic_cache_where_transformers_sizes_its_biases_by_the_tokens_cached(
+        tokenizer, monkeypatch):
+    """transformers before 5.24 (5.17, the GPU machine's) builds Bloom's ALiBi biases from a mask
+    over the tokens cached, not a static cache's every slot: its first static pass failed ("The
+    expanded size of the tensor (64) must match the existing size (11)"), on CUDA's "auto" path too.
+    There Bloom stays eager on a dynamic cache; from 5.24 it keeps its static cache."""
+    import transformers
+
+    model = alibi_pair("bloom", tokenizer).target
+    monkeypatch.setattr(transformers, "__version__", "5.17.0")
+    for mode in ("auto", "static", "compiled", "graphed"):
+        assert resolve_fast(mode, model) == ("dynamic", None), mode
+    monkeypatch.setattr(transformers, "__version__", "5.24.0")
+    assert resolve_fast("static", model) == ("static", None)
+    assert resolve_fast("compiled", model) == ("static", "compiled")
 
 
 def test_an_mpt_run_is_bounded_by_its_max_seq_len(tokenizer):
