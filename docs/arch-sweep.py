@@ -13,7 +13,6 @@ Options: --archs a,b  --ks 1,4  --n 64  --variants plain,sw16,sw192  --draft per
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import signal
@@ -34,7 +33,7 @@ import transformers  # noqa: E402
 torch.set_num_threads(1)
 transformers.logging.set_verbosity_error()
 
-from conftest import EOS, make_tokenizer  # noqa: E402
+from conftest import EOS, make_tokenizer, perturbed  # noqa: E402
 
 import specviz  # noqa: E402
 from specviz import engine, lm  # noqa: E402
@@ -153,15 +152,6 @@ def build(name, vocab, eos, seed, sw=None, scale=0.2, layers=2):
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = eos
     return model.eval()
-
-
-def perturbed(model, seed, noise):
-    draft = copy.deepcopy(model)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * noise * p.std())
-    return draft
 
 
 @torch.no_grad()
