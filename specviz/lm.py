@@ -124,8 +124,8 @@ def check_rollback(model, name: str = "the model") -> None:
     for layer in DynamicCache(config=model.config).layers:
         if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
             raise ValueError(f"{name} uses {type(layer).__name__} cache layers, whose state cannot be "
-                             "rolled back to an earlier token: specviz needs full-attention models "
-                             "(pick another pair)")
+                             "rolled back to an earlier token: specviz needs attention models, full or "
+                             "sliding-window (pick another pair)")
 
 
 def full_layers(cache, max_len: int | None = None):
