@@ -84,9 +84,8 @@ def tiny(config_name: str, **extra):
 
 def test_caches_that_cannot_roll_back_are_refused_at_load():
     model = tiny("Qwen3NextConfig", layer_types=["linear_attention", "full_attention"])
-    with pytest.raises(ValueError, match=r"Qwen3-Next uses .* cannot be rolled back.*attention models, full or "
-                                         r"sliding-window "
-                                         r"\(pick another pair\)"):
+    with pytest.raises(ValueError, match=r"Qwen3-Next uses .* cannot be rolled back.*attention models, "
+                                         r"full or sliding-window \(pick another pair\)"):
         check_rollback(model, "Qwen3-Next")
     with pytest.raises(ValueError, match="cannot be rolled back"):
         Pair(tiny("Qwen2Config"), None, model).tree_window  # noqa: B018
