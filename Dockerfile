@@ -19,5 +19,5 @@ RUN python -m specviz prepare
 EXPOSE 7860
 # healthy while the server answers on its port (the pair may still be loading: the page says so)
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('GRADIO_SERVER_PORT', '7860') + '/gradio_api/app_id', timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + (os.environ.get('GRADIO_SERVER_PORT', '').strip() or '7860') + '/gradio_api/app_id', timeout=4)"]
 CMD ["python", "app.py"]
