@@ -189,9 +189,10 @@ class Pair:
                                  f"{limit}: shorten one of them{other}")
         from .engine import MAX_K
 
-        if room > MAX_K and self.tree_window and prompt_tokens + max_new_tokens + room >= self.tree_window:
+        window = self.tree_window  # first: ValueError for caches that cannot roll back, whatever the run
+        if room > MAX_K and window and prompt_tokens + max_new_tokens + room >= window:
             raise ValueError(f"prompt ({prompt_tokens} tokens) + max_new_tokens ({max_new_tokens}) "
-                             f"+ {room} tree nodes must stay below the {self.tree_window}-token sliding "
+                             f"+ {room} tree nodes must stay below the {window}-token sliding "
                              "window, past which this model's token-tree masks are not exact: draft a "
                              "chain (proposer 'draft', 'hybrid', 'adaptive' or 'ngram'), or shorten one "
                              "of them")

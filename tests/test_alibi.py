@@ -133,3 +133,69 @@ def test_an_mpt_run_is_bounded_by_its_max_seq_len(tokenizer):
         specviz.generate(pair, PROMPT, max_new_tokens=257 - len(n) + 1)
     events = list(specviz.generate(pair, PROMPT, k=4, max_new_tokens=257 - len(n)))
     assert [t for e in events for t in e.new_tokens] == hf_greedy(pair, PROMPT, 257 - len(n))
+
+
+def test_a_falcon_without_alibi_keeps_its_static_cache_and_verifies_token_trees(tokenizer):
+    """Only Falcon's ALiBi (config.alibi) sizes its biases by the tokens cached: a rotary Falcon
+    takes the static and compiled paths as other models do, and its token trees on the static
+    cache keep the target's own greedy output."""
+    from transformers import AutoModelForCausalLM, FalconConfig
+
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    torch.manual_seed(0)
+    config = FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=False,
+                          max_position_embeddings=256, vocab_size=len(tokenizer), eos_token_id=eos,
+                          bos_token_id=eos, pad_token_id=eos, initializer_range=0.2)
+    target = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    target.generation_config.eos_token_id = None
+    assert resolve_fast("static", target) == ("static", None)
+    assert resolve_fast("compiled", target) == ("static", "compiled")
+    pair = Pair(target, tokenizer, perturbed(target, 1, 0.05), fast="static")
+    pair.__dict__["eos_ids"] = frozenset()
+    events = list(specviz.generate(pair, PROMPT, proposer="tree", k=3, max_new_tokens=24))
+    assert [t for e in events for t in e.new_tokens] == hf_greedy(pair, PROMPT, 24)
+
+
+def test_a_tree_is_refused_where_either_forward_on_the_way_to_the_layers_takes_no_position_ids(tokenizer):
+    """A tree pass calls the model, and a refined pass its base_model: a node's depth reaches the
+    layers only where both forwards take position_ids. A model whose own forward, or whose base
+    model's, takes none places nodes by their cache slots, and is refused; the model as it is
+    verifies trees."""
+    from conftest import make_model
+
+    from specviz.lm import check_tree_model
+
+    def without_position_ids(cls):
+        class Slots(cls):
+            def forward(self, input_ids=None, attention_mask=None, past_key_values=None, **kwargs):
+                return super().forward(input_ids=input_ids, attention_mask=attention_mask,
+                                       past_key_values=past_key_values, **kwargs)
+
+        return Slots
+
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    check_tree_model(make_model("qwen2", len(tokenizer), 0, eos))
+    outer = make_model("qwen2", len(tokenizer), 0, eos)
+    outer.__class__ = without_position_ids(type(outer))
+    base = make_model("qwen2", len(tokenizer), 0, eos)
+    base.base_model.__class__ = without_position_ids(type(base.base_model))
+    for model in (outer, base):
+        with pytest.raises(ValueError, match=r"\(qwen2\) places tokens by its cache slots .*: draft a chain"):
+            check_tree_model(model)
+
+
+@pytest.mark.parametrize("alibi_side", ["target", "draft"])
+def test_a_tree_run_names_whichever_model_of_the_pair_cannot_verify_a_tree(alibi_side, tokenizer):
+    """The tree drafter checks the target and the draft before any cache is made: an ALiBi model on
+    either side of the pair is refused by its own name, whatever the other model is."""
+    from conftest import make_model
+
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    bloom = alibi_pair("bloom", tokenizer).target
+    rotary = make_model("qwen2", len(tokenizer), 0, eos)
+    models = (bloom, rotary) if alibi_side == "target" else (rotary, bloom)
+    pair = Pair(models[0], tokenizer, models[1], target_name="T-model", draft_name="D-model")
+    pair.__dict__["eos_ids"] = frozenset()
+    name = "T-model" if alibi_side == "target" else "D-model"
+    with pytest.raises(ValueError, match=rf"^{name} \(bloom\) places tokens by ALiBi biases"):
+        specviz.generate(pair, PROMPT, proposer="tree", k=4, max_new_tokens=8)

@@ -627,3 +627,22 @@ def test_the_subcommands_built_on_demand_are_the_parsers_they_were(capsys):
         with pytest.raises(SystemExit):
             main([name, "--help"])
         assert capsys.readouterr().out == eager.format_help(), name
+
+
+def test_the_apps_port_is_any_of_1_to_65535_and_a_blank_environment_value_is_unset(monkeypatch):
+    """Every TCP port from 1 to 65535 is taken, from the flag or GRADIO_SERVER_PORT, spaces around
+    it dropped; 65536 is refused. GRADIO_SERVER_PORT or GRADIO_SERVER_NAME of spaces alone (an
+    operator's `GRADIO_SERVER_PORT= `) reads as unset: port 7860, the default host."""
+    import app
+
+    for name in ("SPACE_ID", "SPECVIZ_IN_CONTAINER", "GRADIO_SERVER_NAME", "GRADIO_SERVER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    assert [app.parse_args(["--port", p]).port for p in ("1", "65535", " 8000 ")] == [1, 65535, 8000]
+    with pytest.raises(SystemExit, match="--port='65536' is not a port"):
+        app.parse_args(["--port", "65536"])
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "65535")
+    assert app.parse_args([]).port == 65535
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "   ")
+    monkeypatch.setenv("GRADIO_SERVER_NAME", "  ")
+    args = app.parse_args([])
+    assert (args.host, args.port) == ("127.0.0.1", 7860)

@@ -1146,3 +1146,20 @@ def test_a_page_closed_during_its_run_drops_the_views_queued_for_it():
         await queue.clean_events(session_hash="page")
         return messages.qsize()
     assert asyncio.run(run()) == 0
+
+
+def test_a_pages_state_value_is_the_servers_and_unknown_wherever_it_cannot_be_read():
+    """page_value reads a page's State value as the server holds it now (None too: a value the
+    page holds), and gives `unknown` (None unless named) where there is nothing to read: no such
+    value, no such page, no session, no holder, or a Gradio that keeps its pages otherwise."""
+    from specviz.guard import page_value
+
+    unknown = object()
+    holder = SimpleNamespace(session_data={"page": SimpleNamespace(state_data={7: "sides", 8: None})})
+    assert page_value(holder, "page", 7, unknown) == "sides"
+    assert page_value(holder, "page", 8, unknown) is None
+    other_gradio = SimpleNamespace(session_data={"page": SimpleNamespace(state_data=[])})
+    for where, session, key in ((holder, "page", 9), (holder, "other", 7), (holder, None, 7),
+                                (None, "page", 7), (SimpleNamespace(), "page", 7), (other_gradio, "page", 7)):
+        assert page_value(where, session, key, unknown) is unknown, (where, session, key)
+    assert page_value(holder, "page", 9) is None

@@ -91,6 +91,30 @@ def test_caches_that_cannot_roll_back_are_refused_at_load():
         Pair(tiny("Qwen2Config"), None, model).tree_window  # noqa: B018
 
 
+def test_a_pair_made_directly_with_a_cache_that_cannot_roll_back_refuses_every_run_when_called(pair):
+    """A Pair made without load_pair is checked when a run is called: since token trees alone read
+    the pair's tree_window, a chain on a linear-attention target or draft went on to fail at its
+    first rollback inside transformers ("`crop` was called, but the current layer does not track
+    past states"). Every run on such a pair is refused up front, naming the fix."""
+    linear = tiny("Qwen3NextConfig", vocab_size=pair.vocab_size,
+                  layer_types=["linear_attention", "full_attention"])
+    for target, draft in ((pair.target, linear), (linear, pair.draft)):
+        for proposer in ("draft", "ngram", "tree"):
+            with pytest.raises(ValueError, match=r"cannot be rolled back.*\(pick another pair\)"):
+                specviz.generate(Pair(target, pair.tokenizer, draft), "def f(x):", proposer=proposer, k=4,
+                                 max_new_tokens=8)
+
+
+def test_a_folder_whose_cache_cannot_roll_back_is_refused_when_it_loads(pair, tmp_path):
+    """load_pair refuses a model whose cache cannot roll back as it loads, not at its first run."""
+    linear = tiny("Qwen3NextConfig", vocab_size=pair.vocab_size,
+                  layer_types=["linear_attention", "full_attention"])
+    linear.save_pretrained(tmp_path)
+    pair.tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="cannot be rolled back"):
+        specviz.load_pair(str(tmp_path), device="cpu", dtype="float32")
+
+
 def sliding_pair(pair) -> Pair:
     """A tiny pair whose every layer slides a 64-token window, on pair's tokenizer."""
     sliding = tiny("Qwen2Config", vocab_size=pair.vocab_size, use_sliding_window=True,

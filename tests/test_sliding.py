@@ -174,3 +174,151 @@ def test_sampled_runs_past_the_window_follow_the_targets_distribution(proposer, 
     assert len(pair.encode("The dog. The dog")) > 4
     stat = three_token_chi_square(pair, SamplingParams(1.0, 3), 1200, proposer=proposer, k=2, **shape)
     assert stat.pvalue > 0.001, stat
+
+
+class _Layers:
+    """A cache of the given layers (a window each, None: a full layer), whatever the config says."""
+
+    def __init__(self, windows):
+        from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+        self.layers = [DynamicLayer() if w is None else DynamicSlidingWindowLayer(sliding_window=w)
+                       for w in windows]
+
+
+def test_a_tree_mask_a_layer_type_needs_a_forward_that_takes_one_and_the_configs_layer_types(
+        tokenizer, monkeypatch):
+    """"split" (a mask for the full layers, another for the sliding ones, passed as a dict keyed
+    by layer type) holds only where the model's forward reads such a dict and its config names
+    each layer's type: a Gemma 2 whose forward takes one mask, or a Qwen2 (whose forward reads
+    the dict) without layer_types, mixing full and sliding layers, verifies trees only below
+    its window ("below"), where a dict would reach layers that read no dict or name no key."""
+    model = sliding_pair("gemma2", tokenizer).target
+    assert lm.tree_windows(model) == ("split", WINDOW)
+    base = type(model.base_model)
+
+    class OneMask(base):
+        def forward(self, *args, **kwargs):  # a forward that never looks for a dict of masks
+            return super().forward(*args, **kwargs)
+
+    model.base_model.__class__ = OneMask
+    assert lm.tree_windows(model) == ("below", WINDOW)
+
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    untyped = AutoModelForCausalLM.from_config(Qwen2Config(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1))
+    assert lm.tree_windows(untyped) == ("split", WINDOW)  # its layer_types: full, sliding
+    untyped.config.layer_types = None
+    monkeypatch.setattr(lm, "DynamicCache", lambda config: _Layers([None, WINDOW]))
+    assert lm.tree_windows(untyped) == ("below", WINDOW)
+
+
+def test_sliding_layers_of_several_windows_or_another_window_than_the_configs_verify_trees_below_it(
+        tokenizer, monkeypatch):
+    """One windowed tree mask ("all") is exact only where every layer slides the window the config
+    names, the one the model's own mask applies: layers sliding 8 and 16 tokens, or every layer 16
+    where the config says 8, verify trees only below the smallest window ("below")."""
+    model = sliding_pair("mistral", tokenizer).target
+    assert lm.tree_windows(model) == ("all", WINDOW)
+    for windows, smallest in (([WINDOW, 2 * WINDOW], WINDOW), ([2 * WINDOW, 2 * WINDOW], 2 * WINDOW)):
+        monkeypatch.setattr(lm, "DynamicCache", lambda config, windows=windows: _Layers(windows))
+        assert lm.tree_windows(model) == ("below", smallest), windows
+        assert lm.tree_window(model) == smallest
+
+
+def test_a_split_models_tree_passes_share_one_compiled_graph_and_give_the_eager_rows(tokenizer, monkeypatch):
+    """A tree pass on a model of full and sliding layers carries a second mask (sliding_mask), whose
+    width the shared compiled step marks dynamic as the first's: tree passes of 2, 4 and 8 nodes
+    past the window run through the compiled step, one graph for every width, each row the eager
+    static pass's (a mask the step did not know failed the compiled step: every later pass eager)."""
+    from test_graphed import compiling
+
+    made = []  # graphs dynamo compiled in this test
+    monkeypatch.setattr(lm, "COMPILE", {"backend": compiling(made), "dynamic": False})
+    monkeypatch.setattr(lm, "SHARED", True)
+    monkeypatch.setattr(lm, "_SLOTS", type(lm._SLOTS)())
+    model = sliding_pair("gemma2", tokenizer).target
+    assert lm.tree_windows(model) == ("split", WINDOW)
+    fast = lm.CachedLM(model, 300, cache="static", steps="compiled", max_len=128)
+    eager = lm.CachedLM(model, 300, cache="static", max_len=128)
+    ids = list(range(5, 5 + 3 * WINDOW))
+    for m in (fast, eager):
+        m.forward(ids[:-1])
+    before, graphs = fast.compiled_passes, len(made)
+    drafts = [7, 3, 5, 11, 13]
+    for n in (2, 3, 5):  # padded to 2, 4 and 8 nodes, after the one uncached token
+        tokens_, parents = drafts[:n], [-1] + list(range(n - 1))
+        rows = fast.forward_tree(ids, tokens_, parents)
+        assert torch.allclose(rows, eager.forward_tree(ids, tokens_, parents), atol=1e-5), n
+        for m in (fast, eager):
+            m.rollback(ids)
+    assert fast.compiled_passes - before == 3 and len(made) - graphs == 1
+
+
+def test_a_split_tree_pass_gives_the_model_its_masks_as_one_dict_keyed_by_layer_type():
+    """step turns a tree pass's attention_mask and sliding_mask into the one attention_mask the
+    model's forward reads a layer type at a time, {"full_attention": ..., "sliding_attention": ...},
+    and passes no sliding_mask (an argument no forward names) on."""
+    seen = {}
+
+    class Model:
+        def __call__(self, **kwargs):
+            seen.update(kwargs)
+            return type("Out", (), {"logits": torch.zeros(1, 2, 5)})()
+
+    full, sliding, where = torch.zeros(1, 1, 2, 4), torch.ones(1, 1, 2, 4), torch.tensor([[3, 4]])
+    tree = {"attention_mask": full, "sliding_mask": sliding, "position_ids": where}
+    lm.step(Model(), None, torch.tensor([[1, 2]]), 0, False, **tree)
+    assert "sliding_mask" not in seen
+    assert seen["attention_mask"].keys() == {"full_attention", "sliding_attention"}
+    assert seen["attention_mask"]["full_attention"] is full
+    assert seen["attention_mask"]["sliding_attention"] is sliding
+    assert seen["position_ids"] is where
+
+
+def test_a_tree_run_is_bounded_by_the_smaller_window_of_the_pair_to_the_position_and_a_chain_is_not(
+        tokenizer, monkeypatch):
+    """Pair.tree_window: the smaller of the two models' "below" windows (the draft verifies its own
+    tree passes too), None where neither has one. check_length refuses a token tree (room past
+    MAX_K) once prompt + output + its nodes reach that window, not one position sooner, and
+    never a chain, even one of MAX_K drafts far past the window."""
+    from specviz.bounds import MAX_K
+
+    pair = sliding_pair("gemma2", tokenizer)
+    windows = {id(pair.target): ("below", 40), id(pair.draft): ("below", 24)}
+    monkeypatch.setattr(lm, "tree_windows", lambda model: windows[id(model)])
+    assert pair.tree_window == 24
+    pair.__dict__.pop("tree_window")
+    windows[id(pair.draft)] = ("split", 24)
+    assert pair.tree_window == 40
+    pair.__dict__.pop("tree_window")
+    windows[id(pair.target)] = ("all", 40)
+    assert pair.tree_window is None
+    pair.__dict__["tree_window"] = 100
+    pair.check_length(10, 100 - 10 - 65, 64)  # 99 positions: below the window
+    with pytest.raises(ValueError, match="tree nodes must stay below the 100-token sliding window"):
+        pair.check_length(10, 100 - 10 - 64, 64)
+    pair.check_length(10, 200, MAX_K)  # a chain: its cache crops past the window
+
+
+@pytest.mark.parametrize("kind", ["mistral", "gemma2"])
+def test_nodes_added_after_nodes_cached_earlier_see_their_ancestors_within_the_window(kind, tokenizer):
+    """The tree drafter adds a tree a level at a time, each pass after the nodes cached before it:
+    a pass's rows sit at their own depths, not the first nodes'. Two levels past an 8-token window
+    (3 nodes, then 3 children of them) give each node's row the full forward of its branch."""
+    model = sliding_pair(kind, tokenizer).target
+    seq = torch.randint(0, 300, (25,), generator=torch.Generator().manual_seed(0)).tolist()
+    cached = lm.CachedLM(model, 300)
+    tokens_, parents = [7, 8, 9, 10, 11, 12], [-1, -1, 0, 2, 3, 1]  # slot i after slot parents[i]
+    rows = torch.cat([cached.forward_tree(seq, tokens_[:3], parents[:3])[1:],
+                      cached.forward_tree(seq, tokens_[3:], parents[3:])])
+    for i in range(len(tokens_)):
+        branch, j = [], i
+        while j >= 0:
+            branch.insert(0, tokens_[j])
+            j = parents[j]
+        with torch.no_grad():
+            full = model(input_ids=torch.tensor([seq + branch]), use_cache=False).logits[0, -1, :300]
+        assert float((rows[i] - full).abs().max()) < 1e-4, i
