@@ -233,7 +233,7 @@ def test_a_split_models_tree_passes_share_one_compiled_graph_and_give_the_eager_
     width the shared compiled step marks dynamic as the first's: tree passes of 2, 4 and 8 nodes
     past the window run through the compiled step, one graph for every width, each row the eager
     static pass's (a mask the step did not know failed the compiled step: every later pass eager)."""
-    from test_graphed import compiling
+    from test_graphed import compiling, tree_passes_agree
 
     made = []  # graphs dynamo compiled in this test
     monkeypatch.setattr(lm, "COMPILE", {"backend": compiling(made), "dynamic": False})
@@ -247,13 +247,7 @@ def test_a_split_models_tree_passes_share_one_compiled_graph_and_give_the_eager_
     for m in (fast, eager):
         m.forward(ids[:-1])
     before, graphs = fast.compiled_passes, len(made)
-    drafts = [7, 3, 5, 11, 13]
-    for n in (2, 3, 5):  # padded to 2, 4 and 8 nodes, after the one uncached token
-        tokens_, parents = drafts[:n], [-1] + list(range(n - 1))
-        rows = fast.forward_tree(ids, tokens_, parents)
-        assert torch.allclose(rows, eager.forward_tree(ids, tokens_, parents), atol=1e-5), n
-        for m in (fast, eager):
-            m.rollback(ids)
+    tree_passes_agree(fast, eager, ids, [7, 3, 5, 11, 13])
     assert fast.compiled_passes - before == 3 and len(made) - graphs == 1
 
 
