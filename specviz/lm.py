@@ -36,6 +36,7 @@ from transformers.cache_utils import (
 )
 
 from . import dense, packing
+from .tree import depths as tree_depths
 from .tree import mask as tree_mask
 
 log = logging.getLogger(__name__)
@@ -829,9 +830,7 @@ class CachedLM:
         tokens, parents = list(tokens) + [PAD_TOKEN] * pad, list(parents) + [-1] * pad
         first = len(self.slots)
         every = [parent for _, parent in self.slots] + parents
-        depth: list[int] = []
-        for parent in every:
-            depth.append(1 if parent < 0 else depth[parent] + 1)
+        depth = tree_depths(every)
         kv_length = self.max_len if self.static else len(ids) + len(every)
         dtype = self.model.dtype
         how, window = self.tree_windows

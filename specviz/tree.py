@@ -108,6 +108,14 @@ def ancestors(nodes, i: int) -> list[int]:
     return out[::-1]
 
 
+def depths(parents: list[int]) -> list[int]:
+    """Each slot's depth below the context (a root's 1) from its parent's slot (-1: the root)."""
+    depth: list[int] = []
+    for parent in parents:
+        depth.append(1 if parent < 0 else depth[parent] + 1)
+    return depth
+
+
 def mask(parents: list[int], first: int, context: int, kv_length: int, dtype: torch.dtype,
          device=None, tail: int = 0, window: int | None = None) -> torch.Tensor:
     """Additive attention mask [1, 1, tail + m, kv_length] for feeding `tail` context tokens,
@@ -136,11 +144,8 @@ def mask(parents: list[int], first: int, context: int, kv_length: int, dtype: to
             slot = parents[slot]
     out[rows, cols] = 0
     if window is not None:
-        depth: list[int] = []
-        for parent in parents:
-            depth.append(1 if parent < 0 else depth[parent] + 1)
         keys = torch.arange(kv_length)  # a column's position: its slot, a node's its depth's
-        keys[context:context + len(parents)] = context - 1 + torch.tensor(depth, dtype=torch.long)
+        keys[context:context + len(parents)] = context - 1 + torch.tensor(depths(parents), dtype=torch.long)
         queries = torch.cat([start + torch.arange(tail), keys[context + first:context + len(parents)]])
         out.masked_fill_(queries[:, None] - keys[None, :] >= window, torch.finfo(dtype).min)
     return out[None, None].to(device)
