@@ -505,6 +505,8 @@ class _Slot:
         self.cache = static_cache(model, max_len)
         self.step = fixed_step(model.device.type, steps)
         self.capacity, self.steps, self.in_use = max_len, steps, False
+        # the step's shapes that compiled (CachedLM.shape), each with the times it compiled again
+        self.shapes: dict[tuple, int] = {}
 
     @classmethod
     def lease(cls, owner, model, max_len: int, steps: str) -> _Slot:
@@ -570,6 +572,15 @@ def compile_error(e: BaseException) -> bool:
 
 
 UNSHARED: weakref.WeakSet = weakref.WeakSet()  # models whose shared graph failed: a graph a width
+
+AGAIN = 3  # the times a step's shape may compile again before its model's passes go eager
+
+
+def graphs_compiled() -> int:
+    """The graphs dynamo has made in this process (a step call that made one compiled)."""
+    from torch._dynamo.utils import counters  # dynamo loads only where steps compile
+
+    return counters["stats"]["unique_graphs"]
 
 
 class SharedWidths:
@@ -862,8 +873,10 @@ class CachedLM:
             try:
                 if hasattr(torch.compiler, "cudagraph_mark_step_begin"):
                     torch.compiler.cudagraph_mark_step_begin()
+                made = graphs_compiled()
                 out = self._step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
                 self.compiled_passes += 1
+                self._count_compiles(self.shape(input_ids, last, tree), graphs_compiled() > made)
                 return out.clone()  # graph outputs are buffers the next replay overwrites
             except Exception as e:  # noqa: BLE001 - any capture failure: eager from now on
                 if self.device.type == "cuda":  # what the failed step queued has written
@@ -887,10 +900,37 @@ class CachedLM:
                     return self._forward(input_ids.clone(), last, fixed,
                                          **{name: t.clone() for name, t in tree.items()})
                 log.warning("specviz: compiled step failed (%s); running eager from now on", why)
-                self._step = None
-                if self._slot is not None:  # the slot's later runs go eager too, without retrying
-                    self._slot.step = None
+                self._eager_from_now()
         return step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
+
+    def _eager_from_now(self):
+        self._step = None
+        if self._slot is not None:  # the slot's later runs go eager too, without trying again
+            self._slot.step = None
+
+    def _count_compiles(self, shape: tuple, compiled: bool):
+        """After a step call of this shape that compiled or not: a shape may compile again AGAIN
+        times (a state dynamo guards on changed: a torch function mode, grad mode). Past that its
+        graph holds something that moves pass by pass, such as a position the model's forward
+        reads from the cache on the host (OPT's `torch.ones(past + n)`): it would compile at
+        every position until dynamo's recompile limit (64: about 17 s of a tiny model's compiling
+        on CPU, minutes of a real one's on CUDA), so the model's passes go eager from now on."""
+        shapes = self._slot.shapes if self._slot is not None else {}
+        if shape not in shapes:
+            shapes[shape] = 0
+        elif compiled:
+            shapes[shape] += 1
+            if shapes[shape] > AGAIN:
+                log.warning("specviz: the compiled step compiled %d times for one shape (the model's "
+                            "forward reads a position on the host); running eager from now on",
+                            shapes[shape] + 1)
+                self._eager_from_now()
+
+    def shape(self, input_ids: torch.Tensor, last: int, tree: dict) -> tuple:
+        """What a call of the step compiles a graph for: its width, rows and tree arguments, and
+        whether the model's wide passes share one graph (a model put in UNSHARED compiles each
+        width again, rightly)."""
+        return input_ids.shape[1], last, self.refine, tuple(sorted(tree)), self.model in UNSHARED
 
     def _logits(self, input_ids: torch.Tensor, last: int, fixed: bool, pad: int = 0,
                 **tree) -> torch.Tensor:

@@ -283,12 +283,15 @@ class CountReadBacks(torch.overrides.TorchFunctionMode):
     """Counts the tensor methods that read the device back (READ_BACKS) while it is active. One
     class for every count: dynamo guards a compiled step on the type of each mode active when it
     runs, so a class made anew per count had the compiled steps recompiled at every run (7 s a
-    run on the tiny pair's compiled path), not the count's business."""
+    run on the tiny pair's compiled path), not the count's business. Nor is the count read while
+    dynamo traces a step (a read inside a graph breaks it, and the break runs eagerly, counted):
+    it guarded the step on the count's value, compiled again at every value."""
 
     n = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.n += getattr(func, "__name__", "") in READ_BACKS
+        if not torch.compiler.is_compiling():
+            self.n += getattr(func, "__name__", "") in READ_BACKS
         return func(*args, **(kwargs or {}))
 
 

@@ -487,6 +487,51 @@ def test_a_one_token_step_the_compiler_refuses_goes_eager_and_is_not_tried_again
     assert "no graphs here" in messages[0]
 
 
+def opt_model(vocab: int):
+    """A tiny random OPT: its forward reads the cache's length on the host (`torch.ones(past + n)`)."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    torch.manual_seed(0)
+    config = OPTConfig(vocab_size=vocab, hidden_size=32, ffn_dim=64, num_hidden_layers=2,
+                       num_attention_heads=4, max_position_embeddings=256, word_embed_proj_dim=32)
+    return OPTForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("model", ["qwen2", "opt"])
+def test_a_step_compiled_again_at_every_position_goes_eager_after_a_few_with_one_log_line(
+        pair, model, monkeypatch, caplog):
+    """OPT's one-token step breaks its graph at a host read of the cache's length, and so compiled
+    anew at every position, until dynamo's recompile limit (64: about 17 s of compiling a tiny OPT
+    on this CPU with `--fast compiled`, minutes of a real one's on CUDA). A shape that compiled
+    AGAIN more times goes eager from then on, with one log line; every pass keeps the eager rows.
+    The tiny Qwen2 compiles its one-token step once and runs every pass through it."""
+    made = []
+    monkeypatch.setattr(lm_module, "COMPILE", {"backend": compiling(made), "dynamic": False})
+    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+    target = opt_model(pair.vocab_size) if model == "opt" else pair.target
+    fast = CachedLM(target, pair.vocab_size, cache="static", steps="compiled", max_len=64)
+    eager = CachedLM(target, pair.vocab_size, cache="static", max_len=64)
+    ids = pair.encode(PROMPT)
+    for m in (fast, eager):
+        m.forward(ids[:-1])
+    with caplog.at_level(logging.WARNING, logger="specviz.lm"):
+        assert torch.allclose(fast.forward(ids), eager.forward(ids), atol=1e-5)
+        graphs = []  # graphs made after each pass
+        for token in range(5, 17):
+            token = torch.tensor([token])
+            assert torch.allclose(fast.forward_next(token), eager.forward_next(token), atol=1e-5)
+            graphs.append(len(made))
+    messages = [r.getMessage() for r in caplog.records]
+    if model == "qwen2":
+        assert fast.compiled_passes == 13 and fast._step is not None and not messages
+        return
+    assert fast.compiled_passes == lm_module.AGAIN + 2 and fast._step is None, fast.compiled_passes
+    assert fast._slot.step is None  # the slot's later runs too
+    assert len(messages) == 1 and "compiled 5 times for one shape" in messages[0], messages
+    # each compiled pass made graphs (32 in these 13 passes before), the eager ones none
+    assert graphs[lm_module.AGAIN] == graphs[-1] > graphs[lm_module.AGAIN - 1], graphs
+
+
 class FakeStreams:
     """torch.cuda's stream calls, recorded: which stream is current, and each wait_stream."""
 
