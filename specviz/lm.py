@@ -914,7 +914,9 @@ class CachedLM:
         graph holds something that moves pass by pass, such as a position the model's forward
         reads from the cache on the host (OPT's `torch.ones(past + n)`): it would compile at
         every position until dynamo's recompile limit (64: about 17 s of a tiny model's compiling
-        on CPU, minutes of a real one's on CUDA), so the model's passes go eager from now on."""
+        on CPU, minutes of a real one's on CUDA), so the model's passes go eager from now on.
+        Graphs are counted process-wide (graphs_compiled): one another thread compiles during the
+        call counts too, which the app never does (the gate runs one model job at a time)."""
         shapes = self._slot.shapes if self._slot is not None else {}
         if shape not in shapes:
             shapes[shape] = 0
