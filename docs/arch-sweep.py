@@ -2,18 +2,28 @@
 (the target and its copy with noise as the draft), speculative greedy output against an argmax loop
 over full forwards, per fast path, drafter and k. Each row: arch, variant (plain; sw16 / sw192: a
 16- or 192-token sliding window), path, proposer, k -> identical, refused (with its message),
-MISMATCH, CRASH or HANG. docs/benchmarks.md, "Fifty-third stop".
+MISMATCH, CRASH or HANG (and BUILD-FAIL or REF-FAIL where the model cannot be made or its own forward
+fails; skipped past --budget). docs/benchmarks.md, "Fifty-third stop".
 
 Usage, from the repository root (the full sweep of the fifty-third stop, about 2 minutes on 1 thread):
   OMP_NUM_THREADS=1 python docs/arch-sweep.py --paths eager,static,compiled \
       --proposers draft,ngram,hybrid,adaptive,tree --sample --out arch-sweep.jsonl
+On a GPU (docs/gpu-sweep.sh runs it so): the models, the argmax loop and specviz on CUDA, float32;
+the compiled path with lm.COMPILE as the library sets it (on CPU the "aot_eager" backend):
+  python docs/arch-sweep.py --device cuda --paths eager,graphed --archs llama,opt --out sweep.jsonl
 Options: --archs a,b  --ks 1,4  --n 64  --variants plain,sw16,sw192  --draft perturbed|small
+  --device cpu|cuda  --limit 240 (seconds a run, then HANG)  --budget 0 (seconds the sweep may run:
+  past them the archs and runs not started are recorded "skipped"; 0: no bound)
+A run's row also holds specviz's log lines during it (logged: e.g. a fast path gone eager, with why).
+The first row of each call names it: argv, device, torch, transformers and CUDA versions. Needs no
+pytest (the tiny models come from tests/tiny.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -33,7 +43,7 @@ import transformers  # noqa: E402
 torch.set_num_threads(1)
 transformers.logging.set_verbosity_error()
 
-from conftest import EOS, make_tokenizer, perturbed  # noqa: E402
+from tiny import EOS, make_tokenizer, perturbed  # noqa: E402
 
 import specviz  # noqa: E402
 from specviz import engine, lm  # noqa: E402
@@ -138,6 +148,7 @@ ALL = ["llama", "mistral", "gemma", "gemma2", "gemma3", "phi3", "phi", "qwen3", 
 
 
 def build(name, vocab, eos, seed, sw=None, scale=0.2, layers=2):
+    """The model made on the CPU (its weights the same on every device): the caller moves it."""
     global L
     torch.manual_seed(seed)
     L, kept = layers, L
@@ -160,7 +171,8 @@ def argmax_loop(model, ids, n, vocab):
     ids = list(ids)
     out = []
     for _ in range(n):
-        logits = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1, :vocab]
+        logits = model(input_ids=torch.tensor([ids], device=model.device),
+                       use_cache=False).logits[0, -1, :vocab]
         t = int(logits.argmax())
         out.append(t)
         ids.append(t)
@@ -170,7 +182,8 @@ def argmax_loop(model, ids, n, vocab):
 def margins(model, ids, out, vocab):
     """top1-top2 logit gap at each position of out (to tell a near-tie)."""
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([list(ids) + out]), use_cache=False).logits
+        logits = model(input_ids=torch.tensor([list(ids) + out], device=model.device),
+                       use_cache=False).logits
         logits = logits[0, len(ids) - 1:-1, :vocab]
     top = logits.topk(2, -1).values
     return (top[:, 0] - top[:, 1]).tolist()
@@ -184,8 +197,32 @@ def _alarm(*_):
     raise Timeout("run exceeded the time limit (hang?)")
 
 
-def one_run(pair, ids, proposer, k, n, made):
+class Logged(logging.Handler):
+    """specviz's log lines (a fast path's fallback to eager), kept for the run's row and written to
+    stderr as Python writes a warning where no handler is set."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+        print(record.getMessage(), file=sys.stderr, flush=True)
+
+
+def header(a):
+    """The call's first row: what ran where."""
+    row = {"header": True, "argv": sys.argv[1:], "device": a.device, "torch": torch.__version__,
+           "transformers": transformers.__version__, "cuda": torch.version.cuda, "compile": lm.COMPILE,
+           "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if a.device == "cuda":
+        row["gpu"] = torch.cuda.get_device_name()
+    return row
+
+
+def one_run(pair, ids, proposer, k, n, made, logged):
     made.clear()
+    logged.lines.clear()
     events = list(specviz.generate(pair, ids, proposer=proposer, k=k, max_new_tokens=n))
     toks = [t for e in events for t in e.new_tokens]
     tgt = made[0] if made else None
@@ -194,6 +231,8 @@ def one_run(pair, ids, proposer, k, n, made):
     if tgt is not None:
         info.update(static=tgt.static, compiled_passes=tgt.compiled_passes, passes=tgt.passes,
                     cache=type(tgt.cache).__name__)
+    if logged.lines:
+        info["logged"] = logged.lines[:4]
     return toks, info
 
 
@@ -207,19 +246,33 @@ def main():
     ap.add_argument("--variants", default="plain,sw16,sw192")
     ap.add_argument("--sample", action="store_true", help="also a temperature 0.8 run (crash check)")
     ap.add_argument("--out", default="arch-sweep.jsonl")
-    ap.add_argument("--limit", type=int, default=240)
+    ap.add_argument("--limit", type=int, default=240, help="seconds a run may take (then HANG)")
+    ap.add_argument("--budget", type=float, default=0, help="seconds the sweep may run: the archs and "
+                    "runs not started by then are recorded 'skipped' (0: no bound)")
     ap.add_argument("--draft", default="perturbed", help="perturbed: the target plus noise; small: a "
                     "1-layer model of the family, seeded apart")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     a = ap.parse_args()
-    lm.COMPILE = {"backend": "aot_eager", "dynamic": False}
+    if a.device == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"arch-sweep: --device cuda, but torch {torch.__version__} sees no CUDA device")
+    dev = torch.device(a.device)
+    if a.device == "cpu":
+        lm.COMPILE = {"backend": "aot_eager", "dynamic": False}
     tok = make_tokenizer(tempfile.mkdtemp())
     vocab, eos = len(tok), tok.convert_tokens_to_ids(EOS)
     made = []
     real = engine.CachedLM
     engine.CachedLM = lambda *x, **kw: made.append(real(*x, **kw)) or made[-1]
     signal.signal(signal.SIGALRM, _alarm)
+    logged = Logged()
+    logging.getLogger("specviz").addHandler(logged)
     out = open(a.out, "a")
+    print(json.dumps(header(a)), file=out, flush=True)
     started = time.perf_counter()
+
+    def spent():
+        return bool(a.budget) and time.perf_counter() - started > a.budget
+
     for arch in a.archs.split(","):
         variants = [v for v in a.variants.split(",") if v == "plain" or arch in SLIDING]
         if arch in SLIDING:
@@ -229,23 +282,36 @@ def main():
                 int(variant[2:]) if variant.startswith("sw") else None)
             t0 = time.perf_counter()
             row0 = {"arch": arch, "variant": variant}
+            if spent():
+                print(json.dumps({**row0, "outcome": "skipped", "msg": f"past the {a.budget:g} s budget"}),
+                      file=out, flush=True)
+                print(arch, variant, "skipped: past the budget", flush=True)
+                continue
             try:
                 target = build(arch, vocab, eos, 0, sw)
                 draft = (perturbed(target, 1, 0.05) if a.draft == "perturbed"
                          else build(arch, vocab, eos, 7, sw, layers=1))
+                target, draft = target.to(dev), draft.to(dev)
             except Exception as e:  # noqa: BLE001
                 print(json.dumps({**row0, "outcome": "BUILD-FAIL", "msg": repr(e)[:300]}), file=out,
                       flush=True)
                 print(arch, variant, "BUILD-FAIL", repr(e)[:200], flush=True)
                 continue
             ids = tok.encode(PROMPT)
-            ref = argmax_loop(target, ids, a.n, vocab)
+            try:  # the model's own forward, which may fail on this device or transformers
+                ref = argmax_loop(target, ids, a.n, vocab)
+                gaps = margins(target, ids, ref, vocab)
+            except Exception as e:  # noqa: BLE001
+                print(json.dumps({**row0, "outcome": "REF-FAIL", "msg": f"{type(e).__name__}: {str(e)[:300]}",
+                                  "tb": traceback.format_exc()[-1500:]}), file=out, flush=True)
+                print(arch, variant, "REF-FAIL", repr(e)[:200], flush=True)
+                del target, draft
+                continue
             try:
-                hf = target.generate(torch.tensor([ids]), max_new_tokens=a.n, min_new_tokens=a.n,
+                hf = target.generate(torch.tensor([ids], device=dev), max_new_tokens=a.n, min_new_tokens=a.n,
                                      do_sample=False)[0, len(ids):].tolist()
             except Exception as e:  # noqa: BLE001
                 hf = repr(e)[:200]
-            gaps = margins(target, ids, ref, vocab)
             print(json.dumps({**row0, "ref_vs_hf_generate": ref == hf, "min_gap": min(gaps),
                               "ref": ref[:20]}), file=out, flush=True)
             for path in a.paths.split(","):
@@ -260,10 +326,15 @@ def main():
                 for proposer in a.proposers.split(","):
                     for k in [int(x) for x in a.ks.split(",")]:
                         row = {**row0, "path": path, "resolved": chosen, "proposer": proposer, "k": k}
+                        if spent():
+                            row.update(outcome="skipped", msg=f"past the {a.budget:g} s budget")
+                            print(json.dumps(row), file=out, flush=True)
+                            print(arch, variant, path, proposer, k, "skipped: past the budget", flush=True)
+                            continue
                         t1 = time.perf_counter()
                         signal.alarm(a.limit)
                         try:
-                            toks, info = one_run(pair, ids, proposer, k, a.n, made)
+                            toks, info = one_run(pair, ids, proposer, k, a.n, made, logged)
                             signal.alarm(0)
                             row.update(info)
                             m = min(len(toks), len(ref))
@@ -289,7 +360,7 @@ def main():
                         print(json.dumps(row), file=out, flush=True)
                         print(arch, variant, path, proposer, k, row["outcome"], row["seconds"],
                               row.get("msg", "")[:160], row.get("at", ""), flush=True)
-                if a.sample and path == "eager":
+                if a.sample and path == "eager" and not spent():
                     signal.alarm(a.limit)
                     try:
                         ev = list(specviz.generate(pair, ids, proposer="draft", k=4, max_new_tokens=a.n,

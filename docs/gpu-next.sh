@@ -4,6 +4,8 @@
 # gpucheck's report and profile after each of its sections, so a timeout leaves what it measured).
 # From the repo root:
 #   run(command="bash docs/gpu-next.sh", timeout_s=600)
+# then, where status says 4 minutes or more of device time remain, the second call (the architecture
+# sweep on CUDA, about 110 s): run(command="bash docs/gpu-sweep.sh", timeout_s=150)
 # 1. graphprobe: the compiled path's steps (one graph for every wide pass, the default) as they are,
 #    packed with inductor's coordinate-descent tuning (gpt-fast's setting: one-token matrix products
 #    as fused Triton reductions), then packed alone, timed side by side, each with the kernel

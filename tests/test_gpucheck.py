@@ -895,6 +895,31 @@ def test_the_prepared_device_call_names_modes_and_flags_its_tools_accept():
         assert [getattr(args, flag) for flag in graphprobe.FLAG_EXTRAS] == list(ons)
 
 
+def test_the_prepared_second_device_call_runs_its_sweep_end_to_end(tmp_path):
+    """docs/gpu-sweep.sh, the architecture sweep on CUDA after gpu-next.sh, runs where nothing else
+    can be tried first: here as its dry run (DEVICE=cpu), both stages, every row what its header
+    says it should be, the OPT fallback's line in the rows, and no pytest imported on the way."""
+    root = Path(__file__).parents[1]
+    env = {**os.environ, "DEVICE": "cpu", "OUT": str(tmp_path), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(tmp_path / "no-pytest")}
+    (tmp_path / "no-pytest").mkdir()
+    (tmp_path / "no-pytest" / "pytest.py").write_text("raise ImportError('the device has no pytest')\n")
+    done = subprocess.run(["bash", "docs/gpu-sweep.sh"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=170)
+    assert done.returncode == 0, done.stdout[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "arch-sweep.jsonl").read_text().splitlines()]
+    assert [r["argv"][r["argv"].index("--paths") + 1] for r in rows if r.get("header")] == \
+        ["eager,graphed", "compiled"]
+    runs = [r for r in rows if "outcome" in r]
+    assert {r["outcome"] for r in runs} == {"identical", "refused"}, done.stdout[-3000:]
+    assert {(r["arch"], r["proposer"]) for r in runs if r["outcome"] == "refused"} == \
+        {("bloom", "tree"), ("falcon_alibi", "tree")}
+    assert {r["arch"] for r in runs if r["path"] == "compiled"} == {"mistral", "opt"}
+    opt = next(r for r in runs if r["arch"] == "opt" and r["path"] == "compiled" and r["proposer"] == "draft")
+    assert any("running eager from now on" in line for line in opt["logged"]), opt
+    assert "tally:" in done.stdout and "total:" in done.stdout
+
+
 def test_the_report_says_how_its_steps_were_built_and_its_profile_the_command(monkeypatch):
     """gpucheck's "compiled steps" line left out the tuning and described packed, captured steps
     where nothing compiled (a CPU, --compile off); a profile's note named the plain command
