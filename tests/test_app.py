@@ -117,9 +117,23 @@ def test_an_error_is_said_on_its_events_status_too(app_url, tmp_path):
     assert shown.startswith("⚠ not a valid specviz trace") and "<b>" not in shown, shown
 
 
-def test_cancel_stops_a_run_and_frees_the_model(app_url):
+def slow_rounds(monkeypatch, seconds: float = 0.05) -> None:
+    """The in-process app's rounds slowed, so that a run is still streaming when the test acts on
+    it: on a busy machine the tiny pair finished a 200-token run before a cancel or click landed."""
+    real = service.generate
+
+    def slow(*a, **kw):
+        for event in real(*a, **kw):
+            time.sleep(seconds)
+            yield event
+
+    monkeypatch.setattr(service, "generate", slow)
+
+
+def test_cancel_stops_a_run_and_frees_the_model(app_url, monkeypatch):
     from gradio_client import Client
 
+    slow_rounds(monkeypatch)  # 200 rounds: 10 s, where the client saw "Done" before its cancel
     client = Client(app_url, verbose=False)
     job = client.submit(*args(max_new_tokens=200, k=1, proposer="none"), api_name="/run")
     for update in job:
@@ -469,14 +483,7 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
         # Stop during a run says so (Gradio completes a cancelled event with no output: the status
         # said "round 6" for good)
         with pytest.MonkeyPatch.context() as mp:  # rounds slowed, so that a busy machine cannot
-            real = service.generate  # finish the run before the click lands
-
-            def slow(*a, **kw):
-                for event in real(*a, **kw):
-                    time.sleep(0.05)
-                    yield event
-
-            mp.setattr(service, "generate", slow)
+            slow_rounds(mp)  # finish the run before the click lands
             page.goto(app_url + "?pair=tiny&max_new_tokens=240&temperature=0&prompt=def+f&run=1")
             status_js = "(document.querySelector('#status')?.innerText || '')"
             page.wait_for_function(status_js + ".includes('run: round')", timeout=60_000)
@@ -1008,14 +1015,7 @@ def test_browser_a_stopped_run_ends_with_every_plot_of_its_headlines_rounds(app_
 
     from specviz import service
 
-    real = service.generate
-
-    def slow(*a, **kw):  # rounds slowed, so that the run is still streaming at the click
-        for event in real(*a, **kw):
-            time.sleep(0.05)
-            yield event
-
-    monkeypatch.setattr(service, "generate", slow)
+    slow_rounds(monkeypatch)  # the run is still streaming at the click
     monkeypatch.setattr(service, "SIDE_PLOT_SECONDS", 3600.0)
     tokens_js = """() => {
   const plot = (title) => [...document.querySelectorAll('.js-plotly-plot')]
