@@ -369,7 +369,17 @@ def test_end_to_end_sampling_over_the_cap_is_refused(demo):
     assert "10 samples each of 2 tokens" in result
 
 
-def test_stop_cancels_the_end_to_end_check_and_frees_the_model(demo):
+def test_stop_cancels_the_end_to_end_check_and_frees_the_model(demo, monkeypatch):
+    import app
+
+    real = app.continuations
+
+    def slow(*a, **kw):  # the check's 400 samples took half a second: a fast machine could finish
+        for step in real(*a, **kw):  # them before the client's cancel landed (40 s now, past the
+            time.sleep(0.1)  # wait below for the model: a cancel that stops nothing is seen)
+            yield step
+
+    monkeypatch.setattr(app, "continuations", slow)
     gate = demo.specviz.gate
     assert wait_until(lambda: len(gate) == 0)
     c = client(demo)
