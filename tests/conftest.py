@@ -7,6 +7,7 @@ import contextlib
 import os
 import shlex
 import tempfile
+import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -237,6 +238,21 @@ class CountReadBacks(torch.overrides.TorchFunctionMode):
         if not torch.compiler.is_compiling():
             self.n += getattr(func, "__name__", "") in READ_BACKS
         return func(*args, **(kwargs or {}))
+
+
+def slow_rounds(monkeypatch, seconds: float = 0.05) -> None:
+    """The in-process app's rounds slowed, so that a run is still streaming when the test acts on
+    it: on a busy machine the tiny pair finished a 200-token run before a cancel or click landed."""
+    from specviz import service
+
+    real = service.generate
+
+    def slow(*a, **kw):
+        for event in real(*a, **kw):
+            time.sleep(seconds)
+            yield event
+
+    monkeypatch.setattr(service, "generate", slow)
 
 
 def read_backs_per_round(events) -> list[int]:

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from conftest import slow_rounds
 from gradio.server_messages import ProcessGeneratingMessage
 
 from specviz import presets, service
@@ -115,19 +116,6 @@ def test_an_error_is_said_on_its_events_status_too(app_url, tmp_path):
         job.result()
     shown = job.outputs()[-1][-1]
     assert shown.startswith("⚠ not a valid specviz trace") and "<b>" not in shown, shown
-
-
-def slow_rounds(monkeypatch, seconds: float = 0.05) -> None:
-    """The in-process app's rounds slowed, so that a run is still streaming when the test acts on
-    it: on a busy machine the tiny pair finished a 200-token run before a cancel or click landed."""
-    real = service.generate
-
-    def slow(*a, **kw):
-        for event in real(*a, **kw):
-            time.sleep(seconds)
-            yield event
-
-    monkeypatch.setattr(service, "generate", slow)
 
 
 def test_cancel_stops_a_run_and_frees_the_model(app_url, monkeypatch):

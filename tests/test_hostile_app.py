@@ -12,7 +12,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from conftest import finished, handler
+from conftest import finished, handler, slow_rounds
 
 from specviz import presets
 from specviz.gate import BUSY, Busy, Gate
@@ -546,9 +546,11 @@ def test_over_the_app_a_second_job_is_busy_a_waiting_job_sees_its_place_and_stop
 
 
 @pytest.mark.parametrize("leave_while", ["waiting", "running"])
-def test_a_visitor_who_leaves_while_waiting_or_running_frees_the_model(demo, leave_while):
+def test_a_visitor_who_leaves_while_waiting_or_running_frees_the_model(demo, leave_while, monkeypatch):
     import httpx
 
+    slow_rounds(monkeypatch, 0.1)  # 200 rounds: 20 s, so that the run is under way when its visitor
+    # leaves (the tiny pair's could end first, and the test then checked nothing)
     gate, api = demo.specviz.gate, demo.url + "gradio_api"
     assert wait_until(lambda: len(gate) == 0)
     holder = gate.ticket("another visitor") if leave_while == "waiting" else None
@@ -562,6 +564,7 @@ def test_a_visitor_who_leaves_while_waiting_or_running_frees_the_model(demo, lea
         for line in stream.iter_lines():
             if sign in line:
                 break  # the tab closes: the connection drops
+        assert any(t.session == session for t in gate._line)  # its job holds a place as it leaves
     try:
         assert wait_until(lambda: all(t.session != session for t in gate._line), 10)
     finally:
