@@ -505,7 +505,7 @@ class _Slot:
         self.cache = static_cache(model, max_len)
         self.step = fixed_step(model.device.type, steps)
         self.capacity, self.steps, self.in_use = max_len, steps, False
-        # the step's shapes that compiled (CachedLM.shape), each with the times it compiled again
+        # the step's shapes that compiled (CachedLM._step_shape), each with the times it compiled again
         self.shapes: dict[tuple, int] = {}
 
     @classmethod
@@ -876,7 +876,7 @@ class CachedLM:
                 made = graphs_compiled()
                 out = self._step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
                 self.compiled_passes += 1
-                self._count_compiles(self.shape(input_ids, last, tree), graphs_compiled() > made)
+                self._count_compiles(self._step_shape(input_ids, last, tree), graphs_compiled() > made)
                 return out.clone()  # graph outputs are buffers the next replay overwrites
             except Exception as e:  # noqa: BLE001 - any capture failure: eager from now on
                 if self.device.type == "cuda":  # what the failed step queued has written
@@ -923,12 +923,12 @@ class CachedLM:
         elif compiled:
             shapes[shape] += 1
             if shapes[shape] > AGAIN:
-                log.warning("specviz: the compiled step compiled %d times for one shape (the model's "
-                            "forward reads a position on the host); running eager from now on",
-                            shapes[shape] + 1)
+                log.warning("specviz: the compiled step compiled %d times for one shape (its graph "
+                            "holds something that moves pass by pass, such as a position the model's "
+                            "forward reads on the host); running eager from now on", shapes[shape] + 1)
                 self._eager_from_now()
 
-    def shape(self, input_ids: torch.Tensor, last: int, tree: dict) -> tuple:
+    def _step_shape(self, input_ids: torch.Tensor, last: int, tree: dict) -> tuple:
         """What a call of the step compiles a graph for: its width, rows and tree arguments, and
         whether the model's wide passes share one graph (a model put in UNSHARED compiles each
         width again, rightly)."""
