@@ -12,6 +12,7 @@ On a GPU (docs/gpu-sweep.sh runs it so): the models, the argmax loop and specviz
 the compiled path with lm.COMPILE as the library sets it (on CPU the "aot_eager" backend):
   python docs/arch-sweep.py --device cuda --paths eager,graphed --archs llama,opt --out sweep.jsonl
 Options: --archs a,b  --ks 1,4  --n 64  --variants plain,sw16,sw192  --draft perturbed|small
+  --sample-on eager (the paths of --sample's runs, a,b)
   --device cpu|cuda  --limit 240 (seconds a run, then HANG)  --budget 0 (seconds the sweep may run:
   past them the archs and runs not started are recorded "skipped"; 0: no bound)
 A run's row also holds specviz's log lines during it (logged: e.g. a fast path gone eager, with why).
@@ -245,6 +246,7 @@ def main():
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--variants", default="plain,sw16,sw192")
     ap.add_argument("--sample", action="store_true", help="also a temperature 0.8 run (crash check)")
+    ap.add_argument("--sample-on", default="eager", help="the paths of the --sample runs (a,b)")
     ap.add_argument("--out", default="arch-sweep.jsonl")
     ap.add_argument("--limit", type=int, default=240, help="seconds a run may take (then HANG)")
     ap.add_argument("--budget", type=float, default=0, help="seconds the sweep may run: the archs and "
@@ -360,7 +362,7 @@ def main():
                         print(json.dumps(row), file=out, flush=True)
                         print(arch, variant, path, proposer, k, row["outcome"], row["seconds"],
                               row.get("msg", "")[:160], row.get("at", ""), flush=True)
-                if a.sample and path == "eager" and not spent():
+                if a.sample and path in a.sample_on.split(",") and not spent():
                     signal.alarm(a.limit)
                     try:
                         ev = list(specviz.generate(pair, ids, proposer="draft", k=4, max_new_tokens=a.n,
