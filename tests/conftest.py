@@ -240,19 +240,34 @@ class CountReadBacks(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def slowed(monkeypatch, owner, name: str, seconds: float) -> None:
+    """owner.name, a generator function, made to sleep `seconds` after each item it yields."""
+    real = getattr(owner, name)
+
+    def slow(*a, **kw):
+        for item in real(*a, **kw):
+            time.sleep(seconds)
+            yield item
+
+    monkeypatch.setattr(owner, name, slow)
+
+
 def slow_rounds(monkeypatch, seconds: float = 0.05) -> None:
     """The in-process app's rounds slowed, so that a run is still streaming when the test acts on
     it: on a busy machine the tiny pair finished a 200-token run before a cancel or click landed."""
     from specviz import service
 
-    real = service.generate
+    slowed(monkeypatch, service, "generate", seconds)
 
-    def slow(*a, **kw):
-        for event in real(*a, **kw):
-            time.sleep(seconds)
-            yield event
 
-    monkeypatch.setattr(service, "generate", slow)
+def wait_until(condition, seconds: float = 20.0) -> bool:
+    """Whether condition() held within `seconds` (asked every 50 ms)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def read_backs_per_round(events) -> list[int]:

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from conftest import slow_rounds
+from conftest import slow_rounds, wait_until
 from gradio.server_messages import ProcessGeneratingMessage
 
 from specviz import presets, service
@@ -128,10 +128,9 @@ def test_cancel_stops_a_run_and_frees_the_model(app_url, monkeypatch):
         if str(update[0]).startswith("Speculative run"):
             break
     job.cancel()
-    end = time.monotonic() + 30  # the job ends when the server's answer to the cancel has come down
-    while not job.done() and time.monotonic() < end:  # its stream: a second or more on a busy machine
-        time.sleep(0.05)
-    assert job.done()
+    # the job ends when the server's answer to the cancel has come down its stream: a second or
+    # more on a busy machine
+    assert wait_until(job.done, 30)
     assert not any(str(o[0]).startswith("Done") for o in job.outputs())
     # the model is free again: the same visitor's next run is not "busy"
     assert client.predict(*args(max_new_tokens=4), api_name="/run")[0].startswith("Done")
@@ -351,6 +350,10 @@ LEGENDS_JS = """() => { const plots = [...document.querySelectorAll('.js-plotly-
   return [plots.filter(p => p.querySelector('.legend')).length, out]; }"""  # legends, those outside
 
 
+# the Stop's last step has run: its list of stopped jobs emptied (its first act) and "Stopped."
+# on the status again (its last, over any update of the run's that came late)
+STOP_ENDED_JS = ("Object.values(window.specvizStopped ?? {}).every((r) => !r.length)"
+                 " && (document.querySelector('#status')?.innerText || '').startsWith('Stopped.')")
 HIDDEN_JS = """(sel) => { const e = document.querySelector(sel); if (!e) return true;
   const r = e.getBoundingClientRect();
   return !r.width || !r.height || getComputedStyle(e).visibility === 'hidden'; }"""  # as is_hidden()
@@ -535,9 +538,7 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
             # ended, a late update's "round N" could still be on the status. The step comes after
             # every held update, each let go 0.5 s after the last: 24 of them, 20 s after the
             # click, with the browser slowed 6 times
-            page.wait_for_function("Object.values(window.specvizStopped ?? {}).every((r) => !r.length)"
-                                   f" && {status_js}.startsWith('Stopped.')"
-                                   f" && ({HIDDEN_JS})('#status .wrap')", timeout=90_000)
+            page.wait_for_function(f"{STOP_ENDED_JS} && ({HIDDEN_JS})('#status .wrap')", timeout=90_000)
             page.wait_for_timeout(300)
             assert page.inner_text("#status").startswith("Stopped."), page.inner_text("#status")
             assert any(t > clicked + 0.2 for t in sent), (clicked, sent)  # they reached the page late
@@ -1055,13 +1056,12 @@ def test_browser_a_stopped_run_ends_with_every_plot_of_its_headlines_rounds(app_
         # the headline has gone on past the plots beside it
         page.wait_for_function(f"(({tokens_js})()[0] ?? 0) > (({tokens_js})()[1] ?? 0) + 4", timeout=60_000)
         page.click("#stop")
-        status_js = "(document.querySelector('#status')?.innerText || '')"
-        page.wait_for_function(status_js + ".startsWith('Stopped.')", timeout=20_000)
+        page.wait_for_function("(document.querySelector('#status')?.innerText || '').startsWith('Stopped.')",
+                               timeout=20_000)
         page.wait_for_function(f"(([a, b, c]) => a === b && b === c)(({tokens_js})())", timeout=20_000)
         # the Stop's last step, after the plots' (caught_up), says "Stopped." again over a late
         # update of the run's: read once it has run (it empties its list first), not before
-        page.wait_for_function("Object.values(window.specvizStopped ?? {}).every((r) => !r.length)"
-                               f" && {status_js}.startsWith('Stopped.')", timeout=20_000)
+        page.wait_for_function(STOP_ENDED_JS, timeout=20_000)
         assert page.inner_text("#status").startswith("Stopped."), page.inner_text("#status")
         browser.close()
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from conftest import finished, handler, slow_rounds
+from conftest import finished, handler, slow_rounds, slowed, wait_until
 
 from specviz import presets
 from specviz.gate import BUSY, Busy, Gate
@@ -65,15 +65,6 @@ def raw_call(demo, api_name: str, values: list) -> str:
         return f"event: error\ndata: HTTP {r.status_code}"
     event = r.json()["event_id"]
     return httpx.get(f"{demo.url}gradio_api/call/{api_name}/{event}", timeout=60).text
-
-
-def wait_until(condition, seconds: float = 20.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 # --- every argument coerced at the boundary ---------------------------------------------------
@@ -372,14 +363,10 @@ def test_end_to_end_sampling_over_the_cap_is_refused(demo):
 def test_stop_cancels_the_end_to_end_check_and_frees_the_model(demo, monkeypatch):
     import app
 
-    real = app.continuations
-
-    def slow(*a, **kw):  # the check's 400 samples took half a second: a fast machine could finish
-        for step in real(*a, **kw):  # them before the client's cancel landed (40 s now, past the
-            time.sleep(0.1)  # wait below for the model: a cancel that stops nothing is seen)
-            yield step
-
-    monkeypatch.setattr(app, "continuations", slow)
+    # the check's 400 samples took half a second: a fast machine could finish them before the
+    # client's cancel landed (40 s now, past the wait below for the model: a cancel that stops
+    # nothing is seen)
+    slowed(monkeypatch, app, "continuations", 0.1)
     gate = demo.specviz.gate
     assert wait_until(lambda: len(gate) == 0)
     c = client(demo)
