@@ -221,6 +221,12 @@ def header(a):
     return row
 
 
+def record(out, row, *shown):
+    """A row into the jsonl file, and its line on stdout."""
+    print(json.dumps(row), file=out, flush=True)
+    print(*shown, flush=True)
+
+
 def one_run(pair, ids, proposer, k, n, made, logged):
     made.clear()
     logged.lines.clear()
@@ -285,9 +291,8 @@ def main():
             t0 = time.perf_counter()
             row0 = {"arch": arch, "variant": variant}
             if spent():
-                print(json.dumps({**row0, "outcome": "skipped", "msg": f"past the {a.budget:g} s budget"}),
-                      file=out, flush=True)
-                print(arch, variant, "skipped: past the budget", flush=True)
+                record(out, {**row0, "outcome": "skipped", "msg": f"past the {a.budget:g} s budget"},
+                       arch, variant, "skipped: past the budget")
                 continue
             try:
                 target = build(arch, vocab, eos, 0, sw)
@@ -295,18 +300,16 @@ def main():
                          else build(arch, vocab, eos, 7, sw, layers=1))
                 target, draft = target.to(dev), draft.to(dev)
             except Exception as e:  # noqa: BLE001
-                print(json.dumps({**row0, "outcome": "BUILD-FAIL", "msg": repr(e)[:300]}), file=out,
-                      flush=True)
-                print(arch, variant, "BUILD-FAIL", repr(e)[:200], flush=True)
+                record(out, {**row0, "outcome": "BUILD-FAIL", "msg": repr(e)[:300]},
+                       arch, variant, "BUILD-FAIL", repr(e)[:200])
                 continue
             ids = tok.encode(PROMPT)
             try:  # the model's own forward, which may fail on this device or transformers
                 ref = argmax_loop(target, ids, a.n, vocab)
                 gaps = margins(target, ids, ref, vocab)
             except Exception as e:  # noqa: BLE001
-                print(json.dumps({**row0, "outcome": "REF-FAIL", "msg": f"{type(e).__name__}: {str(e)[:300]}",
-                                  "tb": traceback.format_exc()[-1500:]}), file=out, flush=True)
-                print(arch, variant, "REF-FAIL", repr(e)[:200], flush=True)
+                record(out, {**row0, "outcome": "REF-FAIL", "msg": f"{type(e).__name__}: {str(e)[:300]}",
+                             "tb": traceback.format_exc()[-1500:]}, arch, variant, "REF-FAIL", repr(e)[:200])
                 del target, draft
                 continue
             try:
@@ -330,8 +333,7 @@ def main():
                         row = {**row0, "path": path, "resolved": chosen, "proposer": proposer, "k": k}
                         if spent():
                             row.update(outcome="skipped", msg=f"past the {a.budget:g} s budget")
-                            print(json.dumps(row), file=out, flush=True)
-                            print(arch, variant, path, proposer, k, "skipped: past the budget", flush=True)
+                            record(out, row, arch, variant, path, proposer, k, "skipped: past the budget")
                             continue
                         t1 = time.perf_counter()
                         signal.alarm(a.limit)
