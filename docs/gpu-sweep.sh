@@ -17,7 +17,7 @@
 #   identical  specviz's greedy output is the argmax loop's over full forwards on the GPU: the path
 #              works there. Expected on every row not named below.
 #   refused    expected for tree on bloom and falcon_alibi (ALiBi: no token trees, naming a chain
-#              drafter); both resolve to a dynamic cache on 5.17 (lm.static_ready), so their
+#              drafter); both resolve to a dynamic cache on 5.17 (arch.static_ready), so their
 #              "graphed" rows run eager (compiled_passes 0, no log line). Any other refusal: a
 #              check misfiring on CUDA or 5.17, read its msg.
 #   opt        graphed and compiled rows identical with compiled_passes 0 and `logged` holding

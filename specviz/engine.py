@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .acceptance import Verdict, verify, verify_greedy
+from .arch import check_tree_model
 from .bounds import MAX_K, NEEDS_DRAFT, PROPOSERS  # here too: defined there for the command line
-from .lm import CachedLM, bucket, check_tree_model, draft_lm, resolve_fast
+from .lm import CachedLM, bucket, draft_lm, resolve_fast
 from .loading import Pair
 from .proposers import (
     AdaptiveProposer,

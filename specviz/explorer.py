@@ -18,10 +18,10 @@ from functools import cached_property
 
 import torch
 
+from .arch import input_rows
 from .detok import token_pieces
 from .engine import MAX_K
 from .engine import ngram_price as current_price
-from .lm import input_rows
 from .metrics import RunStats
 from .proposers import DraftLength, NgramProposer
 from .render import ACCEPTED, BONUS, RECOVERED, REJECTED, TARGET, Span

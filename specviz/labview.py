@@ -10,10 +10,11 @@ import plotly.graph_objects as go
 import torch
 
 from . import explorer, lab, profiles
+from .arch import input_rows, output_rows
 from .detok import token_label
 from .digits import beside, share, sig3
 from .figures import BASE, PAGE_HALF_PX, PAGE_PX, SPEC, THEORY, _layout
-from .lm import CachedLM, input_rows, output_rows
+from .lm import CachedLM
 from .render import NBSP, to_html
 from .sampling import SamplingParams, process
 from .untrusted import gc_paused

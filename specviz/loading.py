@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 
 from . import dense, quant
-from .lm import check_rollback, first_line, output_rows, positions, tree_window
+from .arch import check_rollback, output_rows, positions, tree_window
+from .lm import first_line
 from .untrusted import clip, whole
 
 EMPTY_PROMPT = "the prompt is empty: type some text to continue"
@@ -109,7 +110,7 @@ class Pair:
 
     @cached_property
     def tree_window(self) -> int | None:
-        """The positions a token tree stays exact below on both models (None: any; lm.tree_window:
+        """The positions a token tree stays exact below on both models (None: any; arch.tree_window:
         sliding-window models whose tree masks cannot give each layer its window); ValueError for
         caches that cannot roll back. Chains have no such bound: a sliding-window model's cache
         keeps every position (lm.full_layers) and crops exactly past its window."""
@@ -123,7 +124,7 @@ class Pair:
     @property
     def numerics(self) -> str:
         """What the greedy verdict compares: the target's arithmetic, said plainly."""
-        from .lm import refinable
+        from .arch import refinable
 
         dtype = str(self.dtype).removeprefix("torch.")
         head = (", final projection's top logits recomputed in float32"

@@ -21,7 +21,8 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from .lm import CachedLM, draft_lm, input_rows
+from .arch import input_rows
+from .lm import CachedLM, draft_lm
 from .sampling import SamplingParams, process
 from .untrusted import whole
 from .verifycost import VERIFY_SLOPE, VerifyCost

@@ -21,8 +21,9 @@ import time
 import numpy as np
 import torch
 
+from .arch import input_rows
 from .bounds import BRANCHING, MAX_BRANCHING, MAX_NODES  # here too: defined there for the command line
-from .lm import CachedLM, draft_lm, input_rows
+from .lm import CachedLM, draft_lm
 from .proposers import Draft
 from .sampling import SamplingParams, process
 from .tree import TreeNode, check, first_branch

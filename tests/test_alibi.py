@@ -61,12 +61,12 @@ def test_a_token_tree_on_an_alibi_model_is_refused_with_a_message_naming_a_chain
 
 
 def test_a_tree_on_another_model_without_position_ids_is_refused_without_naming_alibi():
-    """lm.alibi also holds for decoders whose forward takes no position_ids and that count positions
+    """arch.alibi also holds for decoders whose forward takes no position_ids and that count positions
     from the cache's length (Bart's, Marian's): refused as they should be, but the message said
     they placed tokens by ALiBi biases, which they do not."""
     from transformers import BartConfig, BartForCausalLM
 
-    from specviz.lm import check_tree_model
+    from specviz.arch import check_tree_model
 
     model = BartForCausalLM(BartConfig(vocab_size=64, d_model=16, decoder_layers=1, encoder_layers=1,
                                        decoder_attention_heads=2, encoder_attention_heads=2,
@@ -163,7 +163,7 @@ def test_a_tree_is_refused_where_either_forward_on_the_way_to_the_layers_takes_n
     verifies trees."""
     from conftest import make_model
 
-    from specviz.lm import check_tree_model
+    from specviz.arch import check_tree_model
 
     def without_position_ids(cls):
         class Slots(cls):

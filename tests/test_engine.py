@@ -596,7 +596,8 @@ def test_a_pass_whose_cache_was_ignored_is_caught_at_once(pair):
 
 
 def test_a_prompt_holding_an_id_the_model_cannot_read_is_left_to_round_1(pair):
-    from specviz.lm import CachedLM, input_rows
+    from specviz.arch import input_rows
+    from specviz.lm import CachedLM
 
     rows = input_rows(pair.target)
     lm = CachedLM(pair.target, pair.vocab_size)

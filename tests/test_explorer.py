@@ -455,7 +455,7 @@ def test_a_run_with_a_token_the_draft_cannot_read_is_refused_by_name(pair):
     is a ValueError that says so, not an index error inside the draft's pass."""
     import types
 
-    from specviz.lm import input_rows
+    from specviz.arch import input_rows
 
     rows = input_rows(pair.draft)
     stats = types.SimpleNamespace(tokens=[5, rows], events=(), draft_pass_seconds=0.0,

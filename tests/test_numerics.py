@@ -8,7 +8,8 @@ from conftest import fails_once, make_model
 from scipy.stats import chisquare
 
 import specviz
-from specviz.lm import CachedLM, check_rollback, refine_top, tree_window
+from specviz.arch import check_rollback, tree_window
+from specviz.lm import CachedLM, refine_top
 from specviz.loading import Pair
 from specviz.proposers import ModelProposer
 from specviz.sampling import SamplingParams, process
@@ -158,12 +159,12 @@ def test_a_sliding_window_model_takes_every_fast_path_with_full_cache_layers(pai
 def test_the_sampling_check_prices_a_tree_round_as_the_engine_does(pair, monkeypatch):
     """The exactness lab's continuations check refuses, before its first sample, a tree run the
     engine would refuse: it once reserved a chain's MAX_K (32) positions for a tree's 64 nodes.
-    (A model whose tree masks cannot apply its window, lm.tree_windows "below", refuses trees
+    (A model whose tree masks cannot apply its window, arch.tree_windows "below", refuses trees
     that reach it.)"""
-    from specviz import lm, service
+    from specviz import arch, service
     from specviz.settings import RunSettings
 
-    monkeypatch.setattr(lm, "tree_windows", lambda model: ("below", 64))
+    monkeypatch.setattr(arch, "tree_windows", lambda model: ("below", 64))
     slide_pair = sliding_pair(pair)
     s = RunSettings(pair="tiny", chat=False, prompt="for i in range(10):", temperature=1.0, k=4,
                     proposer="tree", dtype="float32")
@@ -374,18 +375,18 @@ def test_layers_that_cannot_crop_name_the_transformers_that_can(pair, monkeypatc
 
 def test_the_tree_window_is_the_smallest_where_sliding_windows_differ(pair, monkeypatch):
     """Layers of several windows take no one windowed tree mask: a token tree is exact only below
-    the smallest window (lm.tree_windows "below"), which bounds a tree run and no chain."""
+    the smallest window (arch.tree_windows "below"), which bounds a tree run and no chain."""
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-    from specviz import lm
+    from specviz import arch
 
     class Mixed:  # the layers a config with per-layer windows gives, a full-attention one among them
         def __init__(self, config):
             self.layers = [DynamicSlidingWindowLayer(sliding_window=w) for w in (64, 32, 48)]
             self.layers.insert(1, DynamicLayer())
 
-    monkeypatch.setattr(lm, "DynamicCache", Mixed)
-    assert lm.tree_windows(pair.target) == ("below", 32)
+    monkeypatch.setattr(arch, "DynamicCache", Mixed)
+    assert arch.tree_windows(pair.target) == ("below", 32)
     assert tree_window(pair.target) == 32
 
 
@@ -395,7 +396,7 @@ def test_only_plain_low_precision_heads_are_refined(pair):
     that soft-caps its logits (gemma2) gives its own logits from base_model and the head's weight."""
     from torch import nn
 
-    from specviz.lm import refinable
+    from specviz.arch import refinable
 
     assert refinable(copy.deepcopy(pair.target).to(torch.bfloat16))
     assert refinable(copy.deepcopy(pair.target).to(torch.float16))

@@ -4,14 +4,14 @@ trees keep the target's own greedy output on every fast path, and sampled runs i
 
 Their caches keep every position (lm.full_layers), which transformers masks by position, so a
 rollback past the window is exact; a tree pass's own 4-D mask gives each layer type its window
-(lm.tree_windows). Before, every such run was refused once it reached the window."""
+(arch.tree_windows). Before, every such run was refused once it reached the window."""
 
 import pytest
 import torch
 from conftest import EOS, make_tokenizer, perturbed
 
 import specviz
-from specviz import lm
+from specviz import arch, lm
 from specviz.loading import Pair
 from specviz.sampling import SamplingParams
 
@@ -114,7 +114,7 @@ def test_each_tree_node_sees_its_ancestors_within_each_layers_window(kind, how, 
     float32 rounding): nodes at depths 1-3 after contexts of 10 to 40 tokens, a window of 8, rows
     of siblings too. Without the window in the tree mask the same rows are off by far more."""
     model = sliding_pair(kind, tokenizer, window=WINDOW).target
-    assert lm.tree_windows(model) == (how, WINDOW)
+    assert arch.tree_windows(model) == (how, WINDOW)
     gen = torch.Generator().manual_seed(0)
     seq = torch.randint(0, 300, (48,), generator=gen).tolist()
     tokens_, parents = [7, 8, 9, 10, 11, 12], [-1, -1, 0, 0, 2, 4]  # node i after parents[i]
@@ -138,16 +138,16 @@ def test_each_tree_node_sees_its_ancestors_within_each_layers_window(kind, how, 
         return lm.CachedLM(model, 300, **({"cache": "static", "max_len": 128} if fast == "static" else {}))
 
     assert worst(cached()) < 1e-4
-    monkeypatch.setattr(lm, "tree_windows", lambda model: ("full", None))
+    monkeypatch.setattr(arch, "tree_windows", lambda model: ("full", None))
     assert worst(cached()) > 0.05  # the window is what the mask adds
 
 
 def test_a_model_whose_tree_masks_cannot_apply_its_window_refuses_trees_past_it(tokenizer, monkeypatch):
     """Where a tree mask cannot give each layer its window (windows of several sizes, chunked
-    attention, one mask taken for full and sliding layers: lm.tree_windows "below"), a tree run
+    attention, one mask taken for full and sliding layers: arch.tree_windows "below"), a tree run
     that reaches the window is refused up front naming the fix, a tree pass past it raises rather
     than verify with keys past the window, and chains run on past it unchanged."""
-    monkeypatch.setattr(lm, "tree_windows", lambda model: ("below", 24))
+    monkeypatch.setattr(arch, "tree_windows", lambda model: ("below", 24))
     pair = sliding_pair("gemma2", tokenizer)
     ids = pair.encode(PROMPT)
     assert pair.tree_window == 24
@@ -194,7 +194,7 @@ def test_a_tree_mask_a_layer_type_needs_a_forward_that_takes_one_and_the_configs
     the dict) without layer_types, mixing full and sliding layers, verifies trees only below
     its window ("below"), where a dict would reach layers that read no dict or name no key."""
     model = sliding_pair("gemma2", tokenizer).target
-    assert lm.tree_windows(model) == ("split", WINDOW)
+    assert arch.tree_windows(model) == ("split", WINDOW)
     base = type(model.base_model)
 
     class OneMask(base):
@@ -202,17 +202,17 @@ def test_a_tree_mask_a_layer_type_needs_a_forward_that_takes_one_and_the_configs
             return super().forward(*args, **kwargs)
 
     model.base_model.__class__ = OneMask
-    assert lm.tree_windows(model) == ("below", WINDOW)
+    assert arch.tree_windows(model) == ("below", WINDOW)
 
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     untyped = AutoModelForCausalLM.from_config(Qwen2Config(
         vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1))
-    assert lm.tree_windows(untyped) == ("split", WINDOW)  # its layer_types: full, sliding
+    assert arch.tree_windows(untyped) == ("split", WINDOW)  # its layer_types: full, sliding
     untyped.config.layer_types = None
-    monkeypatch.setattr(lm, "DynamicCache", lambda config: _Layers([None, WINDOW]))
-    assert lm.tree_windows(untyped) == ("below", WINDOW)
+    monkeypatch.setattr(arch, "DynamicCache", lambda config: _Layers([None, WINDOW]))
+    assert arch.tree_windows(untyped) == ("below", WINDOW)
 
 
 def test_sliding_layers_of_several_windows_or_another_window_than_the_configs_verify_trees_below_it(
@@ -221,11 +221,11 @@ def test_sliding_layers_of_several_windows_or_another_window_than_the_configs_ve
     names, the one the model's own mask applies: layers sliding 8 and 16 tokens, or every layer 16
     where the config says 8, verify trees only below the smallest window ("below")."""
     model = sliding_pair("mistral", tokenizer).target
-    assert lm.tree_windows(model) == ("all", WINDOW)
+    assert arch.tree_windows(model) == ("all", WINDOW)
     for windows, smallest in (([WINDOW, 2 * WINDOW], WINDOW), ([2 * WINDOW, 2 * WINDOW], 2 * WINDOW)):
-        monkeypatch.setattr(lm, "DynamicCache", lambda config, windows=windows: _Layers(windows))
-        assert lm.tree_windows(model) == ("below", smallest), windows
-        assert lm.tree_window(model) == smallest
+        monkeypatch.setattr(arch, "DynamicCache", lambda config, windows=windows: _Layers(windows))
+        assert arch.tree_windows(model) == ("below", smallest), windows
+        assert arch.tree_window(model) == smallest
 
 
 def test_a_split_models_tree_passes_share_one_compiled_graph_and_give_the_eager_rows(tokenizer, monkeypatch):
@@ -240,7 +240,7 @@ def test_a_split_models_tree_passes_share_one_compiled_graph_and_give_the_eager_
     monkeypatch.setattr(lm, "SHARED", True)
     monkeypatch.setattr(lm, "_SLOTS", type(lm._SLOTS)())
     model = sliding_pair("gemma2", tokenizer).target
-    assert lm.tree_windows(model) == ("split", WINDOW)
+    assert arch.tree_windows(model) == ("split", WINDOW)
     fast = lm.CachedLM(model, 300, cache="static", steps="compiled", max_len=128)
     eager = lm.CachedLM(model, 300, cache="static", max_len=128)
     ids = list(range(5, 5 + 3 * WINDOW))
@@ -282,7 +282,7 @@ def test_a_tree_run_is_bounded_by_the_smaller_window_of_the_pair_to_the_position
 
     pair = sliding_pair("gemma2", tokenizer)
     windows = {id(pair.target): ("below", 40), id(pair.draft): ("below", 24)}
-    monkeypatch.setattr(lm, "tree_windows", lambda model: windows[id(model)])
+    monkeypatch.setattr(arch, "tree_windows", lambda model: windows[id(model)])
     assert pair.tree_window == 24
     pair.__dict__.pop("tree_window")
     windows[id(pair.draft)] = ("split", 24)
