@@ -277,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     except (MemoryError, RuntimeError) as e:  # torch's OutOfMemoryError is a RuntimeError
         from .lm import first_line, out_of_memory
 
-        if not out_of_memory(e):
+        if (memory := out_of_memory(e)) is None:
             raise
-        print(f"specviz: error: out of memory ({first_line(e)[:200]}): pick a smaller pair, fewer "
+        print(f"specviz: error: out of memory ({first_line(memory)[:200]}): pick a smaller pair, fewer "
               "--max-new-tokens or a shorter prompt", file=sys.stderr)
         return 1

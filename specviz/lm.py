@@ -395,16 +395,18 @@ def failure(e: BaseException) -> str:
     return type(e).__name__ + (f" from {type(root).__name__}" if root is not e else "") + f": {first(root)}"
 
 
-def out_of_memory(e: BaseException) -> bool:
-    """Whether e, or an error it was raised from or while handling, is running out of memory:
-    Python's MemoryError, or torch's (torch.OutOfMemoryError and any RuntimeError saying so)."""
+def out_of_memory(e: BaseException) -> BaseException | None:
+    """The error that ran out of memory, e itself or one it was raised from or while handling
+    (the compiler wraps what it ran), or None: Python's MemoryError, or torch's
+    (torch.OutOfMemoryError and any RuntimeError saying so). A message quotes that error, not e:
+    another error raised while handling one (a cleanup's) names what it is, not the cause."""
     for _ in range(8):
         if isinstance(e, MemoryError) or isinstance(e, RuntimeError) and "out of memory" in str(e).lower():
-            return True
+            return e
         e = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
         if e is None:
-            return False
-    return False
+            return None
+    return None
 
 
 def compile_error(e: BaseException) -> bool:

@@ -428,6 +428,18 @@ def test_running_out_of_memory_is_one_line_that_names_the_fix(monkeypatch, capsy
     assert err.startswith("specviz: error: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB)")
     assert len(err.strip().splitlines()) == 1 and "pick a smaller pair, fewer --max-new-tokens" in err
 
+    def cleanup_failed(*args, **kwargs):  # raised while handling the memory's: that one is quoted
+        try:
+            full()
+        except RuntimeError:
+            raise RuntimeError("cleanup failed")  # noqa: B904 - an implicit cause, as a finally's
+
+    monkeypatch.setattr(loading, "load_pair", cleanup_failed)
+    assert main(["run", "--target", "T", "--draft", "D", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("specviz: error: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB)")
+    assert "cleanup failed" not in err
+
     def broken(*args, **kwargs):
         raise RuntimeError("some other failure")
 
