@@ -18,6 +18,7 @@ from . import dense
 # Architectures whose logits are exactly lm_head(last hidden state): no soft-capping or scaling.
 PLAIN_HEADS = {"qwen2", "qwen3", "llama", "mistral", "gpt2", "gpt_neox", "phi3", "olmo2"}
 
+
 def output_rows(model) -> int:
     """How many token ids the model can produce (rows of its output projection)."""
     head = model.get_output_embeddings()
