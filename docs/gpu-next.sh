@@ -2,10 +2,11 @@
 # The next device call, prepared: one run of about 9.5 minutes on the H200 (a session has 15, the
 # machine's start included), the files back under $OUT (the probe's report after each mode,
 # gpucheck's report and profile after each of its sections, so a timeout leaves what it measured).
-# From the repo root:
-#   run(command="bash docs/gpu-next.sh", timeout_s=600)
+# From the repo root, naming the H200 (issue 12's goals are an H200's; a call that names no kind
+# starts an H100 first, with slower memory, whose figures would not compare with 2026-12-04's):
+#   run(command="bash docs/gpu-next.sh", timeout_s=600, kind="nvidia-h200")
 # then, where status says 4 minutes or more of device time remain, the second call (the architecture
-# sweep on CUDA, about 110 s): run(command="bash docs/gpu-sweep.sh", timeout_s=150)
+# sweep on CUDA, about 110 s): run(command="bash docs/gpu-sweep.sh", timeout_s=150, kind="nvidia-h200")
 # 1. graphprobe: the compiled path's steps (one graph for every wide pass, the default) as they are,
 #    packed with inductor's coordinate-descent tuning (gpt-fast's setting: one-token matrix products
 #    as fused Triton reductions), then packed alone, timed side by side, each with the kernel

@@ -5,7 +5,7 @@
 # reaches, "compiled" (inductor, each shape then captured). Make it after docs/gpu-next.sh, in the
 # same session, when status says 4 minutes of device time or more remain (the machine still warm: no
 # new start), from the repo root:
-#   run(command="bash docs/gpu-sweep.sh", timeout_s=150)
+#   run(command="bash docs/gpu-sweep.sh", timeout_s=150, kind="nvidia-h200")
 # Files under $OUT: arch-sweep.jsonl (a header row a call: argv, device, GPU, torch, transformers,
 # CUDA; then a row a model and a row a run) and arch-sweep.log (stdout and stderr, specviz's log
 # lines and dynamo's among them), then a tally printed at the end.
