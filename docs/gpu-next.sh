@@ -5,6 +5,8 @@
 # From the repo root, naming the H200 (issue 12's goals are an H200's; a call that names no kind
 # starts an H100 first, with slower memory, whose figures would not compare with 2026-12-04's):
 #   run(command="bash docs/gpu-next.sh", timeout_s=600, kind="nvidia-h200")
+# (where no H200 is lent, an H100 still measures every ratio the goals state against eager and the
+# bandwidth limit it measures itself: record it under its own name, beside the H200's, not over it)
 # then, where status says 4 minutes or more of device time remain, the second call (the architecture
 # sweep on CUDA, about 110 s): run(command="bash docs/gpu-sweep.sh", timeout_s=150, kind="nvidia-h200")
 # 1. graphprobe: the compiled path's steps (one graph for every wide pass, the default) as they are,
