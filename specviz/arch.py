@@ -43,7 +43,7 @@ def positions(model) -> int | None:
 def check_rollback(model, name: str = "the model") -> None:
     """ValueError for caches that cannot roll back at all (linear-attention or other recurrent
     layers, layers that share another's keys). Full-attention and sliding-window layers can: a
-    sliding-window model's cache keeps every position (full_layers), so it crops exactly past
+    sliding-window model's cache keeps every position (lm.full_layers), so it crops exactly past
     its window too."""
     for layer in DynamicCache(config=model.config).layers:
         if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
@@ -116,7 +116,7 @@ def alibi(model) -> bool:
 
 
 def check_tree_model(model, name: str = "the model") -> None:
-    """ValueError where the model cannot verify a token tree exactly. A tree pass (forward_tree)
+    """ValueError where the model cannot verify a token tree exactly. A tree pass (CachedLM.forward_tree)
     gives each node the position of its depth through position_ids and its ancestors through a
     4-D mask: an ALiBi model reads neither (transformers 5.24: Bloom and Falcon raised "too many
     values to unpack" building their biases from the 4-D mask; MPT biased each node by its slot in
