@@ -19,7 +19,6 @@ import argparse
 import hashlib
 import html
 import json
-import math
 import tempfile
 import threading
 import time
@@ -74,7 +73,7 @@ from specviz.settings import (
     public_message,
     settings_from,
 )
-from specviz.trace import MAX_TRACE_BYTES, loads
+from specviz.trace import MAX_TRACE_BYTES, loads, mib_over
 from specviz.treedraft import MAX_BRANCHING, MAX_NODES
 from specviz.untrusted import env_flag, held_bytes, port, visible_bidi
 from specviz.views import WIDE
@@ -959,9 +958,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             # by content, keeps one copy of it too
             data = trace.to_json().encode("utf-8")
             if len(data) > MAX_TRACE_BYTES:  # a file that would be refused on opening: say so now
-                size = math.ceil(len(data) / 2**20 * 10) / 10  # rounded up: never "4.0, over 4"
-                raise gr.Error(f"this run's trace is {size} MiB, over the {MAX_TRACE_BYTES // 2**20} MiB "
-                               "a trace may be to open again (a tree "
+                raise gr.Error(f"this run's trace is {mib_over(len(data))} MiB, over the "
+                               f"{MAX_TRACE_BYTES // 2**20} MiB a trace may be to open again (a tree "
                                "run of 64-node rounds reaches it near 450 new tokens): run fewer new "
                                "tokens or tree nodes to save one", print_exception=False)
             path = SAVES / f"specviz-trace-{hashlib.sha256(data).hexdigest()[:16]}.json"

@@ -9,6 +9,7 @@ loaded.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 
 from . import untrusted
@@ -18,7 +19,7 @@ from .metrics import RunStats
 from .render import Span
 from .tracecheck import FORMAT, MAX_DEPTH, MAX_TRACE_BYTES, MAX_VOCAB, VERSION, fields_of
 
-__all__ = ["MAX_TRACE_BYTES", "Trace", "TraceError", "check_model", "loads"]
+__all__ = ["MAX_TRACE_BYTES", "Trace", "TraceError", "check_model", "loads", "mib_over"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,12 @@ class TraceError(ValueError):
     pass
 
 
+def mib_over(n: int) -> float:
+    """n bytes in MiB to one decimal, rounded up: a file just over the 4 MiB limit never reads
+    "4.0 MiB; the limit is 4 MiB"."""
+    return math.ceil(n / 2**20 * 10) / 10
+
+
 def _reject_constant(name: str):
     raise TraceError(f"not a valid specviz trace: {name} is not a number JSON allows")
 
@@ -98,7 +105,7 @@ def loads(text: str | bytes, vocab_size: int | None = None, max_positions: int |
     else:
         raise TraceError(f"not a valid specviz trace: expected JSON text, got {type(text).__name__}")
     if len(data) > MAX_TRACE_BYTES:
-        raise TraceError(f"trace is {len(data) / 2**20:.1f} MiB; the limit is "
+        raise TraceError(f"trace is {mib_over(len(data))} MiB; the limit is "
                          f"{MAX_TRACE_BYTES // 2**20} MiB")
     if not untrusted.is_utf8_json(data):
         raise TraceError("not a valid specviz trace: not UTF-8 JSON (specviz writes traces in "
