@@ -178,7 +178,7 @@ def from_dict(raw) -> Profile:
 
 def _profile(raw) -> Profile:
     raw = u.keys(raw, "(top level)", TOP_KEYS)
-    if raw.get("format") != FORMAT or raw.get("version") != VERSION:
+    if raw.get("format") != FORMAT or type(raw.get("version")) is not int or raw.get("version") != VERSION:
         raise ValueError(f"not a cost profile: format must be {FORMAT!r} and version {VERSION}")
     name = _text(raw.get("name"), "name", 64)
     if not NAME.match(name):

@@ -192,6 +192,8 @@ HOSTILE = {
     "long note": mutate(["note"], "x" * 501),
     "wrong format": mutate(["format"], "specviz-trace"),
     "version 2": mutate(["version"], 2),
+    "version true": mutate(["version"], True),  # True == 1 in Python: refused by its type, as a trace's
+    "version 1.0": mutate(["version"], 1.0),
     "quick not bool": mutate(["quick"], 1),
     "negative cpus": mutate(["hardware", "cpus"], -1),
     "float params": mutate(["models", "target", "params"], 1.5),
