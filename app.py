@@ -200,6 +200,8 @@ def launch_options(demo: gr.Blocks) -> dict:
                        deadline=BODY_SECONDS, pages=demo.specviz.pages,
                        proxies=limits.trust_forwarded, max_values=MAX_BODY_VALUES,
                        max_page_query=max_page_query,
+                       upload_note=f" (one trace, and a trace opens up to {MAX_TRACE_BYTES // 2**20} MiB: "
+                                   "open one that specviz saved, whose Save makes none larger)",
                        # a page holds two streams (heartbeat, results) and a few short requests
                        max_open=OPEN_PER_PAGE * demo.specviz.pages.per_address,
                        max_open_network=OPEN_PER_PAGE * demo.specviz.pages.per_network,
@@ -380,7 +382,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         per_page = max(4, limits.max_sessions // ADDRESSES_TO_EXPIRE)  # an IPv6 /48: a quarter of all
         pages = PerAddress(per_page, TRACE_TTL, per_network=max(per_page, limits.max_sessions // 4))
         opens = PerAddress(UPLOADS_PER_ADDRESS, sum(CLEAN_CACHE),  # traces opened, by address (each
-                           "too many traces opened from your address: at most {n} in {minutes} minutes",
+                           "too many traces opened from your address: at most {n} in {minutes} minutes; "
+                           "wait a few minutes and try again",
                            per_network=2 * UPLOADS_PER_ADDRESS)  # costs up to seconds of a core)
         # sessions whose heartbeat stream is connected (RequestGuard counts them): a page open in a
         # browser keeps its state however long its visitor is away (TRACE_TTL is for pages with no
@@ -869,7 +872,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except GeneratorExit:  # Stop: spaces keeps the worker, with the job's pair
                 raise
             except BaseException as e:
-                # failed in its worker: a fresh one next; refused before (or unknown): the last one
+                # failed in its worker: a fresh one next, which holds the default pair; refused
+                # before it started (or unknown): the worker may be the last one or a fresh one, so
+                # the default only where the last job used it too, else none (the next job asks a load)
                 worker["key"] = store.home if started or before == store.home else None
                 if isinstance(e, gr.Error) and e.message == ZEROGPU_ABORTED:
                     raise gr.Error(ABORTED.format(seconds=worker["asked"]), print_exception=False) from None

@@ -541,8 +541,10 @@ class RequestGuard:
                  pages: PerAddress | None = None, proxies: tuple = (),
                  min_charge: int = MIN_UPLOAD_CHARGE, max_values: int | None = None,
                  max_page_query: int = 64 * 2**10, max_open: int | None = None,
-                 max_open_network: int | None = None, beating: Counter | None = None):
+                 max_open_network: int | None = None, beating: Counter | None = None,
+                 upload_note: str = " (one trace)"):
         self.app, self.max_body, self.max_upload = app, max_body, max_upload
+        self.upload_note = upload_note  # what an upload too large is told after its size: the fix
         self.beating = beating  # session -> its heartbeat streams connected now (Tidy keeps those pages)
         self.max_open = max_open  # requests under way per public address (None: no bound)
         self.max_open_network = 4 * max_open if max_open_network is None and max_open else max_open_network
@@ -628,7 +630,7 @@ class RequestGuard:
 
     def too_large(self, upload: bool) -> str:
         if upload:
-            return TOO_LARGE.format(mib=self.max_upload / 2**20, what=" (one trace)")
+            return TOO_LARGE.format(mib=self.max_upload / 2**20, what=self.upload_note)
         return TOO_LARGE.format(mib=self.max_body / 2**20, what="")
 
     async def __call__(self, scope, receive, send):
