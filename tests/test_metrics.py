@@ -92,6 +92,42 @@ def test_the_stats_table_shows_the_hand_computed_figures():
     assert curve.y[3] == pytest.approx((1 - a ** 5) / (1 - a)) and curve.x[3] == 4
 
 
+def test_a_tree_runs_chain_column_shows_the_chain_runs_hand_computed_figures():
+    """A tree run's table has a third column, the chain drafter at the same depth: its every cell
+    is the chain run's own figure, computed by hand here as for a chain run's table (a helper's
+    recomputation of the Run tab found this column's values checked only for tokens per pass,
+    nodes, depth and elapsed)."""
+    import re
+
+    from specviz.tree import TreeNode
+    from specviz.views import stats_html
+
+    chain = RunStats.of([dataclasses.replace(e, elapsed=1.0 * e.round, draft_seconds=0.25, target_seconds=0.5,
+                                             round_seconds=1.0, stop="length" if e.round == 3 else None)
+                         for e in run([(4, 4), (4, 1), (4, 0)]).events])  # 8 tokens, 3 passes, 5 of 7 kept
+    path = tuple(TreeNode(parent=d - 1 if d else -1, token=d, depth=d + 1, q=1.0, score=1.0, p=1.0,
+                          fate="accepted") for d in range(3))
+    tree = RunStats.of([dataclasses.replace(round_(1, 0, 3, 3), source="tree", tree=path, elapsed=2.0,
+                                            draft_seconds=0.5, target_seconds=1.0, round_seconds=2.0,
+                                            stop="length")])
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), elapsed=0.5 * i,
+                                            stop="length" if i == 8 else None) for i in range(1, 9)])
+    rows = {label: re.findall(r"<td>(.*?)</td>", cells) for label, cells in
+            re.findall(r"<tr><th>([^<]*)</th>((?:<td>.*?</td>)+)</tr>", stats_html(tree, base, chain))}
+    chain_column = {label.split(" (")[0].split(":")[0]: cells[2] for label, cells in rows.items()}
+    a = 5 / 7
+    assert chain_column == {
+        "tokens": "8", "target passes": "3", "draft passes": "12", "tokens per target pass": "2.67",
+        "drafted tokens verified": "12", "depth drafted a round": "4.0",
+        "accepted per verified token": f"{5 / 12:.1%}", "per-token acceptance α = accepted /": f"{a:.1%}",
+        "i.i.d. prediction": f"{(1 - a ** 5) / (1 - a):.2f}\u00a0/pass",
+        "elapsed": "3.00\u00a0s", "tokens / s": "2.67",
+        "time split": "draft 0.75\u00a0s · target 1.50\u00a0s · other 0.750\u00a0s",
+        "speedup": "<b>1.33×</b>",  # 8/3 tokens a second against the target alone's 8 in 4 s
+        "speedup after round 1": "0.75×"}  # 3 tokens in 2 s against 7 in 3.5 s
+    assert rows["tokens"][:2] == ["4", "8"]  # the tree's own column and the baseline's beside it
+
+
 def test_the_elapsed_row_keeps_each_number_s_unit_on_its_line():
     """The elapsed row's "s" is held to its number by a no-break space, as the time split's are: in
     a tree run's three columns on a 375 px phone (the real pair, chromium) the tree's "29.49 s"
