@@ -266,8 +266,8 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
              "shrinks like 1/√N; "
              "a p-value below 0.001 flags a bias. The p-value is Pearson's χ² over tokens expecting 5 "
              "draws or more, the rarer ones pooled, and a second test of that pool (a Poisson tail where "
-             "it expects fewer than 5, else its tokens in groups expecting 20 or more): twice the smaller "
-             "of the two. The draws "
+             "it expects fewer than 5, else its tokens in groups expecting 20 or more): where both run, "
+             "twice the smaller of the two, at most 1. The draws "
              "are seeded, so the same round and N draw the same again: an exact rule is flagged about "
              f"once in 1,000 such draws, and another N draws anew.{point}</p>")
     # a title that fits a phone's plot (figures.TITLE_CHARS): "Monte Carlo: 200,000 one-token rounds
