@@ -215,12 +215,18 @@ def test_a_draft_round_past_an_eos_drafts_and_pays_for_all_the_budget_allows():
     assert rep.draft_passes == 8 and [r.k + 1 for r in rep.rounds] == [5, 5]
     assert rep.predicted_seconds == pytest.approx(8 * 0.001 + 2 * 0.01)  # 0.028 s
     numbers = explorer_views(rec, 4, False, 4, [5, 1])[1]
-    assert "2 target passes, 8 draft passes" in numbers and "predicted 0.028 s" in numbers
-    assert "matches it round by round" in numbers
+    assert "2 target passes, 8 draft passes, 3.00 tokens per pass" in numbers
+    assert "predicted 0.028 s" in numbers
+    assert "Measured run (k=4): 2 target passes; the recomputation matches it round by round" in numbers
     # the same passes in another order are another run: the check compares round by round
     assert "does NOT match it" in explorer_views(rec, 4, False, 4, [1, 5])[1]
     # no profile: the dashed curve is the output's tokens over each k's predicted seconds
     fig = explorer_views(rec, 4, False, 4, [5, 1])[2]
+    # the solid curve, by hand: every guess is the output, so k = 1 keeps 1 and the bonus a round
+    # (6 tokens in 3 passes); k = 2 to 4 take 2 passes (k = 3: 5 6 7 8, then 9 and the EOS, kept,
+    # which ends it); from k = 5 one pass drafts the five tokens before the EOS, the bonus is the EOS
+    assert list(fig.data[0].x) == list(range(1, 17))
+    assert list(fig.data[0].y) == [2.0, 3.0, 3.0, 3.0] + [6.0] * 12
     assert list(fig.data[1].y) == pytest.approx([len(output) / r.predicted_seconds for r in rec.curve])
     assert fig.data[1].y[3] == pytest.approx(6 / 0.028)  # k = 4, as above
     spans = explorer.spans(rep)  # the unrecorded drafts are not shown: every output token once

@@ -269,6 +269,26 @@ def test_explorer_views_project_the_replay_onto_a_profile():
     assert math.isclose(eager.y[k2], 6 / 0.046)
 
 
+def test_explorer_views_price_a_compiled_paths_short_round_at_its_padded_width():
+    """On a compiled path the engine pads a chain's verify of 2..k tokens to k + 1 (profiles.fed):
+    the explorer's line and curve price a budget-cut round so, by hand here (a helper found no
+    test of the explorer on a compiled path with a draft cost)."""
+    raw = copy.deepcopy(PROFILE)
+    raw["paths"]["fast"].update(draft_ms=1.0, target_ms={"1": 4.0, "5": 6.0})
+    output = [5, 6, 7, 8, 9, 3, 4]  # every guess right; the budget leaves round 2 one draft
+    rec = explorer.Recording("draft", [1, 2], output, list(output), draft_pass_seconds=0.001,
+                             target_pass_seconds=0.01, max_new_tokens=7)
+    rep = explorer.replay(rec, 4)
+    assert [(r.k, r.committed) for r in rep.rounds] == [(4, 5), (1, 2)] and rep.draft_passes == 5
+    _, numbers, fig = labview.explorer_views(rec, 4, False, None, None, profiles.load(raw))
+    # eager: 5 draft passes of 2 ms, verifies of widths 5 and 2 (18 + 12 ms): 40 ms; alone 7 x 10 ms
+    assert "eager (dynamic cache) 0.04 s (175.0 tok/s, 1.75x the target alone)" in numbers
+    # compiled: 5 x 1 ms, and width 2 padded to 5: 6 + 6 ms, 17 ms; alone 7 x 4 ms = 28 ms
+    assert "fast (static cache, compiled) 0.017 s (411.8 tok/s, 1.65x the target alone)" in numbers
+    fast = next(t for t in fig.data if t.name == "tokens / s on hand-made, fast (static cache, compiled)")
+    assert math.isclose(fast.y[list(fast.x).index(4)], 7 / 0.017)
+
+
 def test_a_paths_label_says_what_it_ran():
     """The CPU profile's "fast" path is the static cache uncompiled, slower than eager there: the
     menu and the plots name each path with what it ran."""
