@@ -70,6 +70,7 @@ from specviz.settings import (
     from_query,
     from_trace,
     markdown_text,
+    page_query_bound,
     public_message,
     settings_from,
 )
@@ -192,7 +193,7 @@ def page_assets() -> dict:
 def launch_options(demo: gr.Blocks) -> dict:
     """What demo.launch needs on hostile ground (main and the tests use the same)."""
     limits = demo.specviz.limits
-    max_page_query = 12 * limits.max_prompt_chars + 4096  # %XX of 4-byte characters
+    max_page_query = page_query_bound(limits)
     allow_long_heads(max_page_query)  # uvicorn refused such a link's head when it came in pieces
     guard = Middleware(RequestGuard, max_body=MAX_BODY, max_upload=MAX_TRACE_BYTES + MULTIPART_SLACK,
                        per_address=UPLOADS_PER_ADDRESS, upload_bytes=limits.upload_mb * 2**20,

@@ -335,10 +335,23 @@ def _merged(params: dict, base: RunSettings, limits: Limits, known_pairs,
             changes["pair"] = CUSTOM
     settings = replace(base, **changes)
     for key, message in settings.problems(limits, known_pairs).items():
-        notices.append(f"ignored {what} {key}: {message}{kept(key)}")
-        settings = replace(settings, **{key: getattr(base, key)})
-        if key == "pair":
-            settings = replace(settings, target=base.target, draft=base.draft)
+        models = [k for k in ("target", "draft") if getattr(settings, k) != getattr(base, k)]
+        if key in ("target", "draft") and settings.pair == CUSTOM != base.pair:
+            # the custom pair this link asked for (by its pair or its model names) has no usable
+            # model: it goes back to base's pair whole, named by what the link gave
+            first, *rest = [k for k in ("pair", "target", "draft") if k in params]
+            notices.append(f"ignored {what} {first}: {message}{kept('pair')}")
+            notices += [f"ignored {what} {k}: it goes with the custom pair refused above" for k in rest]
+        elif key == "pair" and models:  # a refused pair takes the link's model names with it
+            notices.append(f"ignored {what} pair: {message}{kept('pair')}")
+            notices += [f"ignored {what} {k}: it goes with the pair refused above" for k in models]
+        elif key in ("target", "draft") and key not in changes:
+            continue  # base's own, put back with the pair above
+        else:
+            notices.append(f"ignored {what} {key}: {message}{kept(key)}")
+            settings = replace(settings, **{key: getattr(base, key)})
+            continue
+        settings = replace(settings, pair=base.pair, target=base.target, draft=base.draft)
     return settings, notices
 
 
@@ -402,6 +415,17 @@ def coerce_int(name: str, value, lo: int, hi: int, default: int | None = None) -
     return number
 
 
+MAX_NAME_CHARS = 1000  # a text setting other than the prompt: a custom pair's target and draft
+
+
+def page_query_bound(limits: Limits) -> int:
+    """The characters a page's query may have (a share link's, which carries its settings): each
+    character of the prompt, and of a custom pair's two model names where custom pairs are
+    allowed, is at most 12 percent-encoded (%XX of 4 UTF-8 bytes), and 4,096 more hold the rest."""
+    names = 2 * MAX_NAME_CHARS if limits.allow_custom else 0
+    return 12 * (limits.max_prompt_chars + names) + 4096
+
+
 def settings_from(values: dict, limits: Limits) -> RunSettings:
     """RunSettings from raw values (a page, an API call): right types, or ValueError naming the fix.
 
@@ -410,7 +434,7 @@ def settings_from(values: dict, limits: Limits) -> RunSettings:
     """
     v = dict(values)
     text_limit = max(limits.max_prompt_chars, 1000)
-    out = {name: _text(name, v.get(name), text_limit if name == "prompt" else 1000)
+    out = {name: _text(name, v.get(name), text_limit if name == "prompt" else MAX_NAME_CHARS)
            for name in ("pair", "target", "draft", "proposer", "prompt", "dtype")}
     for name in ("pair", "proposer"):
         if not out[name]:

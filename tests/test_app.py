@@ -166,9 +166,11 @@ def test_a_share_links_prompt_of_any_text_opens_as_it_was(prompt):
     and within the bound app.launch_options puts on a page's query, in bytes: 12 a character."""
     from starlette.datastructures import QueryParams
 
+    from specviz.settings import page_query_bound
+
     s = RunSettings(pair="tiny", prompt=prompt)
     query = s.to_query()
-    assert query.isascii() and len(query) <= 12 * Limits().max_prompt_chars + 4096
+    assert query.isascii() and len(query) <= page_query_bound(Limits())
     back, notices, run = from_query(QueryParams(query.encode()), RunSettings(), Limits(), {"tiny"})
     assert back == s and notices == [] and run is False
 
@@ -264,6 +266,56 @@ def test_custom_models_need_the_operator_switch():
         RunSettings(pair="custom", target="a/b").check(Limits(), presets.BY_KEY)
     with pytest.raises(ValueError, match="allows 10"):
         RunSettings(prompt="x" * 11).check(Limits(max_prompt_chars=10), presets.BY_KEY)
+
+
+def test_a_link_to_a_custom_pair_without_a_usable_target_keeps_the_pages_pair_and_names_what_it_gave():
+    """Where custom pairs are allowed, a link naming the custom pair with no target (pair=custom,
+    a draft alone, a blank target) came back as the custom pair with an empty target: settings
+    that fail their own check, and a notice naming a target the link never gave. A refused pair's
+    model names went silently. (Found by a helper's fuzzing of share links.)"""
+    from starlette.datastructures import QueryParams
+
+    custom = Limits(allow_custom=True)
+    need = "custom pair: type a target model (hub id or local path) (kept 'embedded')"
+    for query, first, rest in [("pair=custom&run=1", "pair", []), ("draft=gpt2&run=1", "draft", []),
+                               ("target=%20", "target", []), ("pair=custom&target=&draft=x", "pair",
+                                                              ["target", "draft"])]:
+        s, notices, run = from_query(QueryParams(query), RunSettings(), custom, presets.BY_KEY)
+        assert (s.pair, s.target, s.draft, run) == ("embedded", "", "", False), query
+        assert not s.problems(custom, presets.BY_KEY), query
+        assert notices[0] == f"ignored link parameter {first}: {need}", (query, notices)
+        assert notices[1:1 + len(rest)] == [f"ignored link parameter {k}: it goes with the custom pair "
+                                            "refused above" for k in rest], (query, notices)
+    s, notices, _ = from_query(QueryParams("pair=nope&target=a/b&draft=c/d"), RunSettings(), custom,
+                               presets.BY_KEY)
+    assert (s.pair, s.target, s.draft) == ("embedded", "", "") and notices == [
+        "ignored link parameter pair: unknown pair 'nope': pick one from the list (kept 'embedded')",
+        "ignored link parameter target: it goes with the pair refused above",
+        "ignored link parameter draft: it goes with the pair refused above"]
+    # a page already on a custom pair keeps it, and its target, past a link's blank one
+    mine = RunSettings(pair="custom", target="a/b")
+    s, notices, _ = from_query(QueryParams("target=%20"), mine, custom, presets.BY_KEY)
+    assert s == mine and notices == ["ignored link parameter target: custom pair: type a target model "
+                                     "(hub id or local path) (kept 'a/b')"]
+
+
+def test_the_longest_custom_pairs_link_fits_the_pages_query_bound():
+    """A custom pair's target and draft hold up to 1,000 characters each, percent-encoded up to 12
+    bytes a character like the prompt: such a link of the longest prompt was 57,131 characters,
+    past the 52,096 the server allowed a page's query (414). The bound now counts them where
+    custom pairs are allowed."""
+    from starlette.datastructures import QueryParams
+
+    from specviz.settings import MAX_NAME_CHARS, page_query_bound
+
+    limits = Limits(allow_custom=True)
+    s = RunSettings(pair="custom", target="模" * MAX_NAME_CHARS, draft="🚀" * MAX_NAME_CHARS,
+                    prompt="😀" * limits.max_prompt_chars)
+    assert not s.problems(limits, presets.BY_KEY)
+    query = s.to_query()
+    assert page_query_bound(Limits()) < len(query) <= page_query_bound(limits)
+    back, notices, _ = from_query(QueryParams(query), RunSettings(), limits, presets.BY_KEY)
+    assert back == s and notices == []
 
 
 def link_params(s: RunSettings) -> dict[str, str]:
