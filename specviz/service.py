@@ -622,7 +622,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
             if not reading:
                 base_events.append(event)
             if (reading or event.stop is None) and time.monotonic() > deadline:
-                trace = kept(spec.events)
+                trace = kept(spec.events, base_events)  # the baseline as far as the view shows it
                 made = "while it read the prompt" if reading else f"after {event.round} tokens"
                 yield replace(_view(_over_budget(limits, f"the baseline {made} (no speedup or identity "
                                                  "check)"), pair, spans, spec,

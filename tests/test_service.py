@@ -770,6 +770,25 @@ def test_a_long_prompt_shows_its_reading_and_the_time_limit_acts_between_its_pas
     last = list(run_views(store, replace(s, seed=2), Limits()))[-1]
     assert last.status.startswith("Stopped the baseline while it read the prompt (no speedup")
     assert last.trace is not None and last.trace.baseline == () and last.base is None
+
+    # out of time after the baseline's third token: its trace keeps the rounds the view showed, so
+    # that the run opened again shows them too (it kept the speculative run's alone)
+    def stops_in_the_baseline(*args, proposer="draft", **kwargs):
+        rounds = 0
+        for event in real_generate(*args, proposer=proposer, **kwargs):
+            rounds += not isinstance(event, service.Reading)  # the long prompt's passes come first
+            if proposer == "none" and rounds == 3:
+                clock[0] = 1e6
+            yield event
+
+    clock[0] = 0.0
+    monkeypatch.setattr(service, "generate", stops_in_the_baseline)
+    last = list(run_views(store, replace(s, seed=3), Limits()))[-1]
+    assert last.status.startswith("Stopped the baseline after 3 tokens (no speedup")
+    assert len(last.base.events) == 3 and last.trace.baseline == last.base.events
+    opened = service.replay_view(loads(last.trace.to_json()), store.current())
+    assert opened.stats_html == last.stats_html and opened.base.events == last.base.events
+    monkeypatch.setattr(service, "generate", real_generate)
     # the end-to-end check: stopped before its first sample ends
     monkeypatch.setattr(service.time, "monotonic", real_clock)
     hot = replace(s, temperature=1.0)
