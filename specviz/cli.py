@@ -51,13 +51,14 @@ def _adder(module: str):
 
 
 def _add_model_args(p: argparse.ArgumentParser,
-                    draft_quant: str = "draft weight quantization (auto: int4 on CPU); the target is "
-                                       "never quantized") -> None:
+                    draft_quant: str = "draft weight quantization (auto: int4 on CPU in bfloat16 or "
+                                       "float32, else none); the target is never quantized") -> None:
     p.add_argument("--target", help="hub id, model folder or .gguf (default: the embedded pair)")
     p.add_argument("--draft", help="draft model (default: the embedded draft with the embedded target)")
     p.add_argument("--pair", help="a preset key instead of --target/--draft (see `presets`)")
     p.add_argument("--device", help="cuda, mps or cpu (default: the best available)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                   help="both models' dtype (default: bfloat16, float16 on MPS)")
     p.add_argument("--device-map", help='"auto" spreads a large target over the GPUs')
     p.add_argument("--draft-quant", choices=["auto", "none", "int8", "int4"], default="auto",
                    help=draft_quant)
@@ -65,19 +66,23 @@ def _add_model_args(p: argparse.ArgumentParser,
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proposer", choices=PROPOSERS, default="draft")
-    p.add_argument("--k", type=int, default=4, help=f"tokens drafted per round, 1..{MAX_K} "
-                                                     "(a tree's depth with --proposer tree)")
-    p.add_argument("--nodes", type=int, help=f"tree: nodes verified per round, 1..{MAX_NODES} (default: "
-                                             "sized each round from the measured verify cost)")
+    p.add_argument("--k", type=int, default=4, help=f"the most tokens drafted per round, 1..{MAX_K} "
+                                                     "(ngram, adaptive and hybrid choose fewer; a "
+                                                     "tree's greatest depth with --proposer tree)")
+    p.add_argument("--nodes", type=int, help=f"tree: the most nodes verified per round, 1..{MAX_NODES} "
+                                             "(default: sized each round from the measured verify cost)")
     p.add_argument("--branching", type=int, help=f"tree: children of each expanded node, "
                                                  f"1..{MAX_BRANCHING} (default: from {BRANCHING}, "
                                                  "widened while the tree fills)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ngram", type=int, default=3, help="longest n-gram the n-gram drafter matches")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate at most")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0: greedy, the target's own output; above 0: sampled, following the target's "
+                        "distribution exactly")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus cut, applied to p and q alike (1: off)")
+    p.add_argument("--top-k", type=int, default=0, help="top-k cut, applied to p and q alike (0: off)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled draws")
+    p.add_argument("--ngram", type=int, default=3, help="longest n-gram the n-gram drafter matches "
+                                                               "(hybrid's: at least 8)")
     p.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
 
 
