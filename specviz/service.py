@@ -422,13 +422,15 @@ def token_text(tokenizer=None, spans: tuple[Span, ...] | list[Span] = (), vocab_
 
 
 def node_text(events, spans, tokenizer) -> dict[str, str]:
-    """A trace's node_text: {id: text} of every tree-node token of the events that no span shows
-    (refused and never-reached candidates), so that an opened trace names them without the
-    tokenizer, as the live page did. Each is the token's text alone (token_pieces without
-    context), less a character it leaves unfinished: a token of part of one is "" (the live page
-    shows the character whole on a node that completes it after its branch). Keyed by str(id), as
-    JSON keeps it."""
-    ids = sorted({n.token for e in events for n in e.tree} - {s.token for s in spans})
+    """A trace's node_text: {id: text} of every tree-node token of the events, so that an opened
+    trace names its nodes without the tokenizer, as the live page did. Each is the token's text
+    alone (token_pieces without context), less a character it leaves unfinished: a token of part
+    of one is "" (the live page shows the character whole on a node that completes it after its
+    branch). A token the spans also show is named so too: its text in the output can hold the
+    end of a character split before it there, which a node elsewhere does not (a node's ' fo'
+    read '�� fo'). Keyed by str(id), as JSON keeps it. (Traces before 2026-12-07 name only the
+    tokens no span shows.)"""
+    ids = sorted({n.token for e in events for n in e.tree})
     return {str(t): token_pieces(tokenizer, [], [t])[0] for t in ids}
 
 

@@ -32,7 +32,7 @@ class Trace:
     baseline: tuple[RoundEvent, ...] = ()
     recording: Recording | None = None
     chain: tuple[RoundEvent, ...] = ()  # a tree run's comparison: the chain drafter at the same k
-    node_text: dict[str, str] | None = None  # id -> text of tree-node tokens no span shows
+    node_text: dict[str, str] | None = None  # id -> text alone of every tree-node token
 
     @property
     def stats(self) -> RunStats:
