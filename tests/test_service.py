@@ -760,29 +760,26 @@ def test_a_long_prompt_shows_its_reading_and_the_time_limit_acts_between_its_pas
     # out of time once the baseline starts: stopped while it reads, the run kept
     clock, real_clock, real_generate = [0.0], time.monotonic, service.generate
 
-    def generate(*args, proposer="draft", **kwargs):
-        if proposer == "none":
-            clock[0] = 1e6
-        return real_generate(*args, proposer=proposer, **kwargs)
+    def out_of_time_in_the_baseline(after: int):
+        """generate whose job clock runs out once the baseline has made `after` rounds (0: as it
+        starts, before it reads the prompt)."""
+        def generate(*args, proposer="draft", **kwargs):
+            rounds = 0
+            for event in real_generate(*args, proposer=proposer, **kwargs):
+                rounds += not isinstance(event, service.Reading)  # the long prompt's passes first
+                clock[0] = 1e6 if proposer == "none" and rounds >= after else clock[0]
+                yield event
+        return generate
 
-    monkeypatch.setattr(service, "generate", generate)
+    monkeypatch.setattr(service, "generate", out_of_time_in_the_baseline(0))
     monkeypatch.setattr(service.time, "monotonic", lambda: real_clock() + clock[0])
     last = list(run_views(store, replace(s, seed=2), Limits()))[-1]
     assert last.status.startswith("Stopped the baseline while it read the prompt (no speedup")
     assert last.trace is not None and last.trace.baseline == () and last.base is None
-
     # out of time after the baseline's third token: its trace keeps the rounds the view showed, so
     # that the run opened again shows them too (it kept the speculative run's alone)
-    def stops_in_the_baseline(*args, proposer="draft", **kwargs):
-        rounds = 0
-        for event in real_generate(*args, proposer=proposer, **kwargs):
-            rounds += not isinstance(event, service.Reading)  # the long prompt's passes come first
-            if proposer == "none" and rounds == 3:
-                clock[0] = 1e6
-            yield event
-
     clock[0] = 0.0
-    monkeypatch.setattr(service, "generate", stops_in_the_baseline)
+    monkeypatch.setattr(service, "generate", out_of_time_in_the_baseline(3))
     last = list(run_views(store, replace(s, seed=3), Limits()))[-1]
     assert last.status.startswith("Stopped the baseline after 3 tokens (no speedup")
     assert len(last.base.events) == 3 and last.trace.baseline == last.base.events
