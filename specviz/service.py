@@ -474,6 +474,14 @@ def tree_round(trace: Trace | None, round_number, pair: Pair | None = None) -> t
     return treeview.tree_views(trace.events, trace_text(trace, pair), round_number, greedy)
 
 
+def cut_short(trace: Trace) -> bool:
+    """Whether the job's time limit stopped this run before its end (run_views keeps it so): its
+    last round, or its baseline's, ended nothing, or it has no baseline (a finished run has a whole
+    one, measured or reused)."""
+    last = trace.baseline[-1] if trace.baseline else None
+    return not trace.events or trace.events[-1].stop is None or last is None or last.stop is None
+
+
 def explorer_refusal(trace: Trace | None, opened: bool = False) -> str | None:
     """Why the k explorer cannot replay this run (`opened`: from a trace file), or None when it
     can. A tree run is never replayed at other depths: the recording replays a chain drafter's
@@ -484,16 +492,16 @@ def explorer_refusal(trace: Trace | None, opened: bool = False) -> str | None:
                 "model at temperature 0 to explore k.")
     if trace is not None and trace.recording is None and trace.settings.get("temperature") == 0:
         proposer = trace.settings.get("proposer")  # a run the explorer replays, yet no recording:
-        # an opened trace whose "recording" is null (a longer n-gram one is opened so:
-        # docs/trace-format.md), not a live run's reasons below
-        if opened and proposer in EXPLORER_PROPOSERS:
-            return ("This trace holds no recording (its \"recording\" is null), so the k explorer "
-                    "cannot replay it: press Run to make the run again with its settings, then explore "
-                    "k.")
-        if proposer in EXPLORER_PROPOSERS and not trace.baseline:  # kept at the job's time limit
+        if proposer in EXPLORER_PROPOSERS and cut_short(trace):  # kept at the job's time limit, live
+            # or opened (the recording is made at the end; its baseline, if any, kept as far as it went)
             return ("This run stopped at the job's time limit before it finished, and the k explorer's "
                     "recording is made at the end: run it again with fewer new tokens (or a shorter "
                     "prompt) to explore k.")
+        if opened and proposer in EXPLORER_PROPOSERS:  # an opened trace whose "recording" is null (a
+            # longer n-gram one is opened so: docs/trace-format.md)
+            return ("This trace holds no recording (its \"recording\" is null), so the k explorer "
+                    "cannot replay it: press Run to make the run again with its settings, then explore "
+                    "k.")
         if proposer == "draft":  # explorer.record refused it
             return ("The draft model cannot read every token this run wrote, so the k explorer cannot "
                     "record its guesses: try the n-gram drafter to explore k.")

@@ -785,6 +785,11 @@ def test_a_long_prompt_shows_its_reading_and_the_time_limit_acts_between_its_pas
     assert len(last.base.events) == 3 and last.trace.baseline == last.base.events
     opened = service.replay_view(loads(last.trace.to_json()), store.current())
     assert opened.stats_html == last.stats_html and opened.base.events == last.base.events
+    # the k explorer names the time limit, live and opened (with the baseline kept, it said the
+    # draft model could not read the run's tokens, and opened, that the trace held no recording)
+    for opened in (False, True):
+        trace = loads(last.trace.to_json()) if opened else last.trace
+        assert "stopped at the job's time limit" in service.explorer_refusal(trace, opened), opened
     monkeypatch.setattr(service, "generate", real_generate)
     # the end-to-end check: stopped before its first sample ends
     monkeypatch.setattr(service.time, "monotonic", real_clock)
@@ -1069,6 +1074,7 @@ def test_the_k_explorer_says_why_a_greedy_draft_run_has_no_recording(store):
     cut = list(run_views(store, s, Limits(max_job_seconds=1e-9)))[-1].trace
     assert cut.recording is None and cut.baseline == ()
     assert "stopped at the job's time limit" in explorer_refusal(cut)
+    assert "stopped at the job's time limit" in explorer_refusal(loads(cut.to_json()), opened=True)
     whole = list(run_views(store, s, Limits()))[-1].trace
     assert whole.recording is not None and explorer_refusal(whole) is None
     assert "cannot read every token" in explorer_refusal(replace(whole, recording=None))
