@@ -352,6 +352,34 @@ def on_profile(rep: explorer.Replay, profile: profiles.Profile) -> str:
             + ". Pass counts from this replay, costs from the profile; the prefill counts as one pass.")
 
 
+NEAR_FASTEST = 0.02  # a k whose predicted time is within this share of the fastest k's is named beside it
+
+
+def ks_text(ks: list[int]) -> str:
+    """Ascending ks in words: [2, 3, 4, 6] -> "2 to 4 and 6", [1, 2] -> "1 and 2"."""
+    runs: list[list[int]] = []
+    for k in ks:
+        if runs and k == runs[-1][-1] + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    words = [w for r in runs for w in ([f"{r[0]} to {r[-1]}"] if len(r) > 2 else map(str, r))]
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
+
+
+def fastest_text(seconds: dict[int, float | None], tokens: int) -> str | None:
+    """The k of the curve with the least predicted time (the smallest such k on a tie), its
+    tokens / s, and the other ks within NEAR_FASTEST of its time: no replay or cost model is
+    finer than that, so the choice among them is the visitor's. None where no k has a time."""
+    timed = {k: t for k, t in seconds.items() if t}
+    if not timed:
+        return None
+    best = min(timed, key=lambda k: (timed[k], k))
+    near = sorted(k for k, t in timed.items() if k != best and t <= timed[best] * (1 + NEAR_FASTEST))
+    return (f"k = {best} ({tokens / timed[best]:.1f} tokens / s)"
+            + (f", with k = {ks_text(near)} within {NEAR_FASTEST:.0%} of its time" if near else ""))
+
+
 # why the replay at the run's own k can differ from the measured run, by the recording's proposer
 MISMATCH = {
     "draft": (" A recording holds the run's own drafts wherever its rounds drafted, so at the run's k the "
@@ -401,13 +429,27 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
                  f"recomputation {'matches it round by round ✔' if ok else 'does NOT match it ✘'}."
                  + ("" if ok else MISMATCH[rec.proposer]))
     seconds = rep.predicted_seconds  # tokens / s as the curve's: the output over predicted seconds
+    tokens = len(rec.output)
+    fastest = [f"at this run's costs, {text}" for text in
+               [fastest_text({r.k: r.predicted_seconds for r in reps}, tokens)] if text]  # then a
+    # sentence a path of the profile (its dashed or dotted line on the plot)
+    for path in profile.paths if profile else ():
+        try:
+            text = fastest_text({r.k: profiles.project(r, profile, path) for r in reps}, tokens)
+        except ValueError:  # no draft cost on this path: not on the plot either
+            continue
+        if text:
+            fastest.append(f"On {html.escape(profile.name[:40])}, {html.escape(profile.path_label(path))}: "
+                           f"{text}")
     numbers = (f"<div class='specviz-lab'><b>{f'adaptive k ≤ {k}' if adaptive else f'k = {k}'}</b>: "
                f"{rep.target_passes} target passes, {rep.draft_passes} draft passes, "
                f"{beside(rep.tokens_per_pass, 1.0)} tokens per pass, "
                f"predicted {sig3(seconds)} s"
-               + (f", {len(rec.output) / seconds:.1f} tokens / s " if seconds else " ") +
+               + (f", {tokens / seconds:.1f} tokens / s " if seconds else " ") +
                f"({cost_text(rec)}; {prefill_text(prefilled)})."
-               f"{on_profile(rep, profile) if profile else ''}{check}{note}</div>")
+               f"{on_profile(rep, profile) if profile else ''}"
+               + (f"<br>Fastest predicted k of {min(explorer.CURVE_KS)} to {max(explorer.CURVE_KS)}: "
+                  f"{'. '.join(fastest)}." if fastest else "") + f"{check}{note}</div>")
     fig = go.Figure()
     ks = [r.k for r in reps]
     fig.add_scatter(x=ks, y=[r.tokens_per_pass for r in reps], name="tokens per target pass", line_color=SPEC)

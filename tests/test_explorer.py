@@ -694,6 +694,18 @@ def test_an_adaptive_replay_with_no_rounds_draws_no_mark():
     assert not any((t.name or "").startswith("adaptive") for t in fig.data)
 
 
+def test_the_fastest_k_line_names_the_ks_within_2_percent_as_runs_of_ks():
+    from specviz.labview import fastest_text, ks_text
+
+    assert [ks_text(ks) for ks in ([4], [1, 2], [3, 5], [2, 3, 4, 6], [1, 3, 5, 6, 7, 9])] == [
+        "4", "1 and 2", "3 and 5", "2 to 4 and 6", "1, 3, 5 to 7 and 9"]
+    # 10 tokens: k = 2 takes 1 s (10.0 tokens / s); k = 3 is 1.5 % slower, k = 4 2.5 %, k = 5 ties
+    # k = 2 exactly and k = 1 has no time measured
+    assert fastest_text({1: None, 2: 1.0, 3: 1.015, 4: 1.025, 5: 1.0}, 10) == (
+        "k = 2 (10.0 tokens / s), with k = 3 and 5 within 2% of its time")
+    assert fastest_text({1: 0.0, 2: None}, 10) is None
+
+
 def test_a_mismatch_gives_a_reason_that_fits_the_recordings_proposer():
     """An n-gram run has no draft pass, yet its mismatch blamed the draft's bfloat16 pass."""
     from specviz.labview import explorer_views

@@ -269,6 +269,24 @@ def test_explorer_views_project_the_replay_onto_a_profile():
     assert math.isclose(eager.y[k2], 6 / 0.046)
 
 
+def test_the_explorer_names_the_fastest_k_on_the_runs_costs_and_on_each_path_of_a_profile():
+    """By hand, eager C_T(w) = 8 + 2w ms, C_D 2 ms: k = 1 makes 3 rounds of width 2 (3 * 2 + 3 * 12
+    = 42 ms), k = 2 makes 46 ms, k = 3 two rounds of width 4 (6 * 2 + 2 * 16 = 44 ms), k = 4 48 ms,
+    each wider k more. At the recording's own costs (C_D 0.5 s, C_T 1 s flat): k = 1 3 rounds and 3
+    drafts, 4.5 s; k = 2 and 3, 5 s. The fast path has no draft cost: no line, as no curve."""
+    numbers = labview.explorer_views(hand_recording(), 2, False, None, None, profile())[1]
+    assert ("<br>Fastest predicted k of 1 to 16: at this run's costs, k = 1 (1.3 tokens / s). On hand-made, "
+            "eager (dynamic cache): k = 1 (142.9 tokens / s).") in numbers
+    eager = PROFILE["paths"]["eager"]
+    flat = copy.deepcopy(PROFILE)  # verifying free, drafting all but free: every k from 5 on makes
+    flat["paths"]["eager"] = dict(eager, draft_ms=1e-6, target_ms={"1": 10.0})  # the 6 tokens in 1 pass,
+    numbers = labview.explorer_views(replace(hand_recording(), guesses=[1, 2, 3, 4, 5, 6]), 2, False, None,
+                                     None, profiles.load(flat))[1]
+    # k = 3 and 4 in 2 (20 ms against 10 ms: outside 2 %); the smallest of the near-tie is named
+    assert ("eager (dynamic cache): k = 5 (600.0 tokens / s), with k = 6 to 16 within 2% of its time."
+            in numbers)
+
+
 def test_explorer_views_price_a_compiled_paths_short_round_at_its_padded_width():
     """On a compiled path the engine pads a chain's verify of 2..k tokens to k + 1 (profiles.fed):
     the explorer's line and curve price a budget-cut round so, by hand here (a helper found no
