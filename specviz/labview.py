@@ -313,12 +313,13 @@ def continuations_html(step: dict) -> str:
 
 def cost_text(rec: explorer.Recording) -> str:
     """The pass costs a replay is priced at, as the k explorer states them."""
-    c_d = sig3(rec.draft_pass_seconds * 1000)
+    c_d = ("no draft pass (the n-gram drafter looks its drafts up)" if rec.proposer == "ngram"
+           else f"C_D={sig3(rec.draft_pass_seconds * 1000)} ms")  # it read "C_D=0 ms"
     if rec.per_draft is None:
-        return (f"C_D={c_d} ms, C_T={sig3(rec.target_pass_seconds * 1000)} ms per target pass, "
+        return (f"{c_d}, C_T={sig3(rec.target_pass_seconds * 1000)} ms per target pass, "
                 "whatever it verifies")
     c_t, b = rec.per_draft
-    return (f"C_D={c_d} ms; a target pass verifying k drafts costs {sig3(c_t * 1000)} + "
+    return (f"{c_d}; a target pass verifying k drafts costs {sig3(c_t * 1000)} + "
             f"{sig3(b * 1000)}·k ms, fitted to this run's passes, the prompt's included")
 
 

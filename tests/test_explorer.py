@@ -340,6 +340,11 @@ def test_the_explorer_states_gpu_and_cpu_pass_costs_to_three_significant_digits(
         "C_D=1.4 ms, C_T=9.2 ms per target pass, whatever it verifies")
     cpu = dataclasses.replace(rec, draft_pass_seconds=0.0153, verify_line=(0.1234, 0.0456))
     assert "C_D=15.3 ms; a target pass verifying k drafts costs 169 + 45.6·k ms" in cost_text(cpu)
+    ngram = dataclasses.replace(cpu, proposer="ngram", draft_pass_seconds=0.0)  # it read "C_D=0 ms"
+    assert cost_text(ngram).startswith("no draft pass (the n-gram drafter looks its drafts up); a target "
+                                       "pass verifying k drafts costs 169 + 45.6·k ms")
+    assert cost_text(dataclasses.replace(ngram, verify_line=None)).startswith(
+        "no draft pass (the n-gram drafter looks its drafts up), C_T=")
     # k = 2: one round drafts both tokens, keeps both: 2 * 1.4 + 9.2 + 2 * 0.04 = 12.08 ms
     assert "predicted 0.0121 s" in explorer_views(rec, 2, False, None, None)[1]
     assert [sig3(x) for x in (1234.6, 99.996, 0.5, 0)] == ["1,235", "100", "0.5", "0"]
