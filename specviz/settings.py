@@ -383,7 +383,7 @@ def _float(name: str, value) -> float:
         raise ValueError(f"{name} must be a number, got {clip(value)!r}") from None
     if not math.isfinite(number):
         raise ValueError(f"{name} must be a finite number, got {clip(value)}")
-    return number
+    return number + 0.0  # -0.0 is 0.0: a link's "temperature=-0" is shared on as "0"
 
 
 def _text(name: str, value, limit: int) -> str:

@@ -1,6 +1,7 @@
 """The web app on tiny models: gradio_client streams, errors, share links, and a real browser."""
 
 import asyncio
+import math
 import shutil
 import socket
 import threading
@@ -173,6 +174,14 @@ def test_a_share_links_prompt_of_any_text_opens_as_it_was(prompt):
     assert query.isascii() and len(query) <= page_query_bound(Limits())
     back, notices, run = from_query(QueryParams(query.encode()), RunSettings(), Limits(), {"tiny"})
     assert back == s and notices == [] and run is False
+
+
+def test_a_links_negative_zero_is_shared_on_as_zero():
+    """float("-0") is -0.0: a link's temperature=-0 passed the check (-0.0 >= 0) and was shared on
+    as "temperature=-0.0"."""
+    s, notices, _ = from_query({"temperature": "-0", "top_p": "1"}, RunSettings(), Limits(), presets.BY_KEY)
+    assert notices == [] and math.copysign(1.0, s.temperature) == 1.0
+    assert "&temperature=0.0&" in s.to_query()
 
 
 def test_bad_link_parameters_are_ignored_with_notices():
