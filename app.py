@@ -50,8 +50,6 @@ from specviz.lm import out_of_memory
 from specviz.loading import check_device, default_device
 from specviz.render import legend_html
 from specviz.service import (
-    RELOAD_SHARE,
-    ModelStore,
     Sides,
     View,
     check_continuations,
@@ -74,6 +72,7 @@ from specviz.settings import (
     public_message,
     settings_from,
 )
+from specviz.store import RELOAD_SHARE, ModelStore
 from specviz.trace import MAX_TRACE_BYTES, loads, mib_over
 from specviz.treedraft import MAX_BRANCHING, MAX_NODES
 from specviz.untrusted import env_flag, held_bytes, port, visible_bidi

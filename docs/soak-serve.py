@@ -31,8 +31,8 @@ def main() -> None:
         os.environ["GRADIO_TEMP_DIR"] = gradio_temp
 
     import app
-    from specviz.service import ModelStore
     from specviz.settings import Limits, RunSettings
+    from specviz.store import ModelStore
 
     torch.set_num_threads(1)
     root = pathlib.Path(os.environ.get("MODELS", "/tmp/soak/models"))

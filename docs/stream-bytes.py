@@ -36,6 +36,7 @@ from gradio.state_holder import SessionState  # noqa: E402
 import app  # noqa: E402
 from specviz import service  # noqa: E402
 from specviz.settings import Limits, RunSettings  # noqa: E402
+from specviz.store import ModelStore  # noqa: E402
 
 if mode == "every":
     service.VIEW_SECONDS = service.PLOT_SECONDS = 0.0
@@ -78,7 +79,7 @@ def timed_view(*a, **kw):
 
 service._view = timed_view
 
-store = service.ModelStore({"tiny": (str(root / "target"), str(root / "draft"))}, device="cpu")
+store = ModelStore({"tiny": (str(root / "target"), str(root / "draft"))}, device="cpu")
 limits = Limits(max_new_tokens=512, max_job_seconds=1e9)
 default = RunSettings(pair="tiny", chat=False, max_new_tokens=n, prompt="def fibonacci(n):")
 demo = app.build(store, limits, default)

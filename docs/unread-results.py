@@ -23,8 +23,8 @@ from conftest import EOS, make_model, make_tokenizer, perturbed
 
 import app
 from specviz import guard, service
-from specviz.service import ModelStore
 from specviz.settings import Limits, RunSettings
+from specviz.store import ModelStore
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch.set_num_threads(1)

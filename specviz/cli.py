@@ -163,7 +163,7 @@ def cmd_run(args) -> int:
         raise ValueError(EMPTY_PROMPT)
     pair = load_from_args(args)
     prompt_ids = pair.encode(args.prompt, chat=args.chat)  # a prompt it refuses: before the warm-up
-    from .service import warm_up
+    from .store import warm_up
 
     warm_up(pair, args.k)  # the timed run starts warm, as its baseline (which runs second) did
     settings = dict(k=args.k, max_new_tokens=args.max_new_tokens, temperature=args.temperature,

@@ -81,7 +81,7 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
     events = trace.events
     if pair is None:
         raise ValueError("no pair is loaded: run something first, then come back")
-    from .service import made_here, pair_models  # the names a run here writes into its trace
+    from .store import made_here, pair_models  # the names a run here writes into its trace
 
     if not made_here(trace, pair):
         made = trace.models if isinstance(trace.models, dict) else {}

@@ -1,5 +1,6 @@
-"""What the app runs: load pairs once, stream a speculative run then the baseline as views
-(after a token-tree run, the chain drafter at the same depth as well, for the comparison).
+"""What the app runs: on the store's pair (store.ModelStore loads it once), stream a speculative run
+then the baseline as views (after a token-tree run, the chain drafter at the same depth as well, for
+the comparison).
 
 Plain values out (HTML strings, plotly figures); the app only wires them to components. Every
 job here honours the operator's Limits: prompt tokens, samples, and a time budget per job.
@@ -7,40 +8,36 @@ job here honours the operator's Limits: prompt tokens, samples, and a time budge
 
 from __future__ import annotations
 
-import math
-import threading
 import time
-from collections import Counter, OrderedDict, deque
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
 import torch
 
-from . import presets, treeview, zerogpu
+from . import treeview
 from .compare import Comparison, compare
 from .detok import token_pieces
 from .digits import beside
 from .engine import (
     NEEDS_DRAFT,
     Reading,
-    RoundEvent,
     generate,
     make_proposer,
     pair_draft_lm,
     round_room,
     run_length,
     target_lm,
-    warm_steps,
 )
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
 from .lab import two_sample_tv
-from .lm import resolve_fast
-from .loading import Pair, check_source, default_device, load_pair, parse_dtype
+from .loading import Pair
 from .metrics import RunStats
 from .render import Span, round_spans, to_html
 from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text, public_message
+from .store import ModelStore, made_here, pair_models
 from .trace import Trace
 from .views import implausible_race, stats_html, timeline_html, verdict_html
 
@@ -83,227 +80,6 @@ class View:
         return self.spec is not None and self.spec.is_tree
 
 
-RELOAD_SHARE = 0.2  # a public server's time, at most, spent switching to another pair or dtype
-SWITCH_WINDOW = 600.0  # seconds over which that share is counted
-LOAD_POLL_SECONDS = 1.0  # a job waiting on a load yields this often, so that Stop acts at once
-
-
-class ModelStore:
-    """Holds one loaded pair at a time (memory), keyed by what was asked; loads under a lock.
-
-    Every visitor waits while it loads (12 s for the embedded pair in bf16, 22 s in float32 on a
-    2-core CPU), so with switch_share set (the app: RELOAD_SHARE) the server switches to another
-    pair only while its load attempts of the last SWITCH_WINDOW seconds, failed ones included,
-    took at most that share of them: two sessions alternating dtypes made every job pay a reload.
-    Until then, asking for another pair is a ValueError that names the loaded one and the wait.
-    With nothing loaded (a load failed) the next one loads at once, and counts. So does a switch
-    back to `home` (the key of the deployment's own pair, where the app sets it): one visitor
-    spending the budget on a pair of theirs left everyone else refused the page's pair for up to
-    the whole window."""
-
-    def __init__(self, extra_pairs: dict[str, tuple[str, str | None]] | None = None,
-                 device: str | None = None, fast: str | None = None, warm: bool = True,
-                 switch_share: float | None = None):
-        self.extra_pairs = dict(extra_pairs or {})  # operator pairs from the command line
-        self.device = device
-        self.fast = fast  # the engine's fast path for every pair (None: the pair's own "auto")
-        self.warm = warm  # warm a loaded pair up with a short run (not where no GPU is attached yet)
-        self._lock = threading.Lock()
-        zerogpu.renew_lock_after_fork(self)  # a ZeroGPU worker forked while a request held it
-        self._key: tuple | None = None
-        self._pair: Pair | None = None
-        self._loads: deque[tuple[float, float]] = deque()  # load attempts: (ended, seconds)
-        self.switch_share = switch_share
-        self.home: tuple | None = None  # key() of the deployment's own pair: never refused
-        self.baselines = Baselines()
-        self.chains = Baselines()  # a tree run's comparison: the chain drafter at the same k
-
-    @property
-    def known_pairs(self) -> set[str]:
-        return set(presets.BY_KEY) | set(self.extra_pairs)
-
-    def key(self, s: RunSettings) -> tuple:
-        """What decides the loaded models: the pair and the dtype they load in ("auto" resolved:
-        asking for bfloat16 where auto means it must not reload the same pair)."""
-        names = (s.target.strip(), s.draft.strip() or None) if s.pair == CUSTOM else (s.pair,)
-        dtype = parse_dtype(None if s.dtype == "auto" else s.dtype, self.device or default_device())
-        return (s.pair, *names, str(dtype).removeprefix("torch."))
-
-    def is_loaded(self, s: RunSettings) -> bool:
-        return self._key == self.key(s)
-
-    def current(self) -> Pair | None:
-        """The pair loaded now, if any."""
-        return self._pair
-
-    def loading_seconds(self) -> float:
-        """Seconds the load attempts of the last SWITCH_WINDOW took."""
-        while self._loads and self._loads[0][0] <= time.monotonic() - SWITCH_WINDOW:
-            self._loads.popleft()
-        return sum(seconds for _, seconds in self._loads)
-
-    def switch_wait(self, s: RunSettings) -> float:
-        """Seconds until a pair other than the loaded one may load (0: now, or s is loaded)."""
-        if self._key is None or not self.switch_share or self.key(s) in (self._key, self.home):
-            return 0.0
-        used, allowed, wait = self.loading_seconds(), self.switch_share * SWITCH_WINDOW, 0.0
-        for ended, seconds in self._loads:  # oldest first: they leave the window in turn
-            if used <= allowed:
-                break
-            used, wait = used - seconds, ended + SWITCH_WINDOW - time.monotonic()
-        return max(0.0, wait)
-
-    def get(self, s: RunSettings) -> Pair:
-        with self._lock:
-            wait = self.switch_wait(s)
-            if wait > 0:
-                loaded = " ".join(str(part) for part in self._key[1:] if part)
-                raise ValueError(
-                    f"the server spent {self.loading_seconds():.0f} s of the last "
-                    f"{SWITCH_WINDOW / 60:.0f} minutes loading models, and spends at most "
-                    f"{self.switch_share:.0%} of its time switching pairs or dtypes (every visitor "
-                    f"waits while one loads): run on the loaded pair ({clip(loaded)}), or try again "
-                    f"in {math.ceil(wait)} s")
-            if self._key != self.key(s):
-                if s.pair == CUSTOM:  # a mistyped name or path fails here, the loaded pair kept
-                    for name in filter(None, (s.target.strip(), s.draft.strip())):
-                        check_source(name)
-                self._pair = self._key = None  # free the old pair before loading the next
-                started = time.monotonic()
-                try:
-                    self._load(s)
-                finally:  # a load that failed took the old pair out too: it counts
-                    self._loads.append((time.monotonic(), time.monotonic() - started))
-            return self._pair
-
-    def _load(self, s: RunSettings) -> None:
-        """Load the pair s asks for into self._pair (its key in self._key)."""
-        dtype = None if s.dtype == "auto" else s.dtype
-        if s.pair == CUSTOM:
-            pair = load_pair(s.target.strip(), s.draft.strip() or None, device=self.device,
-                             dtype=dtype)
-        elif s.pair in self.extra_pairs:
-            target, draft = self.extra_pairs[s.pair]
-            pair = load_pair(target, draft, device=self.device, dtype=dtype)
-        else:
-            pair = presets.load(s.pair, device=self.device, dtype=dtype)
-        if self.fast:
-            pair = replace(pair, fast=self.fast)
-        if self.warm:  # at the k of the run that asked for the pair (the preload: the page's default)
-            warm_up(pair, s.k)
-        self._pair, self._key = pair, self.key(s)
-
-    def loading(self, s: RunSettings, waiting, poll: float = LOAD_POLL_SECONDS):
-        """get(s) from a job's generator: where s is not loaded, the load starts in a thread and
-        `waiting` is yielded at once, then every `poll` seconds until the load ends (then the pair
-        is returned, or its error raised); a loaded pair is returned at once. A Stop
-        pressed during a load closed the job only when the load ended, and Gradio held every other
-        visitor's Stop meanwhile (its cancel waits on a generator that is inside a step, under one
-        app-wide lock, up to 60 s). Stopped, the job lets go at once; the load goes on to its end
-        under the store's lock, which the next job to load waits for in its own polls."""
-        if self.is_loaded(s):
-            return self.get(s)
-        out: dict = {}
-
-        def load() -> None:
-            try:
-                out["pair"] = self.get(s)
-            except BaseException as e:  # noqa: BLE001 - raised in the job, below
-                out["error"] = e
-
-        thread = threading.Thread(target=load, daemon=True, name="specviz-load")
-        thread.start()
-        yield waiting  # the page says so at once (each caller showed it before this wait)
-        thread.join(poll)
-        while thread.is_alive():
-            yield waiting
-            thread.join(poll)
-        if "error" in out:
-            raise out["error"]
-        return out["pair"]
-
-    def settled(self, waiting, poll: float = LOAD_POLL_SECONDS):
-        """current() from a job's generator, once no load is under way: a stopped job's load goes
-        on to its end (loading), and meanwhile no pair is loaded; `waiting` is yielded every `poll`
-        seconds until it ends. The lab read current() at once there, and told a visitor whose run
-        had just been made "no pair is loaded: run something first"."""
-        while not self._lock.acquire(timeout=poll):
-            yield waiting
-        try:
-            return self.current()
-        finally:
-            self._lock.release()
-
-    def baseline_key(self, pair: Pair, s: RunSettings, prompt_ids: list[int]) -> tuple:
-        """What decides a target-alone run: the pair, its dtype and device, the prompt's ids and
-        every sampling setting (temperature, top-k, top-p, seed) and the length."""
-        return (self.key(s), pair.target_name, str(pair.dtype), str(pair.device), tuple(prompt_ids),
-                s.temperature, s.top_k, s.top_p, s.seed, s.max_new_tokens)
-
-    def chain_key(self, pair: Pair, s: RunSettings, prompt_ids: list[int]) -> tuple:
-        """What decides the chain drafter's run beside a tree run: the baseline's key, the draft
-        and k (the tree's depth)."""
-        return (*self.baseline_key(pair, s, prompt_ids), pair.draft_name, s.k)
-
-
-class Baselines:
-    """Target-alone runs kept for reuse, keyed by ModelStore.baseline_key: a small LRU.
-
-    Re-running a prompt with another k or drafter then skips the baseline (the same settings give
-    the same tokens); its times are those measured then, and the page says when.
-    """
-
-    def __init__(self, size: int = 16):
-        self.size = size
-        self._lock = threading.Lock()
-        zerogpu.renew_lock_after_fork(self)
-        self._runs: OrderedDict[tuple, tuple[tuple[RoundEvent, ...], float]] = OrderedDict()
-
-    def get(self, key: tuple) -> tuple[tuple[RoundEvent, ...], float] | None:
-        """(events, measured at: seconds since the epoch), or None."""
-        with self._lock:
-            if key not in self._runs:
-                return None
-            self._runs.move_to_end(key)
-            return self._runs[key]
-
-    def put(self, key: tuple, events: tuple[RoundEvent, ...], measured_at: float) -> None:
-        with self._lock:
-            self._runs[key] = (tuple(events), measured_at)
-            self._runs.move_to_end(key)
-            while len(self._runs) > self.size:
-                self._runs.popitem(last=False)
-
-    def drop(self, key: tuple) -> None:
-        """Forget key's run (its times: one timed under another load than the run beside it)."""
-        with self._lock:
-            self._runs.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._runs)
-
-
-def pair_models(pair: Pair) -> dict:
-    """A trace's "models": the pair's names (a local folder shortened to its last part, so a
-    saved trace shows no server path), dtype, device, and what the greedy verdict compared."""
-    return {"target": public_message(pair.target_name),
-            "draft": None if pair.draft_name is None else public_message(pair.draft_name),
-            "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device),
-            "numerics": pair.numerics}
-
-
-SAME_PAIR = ("target", "draft", "dtype")  # what a trace's pair must share with the loaded one
-
-
-def made_here(trace: Trace, pair: Pair | None) -> bool:
-    """Whether the loaded pair made this trace's run as far as its tokens and probabilities go:
-    the same target, draft and dtype. Not the device or the numerics line (a trace from a GPU, or
-    one from before numerics were written, reads the same on a CPU)."""
-    made = trace.models if isinstance(trace.models, dict) else {}
-    here = pair_models(pair) if pair is not None else None
-    return here is not None and all(str(made.get(name)) == str(here[name]) for name in SAME_PAIR)
-
-
 def _over_budget(limits: Limits, what: str) -> str:
     return (f"Stopped {what} at this deployment's time limit of {limits.max_job_seconds:g} s per job "
             "(operators: SPECVIZ_MAX_JOB_SECONDS): ask for fewer tokens or samples")
@@ -312,21 +88,6 @@ def _over_budget(limits: Limits, what: str) -> str:
 
 def _reading(what: str, r: Reading) -> str:
     return f"{what}: reading the prompt into the {r.model}, {r.read} of {r.total} tokens"
-
-
-def warm_up(pair: Pair, k: int = RunSettings.k) -> None:
-    """One short run so the first timed round does not pay for lazy initialisation. On a compiled
-    path (a dedicated GPU) it first captures every step a chain run at k feeds after
-    its first round (engine.warm_steps: the target's 1 and k + 1, the draft's 1 and 2), whatever
-    the drafter and the text. Each model compiles one graph for its one-token passes and one that
-    every wider pass shares (lm.SHARED), 18-32 s each on the H200 (docs/benchmarks.md); another
-    width is then a capture (0.1-0.5 s). The first visitor would otherwise wait through them.
-    The time counts as the load's (ModelStore's switch budget): every visitor waits through it."""
-    compiled = any(resolve_fast(pair.fast, m)[1] for m in (pair.target, pair.draft) if m is not None)
-    if compiled:
-        warm_steps(pair, k)
-    list(generate(pair, [0, 1, 2], proposer="draft" if pair.draft is not None else "ngram",
-                  k=k if compiled else 2, max_new_tokens=3))
 
 
 # While a run streams, rebuild the plots, the round timeline and the tree overview (each sent

@@ -28,7 +28,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def app_url(model_dirs):
     import app
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
     default = RunSettings(pair="tiny", chat=False, max_new_tokens=24, prompt="def fibonacci(n):")
@@ -425,7 +425,8 @@ def test_browser_opens_a_link_runs_and_shows_tokens_plots_and_tooltips(app_url, 
     from playwright.sync_api import TimeoutError as PageTimeout
     from playwright.sync_api import sync_playwright
 
-    from specviz.service import ModelStore, run_views
+    from specviz.service import run_views
+    from specviz.store import ModelStore
 
     OUT.mkdir(exist_ok=True)
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
@@ -716,8 +717,8 @@ def test_the_apis_run_endpoint_names_its_settings_in_the_pages_order():
     """The API listed /run's 15 settings as param_0 ... param_14 (the handler took *values), so a
     gradio_client user had to count the page's controls to find max_new_tokens."""
     import app
-    from specviz.service import ModelStore
     from specviz.settings import Limits, RunSettings
+    from specviz.store import ModelStore
 
     demo = app.build(ModelStore(device="cpu"), Limits(), RunSettings())
     run = demo.get_api_info()["named_endpoints"]["/run"]["parameters"]
@@ -731,7 +732,7 @@ def test_an_idle_servers_queue_wakes_tens_of_times_a_second_not_a_thousand(monke
     import gradio.queueing
 
     import app
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     queue = app.build(ModelStore(device="cpu"), Limits(), RunSettings())._queue
     sleep, slept = asyncio.sleep, []
@@ -795,7 +796,8 @@ def test_browser_a_streaming_runs_open_text_grows_as_one_view_of_tokens(app_url,
     one view of tokens throughout, every token inside it, and ends on the finished run's tokens."""
     from playwright.sync_api import sync_playwright
 
-    from specviz.service import ModelStore, run_views
+    from specviz.service import run_views
+    from specviz.store import ModelStore
 
     monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)  # every round a view
     settings = dict(k=2, max_new_tokens=80, temperature=1, seed=3)

@@ -157,10 +157,10 @@ def test_a_bench_prompt_file_without_prompts_fails_before_loading_with_one_line(
 def test_cli_run_times_a_warm_run_as_its_baseline_is(model_dirs, monkeypatch, capsys):
     """The speculative run went first and cold (a tiny model's round 1 took 2-3x a later one's), its
     baseline second and warm: a run of the target alone against itself printed 0.83-0.96x."""
-    from specviz import engine, service
+    from specviz import engine, store
 
     calls = []
-    monkeypatch.setattr(service, "warm_up", lambda pair, k: calls.append(("warm", k)))
+    monkeypatch.setattr(store, "warm_up", lambda pair, k: calls.append(("warm", k)))
     real = engine.generate
     monkeypatch.setattr(engine, "generate",
                         lambda *a, **kw: (calls.append(("run", kw["proposer"])), real(*a, **kw))[1])
@@ -461,7 +461,7 @@ def fake_run(monkeypatch, spec_events, base_events):
     """cmd_run on a stand-in pair and engine: what generate, encode and compare were handed."""
     from types import SimpleNamespace
 
-    from specviz import cli, engine, render, service
+    from specviz import cli, engine, render, store
 
     calls = {"generate": [], "encode": []}
     pair = SimpleNamespace(target_name="T", draft_name="D", dtype="float32", device="cpu", numerics="N",
@@ -473,7 +473,7 @@ def fake_run(monkeypatch, spec_events, base_events):
         return iter(base_events if proposer == "none" else spec_events)
 
     monkeypatch.setattr(cli, "load_from_args", lambda args: pair)
-    monkeypatch.setattr(service, "warm_up", lambda pair, k: None)
+    monkeypatch.setattr(store, "warm_up", lambda pair, k: None)
     monkeypatch.setattr(engine, "generate", generate)
     monkeypatch.setattr(render, "all_spans", lambda *a: [])
     monkeypatch.setattr(render, "to_ansi", lambda spans, **kw: "TEXT")

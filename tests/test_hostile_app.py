@@ -34,7 +34,7 @@ def demo(model_dirs):
     from test_app import free_port
 
     import app
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
     limits = Limits(max_new_tokens=200)
@@ -591,7 +591,7 @@ def test_the_float32_rerun_checks_float32_before_it_queues(model_dirs, monkeypat
     import gradio as gr
 
     import app
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     monkeypatch.delenv("SPECVIZ_ALLOW_LARGE_MODELS", raising=False)
     monkeypatch.setattr(presets, "_memory_gib", lambda: (64.0, 0.0))  # room in bfloat16 only
@@ -1432,7 +1432,7 @@ def test_the_float32_rerun_runs_the_last_runs_settings_in_float32(demo):
 
 def test_a_page_load_takes_the_links_pair_says_its_notices_and_runs_only_on_run_1(model_dirs):
     import app
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     pairs = {name: (str(model_dirs["target"]), str(model_dirs["draft"])) for name in ("tiny", "other")}
     built = app.build(ModelStore(pairs, device="cpu"), Limits(), RunSettings(pair="tiny", chat=False))
@@ -1594,7 +1594,7 @@ def test_picking_the_pages_own_pair_again_sets_its_chat_switch_back(model_dirs):
     """The command-line pair (an instruct model: chat on) after a pick of gpt2 (chat off) kept the
     chat switch off, and its runs went without the chat template."""
     import app
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     store = ModelStore({"command-line": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
     built = app.build(store, Limits(), RunSettings(pair="command-line", chat=True))

@@ -148,7 +148,7 @@ def test_lab_on_a_round_of_a_real_run(pair):
     import specviz
     from specviz import labview
     from specviz.render import all_spans
-    from specviz.service import pair_models
+    from specviz.store import pair_models
     from specviz.trace import Trace
 
     ids = pair.encode("def f")
@@ -250,7 +250,7 @@ def test_lab_on_a_tree_round_of_a_real_run(pair):
     import specviz
     from specviz import labview
     from specviz.render import all_spans
-    from specviz.service import pair_models
+    from specviz.store import pair_models
     from specviz.trace import Trace
 
     ids = pair.encode("def f")
@@ -310,7 +310,7 @@ def test_a_rounds_long_context_is_read_a_pass_at_a_time_with_the_deadline_betwee
 
     from specviz import labview, lm
     from specviz.engine import generate
-    from specviz.service import pair_models
+    from specviz.store import pair_models
     from specviz.trace import Trace
 
     monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
@@ -535,7 +535,7 @@ def test_a_tree_rounds_note_prints_the_probability_a_candidate_is_kept_as_a_prob
     import specviz
     from specviz import labview
     from specviz.render import all_spans
-    from specviz.service import pair_models
+    from specviz.store import pair_models
     from specviz.trace import Trace
 
     ids, near = pair.encode("def f"), []

@@ -37,7 +37,8 @@ def served(model_dirs, tmp_path_factory):
     from test_app import free_port
 
     import app
-    from specviz.service import ModelStore, run_views
+    from specviz.service import run_views
+    from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
     limits = Limits(max_new_tokens=64)

@@ -13,8 +13,9 @@ from specviz import explorer, trace
 from specviz.compare import compare
 from specviz.metrics import RunStats
 from specviz.render import all_spans
-from specviz.service import pair_models, replay_view
+from specviz.service import replay_view
 from specviz.settings import Limits, RunSettings
+from specviz.store import pair_models
 from specviz.views import verdict_html
 
 
@@ -111,7 +112,7 @@ def test_an_opened_runs_verdict_names_an_id_past_the_vocabulary_by_its_number(pa
 @pytest.fixture(scope="module")
 def demo(model_dirs):
     import app
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
     return app.build(store, Limits(max_new_tokens=200),

@@ -20,7 +20,7 @@ def served(model_dirs):
     from test_app import free_port
 
     import app
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
     with pytest.MonkeyPatch.context() as m:
@@ -226,7 +226,7 @@ def test_a_saved_traces_link_lasts_as_its_label_says_and_saving_again_gives_a_wo
     from test_app import free_port
 
     import app
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
     monkeypatch.setattr(app, "CLEAN_CACHE", (1, 2))

@@ -44,7 +44,7 @@ class Page:
 @pytest.fixture(scope="module")
 def demo(model_dirs):
     import app
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
     return app.build(store, Limits(max_new_tokens=200),
@@ -152,11 +152,12 @@ def test_a_streamed_runs_plots_beside_the_headline_come_less_often_and_end_as_th
     from test_service import clock_of_seconds
 
     from specviz import service
+    from specviz.store import Baselines
 
     over = dict(proposer="tree", nodes=6, branching=2, max_new_tokens=60)
     store = demo.specviz.store
     store.get(RunSettings(pair="tiny", dtype="float32"))  # loaded on the real clock
-    store.baselines, store.chains = service.Baselines(), service.Baselines()  # both streamed too
+    store.baselines, store.chains = Baselines(), Baselines()  # both streamed too
     monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
     clock_of_seconds(monkeypatch, 0.1)
     reads = itertools.count()  # plots that cost 0.01 s: refreshed every PLOT_SECONDS
@@ -192,10 +193,11 @@ def paced(demo, monkeypatch) -> None:
     from test_service import clock_of_seconds
 
     from specviz import service
+    from specviz.store import Baselines
 
     store = demo.specviz.store
     store.get(RunSettings(pair="tiny", dtype="float32"))
-    store.baselines = service.Baselines()
+    store.baselines = Baselines()
     monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
     clock_of_seconds(monkeypatch, 0.1)
     reads = itertools.count()

@@ -12,8 +12,9 @@ import pytest
 from conftest import finished
 
 from specviz import labview, service
-from specviz.service import ModelStore, continuations, replay_view, run_views
+from specviz.service import continuations, replay_view, run_views
 from specviz.settings import Limits, RunSettings
+from specviz.store import Baselines, ModelStore
 from specviz.trace import loads
 from specviz.views import verdict_html
 
@@ -55,7 +56,7 @@ def test_a_streaming_run_sends_a_view_at_most_every_view_seconds_and_ends_whole(
     runs = {}
     for seconds in (0.0, 1e9):
         monkeypatch.setattr(service, "VIEW_SECONDS", seconds)
-        store.baselines, store.chains = service.Baselines(), service.Baselines()
+        store.baselines, store.chains = Baselines(), Baselines()
         runs[seconds] = list(run_views(store, s, Limits()))
     every, throttled = runs[0.0], runs[1e9]
     rounds = len(every[-1].spec.events)
@@ -182,8 +183,6 @@ def test_any_change_in_the_baseline_key_measures_a_new_baseline(store, monkeypat
 
 
 def test_the_baseline_cache_keeps_the_newest_sixteen():
-    from specviz.service import Baselines
-
     cache = Baselines()
     for i in range(20):
         cache.put(("key", i), (), float(i))
@@ -220,7 +219,7 @@ def test_views_stream_at_most_four_a_second_of_the_run(store, monkeypatch):
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=1,
                     proposer="none")
     store.get(s)
-    store.baselines = service.Baselines()
+    store.baselines = Baselines()
     clock_of_seconds(monkeypatch, 0.01)
     views = list(run_views(store, s, Limits()))
     rounds = len(views[-1].spec.events) + len(views[-1].base.events)
@@ -262,7 +261,7 @@ def test_a_streaming_run_paces_its_plots_by_what_they_cost(store, monkeypatch):
     monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
     plotted = {}
     for cost in (0.01, 0.3, 2.0):
-        store.baselines = service.Baselines()
+        store.baselines = Baselines()
         clock_of_seconds(monkeypatch, 0.1)
         reads = itertools.count()  # a render: two reads, `cost` apart
         monkeypatch.setattr(service.time, "perf_counter", lambda cost=cost, reads=reads: cost * next(reads))
@@ -281,7 +280,7 @@ def paced_views(store, monkeypatch, proposer: str):
     s = tree_settings(max_new_tokens=40) if proposer == "tree" else \
         RunSettings(pair="tiny", chat=False, max_new_tokens=40, prompt="def f", dtype="float32", k=2)
     store.get(s)
-    store.baselines, store.chains = service.Baselines(), service.Baselines()
+    store.baselines, store.chains = Baselines(), Baselines()
     monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
     clock_of_seconds(monkeypatch, 0.1)
     reads = itertools.count()
@@ -348,7 +347,7 @@ def test_the_side_plots_come_every_ten_seconds_and_are_never_more_than_ten_behin
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=24, prompt="def f", dtype="float32", k=1,
                     proposer="none")
     store.get(s)
-    store.baselines = service.Baselines()
+    store.baselines = Baselines()
     monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
     now, spent = [0.0], [0.0]
 
@@ -423,7 +422,7 @@ def test_a_streaming_view_sends_what_changed_and_the_last_one_the_whole_run(stor
         if every:  # the plots, timeline and overview every round too
             monkeypatch.setattr(service, "PLOT_SECONDS", 0.0)
             monkeypatch.setattr(service, "RENDER_SHARE", None)
-        store.baselines, store.chains = service.Baselines(), service.Baselines()
+        store.baselines, store.chains = Baselines(), Baselines()
         runs[every] = list(run_views(store, s, Limits()))
     *streamed, last = runs[False]
     streamed = [v for v in streamed if v.spec is not None]  # (not a load's or a prompt's reading)
@@ -549,7 +548,7 @@ def tree_settings(**over) -> RunSettings:
 def test_a_tree_run_is_compared_with_the_chain_at_the_same_depth(store, monkeypatch):
     import specviz
     from specviz.metrics import RunStats
-    from specviz.service import Baselines, explorer_refusal, tree_round
+    from specviz.service import explorer_refusal, tree_round
 
     store.baselines, store.chains = Baselines(), Baselines()
     s = tree_settings()  # a fixed node budget: the tree does not depend on measured times
@@ -610,7 +609,6 @@ def test_the_chain_comparison_stops_at_the_job_time_limit(store, monkeypatch):
     import time
 
     import specviz.service as service
-    from specviz.service import Baselines
 
     store.chains = Baselines()
     s = tree_settings(max_new_tokens=10, prompt="for i")
@@ -645,7 +643,7 @@ def test_a_public_server_spends_at_most_its_share_of_ten_minutes_switching_pairs
     alternating dtypes made every job pay a reload, and a slow failing load then a reload got
     around a limit keyed to the last load alone. With switch_share 0.2, load attempts (failed
     ones too) may take 120 s of any 600; the loaded pair keeps serving meanwhile."""
-    import specviz.service as service
+    from specviz import store as model_store
 
     clock, loads = [1000.0], []
     seconds = {"bfloat16": 50.0, "float32": 40.0, "float16": 50.0}
@@ -657,7 +655,7 @@ def test_a_public_server_spends_at_most_its_share_of_ten_minutes_switching_pairs
             raise ValueError("cannot load that")
         self._pair, self._key = object(), self.key(s)
 
-    monkeypatch.setattr(service.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(model_store.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(ModelStore, "_load", load)
     store = ModelStore(switch_share=0.2)
     bf16, fp32, fp16 = (RunSettings(pair="tiny", dtype=d) for d in ("bfloat16", "float32", "float16"))
@@ -689,7 +687,7 @@ def test_one_visitor_cannot_leave_the_server_on_a_pair_of_theirs(monkeypatch):
     server on their pair, and the page's own pair refused to everyone for up to ten minutes. A
     switch back to the deployment's pair is never refused; it counts, so it leaves the next
     switch away less room."""
-    import specviz.service as service
+    from specviz import store as model_store
 
     clock = [1000.0]
 
@@ -697,7 +695,7 @@ def test_one_visitor_cannot_leave_the_server_on_a_pair_of_theirs(monkeypatch):
         clock[0] += 50.0
         self._pair, self._key = object(), self.key(s)
 
-    monkeypatch.setattr(service.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(model_store.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(ModelStore, "_load", load)
     store = ModelStore(switch_share=0.2)
     home, fp32, fp16 = (RunSettings(pair="tiny", dtype=d) for d in ("bfloat16", "float32", "float16"))
@@ -743,7 +741,7 @@ def test_a_long_prompt_shows_its_reading_and_the_time_limit_acts_between_its_pas
     from specviz import lm
 
     monkeypatch.setattr(lm, "PREFILL_CHUNK", 8)
-    store.baselines = service.Baselines()
+    store.baselines = Baselines()
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=8, prompt=LONG, dtype="float32", k=3)
     total = len(store.get(s).encode(LONG)) - 1
     views = list(run_views(store, s, Limits()))
@@ -853,7 +851,6 @@ def test_the_status_names_the_dtype_and_a_speedup_its_tokens_per_pass_cannot_exp
 
     from specviz.digits import beside
     from specviz.metrics import RunStats
-    from specviz.service import Baselines
     from specviz.views import NOISE_MARGIN
 
     store.baselines = Baselines()
@@ -890,8 +887,6 @@ def test_a_run_that_drafted_nothing_well_behind_the_target_alone_says_the_loads_
     timed under different loads (a reused baseline from a quieter moment)."""
     from dataclasses import replace as swap
 
-    from specviz.service import Baselines
-
     store.baselines = Baselines()
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="def h", dtype="float32", seed=3,
                     proposer="none")
@@ -911,6 +906,7 @@ def test_a_compiled_pair_is_warmed_up_on_every_shape_a_default_run_feeds(compile
     page's default k, so a first visitor's run meets only captured steps. An eager pair (this
     CPU's default) keeps its one short run."""
     from specviz import lm
+    from specviz import store as model_store
 
     fed = {"target": set(), "draft": set()}
     forward = lm.CachedLM._forward
@@ -921,7 +917,7 @@ def test_a_compiled_pair_is_warmed_up_on_every_shape_a_default_run_feeds(compile
         return forward(self, input_ids, last, fixed, **tree)
 
     monkeypatch.setattr(lm.CachedLM, "_forward", spy)
-    service.warm_up(compiled_pair)  # an EOS anywhere does not matter: the steps are warmed directly
+    model_store.warm_up(compiled_pair)  # an EOS anywhere does not matter: the steps are warmed directly
     k = RunSettings.k
     # the draft's 2-token catch-up asks for one row: warmed with two, its first run captured anew
     # (the warm-up's own short run may meet a width of k + 1 in its round 1, asking fewer rows)
@@ -930,23 +926,23 @@ def test_a_compiled_pair_is_warmed_up_on_every_shape_a_default_run_feeds(compile
     # a draft that is the target's twin keeps every draft, so it catches up after every round
     twin = replace(compiled_pair, draft=copy.deepcopy(compiled_pair.target))
     fed["draft"].clear()
-    service.warm_up(twin)
+    model_store.warm_up(twin)
     events = list(service.generate(twin, [5, 6, 7], proposer="draft", k=k, max_new_tokens=12))
     assert events[0].accepted == k  # so round 2 began with the draft's catch-up
     assert fed["draft"] == warmed["draft"], fed  # the run met only warmed steps
     # a pair with no draft model (the n-gram drafter) still gets its target's steps, whatever text
     fed["target"].clear()
-    service.warm_up(replace(compiled_pair, draft=None))
+    model_store.warm_up(replace(compiled_pair, draft=None))
     assert {(1, 1), (k + 1, k + 1)} <= fed["target"], fed
     calls = []
-    monkeypatch.setattr(service, "generate", lambda *a, **kw: calls.append(kw) or iter(()))
-    service.warm_up(pair)  # eager: nothing to capture
+    monkeypatch.setattr(model_store, "generate", lambda *a, **kw: calls.append(kw) or iter(()))
+    model_store.warm_up(pair)  # eager: nothing to capture
     assert [c["k"] for c in calls] == [2]
     # a store warms a pair up at the k of the settings that load it (the page's default at preload)
     warmed = []
-    monkeypatch.setattr(service, "warm_up", lambda p, k: warmed.append(k))
-    monkeypatch.setattr(service, "presets", SimpleNamespace(BY_KEY={}, load=lambda *a, **kw: pair))
-    store = service.ModelStore(device="cpu")
+    monkeypatch.setattr(model_store, "warm_up", lambda p, k: warmed.append(k))
+    monkeypatch.setattr(model_store, "presets", SimpleNamespace(BY_KEY={}, load=lambda *a, **kw: pair))
+    store = ModelStore(device="cpu")
     store.get(RunSettings(k=6, dtype="float32"))
     assert warmed == [6]
 
@@ -958,13 +954,13 @@ def test_a_job_waiting_on_a_load_yields_so_stop_closes_it_at_once(model_dirs, mo
     import threading
     import time
 
-    real, gate = service.ModelStore._load, threading.Event()
+    real, gate = ModelStore._load, threading.Event()
 
     def slow(self, s):
         gate.wait(10)
         real(self, s)
 
-    monkeypatch.setattr(service.ModelStore, "_load", slow)
+    monkeypatch.setattr(ModelStore, "_load", slow)
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
                        warm=False)  # its own: the module's is shared
     s = RunSettings(pair="tiny", dtype="float32")
@@ -985,7 +981,7 @@ def test_a_job_waiting_on_a_load_yields_so_stop_closes_it_at_once(model_dirs, mo
     def broken(self, s):
         raise ValueError("cannot load model 'x': no such folder")
 
-    monkeypatch.setattr(service.ModelStore, "_load", broken)
+    monkeypatch.setattr(ModelStore, "_load", broken)
     with pytest.raises(ValueError, match="no such folder"):
         list(store.loading(RunSettings(pair="tiny", dtype="bfloat16"), "waiting", poll=0.05))
 
@@ -1018,8 +1014,6 @@ def test_a_sampled_run_draws_with_its_settings_and_makes_no_greedy_claims(store)
 
 
 def test_a_tree_run_reuses_a_chain_run_only_at_its_own_depth(store, monkeypatch):
-    from specviz.service import Baselines
-
     store.chains = Baselines()
     s = tree_settings()
     list(run_views(store, replace(s, proposer="draft", k=2), Limits()))  # a chain run at k=2
@@ -1127,7 +1121,7 @@ def test_a_run_on_text_of_many_scripts_shows_its_output_once_escaped_and_reopens
     prompt = "é🚀中 <script>alert(1)</script>&amp; \u202eevil\u200d\x00 naïve 🚀 é🚀中 é🚀中"
     s = RunSettings(pair="tiny", chat=False, max_new_tokens=24, prompt=prompt, dtype="float32",
                     proposer=proposer, k=3)
-    store.baselines = service.Baselines()  # its baseline streams: a view a round
+    store.baselines = Baselines()  # its baseline streams: a view a round
     monkeypatch.setattr(service, "VIEW_SECONDS", 0.0)
     *streamed, last = run_views(store, s, Limits())
     out = "".join(sp.text for sp in last.trace.spans if sp.emitted)

@@ -45,8 +45,8 @@ def tiny_app(model_dirs, max_new_tokens: int):
     """(store, default settings, app) on the tiny pair, built with ZeroGPU's store settings after
     zerogpu.gpu was replaced: its jobs go through the stand-in."""
     import app
-    from specviz.service import ModelStore
     from specviz.settings import Limits, RunSettings
+    from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
                        fast=zerogpu.FAST, warm=False)
@@ -124,8 +124,8 @@ def test_a_visitors_error_inside_a_zerogpu_job_keeps_its_message(monkeypatch, mo
     import gradio as gr
 
     import app
-    from specviz.service import ModelStore
     from specviz.settings import Limits, RunSettings
+    from specviz.store import ModelStore
 
     def worker(seconds):  # what spaces.GPU does with what the job raises
         def wrap(job):
@@ -185,8 +185,8 @@ def test_the_k_explorer_takes_only_shipped_cost_profiles(model_dirs):
 
     import app
     from specviz import profiles
-    from specviz.service import ModelStore
     from specviz.settings import Limits, RunSettings
+    from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu")
     demo = app.build(store, Limits(), RunSettings(pair="tiny", chat=False))
@@ -205,7 +205,7 @@ def test_a_worker_forked_while_a_lock_was_held_gets_a_free_one():
     import threading
 
     from specviz import presets
-    from specviz.service import ModelStore
+    from specviz.store import ModelStore
 
     store = ModelStore(device="cpu")
     held, release = threading.Event(), threading.Event()
@@ -251,8 +251,8 @@ def test_on_zerogpu_a_jobs_clock_ends_inside_the_gpu_time_it_asked_for(monkeypat
     GPU time was aborted by spaces with all it had made, where one past its own clock stops with
     a status and its trace. The clock starts once the pair is loaded, so a load's time is left out."""
     import app
-    from specviz.service import ModelStore
     from specviz.settings import Limits, RunSettings
+    from specviz.store import ModelStore
 
     clocks = []
     monkeypatch.setattr(zerogpu, "active", lambda: True)
@@ -279,8 +279,8 @@ def test_on_zerogpu_gradios_queue_holds_what_the_guard_allows_and_runs_are_short
     import gradio.utils
 
     import app
-    from specviz.service import ModelStore
     from specviz.settings import Limits, RunSettings
+    from specviz.store import ModelStore
 
     monkeypatch.setattr(gradio.utils, "is_zero_gpu_space", lambda: True)
     limits = Limits()
@@ -399,8 +399,8 @@ def test_a_job_zerogpu_aborts_tells_the_visitor_what_to_do(monkeypatch, model_di
         return wrap
 
     monkeypatch.setattr(zerogpu, "gpu", aborting_gpu)
-    from specviz.service import ModelStore
     from specviz.settings import Limits, RunSettings
+    from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
                        warm=False)
