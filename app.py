@@ -34,9 +34,8 @@ from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import Gate, Shelf, public_address
-from specviz.guard import (
-    PerAddress,
-    RequestGuard,
+from specviz.guard import PerAddress, RequestGuard, request_address
+from specviz.hooks import (
     Tidy,
     allow_long_heads,
     cap_queue,
@@ -44,7 +43,6 @@ from specviz.guard import (
     forbid_downloads,
     keep_closed_page,
     page_value,
-    request_address,
 )
 from specviz.lm import out_of_memory
 from specviz.loading import check_device, default_device
@@ -144,7 +142,7 @@ TREE_PANEL_JS = """(drafter) => {
 LET_GO = ("the server no longer holds this page's last run (it keeps the newest {n} runs or "
           "opened traces of each address, and other pages at your address have run or opened one "
           "since, or it needed the memory): run it again")
-# A page whose state the server let go (guard.Tidy, or Gradio's expiry: some time after the page
+# A page whose state the server let go (hooks.Tidy, or Gradio's expiry: some time after the page
 # lost its connection, as after a laptop's sleep) may still show its run
 FORGOTTEN = ("the server no longer holds this page's state or its last run (it lets a page go some time "
              "after the page lost its connection to it, as after a laptop's sleep): run it again, or "
@@ -398,7 +396,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                                        default=default, tidy=tidy, beating=beating)
         gr.Markdown(INTRO)
         notice = gr.Markdown(visible=False, elem_classes=["specviz-notice", LOAD_OUTPUT], **NO_TEX)
-        # a key on the shelf, freed with the page's state (guard.Tidy: a page closed and unused for
+        # a key on the shelf, freed with the page's state (hooks.Tidy: a page closed and unused for
         # PAGE_GRACE, or unused for TRACE_TTL with no heartbeat; Gradio: a closed page an hour after
         # the key was set): no time to live of its own, which Gradio counts from when the key was
         # set, so a page in use an hour after its last run lost it and was told "run something first"
@@ -1012,7 +1010,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                    f"Opened: {view.status}. See the Run tab and the k explorer. {kept}")
 
         def free_session(request: gr.Request):
-            # the page's run stays on the shelf until its state goes (guard.Tidy: closed and unused
+            # the page's run stays on the shelf until its state goes (hooks.Tidy: closed and unused
             # for PAGE_GRACE; State's delete callback): Gradio runs this when the heartbeat stream
             # drops, which a page still open does too (a network change, a laptop's sleep), and its
             # page never opens another, yet goes on working; dropped here at once, its run was

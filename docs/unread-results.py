@@ -1,5 +1,5 @@
 """Messages Gradio holds for results nobody reads: runs posted through /call/run and never read,
-from one address, with the guard dropping them UNREAD seconds after they finished.
+from one address, with hooks.cap_queue dropping them UNREAD seconds after they finished.
 
     PYTHONPATH=.:tests UNREAD=5 ROUND_DELAY=0.1 JOBS=5 python docs/unread-results.py
 
@@ -22,7 +22,7 @@ import torch
 from conftest import EOS, make_model, make_tokenizer, perturbed
 
 import app
-from specviz import guard, service
+from specviz import hooks, service
 from specviz.settings import Limits, RunSettings
 from specviz.store import ModelStore
 
@@ -45,7 +45,7 @@ def slow(*args, **kwargs):
 
 
 service.generate = slow
-guard.UNREAD_SECONDS = float(os.environ.get("UNREAD", "900"))
+hooks.UNREAD_SECONDS = float(os.environ.get("UNREAD", "900"))
 demo = app.build(store, Limits(max_new_tokens=200),
                  RunSettings(pair="tiny", chat=False, max_new_tokens=8, dtype="float32"))
 with socket.socket() as s:

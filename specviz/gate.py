@@ -259,7 +259,7 @@ class Shelf:
     trace goes first, and a run's only when no other upload is left: runs pass the gate one at a
     time, uploads are cheap to repeat (and behind a proxy come from no countable address), so a
     flood of uploads pushes out only uploads. The app drops a page's trace with the page's state
-    (the State's delete callback: guard.Tidy, or Gradio's expiry), and the shelf remembers that
+    (the State's delete callback: hooks.Tidy, or Gradio's expiry), and the shelf remembers that
     page's session, so a page still open is told why its run is gone.
     """
 

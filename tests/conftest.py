@@ -15,7 +15,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("SPACE_ID", None)  # a Space changes deployment defaults; tests that need one set it
 # each test process its own Gradio cache (uploads, saved files, Gradio's empty temporary files):
-# two workers' servers shared /tmp/gradio, where one's guard.Tidy could sweep what the other's
+# two workers' servers shared /tmp/gradio, where one's hooks.Tidy could sweep what the other's
 # upload had just made. Removed when the process ends. Inside GRADIO_TEMP_DIR where one is set,
 # made if missing (Gradio makes it; the docs' scripts that import this module failed on it)
 if os.environ.get("GRADIO_TEMP_DIR"):

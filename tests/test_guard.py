@@ -1,5 +1,5 @@
-"""The bounds in front of Gradio's queue and upload route (specviz/guard.py), played by one
-hostile client against a small Gradio app on loopback. Uvicorn trusts X-Forwarded-For from
+"""The bounds in front of Gradio's queue and upload route (specviz/guard.py, specviz/hooks.py), played
+by one hostile client against a small Gradio app on loopback. Uvicorn trusts X-Forwarded-For from
 loopback, so a test can speak from any public address."""
 
 import asyncio
@@ -12,16 +12,8 @@ import httpx
 import pytest
 
 from specviz.gate import public_address
-from specviz.guard import (
-    LINKED,
-    MIN_UPLOAD_CHARGE,
-    PerAddress,
-    Refused,
-    RequestGuard,
-    cap_queue,
-    forbid_downloads,
-    scan,
-)
+from specviz.guard import MIN_UPLOAD_CHARGE, PerAddress, Refused, RequestGuard
+from specviz.hooks import LINKED, cap_queue, forbid_downloads, scan
 
 PER_LINE, PER_ADDRESS, PAGES, MAX_CHARS, DEADLINE, MAX_VALUES = 6, 3, 8, 5000, 2.0, 200
 
@@ -243,10 +235,10 @@ def test_results_unread_long_after_they_finished_are_dropped_from_server_memory(
     import time
     from types import SimpleNamespace
 
-    from specviz import guard
+    from specviz import hooks
 
-    clock = [time.monotonic()]  # the guard's clock, moved by hand: no test timing decides
-    monkeypatch.setattr(guard, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    clock = [time.monotonic()]  # the queue cap's clock, moved by hand: no test timing decides
+    monkeypatch.setattr(hooks, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     sessions = [f"late{i}" for i in range(PER_ADDRESS)]
     assert [page(server, s, "5.5.5.9", read=False) for s in sessions] == [200] * PER_ADDRESS
     assert page(server, "late-local", None, read=False) == 200  # loopback: not counted, dropped too
@@ -268,7 +260,7 @@ def test_results_unread_long_after_they_finished_are_dropped_from_server_memory(
 
     assert kept() >= len(sessions) and all(queue.pending_event_ids_session.get(s) for s in sessions)
     assert "waiting or unread" in page(server, "late-next", "5.5.5.9")  # seen finished by now
-    clock[0] += guard.UNREAD_SECONDS - 1
+    clock[0] += hooks.UNREAD_SECONDS - 1
     assert "waiting or unread" in page(server, "late-next", "5.5.5.9")  # not yet long enough
     assert kept() >= len(sessions)
     clock[0] += 2
@@ -684,7 +676,7 @@ def test_an_address_holds_a_bounded_number_of_requests_open():
 def test_an_event_with_too_much_text_is_refused_before_gradio_keeps_it():
     """Gradio keeps an event's inputs in its page's state for as long as the page lives: five
     cheap events with 1 MB values held 5.5 MiB a page (1.3 GiB from four addresses in 91 s)."""
-    from specviz.guard import scan
+    from specviz.hooks import scan
 
     assert scan(["ab", {"k": "cd", "path": "/tmp/x"}, [["e"]], 5, None]) == (False, 2 + 1 + 2 + 4 + 6 + 1)
     assert scan([{"path": "http://x"}])[0]
@@ -867,7 +859,7 @@ def test_gradio_forgets_pages_closed_or_unused_for_long_and_their_states_go_firs
     import gradio as gr
     from gradio.state_holder import StateHolder
 
-    from specviz.guard import forget_pages
+    from specviz.hooks import forget_pages
 
     dropped = []
     with gr.Blocks() as blocks:
@@ -894,7 +886,7 @@ def test_tidy_runs_once_a_minute_and_removes_only_old_empty_temporary_files_and_
     import os
     import time
 
-    from specviz.guard import Tidy
+    from specviz.hooks import Tidy
 
     old, full, oldhash, newhash = time.time() - 2000, "a" * 64, "b" * 64, "c" * 64
     (tmp_path / full).mkdir()
@@ -933,7 +925,7 @@ def test_pages_are_forgotten_on_the_event_loop_where_gradio_reads_them():
 
     import anyio
 
-    from specviz.guard import _on_loop
+    from specviz.hooks import _on_loop
 
     async def main():
         loop = threading.get_ident()
@@ -946,7 +938,7 @@ def test_pages_are_forgotten_on_the_event_loop_where_gradio_reads_them():
 
 
 def test_one_value_of_a_closed_page_is_dropped_on_the_loop_and_nothing_else():
-    """guard.drop_value (a page's unload drops the rounds its side plots lag): Gradio keeps a closed
+    """hooks.drop_value (a page's unload drops the rounds its side plots lag): Gradio keeps a closed
     page's values an hour whatever their time to live. It drops that one value of that one page,
     with nothing of it left behind (its time to live), no delete callback (the value is no shelf
     key), on the server's loop where Gradio's expiry task reads the page's values (a value deleted
@@ -959,7 +951,7 @@ def test_one_value_of_a_closed_page_is_dropped_on_the_loop_and_nothing_else():
     import gradio as gr
     from gradio.state_holder import StateHolder
 
-    from specviz.guard import drop_value
+    from specviz.hooks import drop_value
 
     dropped, deleted_on = [], []
 
@@ -1004,15 +996,15 @@ def test_tidy_removes_folders_on_the_event_loop_where_gradio_fills_them(tmp_path
 
     import anyio
 
-    from specviz import guard
+    from specviz import hooks
 
     old = time.time() - 2000
     emptied = tmp_path / ("e" * 64)
     emptied.mkdir()
     os.utime(emptied, (old, old))
     removed_on, rmdir = [], os.rmdir
-    monkeypatch.setattr(guard.os, "rmdir", lambda p: (removed_on.append(threading.get_ident()), rmdir(p)))
-    tidy = guard.Tidy(lambda: None, idle=3600, closed=600, files=1200, cache=str(tmp_path))
+    monkeypatch.setattr(hooks.os, "rmdir", lambda p: (removed_on.append(threading.get_ident()), rmdir(p)))
+    tidy = hooks.Tidy(lambda: None, idle=3600, closed=600, files=1200, cache=str(tmp_path))
 
     async def main():
         return threading.get_ident(), await anyio.to_thread.run_sync(tidy)
@@ -1026,7 +1018,7 @@ def test_tidy_removes_folders_on_the_event_loop_where_gradio_fills_them(tmp_path
     def closed(fn):
         raise RuntimeError("Event loop is closed")
 
-    monkeypatch.setattr(guard, "_on_loop", closed)
+    monkeypatch.setattr(hooks, "_on_loop", closed)
     assert tidy() == (0, 0) and emptied.exists()  # a server shutting down: the sweep waits, no error
 
 
@@ -1152,7 +1144,7 @@ def test_a_pages_state_value_is_the_servers_and_unknown_wherever_it_cannot_be_re
     """page_value reads a page's State value as the server holds it now (None too: a value the
     page holds), and gives `unknown` (None unless named) where there is nothing to read: no such
     value, no such page, no session, no holder, or a Gradio that keeps its pages otherwise."""
-    from specviz.guard import page_value
+    from specviz.hooks import page_value
 
     unknown = object()
     holder = SimpleNamespace(session_data={"page": SimpleNamespace(state_data={7: "sides", 8: None})})

@@ -788,14 +788,14 @@ def test_an_uploaded_trace_leaves_memory_when_its_session_ends(demo, tmp_path):
     unload = next(fn for fn in demo.fns.values() if any(t[1] == "unload" for t in fn.targets))
     unload.fn(SimpleNamespace(session_hash=c.session_hash))  # what a closed tab (or a blip) triggers
     assert shelf.get(mine[0]) is not None  # a page whose connection dropped may still be open
-    from specviz.guard import forget_pages
+    from specviz.hooks import forget_pages
 
     demo.state_holder.session_data[c.session_hash].is_closed = True  # what Gradio marks then
-    assert forget_pages(demo.state_holder, idle=3600, closed=0) >= 1  # guard.Tidy: closed, unused
+    assert forget_pages(demo.state_holder, idle=3600, closed=0) >= 1  # hooks.Tidy: closed, unused
     assert shelf.get(mine[0]) is None
     state = next(b for b in demo.blocks.values() if type(b).__name__ == "State"
                  and getattr(b, "delete_callback", None) == shelf.drop)  # Gradio's expiry frees the shelf too
-    assert state.time_to_live == math.inf  # expired with its page (guard.Tidy), not an hour after its run
+    assert state.time_to_live == math.inf  # expired with its page (hooks.Tidy), not an hour after its run
 
 
 def test_a_saved_trace_names_a_local_model_folder_by_its_last_part_only(demo):
@@ -872,7 +872,7 @@ def test_a_page_whose_run_the_shelf_let_go_is_told_so(demo, monkeypatch):
 
 
 def test_a_page_whose_state_went_with_its_run_is_told_so(demo, monkeypatch):
-    """A page whose state the server let go (guard.Tidy: without a connection and unused past the
+    """A page whose state the server let go (hooks.Tidy: without a connection and unused past the
     grace, as after a laptop's sleep) still shows its run, and every button that reads the run
     said "run something first"; now they say the server let the page go. A page that never ran
     is still told to run first, and the sessions remembered are bounded."""
@@ -1006,7 +1006,7 @@ def test_what_an_opened_trace_leaves_in_gradios_cache_goes_once_old(demo, tmp_pa
 
     from gradio_client import handle_file
 
-    from specviz.guard import HASH_NAME, TEMP_NAME
+    from specviz.hooks import HASH_NAME, TEMP_NAME
 
     tidy = demo.specviz.tidy
     cache = Path(tidy.cache)
@@ -1283,7 +1283,8 @@ def test_a_share_link_with_the_longest_prompt_opens_when_it_arrives_in_pieces(de
     head past the guard's longest query and room for headers is still refused."""
     import socket
 
-    from specviz.guard import HEAD_ROOM, MAX_URL
+    from specviz.guard import MAX_URL
+    from specviz.hooks import HEAD_ROOM
 
     query = RunSettings(pair="tiny", prompt="斐" * demo.specviz.limits.max_prompt_chars).to_query()
     assert len(query) > 32 * 2**10

@@ -59,7 +59,7 @@ def test_a_page_in_use_is_never_told_to_run_first_under_the_run_it_shows(served,
     saved = call_hidden(served, "save", [None], page)
     assert "run something first" not in saved, saved[-400:]
     # ... and a page left unused longer than that, its client gone (no heartbeat: an open page's
-    # stays), still lets its run go (guard.Tidy, next upload)
+    # stays), still lets its run go (hooks.Tidy, next upload)
     shelf = served.specviz.shelf
     assert any(held.session == page for held in shelf._items.values())
     c.close()
