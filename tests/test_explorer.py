@@ -475,6 +475,21 @@ def test_a_run_with_a_token_the_draft_cannot_read_is_refused_by_name(pair):
         explorer.record(pair, [1, 2], stats, "draft", max_new_tokens=4)
 
 
+
+def test_a_prompt_with_a_token_the_draft_cannot_read_is_refused_by_name_too(pair):
+    """The draft's pass reads the prompt as well as the output: the first id past its rows in the
+    prompt, with an output it can read, is the same ValueError, not an index error in the pass."""
+    import types
+
+    from specviz.arch import input_rows
+
+    rows = input_rows(pair.draft)
+    stats = types.SimpleNamespace(tokens=[5, 6], events=(), draft_pass_seconds=0.0,
+                                  target_pass_seconds=0.1)
+    with pytest.raises(ValueError, match="the draft cannot read every token of this run"):
+        explorer.record(pair, [1, rows], stats, "draft", max_new_tokens=4)
+
+
 def test_an_ngram_recording_keeps_the_runs_prices_and_the_text_of_every_token_it_could_propose(pair):
     """The lookup copies the prompt as well as the output: a refused proposal shows its text, so the
     recording holds the text of every prompt and output token. The prices the run drafted with,

@@ -493,6 +493,16 @@ def test_over_the_size_cap_is_refused_at_once():
     refused(" " * (trace.MAX_TRACE_BYTES + 1), "trace is 4.1 MiB; the limit is 4 MiB")
 
 
+def test_a_trace_of_exactly_the_size_cap_opens():
+    """Save hands out a trace of up to MAX_TRACE_BYTES (app: one byte more is not saved), so one of
+    exactly that size opens; the cap is on what is over it, not on what reaches it."""
+    text = json.dumps(synthetic())
+    at_cap = text + " " * (trace.MAX_TRACE_BYTES - len(text.encode()))  # JSON's trailing whitespace
+    assert len(at_cap.encode()) == trace.MAX_TRACE_BYTES == 4 * 2**20
+    assert trace.loads(at_cap) == trace.loads(text)
+    refused(at_cap + " ", "trace is 4.1 MiB; the limit is 4 MiB")
+
+
 def test_too_many_rounds_and_tokens_are_refused():
     d = synthetic(rounds=tracecheck.MAX_ROUNDS + 1, k=0, baseline=False)
     d["recording"] = None

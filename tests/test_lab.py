@@ -144,6 +144,15 @@ def test_chi_square_sees_a_one_percent_bias_over_a_real_vocabulary():
         == pytest.approx(1.0)
 
 
+def test_a_p_value_of_a_pooled_and_a_grouped_test_is_twice_the_smaller_but_at_most_1():
+    """1,000 draws exactly as p expects, p = 0.6 on one token and 0.004 on 100 others: the 100
+    expect 4 each, so they are pooled (400, a cell) and also tested in 20 groups of 5 tokens
+    (20 each). Each test reads 1 (a statistic of 0), twice the smaller is 2: the lab's table
+    shows 1, as its footnote says ("at most 1")."""
+    p = torch.tensor([0.6] + [0.004] * 100, dtype=torch.float64)
+    assert lab.chi_square_pvalue(p * 1000, p) == 1.0
+
+
 def test_lab_on_a_round_of_a_real_run(pair):
     import specviz
     from specviz import labview

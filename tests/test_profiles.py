@@ -225,6 +225,29 @@ def test_hostile_files_are_refused(tmp_path):
             profiles.load_shipped(name, tmp_path)
 
 
+def test_a_profile_of_exactly_64_kib_loads_and_one_byte_more_is_refused(tmp_path):
+    """The cap is on what is over 64 KiB: a profile padded to 65,536 bytes loads from a file, as
+    text and as bytes; at 65,537 each is refused."""
+    text = json.dumps(PROFILE)
+    at_cap = text + " " * ((64 << 10) - len(text))  # JSON's trailing whitespace
+    path = tmp_path / "at-cap.json"
+    path.write_text(at_cap)
+    assert len(at_cap) == path.stat().st_size == 65_536
+    for source in (path, str(path), at_cap, at_cap.encode()):
+        assert profiles.load(source) == profile()
+    path.write_text(at_cap + " ")
+    for source in (path, at_cap + " ", (at_cap + " ").encode()):
+        with pytest.raises(ValueError, match="a cost profile is at most 64 KiB"):
+            profiles.load(source)
+
+
+def test_short_json_text_of_a_list_is_read_as_json_not_opened_as_a_file_name():
+    """Text starting with "[" is JSON, as with "{": refused for what it holds (a list, not the
+    profile's object), not as a file that cannot be read."""
+    with pytest.raises(ValueError, match=r"profile field \(top level\) must be an object"):
+        profiles.load(json.dumps([PROFILE]))
+
+
 def test_a_file_that_gives_no_size_is_read_no_further_than_the_limit(tmp_path):
     """A special file reports size 0 and may never end (bench --profile /dev/zero): the size check
     passed it and the whole stream was read into memory, a MemoryError's traceback, or the machine's

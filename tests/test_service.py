@@ -629,6 +629,60 @@ def test_the_chain_comparison_stops_at_the_job_time_limit(store, monkeypatch):
     assert "<th>chain (draft model, same\u00a0k)</th>" in last.stats_html  # the column, left empty
 
 
+def test_a_chain_comparison_stopped_after_its_first_round_counts_that_rounds_tokens(store, monkeypatch):
+    """The status counts the tokens the chain made before the time limit: its first round's new
+    tokens (position 0 + their number), not the position it started at ("after 0 tokens")."""
+    import time
+
+    import specviz.service as service
+
+    store.chains = Baselines()
+    s = tree_settings(max_new_tokens=10, prompt="for i")
+    store.get(s)
+    clock, real_clock, real_generate, chain = [0.0], time.monotonic, service.generate, []
+
+    def generate(*args, proposer="draft", **kwargs):
+        for event in real_generate(*args, proposer=proposer, **kwargs):
+            if proposer == "draft":  # the job's clock runs out once the chain starts
+                clock[0] = 1e6
+                chain.append(event)
+            yield event
+
+    monkeypatch.setattr(service, "generate", generate)
+    monkeypatch.setattr(service.time, "monotonic", lambda: real_clock() + clock[0])
+    last = list(run_views(store, s, Limits()))[-1]
+    first = chain[0]  # the one round the chain ran: no prompt to read in pieces
+    assert len(chain) == 1 and first.position == 0 and 1 <= len(first.new_tokens) <= s.k + 1
+    assert f"Stopped the chain comparison after {len(first.new_tokens)} tokens at this deployment's " \
+           "time limit" in last.status
+
+
+def test_a_speculative_run_whose_last_round_ends_past_the_time_limit_is_done_not_stopped(store, monkeypatch):
+    """The limit stops a run between rounds that leave it unfinished: a run whose last round (its
+    stop set) comes in past the limit has ended, and with its baseline measured before, reused,
+    it is Done, with its speedup and recording, not "Stopped the speculative run (no baseline)"."""
+    import time
+
+    import specviz.service as service
+
+    store.baselines = Baselines()
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=8, prompt="def f", dtype="float32", k=3)
+    assert list(run_views(store, s, Limits()))[-1].status.startswith("Done")  # measures the baseline
+    clock, real_clock, real_generate = [0.0], time.monotonic, service.generate
+
+    def generate(*args, proposer="draft", **kwargs):
+        for event in real_generate(*args, proposer=proposer, **kwargs):
+            if proposer == "draft" and getattr(event, "stop", None) is not None:
+                clock[0] = 1e6  # out of time as the last round comes in
+            yield event
+
+    monkeypatch.setattr(service, "generate", generate)
+    monkeypatch.setattr(service.time, "monotonic", lambda: real_clock() + clock[0])
+    last = list(run_views(store, s, Limits()))[-1]
+    assert clock[0] == 1e6 and last.status.startswith("Done") and "baseline reused" in last.status
+    assert last.base is not None and last.trace.recording is not None
+
+
 def test_a_chain_run_has_no_tree_panel_and_no_chain_comparison(store):
     from specviz.service import explorer_refusal
 
@@ -729,6 +783,10 @@ def test_end_to_end_text_states_the_measured_noise_and_verdict():
     assert "consistent with one distribution, but a weak check" in spread and "Lower the" in spread
     assert "weak" in labview.continuations_html({**step, "noise": 0.5}) and "weak" not in \
         labview.continuations_html({**step, "noise": 0.499})
+    # a bias found is not called a weak check, however spread the outcomes (the noise only
+    # qualifies "consistent with one distribution")
+    spread_bias = labview.continuations_html({**step, "tv": 0.9, "noise": 0.6, "pvalue": 0.0005})
+    assert "<b>a sign of a bias</b>" in spread_bias and "weak" not in spread_bias
 
 
 LONG = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
