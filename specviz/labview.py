@@ -432,8 +432,8 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
     seconds = rep.predicted_seconds  # tokens / s as the curve's: the output over predicted seconds
     tokens = len(rec.output)
     fastest = [f"at this run's costs, {text}" for text in
-               [fastest_text({r.k: r.predicted_seconds for r in reps}, tokens)] if text]  # then a
-    # sentence a path of the profile (its dashed or dotted line on the plot)
+               [fastest_text({r.k: r.predicted_seconds for r in reps}, tokens)] if text]  # then
+    # a sentence for each path of the profile (its dashed or dotted line on the plot)
     for path in profile.paths if profile else ():
         try:
             text = fastest_text({r.k: profiles.project(r, profile, path) for r in reps}, tokens)
