@@ -216,7 +216,10 @@ def load(source: str | Path | bytes | dict) -> Profile:
                 source = f.read(MAX_BYTES + 1)  # reports size 0 and may never end
         except OSError as e:
             raise ValueError(f"cannot read the cost profile {path.name[:60]!r}: {e.strerror}") from None
-    if len(source) > MAX_BYTES:
+    size = len(source)  # text in the bytes it saves as, as a file's (its characters undercounted "é")
+    if size <= MAX_BYTES and isinstance(source, str):
+        size = len(source.encode("utf-8", "replace"))
+    if size > MAX_BYTES:
         raise ValueError(f"a cost profile is at most {MAX_BYTES >> 10} KiB")
     try:
         raw = json.loads(source)

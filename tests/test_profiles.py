@@ -236,7 +236,9 @@ def test_a_profile_of_exactly_64_kib_loads_and_one_byte_more_is_refused(tmp_path
     for source in (path, str(path), at_cap, at_cap.encode()):
         assert profiles.load(source) == profile()
     path.write_text(at_cap + " ")
-    for source in (path, at_cap + " ", (at_cap + " ").encode()):
+    accented = json.dumps(dict(PROFILE, note="é"), ensure_ascii=False)  # 65,536 characters, 65,537
+    accented += " " * ((64 << 10) - len(accented))  # bytes in UTF-8, as a file saves them
+    for source in (path, at_cap + " ", (at_cap + " ").encode(), accented):
         with pytest.raises(ValueError, match="a cost profile is at most 64 KiB"):
             profiles.load(source)
 
