@@ -115,11 +115,30 @@ def summarize(records: list[Record]) -> dict:
             if method.removesuffix("-plainhead") == "specviz:none" and cls in out.get("hf:target", {}):
                 row["vs_transformers"] = row["tokens_per_second"] / out["hf:target"][cls]["tokens_per_second"]
                 continue
-            twins = [out[t][cls]["speedup"] for t in counterparts(method, out)
-                     if "speedup" in out[t].get(cls, {})]  # none where hf:target did not run
+            twins = {t: out[t][cls]["speedup"] for t in counterparts(method, out)
+                     if "speedup" in out[t].get(cls, {})}  # none where hf:target did not run
             if twins and "speedup" in row:
-                row["vs_transformers"] = row["speedup"] / max(twins)
+                best = max(twins, key=lambda t: (twins[t], t))  # the best of them counts
+                row |= {"vs_transformers": row["speedup"] / twins[best], "vs_transformers_method": best}
     return out
+
+
+def measured_against(summary: dict) -> str:
+    """One line per specviz method measured against more than one transformers method (hybrid and
+    adaptive: the best of assisted at any k and prompt lookup; n-gram: of several lookups), naming
+    the one that counted in each class, where the table's "vs hf" alone does not say it."""
+    lines = []
+    for method, rows in summary.items():
+        if len(counterparts(method, summary)) < 2:
+            continue
+        by = {}
+        for cls, row in rows.items():
+            if "vs_transformers_method" in row:
+                by.setdefault(row["vs_transformers_method"], []).append(cls)
+        if by:
+            lines.append(f"{method}'s vs hf is against " + "; ".join(
+                f"{twin} ({', '.join(classes)})" for twin, classes in by.items()))
+    return "\n".join(lines)
 
 
 def counterparts(method: str, out: dict) -> list[str]:
@@ -272,7 +291,8 @@ def table(summary: dict) -> str:
                           f"{'  - ' if vs is None else beside(vs, 1.0):>6}")
     for method, cells in _speed_rows(summary, classes, cell):
         lines.append(f"{method:{w}}" + "".join(f"{c:>24}" for c in cells))
-    return "\n".join(lines)
+    against = measured_against(summary)
+    return "\n".join(lines) + (f"\n{against}" if against else "")
 
 
 def differences(records: list[Record]) -> str:
@@ -317,7 +337,9 @@ def markdown(summary: dict, meta: dict) -> str:
              f"{meta['dtype']} on {meta['device']}, {meta['max_new_tokens']} new tokens, greedy, "
              f"{meta['repeats']} repeat(s); machine: {m['processor']}, {m['cpus']} CPUs, "
              f"{m['memory_gib']} GiB, torch {m['torch']} with {m['threads']} threads, GPU {m['cuda']}.")
-    return about + "\n\n" + "\n".join(speed) + "\n\n" + "\n".join(detail) + "\n"
+    against = measured_against(summary).replace("\n", "  \n")  # markdown's line break
+    return (about + "\n\n" + "\n".join(speed) + "\n\n" + (f"{against}\n\n" if against else "")
+            + "\n".join(detail) + "\n")
 
 
 def projected(records: list[Record], profile: profiles.Profile) -> dict:

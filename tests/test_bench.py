@@ -38,6 +38,29 @@ def test_summary_speedups_and_counterparts_are_exact():
     assert "| 1/1 |" in text.split("| specviz:draft-4 | 6.00")[1].split("\n")[0]
 
 
+def test_the_report_names_the_transformers_method_each_class_measured_the_hybrid_against():
+    """The hybrid's "vs hf" is over the best of assisted (any k) and prompt lookup, which can be
+    another in each class. chat: assisted-4 2x, assisted-8 20/12 = 1.67x, lookup 1.33x; write:
+    lookup 4x; all (120 tokens each): every one 2x, a tie the name decides. The draft at k = 4 has
+    one counterpart: no line."""
+    records = []
+    for cls, (a4, a8, l8) in {"chat": (10, 12, 15), "write": (10, 8, 5)}.items():
+        records += [rec(m, "transformers" if m.startswith("hf:") else "specviz", cls, 60, seconds)
+                    for m, seconds in (("hf:target", 20.0), ("specviz:none", 20.0), ("hf:assisted-4", a4),
+                                       ("hf:assisted-8", a8), ("hf:lookup-8", l8), ("specviz:hybrid-8", 4.0),
+                                       ("specviz:draft-4", 8.0))]
+    s = benchreport.summarize(records)
+    rows = s["specviz:hybrid-8"]
+    hybrid = [(rows[c]["vs_transformers"], rows[c]["vs_transformers_method"]) for c in rows]
+    assert hybrid == [(2.5, "hf:assisted-4"), (1.25, "hf:lookup-8"), (2.5, "hf:lookup-8")]
+    line = "specviz:hybrid-8's vs hf is against hf:assisted-4 (chat); hf:lookup-8 (write, all)"
+    assert benchreport.measured_against(s) == line
+    assert benchreport.table(s).endswith("\n" + line)
+    meta = {"machine": bench.machine(), "target": "t", "draft": "d", "dtype": "bf16", "device": "cpu",
+            "max_new_tokens": 64, "repeats": 1}
+    assert f"\n\n{line}\n\n| method | tokens/pass |" in benchreport.markdown(s, meta)
+
+
 def test_bench_alpha_pools_the_tested_drafts_of_every_run():
     """α per class is accepted / (accepted + rejections) over all its runs, as RunStats takes it
     over rounds, not the mean of each run's α; the target alone, which tests nothing, has none."""
