@@ -216,6 +216,19 @@ def test_ngram_keeps_copying_where_the_last_kept_copy_left_off():
     assert drafter.proposal(ids[:13], 4) == [3, 4, 0, 7] and drafter.first == {2: [1.0, 1.0]}
 
 
+def test_ngram_reading_on_at_the_pointer_reads_on_in_its_own_copy_past_the_contexts_end():
+    """1 2 3 1 2: (1, 2) matched at 0, so the copy reads 3 1 2 and on in itself, 3. The target kept
+    3 and 1 and said 9; 9 never occurred before, so the drafter reads on at the pointer, 5 (past
+    the kept 2 and the target's 9): 3 1 9, which reaches the context's end, then on in itself as
+    the output would copy it (its period 3): 3 1 9 3, not cut at the end to 3 1 9."""
+    from specviz.proposers import NgramProposer
+
+    drafter = NgramProposer(3)
+    assert drafter.proposal([1, 2, 3, 1, 2], 4) == [3, 1, 2, 3]
+    assert drafter.proposal([1, 2, 3, 1, 2, 3, 1, 9], 4) == [3, 1, 9, 3] and drafter.pointer == 5
+    assert drafter.last[2:] == (0, 5)  # no n-gram matched: read on at the pointer
+
+
 def brute_match(ids, k, max_ngram, pointer, min_ngram=1):
     """The n-gram rule read off its definition: for n = max_ngram..min_ngram, the earlier copies
     of the last n tokens; the first starting at or after the pointer, else the most recent. Its

@@ -258,6 +258,29 @@ def test_a_base_model_without_a_chat_template_is_benchmarked_on_its_plain_prompt
         assert set(bench.same_text_passes(on, prompts, texts, 4)) == {"code"}
 
 
+def test_a_bench_reports_whether_its_prompts_went_through_a_chat_template(model_dirs, tmp_path):
+    """The report's meta says how the prompts were read: a base model's (no chat template) as
+    plain text, "chat": false, so that its figures are not taken for chat-formatted runs."""
+    import shutil
+
+    from specviz.cli import main
+
+    base = tmp_path / "base"
+    shutil.copytree(model_dirs["target"], base)
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (base / "tokenizer_config.json").write_text(json.dumps(config))
+    (base / "chat_template.jinja").unlink(missing_ok=True)
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps([{"class": "code", "prompt": "def fibonacci(n):"}]))
+    for target, chat in ((base, False), (model_dirs["target"], True)):
+        out = tmp_path / f"{chat}.json"
+        rc = main(["bench", "--target", str(target), "--dtype", "float32", "--device", "cpu", "--prompts",
+                   str(prompts), "--ks", "2", "--methods", "specviz:none", "--max-new-tokens", "2",
+                   "--json", str(out)])
+        assert rc == 0 and json.loads(out.read_text())["meta"]["chat"] is chat
+
+
 def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
     from specviz.cli import main
 

@@ -295,6 +295,21 @@ def test_a_kept_static_target_too_short_for_the_run_is_refused_when_called(stati
         tokens(specviz.generate(static_pair, PROMPT, max_new_tokens=4))
 
 
+def test_a_kept_static_target_of_exactly_the_runs_positions_is_enough(static_pair):
+    """A chain run at k=4 of 8 new tokens holds its prompt, the 8 tokens and a round's 4 drafts
+    and its own token: len(ids) + 8 + 4 + 1 positions (run_length). A kept cache of exactly that
+    many runs the run, as the target alone's would; one of a position fewer is refused."""
+    from specviz.engine import target_lm
+
+    ids = static_pair.encode(PROMPT)
+    need = len(ids) + 8 + 4 + 1
+    with pytest.raises(ValueError, match=rf"room for {need} positions .* got CachedLM of {need - 1}$"):
+        specviz.generate(static_pair, ids, target=target_lm(static_pair, need - 1), k=4, max_new_tokens=8)
+    exact = target_lm(static_pair, need)
+    assert tokens(specviz.generate(static_pair, ids, target=exact, k=4, max_new_tokens=8)) == \
+        tokens(specviz.generate(static_pair, ids, k=4, max_new_tokens=8))
+
+
 @pytest.mark.parametrize("which", ["pair", "static_pair"])
 def test_runs_interleaved_on_a_shared_target_cache_each_keep_their_own_output_and_pass_count(which, request):
     """Two runs interleaved on one kept target cache counted each other's passes (rounds 1, 2, 3

@@ -472,6 +472,34 @@ def test_every_lab_and_run_plot_tells_its_series_apart_without_colour():
         assert len(set(looks(fig))) == len(fig.data), (name, looks(fig))
 
 
+def test_the_time_plot_draws_no_markers_so_its_baseline_is_told_by_its_dash():
+    """The cumulative plot tells its runs apart by dash and by marker; the time plot draws lines
+    alone, so there only the baseline's dash tells it from the speculative run in grey."""
+    from test_metrics import run
+
+    from specviz import figures
+
+    spec, base = run([(4, 2), (4, 4), (4, 1)]), run([(0, 0)] * 3)
+    shown = figures.all_figures(spec, base)
+    assert [(t.name, t.mode, t.line.dash) for t in shown["time"].data] == [
+        ("speculative", "lines", "solid"), ("baseline", "lines", "dash")]
+    assert [(t.name, t.line.dash, t.marker.symbol) for t in shown["cumulative"].data] == [
+        ("speculative", "solid", "circle"), ("baseline", "dash", "square")]
+
+
+def test_a_tree_runs_k_plot_tells_its_point_from_the_chains_without_colour():
+    """The tree run's point and the chain's at the same k: a diamond and a square, not two
+    diamonds told apart by colour alone."""
+    from test_metrics import run
+
+    from specviz import figures
+
+    spec = run([(4, 2), (4, 4), (4, 1)])
+    fig = figures._tree_points(spec, spec, 4)
+    assert [t.marker.symbol for t in fig.data] == ["diamond", "square"]
+    assert len(set(looks(fig))) == len(fig.data) == 2
+
+
 def test_every_plots_title_fits_its_plot_on_a_375_px_phone():
     """Plotly never wraps a title: the lab's "Monte Carlo: 200,000 one-token rounds per variant"
     (386 px, chromium) ran 92 px past its 309 px plot's right edge on a 375 px phone, its end cut
@@ -495,6 +523,15 @@ def test_every_plots_title_fits_its_plot_on_a_375_px_phone():
         lines = fig.layout.title.text.split("<br>")
         assert max(len(line) for line in lines) <= most, (name, fig.layout.title.text)
     assert shown["monte carlo"].layout.title.text == "Monte Carlo: 1,000,000 rounds each"
+
+
+def test_a_titles_room_is_the_phone_plots_width_less_the_5_percent_it_starts_in():
+    """A title starts 5% into its plot: of a 375 px phone's 309 px plot, 0.95 × 309 / 8.2 = 35.8
+    characters fit (35 whole), of the token tree panel's 283 px 32.8 (32). Counted over the whole
+    width (37), a 37-character title would start 15 px in and end at 319 px, past the plot's edge."""
+    from specviz import figures
+
+    assert (figures.TITLE_CHARS, figures.TREE_TITLE_CHARS) == (35, 32)
 
 
 def f64(*xs) -> torch.Tensor:

@@ -510,3 +510,24 @@ def test_bench_projection_marks_a_verify_priced_past_the_widest_pass_the_path_me
     assert "| specviz:draft-4 | 0.08 s, 153.8 tok/s, 1.54x | 0.04 s, 285.7 tok/s, 2.86x* |" in table
     assert "| specviz:none | 0.12 s, 100.0 tok/s, 1.00x | 0.12 s, 100.0 tok/s, 1.00x |" in table
     assert "* C_T(width) not measured" in table
+
+
+def test_a_method_is_marked_an_estimate_when_any_of_its_runs_was_priced_past_the_measured_widths():
+    """Of specviz:draft-4's two prompts on the path that measured only C_T(1), one verified at width
+    5 (priced past it) and one only at width 1: the method's row sums both, an estimate in part,
+    and is marked; a row whose every pass was measured is not."""
+    raw = copy.deepcopy(PROFILE)
+    raw["paths"]["fast"].update(draft_ms=1.0, target_ms={"1": 10.0})
+    costs = profiles.load(raw)
+    records = [brec("specviz:none", "specviz", 12, 0, {1: 12}),
+               brec("specviz:draft-4", "specviz", 12, 12, {5: 3}),
+               brec("specviz:draft-4", "specviz", 12, 0, {1: 12})]
+    assert [profiles.extrapolated(r.passes, costs, "fast") for r in records[1:]] == [True, False]
+    out = benchreport.projected(records, costs)
+    assert out["specviz:draft-4"]["fast"]["extrapolated"] is True
+    assert out["specviz:none"]["fast"]["extrapolated"] is False
+    # fast: 12 draft passes of 1 ms and 3 verifies at C_T(1) = 10 ms, then 12 one-token passes:
+    # 162 ms for 24 tokens (148.1 tok/s), against the target alone's 12 in 120 ms (100.0 tok/s)
+    row = next(line for line in benchreport.projected_table(out, costs).splitlines()
+               if line.startswith("| specviz:draft-4 |"))
+    assert row.endswith("| 0.16 s, 148.1 tok/s, 1.48x* |")

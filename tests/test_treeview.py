@@ -148,6 +148,29 @@ def test_a_one_round_one_node_overview_says_round_and_node():
         treeview.overview_html([event], pieces)
 
 
+def test_the_overviews_plural_counts_the_runs_rounds_not_its_tree_rounds():
+    """One tree round and a last one that verified none: "1 of 2 rounds", the plural by the 2
+    rounds of the run (counted by the one tree round, it read "1 of 2 round")."""
+    plain = replace(tree_round(2), tree=(), k=0, draft_tokens=[], accepted=0, new_tokens=[16], stop="length",
+                    target_probs=[], draft_probs=[], target_top2=[])
+    # 6 nodes over 1 tree round and 2 passes; 1 of the 6 kept; 2 + 1 tokens in 2 passes
+    text = treeview.overview_html([tree_round(1), plain], pieces)
+    assert ("1 of 2 rounds verified a tree: 6 nodes (6.0 a tree round, 3.0 a target pass), 1 accepted "
+            "(16.7% of the nodes), 1.50 tokens per target pass.") in text
+
+
+def test_a_tree_round_that_kept_none_of_its_drafts_reads_0_accepted_not_nothing_drafted():
+    """Both of the root's candidates refused: the round drafted a tree of depth 1 and kept none of
+    it. Its bar in words says so; "nothing drafted" is for a round that verified no tree."""
+    refused = (replace(TREE[0], fate="rejected"), replace(TREE[1], fate="rejected"))
+    event = replace(tree_round(1, tree=refused, accepted=0), k=1, draft_tokens=[10], target_probs=[0.5],
+                    draft_probs=[0.6], new_tokens=[16])
+    row = treeview.overview_html([event], pieces).split("<tbody>")[1]
+    assert row.count("tree-bar accepted") == 0 and row.count("tree-bar refused") == 1
+    words = "0 accepted, 1 more of depth 1 not kept, then the target&#x27;s token (recovered)"
+    assert f'aria-label="{words}" title="{words}"' in row
+
+
 def test_playback_shows_the_last_round_by_default_and_refuses_a_round_out_of_range():
     events = [tree_round(i) for i in range(1, 4)]
     round_text, overview = treeview.tree_views(events, pieces)
@@ -326,6 +349,18 @@ def test_a_round_whose_output_ended_inside_its_accepted_path_says_so():
     assert cut.nodes[2][1] == ("accepted (not committed: the run stopped before it): '(' at depth 2; "
                                "p=0.1000  q=0.5000  cumulative q=0.3000")
     assert "not committed" not in cut.nodes[0][1] and None not in cut.tags
+
+
+def test_a_tree_rounds_timeline_row_counts_the_drafts_its_output_kept_not_those_past_its_eos():
+    """The walk kept "def" and "(", but "def" was an EOS: the row says 1 of the 6 nodes kept (as
+    α and the overview count it), then where the EOS fell and what the rule accepted."""
+    from specviz.views import timeline_html
+
+    two = tuple(replace(n, fate="accepted") if i == 2 else n for i, n in enumerate(TREE))
+    eos = replace(tree_round(1, tree=two, accepted=2), new_tokens=[10], stop="eos")
+    row = timeline_html([], RunStats.of([eos])).split("<tbody>")[1]
+    assert "<td>1 of 6&#160;nodes, EOS at draft&#160;1 (the rule accepted&#160;2)</td>" in row
+    assert "<td>1 of 6&#160;nodes</td>" in timeline_html([], RunStats.of([tree_round(1)]))
 
 
 def test_the_overview_counts_nodes_a_tree_round_and_stops_counting_at_an_eos():
