@@ -431,15 +431,16 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
                  + ("" if ok else MISMATCH[rec.proposer]))
     seconds = rep.predicted_seconds  # tokens / s as the curve's: the output over predicted seconds
     tokens = len(rec.output)
-    fastest = [f"at this run's costs, {text}" for text in
-               [fastest_text({r.k: r.predicted_seconds for r in reps}, tokens)] if text]  # then
-    # a sentence for each path of the profile (its dashed or dotted line on the plot)
+    priced = {}  # path -> {k: predicted seconds on the profile's path}, for its line and its sentence
     for path in profile.paths if profile else ():
         try:
-            text = fastest_text({r.k: profiles.project(r, profile, path) for r in reps}, tokens)
-        except ValueError:  # no draft cost on this path: not on the plot either
+            priced[path] = {r.k: profiles.project(r, profile, path) for r in reps}
+        except ValueError:  # no draft cost on this path: neither a line nor a sentence
             continue
-        if text:
+    fastest = [f"at this run's costs, {text}" for text in
+               [fastest_text({r.k: r.predicted_seconds for r in reps}, tokens)] if text]
+    for path, times in priced.items():  # a sentence for each path's dashed or dotted line
+        if text := fastest_text(times, tokens):
             fastest.append(f"On {html.escape(profile.name[:40])}, {html.escape(profile.path_label(path))}: "
                            f"{text}")
     numbers = (f"<div class='specviz-lab'><b>{f'adaptive k ≤ {k}' if adaptive else f'k = {k}'}</b>: "
@@ -458,12 +459,9 @@ def _explorer_views(rec, k, adaptive, measured_k, measured_rounds, profile, pref
         speed = [len(rec.output) / r.predicted_seconds if r.predicted_seconds else None for r in reps]
         fig.add_scatter(x=ks, y=speed, name="predicted tokens / s", yaxis="y2",
                         line=dict(color=THEORY, dash="dash"), marker_symbol="square")
-    for path in profile.paths if profile else ():
-        try:
-            speed = [len(rec.output) / s if (s := profiles.project(r, profile, path)) else None
-                     for r in reps]  # no cost measured: no point, not 0 tokens / s
-        except ValueError:  # no draft cost on this path
-            continue
+    for path, times in priced.items():
+        speed = [tokens / t if (t := times[r.k]) else None for r in reps]  # no cost measured: no
+        # point, not 0 tokens / s
         fig.add_scatter(x=ks, y=speed, name=f"tokens / s on {profile.name[:40]}, {profile.path_label(path)}",
                         yaxis="y2", marker_symbol="square",
                         line=dict(color=THEORY, dash="dash" if path == "fast" else "dot"))
