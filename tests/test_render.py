@@ -159,6 +159,17 @@ def test_a_tokens_tooltip_names_the_token_as_a_tree_nodes_does():
         "rejected: 'a⟨U+202E⟩b', round 2, draft position 2; q(x)=0.2500; never tested")
 
 
+def test_a_refused_draft_is_a_deletion_and_the_targets_own_tokens_insertions_to_a_screen_reader():
+    """Each fate's element: assistive technology reads <del> and <ins> (only the slow browser test
+    checked the bonus token's <ins>)."""
+    from specviz.render import Span, to_html
+
+    fates = ["accepted", "rejected", "recovered", "bonus", "target"]
+    page = to_html([Span("x", fate, 7, 1, 1) for fate in fates])
+    assert re.findall(r"<(\w+) class=\"tok (\w+)", page) == [
+        ("span", "accepted"), ("del", "rejected"), ("ins", "recovered"), ("ins", "bonus"), ("span", "target")]
+
+
 def test_token_html_drops_refused_drafts_first_then_counts_the_output_tokens_it_left_out():
     """Past the budget the refused drafts go first: a 512-token run at k=16 keeping 2 drafts a
     round was cut part-way through its output while every refused draft still showed."""
