@@ -197,6 +197,29 @@ def test_lab_on_a_round_of_a_real_run(pair):
     assert "temperature 1 (the run was greedy: one-hot p and q, so the lab looks at temperature 1)" in plain
 
 
+def test_the_lab_refuses_a_round_whose_context_holds_an_id_the_draft_cannot_read(pair, monkeypatch):
+    """A draft with fewer input rows than the target's vocabulary drafted nothing where the context
+    held an id past them (engine: it reads every id below its rows); the lab says so rather than
+    index past the draft's embedding. An id of exactly its row count is already past it."""
+    import specviz
+    from specviz import labview
+    from specviz.render import all_spans
+    from specviz.store import pair_models
+    from specviz.trace import Trace
+
+    ids = pair.encode("def f")
+    events = tuple(specviz.generate(pair, ids, k=3, max_new_tokens=6, temperature=0.8, seed=1))
+    t = Trace({"temperature": 0.8, "top_k": 0, "top_p": 1.0}, pair_models(pair), ids, events,
+              tuple(all_spans(events, pair.tokenizer, ids)))
+    highest = max(ids)  # round 1's context is the prompt
+    monkeypatch.setattr(labview, "input_rows", lambda model: highest)  # rows 0..highest-1
+    with pytest.raises(ValueError, match=r"the draft cannot read this round's context \(an id past its "
+                                         r"vocabulary\): it drafted nothing there; pick another round"):
+        finished(labview.from_round_steps(pair, t, 1))
+    monkeypatch.setattr(labview, "input_rows", lambda model: highest + 1)  # reads it: the round's q
+    assert float(finished(labview.from_round_steps(pair, t, 1))[1].sum()) == pytest.approx(1.0)
+
+
 # ---- token trees at depth 1 -------------------------------------------------------------------
 # The hand example: p = [0.5, 0.3, 0.2], candidates [1, 2] tried in that order.
 TREE_P, TREE_C = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), [1, 2]
