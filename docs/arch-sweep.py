@@ -9,7 +9,7 @@ Usage, from the repository root (the full sweep of the fifty-third stop, about 2
   OMP_NUM_THREADS=1 python docs/arch-sweep.py --paths eager,static,compiled \
       --proposers draft,ngram,hybrid,adaptive,tree --sample --out arch-sweep.jsonl
 On a GPU (docs/gpu-sweep.sh runs it so): the models, the argmax loop and specviz on CUDA, float32;
-the compiled path with lm.COMPILE as the library sets it (on CPU the "aot_eager" backend):
+the compiled path with fastpath.COMPILE as the library sets it (on CPU the "aot_eager" backend):
   python docs/arch-sweep.py --device cuda --paths eager,graphed --archs llama,opt --out sweep.jsonl
 Options: --archs a,b  --ks 1,4  --n 64  --variants plain,sw16,sw192  --draft perturbed|small
   --sample-on eager (the paths of --sample's runs, a,b)
@@ -47,7 +47,7 @@ transformers.logging.set_verbosity_error()
 from tiny import EOS, make_tokenizer, perturbed  # noqa: E402
 
 import specviz  # noqa: E402
-from specviz import engine, lm  # noqa: E402
+from specviz import engine, fastpath  # noqa: E402
 from specviz.loading import Pair  # noqa: E402
 
 PROMPT = "def fibonacci(n):\n    if n < 2:"
@@ -214,7 +214,7 @@ class Logged(logging.Handler):
 def header(a):
     """The call's first row: what ran where."""
     row = {"header": True, "argv": sys.argv[1:], "device": a.device, "torch": torch.__version__,
-           "transformers": transformers.__version__, "cuda": torch.version.cuda, "compile": lm.COMPILE,
+           "transformers": transformers.__version__, "cuda": torch.version.cuda, "compile": fastpath.COMPILE,
            "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     if a.device == "cuda":
         row["gpu"] = torch.cuda.get_device_name()
@@ -265,7 +265,7 @@ def main():
         sys.exit(f"arch-sweep: --device cuda, but torch {torch.__version__} sees no CUDA device")
     dev = torch.device(a.device)
     if a.device == "cpu":
-        lm.COMPILE = {"backend": "aot_eager", "dynamic": False}
+        fastpath.COMPILE = {"backend": "aot_eager", "dynamic": False}
     tok = make_tokenizer(tempfile.mkdtemp())
     vocab, eos = len(tok), tok.convert_tokens_to_ids(EOS)
     made = []
@@ -325,7 +325,7 @@ def main():
                 pair.__dict__["eos_ids"] = frozenset()  # run the whole budget (random models hit EOS)
                 chosen = None
                 try:
-                    chosen = lm.resolve_fast(path, target)
+                    chosen = fastpath.resolve_fast(path, target)
                 except Exception as e:  # noqa: BLE001
                     chosen = repr(e)[:200]
                 for proposer in a.proposers.split(","):
@@ -383,7 +383,7 @@ def main():
                     print(arch, variant, path, "sampled", r["outcome"], r.get("msg", "")[:160], flush=True)
             print(f"== {arch}/{variant} {time.perf_counter() - t0:.1f}s", flush=True)
             del target, draft, pair
-            lm.forget_graphs()
+            fastpath.forget_graphs()
             torch._dynamo.reset()
     print(f"TOTAL {time.perf_counter() - started:.1f}s", flush=True)
     out.close()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The second device call, prepared: the architecture sweep (docs/arch-sweep.py) on CUDA, about 110 s,
 # the fast paths on architectures no GPU has run them on (sliding windows, ALiBi, OPT): "graphed"
-# (lm.GraphedStep capturing torch.cuda.CUDAGraph directly, no compiler) and, as far as the time
+# (fastpath.GraphedStep capturing torch.cuda.CUDAGraph directly, no compiler) and, as far as the time
 # reaches, "compiled" (inductor, each shape then captured). Make it after docs/gpu-next.sh, in the
 # same session, when status says 4 minutes of device time or more remain (the machine still warm: no
 # new start), from the repo root:

@@ -8,7 +8,7 @@ import statistics
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 
-from specviz import lm
+from specviz import fastpath, lm
 from specviz.engine import generate
 from specviz.enginecheck import Vocabulary
 from specviz.loading import Pair
@@ -17,9 +17,9 @@ torch.manual_seed(0)
 cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192)
 target = AutoModelForCausalLM.from_config(cfg).eval()
-lm.GRAPH_DEVICES = {"cuda", "cpu"}
-lm.GraphedStep.warm_stream = lambda self: contextlib.nullcontext()
-lm.GraphedStep.record = lambda self, run, like: ((lambda: None), torch.zeros_like(like))
+fastpath.GRAPH_DEVICES = {"cuda", "cpu"}
+fastpath.GraphedStep.warm_stream = lambda self: contextlib.nullcontext()
+fastpath.GraphedStep.record = lambda self, run, like: ((lambda: None), torch.zeros_like(like))
 lm.CachedLM.checked_length = lambda self: len(self.tokens) + len(self.slots)  # the stand-ins write no KV
 pair = Pair(target, Vocabulary(1000), target, "t", "d", fast="graphed")
 prompt = [(11 * i + 5) % 1000 for i in range(64)]

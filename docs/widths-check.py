@@ -9,16 +9,17 @@ import time
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, StaticCache
 
-from specviz import lm
-from specviz.lm import crop, step
+from specviz import fastpath
+from specviz.fastpath import step
+from specviz.kvcache import crop
 
 torch.manual_seed(0)
 cfg = Qwen2Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=28,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
 model = AutoModelForCausalLM.from_config(cfg).eval()
-lm.SHARED = sys.argv[1] == "shared"
-compiled = lm.compiled_step("cpu")  # torch.compile(step, dynamic=False), shared widths or not
-kv = lm.cache_argument(model)  # "cache", or "past_key_values" before transformers 5.24
+fastpath.SHARED = sys.argv[1] == "shared"
+compiled = fastpath.compiled_step("cpu")  # torch.compile(step, dynamic=False), shared widths or not
+kv = fastpath.cache_argument(model)  # "cache", or "past_key_values" before transformers 5.24
 cache = StaticCache(config=model.config, max_cache_len=128)
 eager = StaticCache(config=model.config, max_cache_len=128)
 with torch.inference_mode():

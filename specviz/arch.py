@@ -43,7 +43,7 @@ def positions(model) -> int | None:
 def check_rollback(model, name: str = "the model") -> None:
     """ValueError for caches that cannot roll back at all (linear-attention or other recurrent
     layers, layers that share another's keys). Full-attention and sliding-window layers can: a
-    sliding-window model's cache keeps every position (lm.full_layers), so it crops exactly past
+    sliding-window model's cache keeps every position (kvcache.full_layers), so it crops exactly past
     its window too."""
     for layer in DynamicCache(config=model.config).layers:
         if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):

@@ -14,7 +14,8 @@ import torch
 from .acceptance import Verdict, verify, verify_greedy
 from .arch import check_tree_model
 from .bounds import MAX_K, NEEDS_DRAFT, PROPOSERS  # here too: defined there for the command line
-from .lm import CachedLM, bucket, draft_lm, resolve_fast
+from .fastpath import resolve_fast
+from .lm import CachedLM, bucket, draft_lm
 from .loading import Pair
 from .proposers import (
     AdaptiveProposer,
@@ -218,7 +219,7 @@ def run_length(ids: list[int], max_new_tokens: int, k: int) -> int:
 
 
 def cache_kwargs(model, fast: str, max_len: int | None) -> dict:
-    """CachedLM arguments for a fast-path mode (lm.resolve_fast) and a run's length."""
+    """CachedLM arguments for a fast-path mode (fastpath.resolve_fast) and a run's length."""
     cache, steps = resolve_fast(fast, model)
     return {"cache": cache, "steps": steps, "max_len": max_len}
 
@@ -251,7 +252,7 @@ def warm_steps(pair, k: int) -> None:
     the target's 1 (the target alone) and k + 1 (each verify, narrower ones padded to it), the
     draft's 1 and 2 (its catch-up after a fully accepted round, which a warm-up run need not
     reach: random weights rarely accept a whole draft), on the same cached steps a run then
-    leases (lm._Slot)."""
+    leases (fastpath._Slot)."""
     prompt = list(range(1, 9))
     # leased in a run's order, the draft's first (make_proposer, then _rounds), both held at once:
     # where the target drafts for itself, each then warms the slot the run will lease (warmed one

@@ -160,7 +160,7 @@ def main(argv=None) -> int:
                                 description=" ".join(main.__doc__.split()))
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
-    p.add_argument("--fast", default="compiled", help="fast path (lm.FAST_PATHS)")
+    p.add_argument("--fast", default="compiled", help="fast path (fastpath.FAST_PATHS)")
     p.add_argument("--kinds", default="self,tree,chain", help=f"comma list of {', '.join(RUNS)}")
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--context", type=int, default=128)

@@ -8,7 +8,7 @@ present, also times the real pair. It reports:
 - the copy bandwidth (a large device tensor copy, bytes read plus written, median);
 - C_D (draft, 1 token) and C_T(w) (target, w tokens verified) on the eager path (DynamicCache,
   eager forwards) and the fast path (StaticCache; on CUDA its fixed-shape steps compiled with
-  torch.compile and captured as CUDA graphs, as lm.CAPTURE says), and on CUDA the graphed path
+  torch.compile and captured as CUDA graphs, as fastpath.CAPTURE says), and on CUDA the graphed path
   (ZeroGPU's: the uncompiled steps captured as CUDA graphs) while the budget lasts;
 - the target alone's tokens per second against the bandwidth limit (weight bytes a pass reads over
   the measured copy bandwidth);
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from . import enginecheck, lm, profiles
+from . import enginecheck, fastpath, lm, profiles
 from .digits import beside
 from .gpumeasure import (
     IDENTITY_KEYS,
@@ -152,7 +152,8 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
                                    + ("; PARTIAL: written after a section, before the run ended" if partial
                                       else ""))
         report = {"format": "specviz-gpucheck", "version": 1, "partial": partial, "settings": dict(vars(s)),
-                  "steps": {"capture": lm.CAPTURE, **{f: getattr(lm, name) for f, name, _ in STEP_FLAGS},
+                  "steps": {"capture": fastpath.CAPTURE,
+                            **{f: getattr(fastpath, name) for f, name, _ in STEP_FLAGS},
                             "candidates": lm.CANDIDATES},
                   "seconds": round(clock.elapsed, 1), "skipped": skipped, "bandwidth_gbs": bandwidth,
                   "weights": {r: {"params": n, "bytes": t, "read_per_pass": p}
@@ -186,8 +187,8 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
     logged("eager")
     save()
     # ZeroGPU's path next: its captures take a fraction of a second, and its models must be as
-    # loaded, before the compiled path packs them in place (lm.PACK)
-    if "fast" in paths_ok and s.device in lm.GRAPH_DEVICES:
+    # loaded, before the compiled path packs them in place (fastpath.PACK)
+    if "fast" in paths_ok and s.device in fastpath.GRAPH_DEVICES:
         paths["graphed"] = time_path(models, "graphed", s, clock, s.fast_widths, skipped, "random")
         logged("graphed")
         save()
@@ -298,11 +299,11 @@ def summary(profile: profiles.Profile, read_bytes: int, bandwidth: float, ident:
 
 def steps_line(report: dict) -> str:
     """How the fast path's steps were built, as far as they apply where it ran: packing and tuning
-    only where steps are captured as graphs (lm.GRAPH_DEVICES), nothing where nothing compiled."""
+    only where steps are captured as graphs (fastpath.GRAPH_DEVICES), nothing where nothing compiled."""
     steps, settings = report.get("steps") or {}, report["settings"]
     if not steps or not settings.get("compile"):
         return "fast path: static caches, eager steps (nothing compiled)"
-    graphs = settings["device"] in lm.GRAPH_DEVICES
+    graphs = settings["device"] in fastpath.GRAPH_DEVICES
     return ("compiled steps: " + (f"capture {steps['capture']}, " if graphs else "no graphs (not CUDA), ")
             + (f"{'packed' if steps['pack'] else 'unpacked'} projections, " if graphs else "")
             + f"{'one layer compiled for all' if steps.get('nested') else 'every layer traced'}, "
@@ -322,8 +323,8 @@ def command_of(s: Settings, every: bool = False) -> str:
     if s.compile != default.compile:
         words += ["--compile", "on" if s.compile else "off"]
     if s.compile:
-        words += [w for flag, name, _ in STEP_FLAGS if every or getattr(lm, name) != STEP_DEFAULTS[name]
-                  for w in (f"--{flag}", "on" if getattr(lm, name) else "off")]
+        words += [w for flag, name, _ in STEP_FLAGS if every or getattr(fastpath, name) != STEP_DEFAULTS[name]
+                  for w in (f"--{flag}", "on" if getattr(fastpath, name) else "off")]
     return " ".join(words)
 
 
@@ -427,21 +428,21 @@ STEP_FLAGS = (("pack", "PACK", "pack q/k/v and gate/up, grouped attention"),
                                  "fused reductions)"))
 
 
-STEP_DEFAULTS = {name: getattr(lm, name) for _, name, _ in STEP_FLAGS}  # as lm ships them
+STEP_DEFAULTS = {name: getattr(fastpath, name) for _, name, _ in STEP_FLAGS}  # as fastpath.py ships them
 
 
 def add_step_args(p) -> None:
     """--pack, --nested, --shared and --tuned (STEP_FLAGS), each on or off."""
     for flag, name, what in STEP_FLAGS:
         p.add_argument(f"--{flag}", choices=["on", "off"],
-                       help=f"compiled path: {what} (default: {'on' if getattr(lm, name) else 'off'})")
+                       help=f"compiled path: {what} (default: {'on' if getattr(fastpath, name) else 'off'})")
 
 
 def apply_step_args(args) -> None:
     """lm's step settings as add_step_args's flags give them (unset: as they are)."""
     for flag, name, _ in STEP_FLAGS:
         if getattr(args, flag, None) is not None:
-            setattr(lm, name, getattr(args, flag) == "on")
+            setattr(fastpath, name, getattr(args, flag) == "on")
 
 
 def atomically(path: Path, write) -> None:

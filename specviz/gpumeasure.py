@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from . import lm as lm_module
+from . import fastpath
 from .lm import CachedLM
 
 CONFIGS = Path(__file__).parent.parent / "assets" / "configs"
@@ -188,7 +188,7 @@ def fast_available() -> bool:
 def path_steps(path: str, s: Settings) -> str | None:
     """CachedLM's steps on a timed path: "fast" is the static cache with compiled steps (on CPU,
     by default, without), "graphed" the static cache with the uncompiled steps captured as CUDA
-    graphs (ZeroGPU's path; lm.GRAPH_DEVICES only)."""
+    graphs (ZeroGPU's path; fastpath.GRAPH_DEVICES only)."""
     return "graphs" if path == "graphed" else "compiled" if path == "fast" and s.compile else None
 
 
@@ -200,7 +200,7 @@ def width_price(seconds: dict, w: int, shared: bool) -> float:
     """Seconds a target width of `w` is expected to take, from what the widths so far took
     (seconds: {width: wall s, first use included}, in the order they ran). Each compiled shape's
     first use compiles it: the costliest width so far. But where every width of 2 or more shares
-    one compiled graph (shared: lm.SHARED, and the compiler took it) and one such width has
+    one compiled graph (shared: fastpath.SHARED, and the compiler took it) and one such width has
     compiled it, another costs only its capture: the costliest wide width after that first one,
     else CAPTURE_SECONDS."""
     wide = [sec for x, sec in seconds.items() if int(x) >= 2]
@@ -273,7 +273,7 @@ def time_path(models: dict, path: str, s: Settings, clock: Clock, widths, skippe
     out["max_len"] = getattr(lm, "max_len", max_len)  # a compiled slot holds at least 1,024 positions
     lm.forward(ctx)
     for w in widths:
-        shared = steps == "compiled" and lm_module.SHARED and models["target"] not in lm_module.UNSHARED
+        shared = steps == "compiled" and fastpath.SHARED and models["target"] not in fastpath.UNSHARED
         if out["target_ms"] and clock.left() < margin * width_price(out["seconds"], w, shared):
             skipped.append(f"{label} {path}: target width {w} (time budget)")
             continue
@@ -337,7 +337,7 @@ def identity(model, s: Settings, seed: int = 3) -> dict:
     fast = cached_lm(model, vocab, "fast", s, max_len, (1, k + 1))
     fast_out, fast_rows = greedy(fast, prompt, n)
     compiled_ok = getattr(fast, "_step", None) is not None
-    del fast  # frees the model's compiled slot (specviz.lm reuses one cache and graph per model)
+    del fast  # frees the model's compiled slot (specviz.fastpath reuses one cache and graph per model)
     spec = cached_lm(model, vocab, "fast", s, max_len, (1, k + 1))
     spec_out = verify_rounds(spec, prompt, eager_out, k)
     first = next((i for i, (a, b) in enumerate(zip(fast_out, eager_out, strict=True)) if a != b), None)

@@ -1,21 +1,21 @@
 """python -m specviz.graphprobe: how the static-cache step is best made into CUDA graphs.
 
 Issue 12 asks for torch.compile(mode="reduce-overhead") or a direct CUDA graph, whichever measures
-better (on the H200 a compiled step captured directly: lm.CAPTURE, docs/benchmarks.md). This probe
+better (on the H200 a compiled step captured directly: fastpath.CAPTURE, docs/benchmarks.md). This probe
 times, on the random-weight pair (gpumeasure.random_model, assets/configs/):
 
-- the step itself (lm.step over a StaticCache) captured with torch.cuda.CUDAGraph directly
-  (lm.GraphedStep, no compiler), against the eager static step: per model and width, the median
+- the step itself (fastpath.step over a StaticCache) captured with torch.cuda.CUDAGraph directly
+  (fastpath.GraphedStep, no compiler), against the eager static step: per model and width, the median
   of `repeats` passes after a context of `context` tokens, rolled back after each pass (the
   length the next write starts at lives on the device: crop is one kernel, no sync); whether the
   replay's logits equal the eager step's, and a greedy decode through replays against the eager
   static decode in float32, logits compared, so that a graph that baked a position in is caught;
 - with --modes, the engine's own compiled path (CachedLM through gpumeasure.time_path, as
-  gpucheck times it) under each way lm.CAPTURE names: "direct" (torch.compile without graphs,
+  gpucheck times it) under each way fastpath.CAPTURE names: "direct" (torch.compile without graphs,
   captured by GraphedStep), "trees" (torch.compile mode="reduce-overhead"), "graphs" (GraphedStep
-  over the uncompiled step), each as it is or with any of "+packed" (packing.pack: lm.PACK),
-  "+nested" (packing.nest: lm.NESTED), "+shared" (one graph for every width of 2 or more:
-  lm.SHARED) and "+tuned" (inductor's coordinate-descent tuning: lm.TUNED), e.g.
+  over the uncompiled step), each as it is or with any of "+packed" (packing.pack: fastpath.PACK),
+  "+nested" (packing.nest: fastpath.NESTED), "+shared" (one graph for every width of 2 or more:
+  fastpath.SHARED) and "+tuned" (inductor's coordinate-descent tuning: fastpath.TUNED), e.g.
   "direct+packed+shared"; a mode names every setting it has (plain "direct": unpacked, every
   layer traced, a graph a width, untuned); per mode the time of each shape's first use, the
   kernels' time a target pass against its wall time (torch.profiler: host work around a replay
@@ -35,18 +35,19 @@ import time
 
 import torch
 
-from . import lm
+from . import fastpath, kvcache
+from .fastpath import GraphedStep, cache_argument, step
 from .gpucheck import STEP_FLAGS
 from .gpumeasure import ROLES, config, random_model, random_pair, sync
-from .lm import GraphedStep, cache_argument, crop, step
+from .kvcache import crop
 
 
 def static_cache(model, max_len: int):
-    return lm.static_cache(model, max_len)  # every layer a full one, as the engine's
+    return kvcache.static_cache(model, max_len)  # every layer a full one, as the engine's
 
 
 def captured(model, cache, width: int):
-    """ids [1, width] -> logits [width, vocab] after the cache, which then holds them: lm.step
+    """ids [1, width] -> logits [width, vocab] after the cache, which then holds them: fastpath.step
     through a GraphedStep of its own (captured on the first call, replayed from then on)."""
     graphed, kv = GraphedStep(), cache_argument(model)
     return lambda ids: graphed(model, cache, ids, width, False, kv)
@@ -248,15 +249,15 @@ def round_ms(r: dict) -> float | None:
 
 
 def fastest(report: dict, margin: float = 0.02) -> tuple[str | None, list[str]]:
-    """The probed mode (of lm.CAPTURE's capture, which gpucheck runs) whose chain round costs
+    """The probed mode (of fastpath.CAPTURE's capture, which gpucheck runs) whose chain round costs
     least, and the gpucheck flags that set it up: the defaults' own mode stays unless another is
     faster by more than `margin` (timings move by about 1% from run to run). (None, []) when no
     such mode was timed."""
     costs = {m: c for m, r in report.get("modes", {}).items()
-             if mode_parts(m)[0] == lm.CAPTURE and (c := round_ms(r)) is not None}
+             if mode_parts(m)[0] == fastpath.CAPTURE and (c := round_ms(r)) is not None}
     if not costs:
         return None, []
-    extras = {FLAG_EXTRAS[f] for f, name, _ in STEP_FLAGS if getattr(lm, name)}
+    extras = {FLAG_EXTRAS[f] for f, name, _ in STEP_FLAGS if getattr(fastpath, name)}
     default = next((m for m in costs if mode_parts(m)[1] == extras), None)
     best = min(costs, key=costs.get)
     if default is not None and costs[best] > (1 - margin) * costs[default]:
@@ -269,21 +270,21 @@ def fastest(report: dict, margin: float = 0.02) -> tuple[str | None, list[str]]:
 def modes(names: list[str], identity: list[str], out: dict, tables: list[str], save, repeats: int = 20,
           device: str = "cuda", quick: bool = False) -> dict:
     """The engine's compiled path (gpumeasure.time_path: draft 1 token, target 1 and k + 1) under
-    each lm.CAPTURE mode, each on fresh slots, into out[mode]; its kernels' share of a target
+    each fastpath.CAPTURE mode, each on fresh slots, into out[mode]; its kernels' share of a target
     pass; float32 identity against eager for the modes in `identity`. save() after each mode.
     (device and quick: the CPU tests' small form, with a stand-in for the graphs.)"""
     from .gpumeasure import Clock, Settings, time_path
     from .gpumeasure import identity as check_identity
 
     s = Settings.for_device(device, quick, repeats=repeats, compile=True)
-    before = {name: getattr(lm, name) for name in ["CAPTURE"] + [name for _, name, _ in STEP_FLAGS]}
+    before = {name: getattr(fastpath, name) for name in ["CAPTURE"] + [name for _, name, _ in STEP_FLAGS]}
     try:
         for mode in names:
             capture, extras = mode_parts(mode)
-            lm.CAPTURE, r = capture, out.setdefault(mode, {})
+            fastpath.CAPTURE, r = capture, out.setdefault(mode, {})
             for flag, name, _ in STEP_FLAGS:
-                setattr(lm, name, FLAG_EXTRAS[flag] in extras)
-            lm.forget_graphs()  # a slot's step is made as lm.CAPTURE says when the slot is
+                setattr(fastpath, name, FLAG_EXTRAS[flag] in extras)
+            fastpath.forget_graphs()  # a slot's step is made as fastpath.CAPTURE says when the slot is
             models = random_pair(device, torch.bfloat16, quick)
             try:
                 skipped: list = []
@@ -317,8 +318,8 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
                 save()
     finally:
         for name, value in before.items():
-            setattr(lm, name, value)
-        lm.forget_graphs()
+            setattr(fastpath, name, value)
+        fastpath.forget_graphs()
     return out
 
 
@@ -337,7 +338,7 @@ def main(argv=None) -> int:
                                      "replay (first attention variant), and each --modes target "
                                      "pass (1 and k+1 tokens) and draft pass")
     p.add_argument("--modes", default="",
-                   help=f"comma list of lm.CAPTURE modes ({', '.join(lm.CAPTURES)}), each alone or "
+                   help=f"comma list of capture modes ({', '.join(fastpath.CAPTURES)}), each alone or "
                         "with any of '+packed' (packing.pack), '+nested' (packing.nest), '+shared' "
                         "(one graph for every width of 2 or more) and '+tuned' (coordinate-descent "
                         "tuning), to time the "
@@ -373,8 +374,9 @@ def main(argv=None) -> int:
     if unknown := set(variants) - set(ATTENTION):
         raise SystemExit(f"unknown attention variants {sorted(unknown)}: pick from {', '.join(ATTENTION)}")
     names = [m for m in args.modes.split(",") if m]
-    if unknown := {m for m in names if mode_parts(m)[0] not in lm.CAPTURES or not mode_parts(m)[1] <= EXTRAS}:
-        raise SystemExit(f"unknown capture modes {sorted(unknown)}: pick from {', '.join(lm.CAPTURES)}, "
+    captures = fastpath.CAPTURES
+    if unknown := {m for m in names if mode_parts(m)[0] not in captures or not mode_parts(m)[1] <= EXTRAS}:
+        raise SystemExit(f"unknown capture modes {sorted(unknown)}: pick from {', '.join(captures)}, "
                          "each optionally +packed, +nested, +shared, +tuned")
     if idle := {m for m in names if mode_parts(m)[0] == "graphs" and mode_parts(m)[1] & COMPILER_ONLY}:
         raise SystemExit(f"{', '.join(sorted(idle))}: the graphs mode compiles nothing, so "

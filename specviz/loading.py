@@ -79,7 +79,7 @@ class Pair:
     draft_name: str | None = None
     chat_default: bool = False  # instruct models: apply the chat template by default
     refine: bool = True  # recompute the target's top logits in float32 (see lm.refine_top)
-    fast: str = "auto"  # lm.FAST_PATHS: auto (the default), eager, static cache, static + compiled
+    fast: str = "auto"  # fastpath.FAST_PATHS: auto (the default), eager, static cache, static + compiled
     # steps, or graphed (ZeroGPU: captured inside the call)
 
     @property
@@ -113,7 +113,7 @@ class Pair:
         """The positions a token tree stays exact below on both models (None: any; arch.tree_window:
         sliding-window models whose tree masks cannot give each layer its window); ValueError for
         caches that cannot roll back. Chains have no such bound: a sliding-window model's cache
-        keeps every position (lm.full_layers) and crops exactly past its window."""
+        keeps every position (kvcache.full_layers) and crops exactly past its window."""
         models = [(self.target, self.target_name)]
         if self.draft is not None:
             models.append((self.draft, self.draft_name or "the draft"))

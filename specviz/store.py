@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from . import presets, zerogpu
 from .engine import RoundEvent, generate, warm_steps
-from .lm import resolve_fast
+from .fastpath import resolve_fast
 from .loading import Pair, check_source, default_device, load_pair, parse_dtype
 from .settings import CUSTOM, RunSettings, clip, public_message
 from .trace import Trace
@@ -246,7 +246,7 @@ def warm_up(pair: Pair, k: int = RunSettings.k) -> None:
     path (a dedicated GPU) it first captures every step a chain run at k feeds after
     its first round (engine.warm_steps: the target's 1 and k + 1, the draft's 1 and 2), whatever
     the drafter and the text. Each model compiles one graph for its one-token passes and one that
-    every wider pass shares (lm.SHARED), 18-32 s each on the H200 (docs/benchmarks.md); another
+    every wider pass shares (fastpath.SHARED), 18-32 s each on the H200 (docs/benchmarks.md); another
     width is then a capture (0.1-0.5 s). The first visitor would otherwise wait through them.
     The time counts as the load's (ModelStore's switch budget): every visitor waits through it."""
     compiled = any(resolve_fast(pair.fast, m)[1] for m in (pair.target, pair.draft) if m is not None)

@@ -6,7 +6,7 @@ ahead-of-time compilation). So there the engine runs the "graphed" path (FAST): 
 and each fixed-shape step (the target's 1 and k + 1 tokens, the draft's 1 and 2) captured as a
 CUDA graph directly, without a compiler, on its first use in the call (0.1-0.5 s a shape on the
 H200 run; a target pass 5.2 ms against eager's 16-24 ms, docs/benchmarks.md). Graphs and caches
-are dropped at the start of every call (lm.forget_graphs): spaces keeps a worker process per
+are dropped at the start of every call (fastpath.forget_graphs): spaces keeps a worker process per
 decorated function and GPU, so a worker can serve call after call, and a graph captured in an
 earlier one may point at memory that call gave back. The app decorates one function for all of its
 GPU jobs, once, at start-up (a function decorated per call would fork a worker per call, and
@@ -93,9 +93,9 @@ def renew_lock_after_fork(owner, name: str = "_lock") -> None:
 
 
 def fresh_graphs(fn):
-    """fn, dropping every captured graph and static cache first (lm.forget_graphs); a generator
+    """fn, dropping every captured graph and static cache first (fastpath.forget_graphs); a generator
     function stays one (spaces.GPU streams those)."""
-    from .lm import forget_graphs
+    from .fastpath import forget_graphs
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)

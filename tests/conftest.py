@@ -136,15 +136,15 @@ def compiled_pair(pair):
     import copy
     from dataclasses import replace
 
-    from specviz import lm
+    from specviz import fastpath
 
-    lm.COMPILE = {"backend": "aot_eager", "dynamic": False}
+    fastpath.COMPILE = {"backend": "aot_eager", "dynamic": False}
     return replace(pair, target=copy.deepcopy(pair.target), draft=copy.deepcopy(pair.draft),
                    fast="compiled")
 
 
 class RerunGraphs:
-    """CPU stand-ins for lm.GraphedStep's CUDA pieces: no side stream, and a "graph" whose replay
+    """CPU stand-ins for fastpath.GraphedStep's CUDA pieces: no side stream, and a "graph" whose replay
     reruns the recorded call into one output buffer made at capture (as a graph's is). `stale`
     also rewinds the cache to where it stood at capture before each replay, as a graph that
     baked its position in would."""
@@ -166,7 +166,7 @@ class RerunGraphs:
 
         def replay():
             if cls.stale:
-                from specviz.lm import crop
+                from specviz.kvcache import crop
 
                 crop(cache, at - int(cache.get_seq_length()))
             out.copy_(run())
@@ -176,20 +176,21 @@ class RerunGraphs:
 
 @pytest.fixture
 def cpu_graphs(monkeypatch):
-    """lm.GraphedStep on CPU, with RerunGraphs standing in for the CUDA graphs."""
-    from specviz import lm
+    """fastpath.GraphedStep on CPU, with RerunGraphs standing in for the CUDA graphs."""
+    from specviz import fastpath
 
-    monkeypatch.setattr(lm, "GRAPH_DEVICES", {"cuda", "cpu"})
-    monkeypatch.setattr(lm.GraphedStep, "warm_stream", lambda self: RerunGraphs.warm_stream(self))
-    monkeypatch.setattr(lm.GraphedStep, "record", lambda self, run, like: RerunGraphs.record(self, run, like))
-    monkeypatch.setattr(lm, "_SLOTS", type(lm._SLOTS)())  # slots made here hold GraphedSteps
+    monkeypatch.setattr(fastpath, "GRAPH_DEVICES", {"cuda", "cpu"})
+    monkeypatch.setattr(fastpath.GraphedStep, "warm_stream", lambda self: RerunGraphs.warm_stream(self))
+    monkeypatch.setattr(fastpath.GraphedStep, "record",
+                        lambda self, run, like: RerunGraphs.record(self, run, like))
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())  # slots made here hold GraphedSteps
     return RerunGraphs
 
 
 @pytest.fixture
 def graphed_pair(pair, cpu_graphs):
     """The tiny pair on the graphed path (ZeroGPU's): static caches, the fixed-shape steps through
-    lm.GraphedStep, with RerunGraphs standing in for CUDA graphs on this CPU."""
+    fastpath.GraphedStep, with RerunGraphs standing in for CUDA graphs on this CPU."""
     from dataclasses import replace
 
     return replace(pair, fast="graphed")

@@ -7,7 +7,8 @@ import torch
 from conftest import EOS, hf_greedy, make_tokenizer, perturbed
 
 import specviz
-from specviz.lm import CachedLM, resolve_fast
+from specviz.fastpath import resolve_fast
+from specviz.lm import CachedLM
 from specviz.loading import Pair
 
 PROMPT = "def fibonacci(n):\n    if n < 2:"
@@ -84,9 +85,9 @@ def test_chains_on_alibi_models_keep_the_targets_greedy_output(kind, fast, token
     every fast path. (Falcon's ALiBi on a static cache crashed at its first pass: "The size of
     tensor a (77) must match the size of tensor b (11)"; MPT's on the compiled path's 1,024-slot
     cache: "The size of tensor a (1024) must match the size of tensor b (256)".)"""
-    from specviz import lm
+    from specviz import fastpath
 
-    monkeypatch.setattr(lm, "COMPILE", {"backend": "aot_eager", "dynamic": False})  # as compiled_pair
+    monkeypatch.setattr(fastpath, "COMPILE", {"backend": "aot_eager", "dynamic": False})  # as compiled_pair
     pair = alibi_pair(kind, tokenizer, fast)
     expected = hf_greedy(pair, PROMPT, 48)
     for proposer in ("draft", "ngram"):

@@ -495,7 +495,8 @@ def test_adaptive_stop_rule_keeps_the_targets_distribution(pair):
 
 @pytest.mark.parametrize(("proposer", "k"), [("draft", 2), ("ngram", 3)])
 def test_compiled_steps_keep_the_greedy_output_and_the_caches(compiled_pair, proposer, k, monkeypatch):
-    from specviz.lm import _SLOTS, CachedLM
+    from specviz.fastpath import _SLOTS
+    from specviz.lm import CachedLM
 
     pair = compiled_pair
     made = []  # each model's CachedLM, to count its compiled passes
@@ -587,12 +588,12 @@ def test_a_static_cache_takes_exactly_its_positions_and_names_its_size_beyond(pa
 
 
 def test_a_rollback_that_keeps_a_position_too_many_is_caught_at_once(pair, monkeypatch):
-    from specviz import lm
+    from specviz import kvcache, lm
 
-    ids, real = pair.encode(PROMPT), lm.crop
+    ids, real = pair.encode(PROMPT), kvcache.crop
     cached = lm.CachedLM(pair.target, pair.vocab_size)
     cached.forward(ids + [5, 6, 7], last=4)
-    monkeypatch.setattr(lm, "crop", lambda cache, remove: real(cache, remove + 1))
+    monkeypatch.setattr(kvcache, "crop", lambda cache, remove: real(cache, remove + 1))
     n = len(ids)
     with pytest.raises(AssertionError, match=f"cache holds {n + 2} positions where {n + 1} were committed"):
         cached.rollback(ids + [5, 9])
@@ -667,16 +668,16 @@ def test_a_round_reads_the_device_back_three_times_whatever_k(which, temperature
 
 @pytest.mark.parametrize("which", ["pair", "static_pair"])
 def test_a_cache_that_keeps_a_position_too_many_is_caught_by_the_run(which, request, monkeypatch):
-    from specviz import lm
+    from specviz import kvcache
 
     pair, crops = request.getfixturevalue(which), []
-    real = lm.crop
+    real = kvcache.crop
 
     def short_once(cache, remove):  # the third rollback that removes anything keeps one too many
         crops.append(remove)
         real(cache, remove + (len([r for r in crops if r]) == 3 and remove < 0))
 
-    monkeypatch.setattr(lm, "crop", short_once)
+    monkeypatch.setattr(kvcache, "crop", short_once)
     with pytest.raises(AssertionError, match="positions"):
         list(specviz.generate(pair, PROMPT, proposer="draft", k=4, max_new_tokens=24))
     assert len([r for r in crops if r]) >= 3

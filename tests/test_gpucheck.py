@@ -254,10 +254,10 @@ def test_preflight_refuses_a_transformers_that_drops_the_cache(monkeypatch):
     whichever argument specviz passes the cache through with the installed transformers."""
     from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 
-    from specviz import lm
+    from specviz import fastpath
 
     gpumeasure.preflight("cpu")  # this transformers: fine
-    forward, kv = Qwen2Model.forward, lm._cache_argument(Qwen2Model)
+    forward, kv = Qwen2Model.forward, fastpath._cache_argument(Qwen2Model)
 
     def dropping_the_cache(self, *a, **kw):
         kw.pop(kv, None)
@@ -351,7 +351,7 @@ def test_the_graph_probe_reports_a_replay_that_differs_and_its_timings(monkeypat
     from types import SimpleNamespace
 
     from specviz import graphprobe
-    from specviz.lm import cache_argument, step
+    from specviz.fastpath import cache_argument, step
 
     calls, sizes = [], []
 
@@ -472,8 +472,8 @@ def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restor
                                                                                      monkeypatch):
     """graphprobe --modes on CPU, with the stand-in graphs: the engine's own graphed steps timed
     (CachedLM through time_path), unpacked and packed, their kernel share, float32 identity;
-    lm.CAPTURE, lm.PACK, lm.NESTED and lm.SHARED as they were."""
-    from specviz import graphprobe, lm, packing
+    fastpath.CAPTURE, fastpath.PACK, fastpath.NESTED and fastpath.SHARED as they were."""
+    from specviz import fastpath, graphprobe, packing
 
     out, tables, saved, packed, profiled = {}, [], [], [], []
     pack = packing.pack
@@ -513,7 +513,9 @@ def test_the_graph_probe_times_the_engines_steps_under_a_capture_mode_and_restor
     assert packed == [True, True, True]  # the timed pair, then the float32 target; unpacked mode: none
     assert saved and tables[0].startswith("graphs: the target's width-1 pass")
     assert tables[1].startswith("graphs: the target's width-5 pass")
-    assert lm.CAPTURE == "direct" and not lm.PACK and not lm.NESTED and lm.SHARED and not lm._SLOTS
+    flags = (fastpath.CAPTURE, fastpath.PACK, fastpath.NESTED, fastpath.SHARED)
+    assert flags == ("direct", False, False, True)
+    assert not fastpath._SLOTS
 
 
 def test_the_probe_lists_the_last_passs_kernels_in_order_with_the_idle_time_between_them():
@@ -553,23 +555,24 @@ def test_the_probe_lists_the_last_passs_kernels_in_order_with_the_idle_time_betw
 def test_each_probe_mode_names_every_step_setting_it_times_under(monkeypatch):
     """graphprobe --modes: a mode's name is all of its settings (plain "direct": unpacked, every
     layer traced, a graph a width), whatever lm's defaults are; lm's settings are restored."""
-    from specviz import gpumeasure, graphprobe, lm
+    from specviz import fastpath, gpumeasure, graphprobe
 
     seen = []
 
     def time_path(models, path, s, clock, widths, skipped, label):
-        seen.append((lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED))
+        seen.append((fastpath.CAPTURE, fastpath.PACK, fastpath.NESTED, fastpath.SHARED, fastpath.TUNED))
         return {"draft_ms": 1.0, "target_ms": {1: 2.0}, "compiled_ok": True}
 
     monkeypatch.setattr(gpumeasure, "time_path", time_path)
     monkeypatch.setattr(graphprobe, "kernel_share", lambda model, s, width=1, refine=True: ({}, "table"))
-    monkeypatch.setattr(lm, "SHARED", True)
+    monkeypatch.setattr(fastpath, "SHARED", True)
     out = {}
     graphprobe.modes(["direct", "direct+shared", "trees+packed+nested", "direct+tuned+shared"], [], out, [],
                      lambda: None, repeats=2, device="cpu", quick=True)
     assert seen == [("direct", False, False, False, False), ("direct", False, False, True, False),
                     ("trees", True, True, False, False), ("direct", False, False, True, True)]
-    assert (lm.CAPTURE, lm.PACK, lm.NESTED, lm.SHARED, lm.TUNED) == ("direct", False, False, True, False)
+    flags = (fastpath.CAPTURE, fastpath.PACK, fastpath.NESTED, fastpath.SHARED, fastpath.TUNED)
+    assert flags == ("direct", False, False, True, False)
     assert out["direct+shared"]["target_ms"] == {1: 2.0}
 
 
@@ -597,9 +600,9 @@ def test_a_probe_mode_is_saved_before_its_identity_check(monkeypatch):
 
 def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs):
     """ZeroGPU's path in gpucheck (on devices that capture graphs): the static cache, the plain
-    step captured by lm.GraphedStep, and "compiled" in its profile entry, as its short passes are
+    step captured by fastpath.GraphedStep, and "compiled" in its profile entry, as its short passes are
     padded to a captured width like the compiled path's (profiles.fed)."""
-    from specviz import lm
+    from specviz import fastpath
 
     s = gpumeasure.Settings.for_device("cpu", quick=True, repeats=2)
     models = {role: gpumeasure.random_model(gpumeasure.config(role, True), "cpu", torch.float32, seed=i)
@@ -607,8 +610,8 @@ def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs)
     out = gpumeasure.time_path(models, "graphed", s, gpumeasure.Clock(60), (1, 5), [], "random")
     assert out["cache"] == "static" and out["compiled"] and out["compiled_ok"]
     assert set(out["target_ms"]) == {1, 5} and out["draft_ms"] > 0
-    slots = [s for held in lm._SLOTS.values() for s in held]
-    assert len(slots) == 2 and all(s.steps == "graphs" and s.step.fn is lm.step and s.step.graphs
+    slots = [s for held in fastpath._SLOTS.values() for s in held]
+    assert len(slots) == 2 and all(s.steps == "graphs" and s.step.fn is fastpath.step and s.step.graphs
                                    for s in slots)
     assert gpumeasure.path_steps("fast", s) is None and gpumeasure.path_steps("eager", s) is None
 
@@ -616,51 +619,52 @@ def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs)
 def test_the_step_flags_set_how_the_compiled_path_builds_its_steps(monkeypatch):
     import argparse
 
-    from specviz import lm
+    from specviz import fastpath
 
-    monkeypatch.setattr(lm, "PACK", False)
-    monkeypatch.setattr(lm, "NESTED", False)
+    monkeypatch.setattr(fastpath, "PACK", False)
+    monkeypatch.setattr(fastpath, "NESTED", False)
     p = argparse.ArgumentParser()
     gpucheck.add_step_args(p)
     gpucheck.apply_step_args(p.parse_args(["--pack", "on"]))
-    assert lm.PACK and not lm.NESTED
+    assert fastpath.PACK and not fastpath.NESTED
     gpucheck.apply_step_args(p.parse_args([]))  # unset: as they were
-    assert lm.PACK and not lm.NESTED
+    assert fastpath.PACK and not fastpath.NESTED
     gpucheck.apply_step_args(p.parse_args(["--pack", "off", "--nested", "on"]))
-    assert not lm.PACK and lm.NESTED
-    monkeypatch.setattr(lm, "SHARED", True)
+    assert not fastpath.PACK and fastpath.NESTED
+    monkeypatch.setattr(fastpath, "SHARED", True)
     gpucheck.apply_step_args(p.parse_args(["--shared", "off"]))
-    assert not lm.SHARED and lm.NESTED and not lm.PACK
-    monkeypatch.setattr(lm, "TUNED", False)
+    assert not fastpath.SHARED and fastpath.NESTED and not fastpath.PACK
+    monkeypatch.setattr(fastpath, "TUNED", False)
     gpucheck.apply_step_args(p.parse_args(["--tuned", "on"]))
-    assert lm.TUNED and not lm.SHARED
+    assert fastpath.TUNED and not fastpath.SHARED
 
 
 def test_tuning_reaches_inductor_on_a_graph_device_only(monkeypatch):
-    """lm.TUNED compiles a graph device's steps with inductor's coordinate-descent tuning, which
+    """fastpath.TUNED compiles a graph device's steps with inductor's coordinate-descent tuning, which
     torch.compile takes as an option (never beside a mode: it refuses both at once), so the
     graph trees' mode becomes its option; on the CPU, and for another backend, nothing changes."""
-    from specviz import lm
+    from specviz import fastpath
 
-    monkeypatch.setattr(lm, "COMPILE", {"dynamic": False})
-    monkeypatch.setattr(lm, "TUNED", False)
-    assert lm.compile_settings("cuda") == {"dynamic": False}
-    assert lm.compile_settings("cuda", graphs=True) == {"dynamic": False, "mode": "reduce-overhead"}
-    monkeypatch.setattr(lm, "TUNED", True)
-    assert lm.compile_settings("cuda") == {"dynamic": False, "options": {"coordinate_descent_tuning": True}}
-    assert lm.compile_settings("cuda", graphs=True) == {
+    monkeypatch.setattr(fastpath, "COMPILE", {"dynamic": False})
+    monkeypatch.setattr(fastpath, "TUNED", False)
+    assert fastpath.compile_settings("cuda") == {"dynamic": False}
+    assert fastpath.compile_settings("cuda", graphs=True) == {"dynamic": False, "mode": "reduce-overhead"}
+    monkeypatch.setattr(fastpath, "TUNED", True)
+    tuned = {"dynamic": False, "options": {"coordinate_descent_tuning": True}}
+    assert fastpath.compile_settings("cuda") == tuned
+    assert fastpath.compile_settings("cuda", graphs=True) == {
         "dynamic": False, "options": {"triton.cudagraphs": True, "coordinate_descent_tuning": True}}
-    assert lm.compile_settings("cpu") == {"dynamic": False}
+    assert fastpath.compile_settings("cpu") == {"dynamic": False}
     import torch._inductor
 
     assert torch._inductor.list_mode_options("reduce-overhead") == {"triton.cudagraphs": True}
-    monkeypatch.setattr(lm, "COMPILE", {"backend": "aot_eager", "dynamic": False})
-    assert lm.compile_settings("cuda", graphs=True) == {"backend": "aot_eager", "dynamic": False}
+    monkeypatch.setattr(fastpath, "COMPILE", {"backend": "aot_eager", "dynamic": False})
+    assert fastpath.compile_settings("cuda", graphs=True) == {"backend": "aot_eager", "dynamic": False}
     seen = []
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: seen.append(kw) or fn)
-    monkeypatch.setattr(lm, "COMPILE", {"dynamic": False})
-    monkeypatch.setattr(lm, "SHARED", False)
-    assert lm.fixed_step("cuda", "compiled").fn is lm.step  # "direct": captured by a GraphedStep
+    monkeypatch.setattr(fastpath, "COMPILE", {"dynamic": False})
+    monkeypatch.setattr(fastpath, "SHARED", False)
+    assert fastpath.fixed_step("cuda", "compiled").fn is fastpath.step  # "direct": captured by a GraphedStep
     assert seen == [{"dynamic": False, "options": {"coordinate_descent_tuning": True}}]
 
 
@@ -716,7 +720,7 @@ def test_an_engine_runs_difference_keeps_each_runs_margin_in_order(compiled_pair
 
 
 def test_enginecheck_runs_each_kind_as_asked_and_a_failed_run_fails_the_check(tmp_path, monkeypatch, capsys):
-    from specviz import enginecheck, gpumeasure, lm
+    from specviz import enginecheck, fastpath, gpumeasure
 
     made, runs = [], []
     monkeypatch.setattr(gpumeasure, "random_pair", lambda *a: made.append(a) or {"target": "T"})
@@ -729,10 +733,10 @@ def test_enginecheck_runs_each_kind_as_asked_and_a_failed_run_fails_the_check(tm
                 "engine_share": 0.25, "equals_target_alone": True}
 
     monkeypatch.setattr(enginecheck, "engine_run", engine_run)
-    monkeypatch.setattr(lm, "PACK", False)
+    monkeypatch.setattr(fastpath, "PACK", False)
     out = tmp_path / "engine.json"
     assert enginecheck.main(["--device", "cpu", "--pack", "on", "--out", str(out)]) == 1  # chain failed
-    assert made == [("cpu", torch.bfloat16, False)] and lm.PACK is True
+    assert made == [("cpu", torch.bfloat16, False)] and fastpath.PACK is True
     assert runs == [({"target": "T"}, "compiled", kind, 4, 128, 48) for kind in ("self", "tree", "chain")]
     report = json.loads(out.read_text())
     assert list(report) == ["self", "tree", "chain"]
@@ -826,11 +830,11 @@ def test_the_fastest_probed_mode_gives_gpucheck_its_flags(tmp_path, monkeypatch,
     (k draft passes and a target pass of k + 1 tokens) costs least, by hand from the H200's
     figures; the defaults' mode unless another beats it by more than 2%; never a mode that failed
     or fell back to eager, nor one of another capture than gpucheck runs."""
-    from specviz import graphprobe, lm
+    from specviz import fastpath, graphprobe
 
-    monkeypatch.setattr(lm, "CAPTURE", "direct")
+    monkeypatch.setattr(fastpath, "CAPTURE", "direct")
     for name, on in (("PACK", False), ("NESTED", False), ("SHARED", True), ("TUNED", False)):
-        monkeypatch.setattr(lm, name, on)
+        monkeypatch.setattr(fastpath, name, on)
     probed = Path(__file__).parents[1] / "docs/gpu-2026-12-04b/capture-modes-h200.json"
     h200 = json.loads(probed.read_text())
     direct = h200["modes"]["direct"]  # draft 1.7309 ms, target 2.9331 (1) and 3.5071 (5)
@@ -876,7 +880,7 @@ def test_the_prepared_device_call_names_modes_and_flags_its_tools_accept():
     import itertools
     import re
 
-    from specviz import graphprobe, lm
+    from specviz import fastpath, graphprobe
     from specviz.cli import build_parser
 
     script = (Path(__file__).parents[1] / "docs/gpu-next.sh").read_text()
@@ -884,7 +888,7 @@ def test_the_prepared_device_call_names_modes_and_flags_its_tools_accept():
     assert len(names) == 3 and "direct+packed+tuned+shared" in names
     for name in names:
         capture, extras = graphprobe.mode_parts(name)
-        assert capture == lm.CAPTURE and extras <= graphprobe.EXTRAS
+        assert capture == fastpath.CAPTURE and extras <= graphprobe.EXTRAS
     assert "--fastest" in script and "$flags" in script
     assert list(graphprobe.FLAG_EXTRAS) == [flag for flag, _, _ in gpucheck.STEP_FLAGS]
     assert set(graphprobe.FLAG_EXTRAS.values()) == graphprobe.EXTRAS
@@ -924,7 +928,7 @@ def test_the_report_says_how_its_steps_were_built_and_its_profile_the_command(mo
     """gpucheck's "compiled steps" line left out the tuning and described packed, captured steps
     where nothing compiled (a CPU, --compile off); a profile's note named the plain command
     whatever flags measured it, though the note is its one record of how."""
-    from specviz import lm
+    from specviz import fastpath
 
     steps = {"capture": "direct", "pack": True, "nested": False, "shared": True, "tuned": True,
              "candidates": 16}
@@ -940,7 +944,7 @@ def test_the_report_says_how_its_steps_were_built_and_its_profile_the_command(mo
     s = gpumeasure.Settings.for_device("cuda")
     assert gpucheck.command_of(s) == "python -m specviz gpucheck --device cuda"
     for name, on in (("PACK", True), ("TUNED", True), ("SHARED", False)):
-        monkeypatch.setattr(lm, name, on)
+        monkeypatch.setattr(fastpath, name, on)
     assert gpucheck.command_of(s) == ("python -m specviz gpucheck --device cuda --pack on --shared off "
                                       "--tuned on")
     quick = gpumeasure.Settings.for_device("cpu", True, dtype="float32", compile=True)
@@ -957,17 +961,17 @@ def test_a_probe_modes_profiler_failure_keeps_its_timings_for_the_choice(monkeyp
     """A mode whose kernel tables failed was marked failed whole, so --fastest dropped timings it
     had measured (every mode, should the profiler fail on the GPU: gpucheck then ran the defaults
     silently). A mode whose timing failed is not profiled again (it would compile again)."""
-    from specviz import graphprobe, lm
+    from specviz import fastpath, graphprobe
 
     def time_path(models, path, s, clock, widths, skipped, label):
-        if lm.TUNED:
+        if fastpath.TUNED:
             raise RuntimeError("compile failed")
-        return {"draft_ms": 1.0 if lm.PACK else 1.5, "target_ms": {1: 2.0, 5: 2.5}, "compiled_ok": True}
+        return {"draft_ms": 1.0 if fastpath.PACK else 1.5, "target_ms": {1: 2.0, 5: 2.5}, "compiled_ok": True}
 
     profiled = []
 
     def kernel_share(model, s, width=1, refine=True):
-        profiled.append((lm.PACK, lm.TUNED))
+        profiled.append((fastpath.PACK, fastpath.TUNED))
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
     monkeypatch.setattr(gpumeasure, "time_path", time_path)
@@ -1391,9 +1395,9 @@ def test_preflight_refuses_a_cache_whose_logits_are_off_by_a_hundredth(monkeypat
 
 
 def test_preflight_refuses_a_cache_that_is_not_rolled_back(monkeypatch):
-    from specviz import lm
+    from specviz import kvcache
 
-    monkeypatch.setattr(lm, "crop", lambda cache, remove: None)  # the written 2 positions stay
+    monkeypatch.setattr(kvcache, "crop", lambda cache, remove: None)  # the written 2 positions stay
     with pytest.raises(ValueError, match="specviz's (dynamic|static) cache"):
         gpumeasure.preflight("cpu")
 

@@ -1,4 +1,4 @@
-"""lm.GraphedStep and the graphed path: fixed-shape steps captured once and replayed.
+"""fastpath.GraphedStep and the graphed path: fixed-shape steps captured once and replayed.
 
 On this CPU conftest.RerunGraphs stands in for the CUDA graphs (a replay reruns the recorded call
 into the output buffer made at capture), so these tests check everything around a graph: one
@@ -15,9 +15,10 @@ import torch
 from conftest import fails_once, hf_greedy
 
 import specviz
+from specviz import fastpath, zerogpu
 from specviz import lm as lm_module
-from specviz import zerogpu
-from specviz.lm import CachedLM, GraphedStep, resolve_fast
+from specviz.fastpath import GraphedStep, resolve_fast
+from specviz.lm import CachedLM
 
 PROMPT = "def fibonacci(n):\n    if n < 2:"
 
@@ -112,7 +113,7 @@ def test_the_graphed_path_keeps_the_targets_greedy_output(graphed_pair, proposer
     try:
         events = list(specviz.generate(pair, PROMPT, proposer=proposer, k=k, max_new_tokens=14))
         assert tokens(events) == hf_greedy(pair, PROMPT, 14)
-        slots = [s for held in lm_module._SLOTS.values() for s in held]
+        slots = [s for held in fastpath._SLOTS.values() for s in held]
         assert slots and all(isinstance(s.step, GraphedStep) and s.step.graphs for s in slots)
     finally:
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
@@ -125,7 +126,7 @@ def test_the_graphed_path_samples_what_the_static_path_samples_seed_for_seed(gra
         kwargs = dict(proposer="draft", k=3, max_new_tokens=12, temperature=1.0, top_k=20, seed=seed)
         graphed = tokens(specviz.generate(graphed_pair, PROMPT, **kwargs))
         assert graphed == tokens(specviz.generate(static_pair, PROMPT, **kwargs)), seed
-    slots = [s for held in lm_module._SLOTS.values() for s in held]  # the target's, the draft's
+    slots = [s for held in fastpath._SLOTS.values() for s in held]  # the target's, the draft's
     assert len(slots) == 2 and all(s.step.graphs for s in slots)
 
 
@@ -142,7 +143,7 @@ def test_the_graphed_path_in_bfloat16_with_the_refined_head_gives_the_static_pat
     kwargs = dict(proposer=proposer, k=3, max_new_tokens=12)
     want = tokens(specviz.generate(static, PROMPT, **kwargs))
     assert tokens(specviz.generate(graphed, PROMPT, **kwargs)) == want
-    [target] = lm_module._SLOTS[bf16.target]
+    [target] = fastpath._SLOTS[bf16.target]
     assert target.step.graphs and lm_module.CachedLM(bf16.target, bf16.vocab_size).refine
 
 
@@ -178,9 +179,9 @@ def test_a_capture_that_fails_falls_back_to_eager_with_one_log_line(graphed_pair
 def test_steps_are_checked_and_graphs_need_a_device_that_captures_them(pair, monkeypatch):
     with pytest.raises(ValueError, match="steps must be None, 'compiled' or 'graphs', got 'graph'"):
         CachedLM(pair.target, pair.vocab_size, cache="static", steps="graph", max_len=64)
-    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())
     plain = CachedLM(pair.target, pair.vocab_size, cache="static", steps="graphs", max_len=64)
-    assert plain._step is None and not lm_module._SLOTS  # this CPU captures nothing: eager static
+    assert plain._step is None and not fastpath._SLOTS  # this CPU captures nothing: eager static
 
 
 def test_the_fast_paths_resolve_to_their_caches_and_steps(pair, cpu_graphs, monkeypatch):
@@ -189,23 +190,24 @@ def test_the_fast_paths_resolve_to_their_caches_and_steps(pair, cpu_graphs, monk
     assert resolve_fast("compiled", model) == ("static", "compiled")
     assert resolve_fast("static", model) == ("static", None)
     assert resolve_fast("eager", model) == resolve_fast("auto", model) == ("dynamic", None)
-    monkeypatch.setattr(lm_module, "GRAPH_DEVICES", {"cuda"})
+    monkeypatch.setattr(fastpath, "GRAPH_DEVICES", {"cuda"})
     assert resolve_fast("graphed", model) == ("static", None)  # no graphs on this device: static
     with pytest.raises(ValueError, match="fast path must be one of .*graphed"):
         resolve_fast("fastest", model)
 
 
 @pytest.mark.parametrize("capture", ["direct", "trees", "graphs"])
-def test_the_compiled_paths_capture_follows_lm_capture_on_graph_devices(capture, cpu_graphs, monkeypatch):
-    monkeypatch.setattr(lm_module, "CAPTURE", capture)
-    step = lm_module.fixed_step("cpu", "compiled")  # cpu_graphs: this CPU stands for a GPU
+def test_the_compiled_paths_capture_follows_fastpath_capture_on_graph_devices(capture, cpu_graphs,
+                                                                              monkeypatch):
+    monkeypatch.setattr(fastpath, "CAPTURE", capture)
+    step = fastpath.fixed_step("cpu", "compiled")  # cpu_graphs: this CPU stands for a GPU
     if capture == "trees":
         assert not isinstance(step, GraphedStep)  # torch.compile's reduce-overhead graph trees
     else:  # the compiled step, or with "graphs" the plain one, captured by GraphedStep
-        assert isinstance(step, GraphedStep) and (step.fn is lm_module.step) is (capture == "graphs")
-    assert lm_module.fixed_step("cpu", "graphs").fn is lm_module.step  # the graphed path: no compiler
-    monkeypatch.setattr(lm_module, "GRAPH_DEVICES", {"cuda"})
-    assert not isinstance(lm_module.fixed_step("cpu", "compiled"), GraphedStep)  # no graphs: compiled
+        assert isinstance(step, GraphedStep) and (step.fn is fastpath.step) is (capture == "graphs")
+    assert fastpath.fixed_step("cpu", "graphs").fn is fastpath.step  # the graphed path: no compiler
+    monkeypatch.setattr(fastpath, "GRAPH_DEVICES", {"cuda"})
+    assert not isinstance(fastpath.fixed_step("cpu", "compiled"), GraphedStep)  # no graphs: compiled
 
 
 def test_on_zerogpu_each_gpu_call_starts_without_graphs_and_generators_stay_generators(monkeypatch):
@@ -222,7 +224,7 @@ def test_on_zerogpu_each_gpu_call_starts_without_graphs_and_generators_stay_gene
 
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
     monkeypatch.setattr(spaces, "GPU", fake_gpu)
-    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())
 
     class Model:
         pass
@@ -230,13 +232,13 @@ def test_on_zerogpu_each_gpu_call_starts_without_graphs_and_generators_stay_gene
     held = Model()
 
     def job(n):
-        assert not lm_module._SLOTS  # the earlier call's graphs are gone
-        lm_module._SLOTS[held] = "a slot with graphs"
+        assert not fastpath._SLOTS  # the earlier call's graphs are gone
+        fastpath._SLOTS[held] = "a slot with graphs"
         yield from range(n)
 
     stream = zerogpu.gpu(30)(job)
     assert list(stream(2)) == [0, 1] and list(stream(3)) == [0, 1, 2]
-    plain = zerogpu.gpu(12)(lambda: len(lm_module._SLOTS))
+    plain = zerogpu.gpu(12)(lambda: len(fastpath._SLOTS))
     assert plain() == 0
     assert seen == [("generator", 30), ("function", 12)]
     assert zerogpu.FAST == "graphed"
@@ -332,14 +334,14 @@ def test_a_model_drafting_for_itself_holds_two_slots_and_gets_both_back(pair, cp
 
     model = copy.deepcopy(pair.target)
     first = [CachedLM(model, pair.vocab_size, cache="static", steps="graphs", max_len=64) for _ in range(2)]
-    held = list(lm_module._SLOTS[model])
+    held = list(fastpath._SLOTS[model])
     assert len(held) == 2 and first[0]._slot is not first[1]._slot
     del first
     again = [CachedLM(model, pair.vocab_size, cache="static", steps="graphs", max_len=64) for _ in range(2)]
-    assert {id(m._slot) for m in again} == {id(s) for s in held} and lm_module._SLOTS[model] == held
+    assert {id(m._slot) for m in again} == {id(s) for s in held} and fastpath._SLOTS[model] == held
     del again
     wider = CachedLM(model, pair.vocab_size, cache="static", steps="graphs", max_len=2048)
-    assert lm_module._SLOTS[model] == [wider._slot]  # too small: the free slots gave way
+    assert fastpath._SLOTS[model] == [wider._slot]  # too small: the free slots gave way
 
 
 def compiling(made: list, refused: list | None = None):
@@ -362,9 +364,9 @@ def compiled_and_eager(pair, monkeypatch, backend, shared: bool, max_len: int, w
     target, both holding all of the prompt but its last token."""
     import copy
 
-    monkeypatch.setattr(lm_module, "COMPILE", {"backend": backend, "dynamic": False})
-    monkeypatch.setattr(lm_module, "SHARED", shared)
-    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+    monkeypatch.setattr(fastpath, "COMPILE", {"backend": backend, "dynamic": False})
+    monkeypatch.setattr(fastpath, "SHARED", shared)
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())
     model = copy.deepcopy(pair.target)
     fast = CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=max_len)
     fast.compiled_widths = set(widths)
@@ -378,7 +380,7 @@ def compiled_and_eager(pair, monkeypatch, backend, shared: bool, max_len: int, w
 @pytest.mark.parametrize("shared", [True, False])
 def test_a_compiled_steps_wide_passes_share_one_graph_and_give_the_eager_rows(pair, monkeypatch, shared):
     """Chain passes of 2, 3, 5 and 9 tokens, some wanting fewer rows than they feed, and tree
-    passes of 2, 4 and 8 nodes: with lm.SHARED dynamo compiles one graph for every chain width
+    passes of 2, 4 and 8 nodes: with fastpath.SHARED dynamo compiles one graph for every chain width
     and one for every tree width (on the H200 a compile took 18-32 s, a new width's capture
     0.1-0.5 s), without it one a width; each row is the eager static pass's either way."""
     made = []  # graphs dynamo compiled in this test
@@ -458,7 +460,7 @@ def test_a_wide_pass_that_fails_other_than_in_the_compiler_goes_eager_without_a_
     with caplog.at_level(logging.WARNING, logger="specviz.lm"):
         rows = fast.forward(ids + [7, 3], last=3)
     assert torch.allclose(rows, eager.forward(ids + [7, 3], last=3), atol=1e-5)
-    assert fast._step is None and fast.compiled_passes == 0 and model not in lm_module.UNSHARED
+    assert fast._step is None and fast.compiled_passes == 0 and model not in fastpath.UNSHARED
     assert len(made) == 1  # the shared graph compiled (its warm-up calls ran); its capture failed
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1 and "running eager from now on" in messages[0]
@@ -478,7 +480,7 @@ def test_a_one_token_step_the_compiler_refuses_goes_eager_and_is_not_tried_again
     with caplog.at_level(logging.WARNING, logger="specviz.lm"):
         rows = fast.forward(ids)  # the prompt's last token: width 1
         assert torch.allclose(rows, eager.forward(ids), atol=1e-5)
-        assert fast._step is None and fast.compiled_passes == 0 and model not in lm_module.UNSHARED
+        assert fast._step is None and fast.compiled_passes == 0 and model not in fastpath.UNSHARED
         nxt = fast.forward_next(torch.tensor([5]))  # the next pass: eager, no compile tried
     assert torch.allclose(nxt, eager.forward_next(torch.tensor([5])), atol=1e-5)
     assert len(made) == 1 and fast.compiled_passes == 0
@@ -506,8 +508,8 @@ def test_a_step_compiled_again_at_every_position_goes_eager_after_a_few_with_one
     AGAIN more times goes eager from then on, with one log line; every pass keeps the eager rows.
     The tiny Qwen2 compiles its one-token step once and runs every pass through it."""
     made = []
-    monkeypatch.setattr(lm_module, "COMPILE", {"backend": compiling(made), "dynamic": False})
-    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+    monkeypatch.setattr(fastpath, "COMPILE", {"backend": compiling(made), "dynamic": False})
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())
     target = opt_model(pair.vocab_size) if model == "opt" else pair.target
     fast = CachedLM(target, pair.vocab_size, cache="static", steps="compiled", max_len=64)
     eager = CachedLM(target, pair.vocab_size, cache="static", max_len=64)
@@ -645,12 +647,12 @@ def test_warm_steps_warms_the_slots_a_run_then_leases_where_the_target_drafts_fo
     from dataclasses import replace
 
     import specviz
-    from specviz import engine, lm
+    from specviz import engine, fastpath
 
     same = replace(pair, draft=pair.target, fast="graphed")
     captured = []
-    record = lm.GraphedStep.record
-    monkeypatch.setattr(lm.GraphedStep, "record",
+    record = fastpath.GraphedStep.record
+    monkeypatch.setattr(fastpath.GraphedStep, "record",
                         lambda self, run, like: captured.append(like.shape) or record(self, run, like))
     engine.warm_steps(same, 3)
     assert len(captured) == 4  # the target's 1 and 4, the draft's 1 and 2

@@ -126,7 +126,7 @@ def sliding_pair(pair) -> Pair:
 def test_sliding_window_models_run_past_their_window(pair):
     """A sliding-window cache layer cannot be cropped back past its window, and such pairs were
     refused once prompt + output + a round's drafts reached it. Their caches now keep every
-    position (lm.full_layers; transformers applies the window in the mask): a chain, a chain of
+    position (kvcache.full_layers; transformers applies the window in the mask): a chain, a chain of
     the most drafts (MAX_K) and a token tree run far past the 64-token window and keep the
     target's own greedy output."""
     slide_pair = sliding_pair(pair)
@@ -146,7 +146,7 @@ def test_a_sliding_window_model_takes_every_fast_path_with_full_cache_layers(pai
     static, compiled and graphed paths as other models do."""
     from transformers.cache_utils import DynamicLayer, StaticLayer
 
-    from specviz.lm import resolve_fast
+    from specviz.fastpath import resolve_fast
 
     model = sliding_pair(pair).target
     assert resolve_fast("static", model) == ("static", None)
@@ -238,7 +238,7 @@ def test_bfloat16_target_refines_and_keeps_the_greedy_promise(pair):
 def test_models_that_take_past_key_values_get_the_cache_there(pair):
     """transformers before 5.24 (e.g. 5.17, on the GPU check's machine) name the forward
     argument past_key_values and silently ignore cache=: the cache must go by the right name."""
-    from specviz.lm import cache_argument
+    from specviz.fastpath import cache_argument
 
     class OldStyle(type(pair.target)):
         def forward(self, input_ids=None, past_key_values=None, use_cache=None, logits_to_keep=0, **kw):
@@ -275,12 +275,12 @@ def test_a_step_that_fails_part_way_leaves_every_layer_at_the_committed_length(p
     """A compiled step that fails falls back to eager. It may have written some layers' caches
     and not others, so each layer is cut back by what it holds beyond the committed tokens (one
     length for all, layer 0's, left the unwritten layers short of their committed tokens)."""
-    from specviz import lm as lm_module
+    from specviz import fastpath
 
     ids = pair.encode("def fibonacci(n):")
     lm = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
     lm.forward(ids)
-    lm._step, lm.compiled_widths = lm_module.step, {3}  # stands in for the compiled step
+    lm._step, lm.compiled_widths = fastpath.step, {3}  # stands in for the compiled step
     with fails_once(pair.target.model.layers[0]) as failed:  # layer 0 written, not 1
         logits = lm.forward(ids + [5, 6, 7], last=3)
     assert failed and lm._step is None  # eager from now on
@@ -334,7 +334,7 @@ def test_a_static_rollback_moves_only_the_layers_written_so_far(pair, has_crop, 
     from transformers import StaticCache
     from transformers.cache_utils import StaticLayer
 
-    from specviz.lm import crop, crop_layer
+    from specviz.kvcache import crop, crop_layer
 
     if not has_crop:
         monkeypatch.delattr(StaticLayer, "crop")
@@ -352,7 +352,7 @@ def test_a_failed_step_is_cut_back_layer_by_layer_without_static_crop(pair, monk
     from transformers import StaticCache
     from transformers.cache_utils import StaticLayer
 
-    from specviz.lm import truncate
+    from specviz.kvcache import truncate
 
     monkeypatch.delattr(StaticLayer, "crop")
     cache = written(StaticCache(config=pair.target.config, max_cache_len=16), 7, 4)
@@ -364,7 +364,7 @@ def test_layers_that_cannot_crop_name_the_transformers_that_can(pair, monkeypatc
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
-    from specviz.lm import crop
+    from specviz.kvcache import crop
 
     monkeypatch.delattr(DynamicLayer, "crop")
     cache = written(DynamicCache(config=pair.target.config), 3, 3)

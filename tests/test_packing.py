@@ -8,8 +8,7 @@ import torch
 from conftest import hf_greedy, make_model
 
 import specviz
-from specviz import lm as lm_module
-from specviz import packing
+from specviz import fastpath, packing
 from specviz.lm import CachedLM
 
 PROMPT = "def fibonacci(n):\n    if n < 2:"
@@ -89,12 +88,12 @@ def test_models_packing_cannot_take_are_left_alone(gpt2_pair):
 
 
 def test_the_compiled_path_packs_on_graph_devices_only(pair, cpu_graphs, monkeypatch):
-    assert not lm_module.PACK  # off by default until a GPU has timed it (docs/benchmarks.md)
+    assert not fastpath.PACK  # off by default until a GPU has timed it (docs/benchmarks.md)
 
     def packed(steps, graph_devices=("cuda", "cpu"), pack=True) -> bool:
         model = copy.deepcopy(pair.target)
-        monkeypatch.setattr(lm_module, "GRAPH_DEVICES", set(graph_devices))
-        monkeypatch.setattr(lm_module, "PACK", pack)
+        monkeypatch.setattr(fastpath, "GRAPH_DEVICES", set(graph_devices))
+        monkeypatch.setattr(fastpath, "PACK", pack)
         CachedLM(model, pair.vocab_size, cache="static", steps=steps, max_len=64)
         return isinstance(model.base_model.layers[0].mlp, packing.PackedMLP)
 
@@ -107,7 +106,7 @@ def test_the_compiled_path_packs_on_graph_devices_only(pair, cpu_graphs, monkeyp
 @pytest.mark.parametrize("proposer", ["draft", "tree"])
 def test_the_packed_compiled_path_keeps_the_unpacked_targets_greedy_output(pair, compiled_pair, cpu_graphs,
                                                                          proposer, monkeypatch):
-    monkeypatch.setattr(lm_module, "PACK", True)
+    monkeypatch.setattr(fastpath, "PACK", True)
     fast = replace(compiled_pair, target=copy.deepcopy(pair.target), draft=copy.deepcopy(pair.draft))
     pair.target.generation_config.eos_token_id = None
     fast.target.generation_config.eos_token_id = None
@@ -138,9 +137,9 @@ def test_nested_layers_are_one_compiled_region_called_once_a_layer_with_the_eage
 
     cache = StaticCache(config=model.config, max_cache_len=64)
     with torch.inference_mode():
-        lm_module.step(model, cache, torch.tensor([ids]), 1, False, lm_module.cache_argument(model))
-        compiled = torch.compile(lm_module.step, backend=backend, dynamic=False)
-        rows = compiled(model, cache, torch.tensor([[5]]), 2, False, lm_module.cache_argument(model))
+        fastpath.step(model, cache, torch.tensor([ids]), 1, False, fastpath.cache_argument(model))
+        compiled = torch.compile(fastpath.step, backend=backend, dynamic=False)
+        rows = compiled(model, cache, torch.tensor([[5]]), 2, False, fastpath.cache_argument(model))
     assert torch.allclose(rows[-1], eager[-1], atol=1e-5)
     calls = [n for n in graphs[0].graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
     assert len(calls) == model.config.num_hidden_layers  # every layer through the region
@@ -151,8 +150,8 @@ def test_the_compiled_path_nests_its_layers_when_asked(pair, monkeypatch):
     model = copy.deepcopy(pair.target)
     CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=64)
     assert not getattr(model.base_model.layers[0].forward, "_specviz_nested", False)  # off by default
-    monkeypatch.setattr(lm_module, "NESTED", True)
-    monkeypatch.setattr(lm_module, "_SLOTS", type(lm_module._SLOTS)())
+    monkeypatch.setattr(fastpath, "NESTED", True)
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())
     CachedLM(model, pair.vocab_size, cache="static", steps="compiled", max_len=64)
     assert model.base_model.layers[0].forward._specviz_nested
 
@@ -166,22 +165,22 @@ def test_the_packed_compiled_path_in_bfloat16_gives_the_target_alones_output(pai
     verify row used) and a tree."""
     from specviz import enginecheck
 
-    monkeypatch.setattr(lm_module, "PACK", True)
-    monkeypatch.setattr(lm_module, "NESTED", nested)
+    monkeypatch.setattr(fastpath, "PACK", True)
+    monkeypatch.setattr(fastpath, "NESTED", nested)
     made = []  # graphs dynamo compiled in this test (its own backend: no earlier test's reused)
 
     def backend(gm, inputs):
         made.append(gm)
         return torch._dynamo.lookup_backend("aot_eager")(gm, inputs)
 
-    monkeypatch.setattr(lm_module, "COMPILE", {"backend": backend, "dynamic": False})
+    monkeypatch.setattr(fastpath, "COMPILE", {"backend": backend, "dynamic": False})
     models = {"target": copy.deepcopy(pair.target).bfloat16(), "draft": copy.deepcopy(pair.draft).bfloat16()}
     assert CachedLM(models["target"], pair.vocab_size).refine  # bf16: the float32-refined head
     for kind in ("self", "tree"):
         r = enginecheck.engine_run(models, "compiled", kind, 3, 16, 16)
         assert r["equals_target_alone"], kind
         assert r["accepted"] > 0 if kind == "self" else r["tree"]
-    slots = lm_module._SLOTS[models["target"]]  # its passes ran through captured compiled steps
+    slots = fastpath._SLOTS[models["target"]]  # its passes ran through captured compiled steps
     assert slots and all(s.steps == "compiled" and s.step.graphs for s in slots)
     assert made  # dynamo compiled them (no silent fallback to eager)
     target, draft = models["target"].base_model, models["draft"].base_model

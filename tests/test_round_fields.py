@@ -113,7 +113,7 @@ def test_every_tree_nodes_q_is_the_drafts_processed_probability_after_its_path(f
 
 
 def test_a_tree_pass_that_fails_part_way_keeps_the_earlier_nodes_and_counts_one_pass(pair):
-    from specviz import lm as lm_module
+    from specviz import fastpath
 
     ids = pair.encode("def fibonacci(n):")
     lm = CachedLM(pair.target, pair.vocab_size, cache="static", max_len=64)
@@ -121,7 +121,7 @@ def test_a_tree_pass_that_fails_part_way_keeps_the_earlier_nodes_and_counts_one_
     for m in (lm, eager):
         m.forward(ids)
         m.forward_tree(ids, [7, 9], [-1, -1])
-    lm._step = lm_module.step  # stands in for the compiled step
+    lm._step = fastpath.step  # stands in for the compiled step
     with fails_once(pair.target.model.layers[0]) as failed:
         rows = lm.forward_tree(ids, [3, 4], [0, 1])
     assert failed and lm._step is None

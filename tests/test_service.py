@@ -95,7 +95,7 @@ def test_the_end_to_end_check_reads_its_prompt_once_and_samples_what_fresh_runs_
     same seeds make. The verify-cost line the sizing drafters share is held at its prior here, so
     that the check's runs and the fresh ones start each sample from the same one."""
     import specviz
-    from specviz import lm
+    from specviz import fastpath
     from specviz.verifycost import VerifyCost
 
     monkeypatch.setattr(VerifyCost, "of", classmethod(lambda cls, target: cls()))
@@ -107,19 +107,19 @@ def test_the_end_to_end_check_reads_its_prompt_once_and_samples_what_fresh_runs_
     pair = store.get(s)
     ids = pair.encode(s.prompt)
     fed = {"target": 0, "draft": 0}
-    step = lm.step
+    step = fastpath.step
 
     def counted(model, cache, input_ids, *args, **kwargs):
         which = "target" if model in (pair.target, pair.target.base_model) else "draft"
         fed[which] += input_ids.shape[1]
         return step(model, cache, input_ids, *args, **kwargs)
 
-    monkeypatch.setattr(lm, "step", counted)
+    monkeypatch.setattr(fastpath, "step", counted)
     result = sample_continuations(pair, s, 20)
     # the prompt once each, then a few tokens a sample (each sample reading it: 41 and 21 times)
     assert len(ids) > 60 and fed["target"] <= len(ids) + 8 * 41, fed
     assert fed["draft"] <= len(ids) + 8 * 21 and (fed["draft"] > 0) == (proposer != "ngram"), fed
-    monkeypatch.setattr(lm, "step", step)
+    monkeypatch.setattr(fastpath, "step", step)
     kwargs = dict(k=2, max_new_tokens=2, temperature=1.0, top_k=3)
     fresh = {run: Counter(tuple(t for e in specviz.generate(pair, ids, proposer=name, seed=seed, **kwargs)
                                 for t in e.new_tokens) for seed in range(offset, offset + 20))

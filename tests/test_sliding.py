@@ -2,7 +2,7 @@
 full and sliding layers side by side) as a custom pair, run far past their window: chains and token
 trees keep the target's own greedy output on every fast path, and sampled runs its distribution.
 
-Their caches keep every position (lm.full_layers), which transformers masks by position, so a
+Their caches keep every position (kvcache.full_layers), which transformers masks by position, so a
 rollback past the window is exact; a tree pass's own 4-D mask gives each layer type its window
 (arch.tree_windows). Before, every such run was refused once it reached the window."""
 
@@ -11,7 +11,7 @@ import torch
 from conftest import EOS, make_tokenizer, perturbed
 
 import specviz
-from specviz import arch, lm
+from specviz import arch, fastpath, lm
 from specviz.loading import Pair
 from specviz.sampling import SamplingParams
 
@@ -71,7 +71,7 @@ def fast_pair(request, tokenizer):
     backend, on the graphed path through conftest's stand-in graphs."""
     kind, fast = request.param
     if fast == "compiled":
-        request.getfixturevalue("compiled_pair")  # sets lm.COMPILE to the CPU tests' backend
+        request.getfixturevalue("compiled_pair")  # sets fastpath.COMPILE to the CPU tests' backend
     if fast == "graphed":
         request.getfixturevalue("cpu_graphs")
     return sliding_pair(kind, tokenizer, fast)
@@ -236,9 +236,9 @@ def test_a_split_models_tree_passes_share_one_compiled_graph_and_give_the_eager_
     from test_graphed import compiling, tree_passes_agree
 
     made = []  # graphs dynamo compiled in this test
-    monkeypatch.setattr(lm, "COMPILE", {"backend": compiling(made), "dynamic": False})
-    monkeypatch.setattr(lm, "SHARED", True)
-    monkeypatch.setattr(lm, "_SLOTS", type(lm._SLOTS)())
+    monkeypatch.setattr(fastpath, "COMPILE", {"backend": compiling(made), "dynamic": False})
+    monkeypatch.setattr(fastpath, "SHARED", True)
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())
     model = sliding_pair("gemma2", tokenizer).target
     assert arch.tree_windows(model) == ("split", WINDOW)
     fast = lm.CachedLM(model, 300, cache="static", steps="compiled", max_len=128)
@@ -264,7 +264,7 @@ def test_a_split_tree_pass_gives_the_model_its_masks_as_one_dict_keyed_by_layer_
 
     full, sliding, where = torch.zeros(1, 1, 2, 4), torch.ones(1, 1, 2, 4), torch.tensor([[3, 4]])
     tree = {"attention_mask": full, "sliding_mask": sliding, "position_ids": where}
-    lm.step(Model(), None, torch.tensor([[1, 2]]), 0, False, **tree)
+    fastpath.step(Model(), None, torch.tensor([[1, 2]]), 0, False, **tree)
     assert "sliding_mask" not in seen
     assert seen["attention_mask"].keys() == {"full_attention", "sliding_attention"}
     assert seen["attention_mask"]["full_attention"] is full
