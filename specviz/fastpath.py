@@ -195,7 +195,9 @@ class _Slot:
             slot = cls(model, max(max_len, 1024), steps)
             slots.append(slot)
         slot.in_use = True
-        kvcache.crop(slot.cache, -int(slot.cache.get_seq_length()))  # empty: moves the length to 0
+        # empty: each layer's length moved to 0 by what it holds (a pass that raised part-way through
+        # the model, as one out of memory, wrote some layers and not others)
+        kvcache.truncate(slot.cache, 0)
         weakref.finalize(owner, setattr, slot, "in_use", False)
         return slot
 

@@ -532,6 +532,31 @@ def test_compiled_steps_keep_the_greedy_output_and_the_caches(compiled_pair, pro
         pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
 
 
+def test_a_slot_left_by_a_pass_that_failed_part_way_is_emptied_layer_by_layer(pair, monkeypatch):
+    """A slot's cache outlives its run. A pass that raised part-way through the model (out of
+    memory, say) leaves some layers holding more positions than others; the next run's lease
+    emptied every layer by the first layer's length, driving the others below 0 (an index error
+    on this CPU, a device-side assert on CUDA), for every later run of the model."""
+    from specviz import fastpath, kvcache
+    from specviz.lm import CachedLM
+
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())
+    ids = pair.encode(PROMPT)
+    first = CachedLM(pair.target, pair.vocab_size, cache="static", steps="compiled", max_len=64)
+    first.forward(ids)  # a prompt's width is not compiled: an eager pass on the slot's cache
+    slot, layers = first._slot, first.cache.layers
+    for layer in layers[1:]:  # the failed pass wrote layer 0's 2 positions, then raised
+        kvcache.crop_layer(layer, -2)
+    held = [int(layer.get_seq_length()) for layer in layers]
+    assert held == [len(ids)] + [len(ids) - 2] * (len(layers) - 1)
+    del first  # its run is over: the slot is free for the next
+    second = CachedLM(pair.target, pair.vocab_size, cache="static", steps="compiled", max_len=64)
+    assert second._slot is slot
+    assert {int(layer.get_seq_length()) for layer in second.cache.layers} == {0}
+    eager = CachedLM(pair.target, pair.vocab_size)
+    assert torch.equal(second.forward(ids), eager.forward(ids))
+
+
 def test_common_prefix_is_the_count_of_leading_items_two_lists_share():
     import random
 
