@@ -122,7 +122,10 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
     temperature = float(run_temperature) or 1.0
     params = SamplingParams(temperature, int(top_k), float(top_p))
     # the context read as the engine reads it (CachedLM: a long one's prompt read, the target's
-    # refined head), so p and q are the run's, and a 2,048-token context costs what a run's does
+    # refined head), so p and q are the run's up to rounding, and a 2,048-token context costs what
+    # a run's does. The run read the rounds after its prompt in passes of their own; read here with
+    # the prompt (on a CPU without bfloat16 instructions, on the prompt's float32 kernel), their keys
+    # and values can differ by a rounding step in bfloat16 (far less in float32), p and q with them.
     target = CachedLM(pair.target, pair.vocab_size, refine=pair.refine)
     yield from _read(target, prefix, "target", deadline)
     logits_p = target.forward(prefix)[0]  # [vocab]
