@@ -62,19 +62,23 @@ def network_of(address: str | None) -> str | None:
 
 
 FORWARDED_HOPS = 8  # X-Forwarded-For entries read, from the right: proxies in front of one server
-PROXIES = "127.0.0.0/8,::1/128,10.0.0.0/8"  # a same-host proxy's, and a Space's (10.x)
+PROXIES = "127.0.0.0/8,::1/128"  # a same-host proxy's
+# On a Space, Hugging Face's proxy reaches the app from a 10.x address. Off a Space 10.0.0.0/8 is
+# not trusted by default: there it may hold visitors (a LAN's, behind a same-host proxy), and a
+# visitor the walk trusts as a proxy names any address it likes to the left of its own.
+SPACE_PROXIES = PROXIES + ",10.0.0.0/8"
 
 
-def proxy_networks(text: str | None) -> tuple:
-    """SPECVIZ_TRUST_FORWARDED: "1", unset or blank, PROXIES; "0", "false", "no" or "off", none;
-    else the proxies' networks, comma-separated ("10.0.0.0/8,172.17.0.0/16"). ValueError on a
-    network that does not parse."""
+def proxy_networks(text: str | None, space: bool = False) -> tuple:
+    """SPECVIZ_TRUST_FORWARDED: "1", unset or blank, PROXIES (SPACE_PROXIES on a Space); "0",
+    "false", "no" or "off", none; else the proxies' networks, comma-separated
+    ("10.0.0.0/8,172.17.0.0/16"). ValueError on a network that does not parse."""
     value = (text or "").strip().lower() or "1"  # blank keeps the default, as every setting's does
     switch = flag(value)
     if switch is False:
         return ()
     if switch:
-        value = PROXIES
+        value = SPACE_PROXIES if space else PROXIES
     try:
         return tuple(ipaddress.ip_network(n.strip(), strict=False) for n in value.split(",") if n.strip())
     except ValueError as e:

@@ -73,7 +73,7 @@ class Limits:
     jobs_per_address: int = 2  # SPECVIZ_JOBS_PER_ADDRESS: model jobs one public address may hold
     upload_mb: int = 512  # SPECVIZ_UPLOAD_MB: uploads all visitors may leave in the cache at once
     trust_forwarded: tuple = proxy_networks(None)  # SPECVIZ_TRUST_FORWARDED: proxies whose
-    # X-Forwarded-For names the visitor (default: loopback and 10.0.0.0/8, a Space's; 0: none)
+    # X-Forwarded-For names the visitor (default: loopback, and on a Space 10.0.0.0/8; 0: none)
     dtypes: tuple = DTYPES  # offered on this deployment (the app on a CPU: for_device drops float16)
 
     def for_device(self, device: str) -> Limits:
@@ -99,7 +99,20 @@ class Limits:
                    _env_int("SPECVIZ_QUEUE_SIZE", 16), _env_int("SPECVIZ_MAX_SESSIONS", 1000, 10),
                    _env_int("SPECVIZ_HELD_TRACE_MB", 256, 32), _env_int("SPECVIZ_JOBS_PER_ADDRESS", 2),
                    _env_int("SPECVIZ_UPLOAD_MB", 512, 8),
-                   proxy_networks(os.environ.get("SPECVIZ_TRUST_FORWARDED")))
+                   trusted_proxies())
+
+
+def trusted_proxies() -> tuple:
+    """The proxies SPECVIZ_TRUST_FORWARDED names (gate.proxy_networks: by default loopback, and on
+    a Space, SPACE_ID, its proxy's 10.0.0.0/8). ValueError where uvicorn trusts every peer's
+    X-Forwarded-For (FORWARDED_ALLOW_IPS=*): it then hands the app the header's leftmost entry as
+    the visitor's address, which the visitor writes, and no per-address limit holds."""
+    if "*" in [host.strip() for host in os.environ.get("FORWARDED_ALLOW_IPS", "").split(",")]:
+        raise ValueError("FORWARDED_ALLOW_IPS=* lets a visitor pick the address it is counted as "
+                         "(uvicorn takes the leftmost X-Forwarded-For entry, which the visitor writes), so "
+                         "no per-address limit holds: unset it, and name your proxies in "
+                         "SPECVIZ_TRUST_FORWARDED (specviz reads X-Forwarded-For itself)")
+    return proxy_networks(os.environ.get("SPECVIZ_TRUST_FORWARDED"), space=bool(os.environ.get("SPACE_ID")))
 
 
 def clip(value, n: int = SHOWN_CHARS) -> str:

@@ -350,6 +350,7 @@ def test_the_app_refuses_an_operators_mistyped_limit_in_one_line_before_serving(
             ("SPECVIZ_MAX_NEW_TOKENS", "lots", "SPECVIZ_MAX_NEW_TOKENS='lots' is not a whole number: "
                                                "give one"),
             ("SPECVIZ_TRUST_FORWARDED", "10.0.0.x", "give 0, 1 or the proxies' networks"),
+            ("FORWARDED_ALLOW_IPS", "*", "name your proxies in SPECVIZ_TRUST_FORWARDED"),
             # a mistyped switch read as off, silently (the safe default, yet not what was meant)
             ("SPECVIZ_ALLOW_CUSTOM_MODELS", " ture", "SPECVIZ_ALLOW_CUSTOM_MODELS='ture' is not a switch: "
                                                      "give 1 or 0"),

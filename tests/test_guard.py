@@ -758,17 +758,20 @@ def test_behind_a_trusted_proxy_the_visitor_is_the_first_forwarded_address_that_
     the right, past trusted proxies only, a visitor cannot choose the address it is counted as."""
     from specviz.gate import proxy_networks, public_address, visitor_address
 
-    proxies = proxy_networks(None)
+    proxies = proxy_networks(None, space=True)  # on a Space: its proxy's 10.x trusted too
     assert public_address(visitor_address(peer, forwarded, proxies)) == counted
     assert public_address(visitor_address(peer, forwarded, ())) == public_address(peer)
 
 
 def test_the_trusted_proxies_come_from_the_environment_with_a_message_naming_the_fix():
-    from specviz.gate import PROXIES, proxy_networks
+    from specviz.gate import PROXIES, SPACE_PROXIES, proxy_networks
 
-    assert [str(n) for n in proxy_networks(None)] == PROXIES.split(",") == ["127.0.0.0/8", "::1/128",
-                                                                          "10.0.0.0/8"]
+    assert [str(n) for n in proxy_networks(None)] == PROXIES.split(",") == ["127.0.0.0/8", "::1/128"]
+    assert [str(n) for n in proxy_networks(None, space=True)] == SPACE_PROXIES.split(",") == [
+        "127.0.0.0/8", "::1/128", "10.0.0.0/8"]
     assert proxy_networks(" ON ") == proxy_networks("1") == proxy_networks(None) == proxy_networks("  ")
+    assert proxy_networks("1", space=True) == proxy_networks(None, space=True)
+    assert proxy_networks("0", space=True) == ()
     assert proxy_networks("Off") == proxy_networks("FALSE") == proxy_networks("0") == ()
     assert [str(n) for n in proxy_networks("172.17.0.0/16, 10.1.2.3")] == ["172.17.0.0/16", "10.1.2.3/32"]
     with pytest.raises(ValueError, match="SPECVIZ_TRUST_FORWARDED: .*give 0, 1 or the proxies' networks"):
@@ -799,11 +802,48 @@ def test_uploads_behind_a_private_proxy_count_against_the_forwarded_address():
 
     from specviz.gate import proxy_networks
 
-    for proxies, codes in ((proxy_networks(None), [200, 200, 429]), ((), [200, 200, 200])):
+    for proxies, codes in ((proxy_networks(None, space=True), [200, 200, 429]), ((), [200, 200, 200])):
         guard = RequestGuard(app, max_body=10, max_upload=100, per_address=2, upload_bytes=10**6, window=60,
                              proxies=proxies)
         assert [upload(guard, b"1.2.3.4, 9.9.9.9") for _ in range(3)] == codes
         assert upload(guard, b"9.9.9.9, 8.8.4.4") == 200  # another visitor (who wrote 9.9.9.9 in vain)
+
+
+def test_a_lan_visitor_behind_a_same_host_proxy_cannot_spend_another_addresss_allowance():
+    """Off a Space, behind a same-host nginx, uvicorn (trusting 127.0.0.1) hands the app the
+    rightmost forwarded entry as the client: a LAN visitor's 10.1.1.1. With 10.0.0.0/8 trusted as
+    proxies by default, the guard read on to the left, where the visitor wrote a victim's public
+    address, and spent that address's uploads: the victim was refused. Now 10.0.0.0/8 is trusted
+    only on a Space, and the LAN visitor is itself, which no per-address limit counts."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    from specviz.gate import proxy_networks
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"[]"})
+
+    def upload(server, forwarded: bytes) -> int:
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "client": ("127.0.0.1", 1),
+                 "headers": [(b"content-length", b"10"), (b"x-forwarded-for", forwarded)]}
+        asyncio.run(server(scope, receive, send))
+        return sent[0]["status"]
+
+    for proxies, victim in ((proxy_networks(None), 200), (proxy_networks(None, space=True), 429)):
+        guard = RequestGuard(app, max_body=10, max_upload=100, per_address=2, upload_bytes=10**6, window=60,
+                             proxies=proxies)
+        server = ProxyHeadersMiddleware(guard, trusted_hosts="127.0.0.1")  # uvicorn's, as Gradio runs it
+        # nginx appends the LAN visitor's 10.1.1.1 to what it wrote; then the victim's own upload
+        assert [upload(server, b"8.8.4.4, 10.1.1.1") for _ in range(2)] == [200, 200]
+        assert upload(server, b"8.8.4.4") == victim  # 429: the trust a Space's proxy needs, off a Space
 
 
 def test_forwarded_lines_are_read_from_every_form_a_request_carries_them_in():
@@ -1115,11 +1155,11 @@ def test_behind_a_trusted_proxy_the_queue_counts_each_forwarded_visitor():
         return asyncio.run(run())
 
     queue = fake_queue()
-    cap_queue(queue, per_line=6, per_address=1, proxies=proxy_networks(None))
-    proxy = "10.16.3.80"  # the operator's proxy, on a private network the default trusts
+    cap_queue(queue, per_line=6, per_address=1, proxies=proxy_networks("10.0.0.0/8"))
+    proxy = "10.16.3.80"  # the operator's proxy, on a private network SPECVIZ_TRUST_FORWARDED names
     assert pushes(queue, [(proxy, "1.2.3.4"), (proxy, "1.2.3.4"), (proxy, "5.6.7.8")]) == [True, False, True]
     queue = fake_queue()
-    cap_queue(queue, per_line=6, per_address=1, proxies=proxy_networks(None))
+    cap_queue(queue, per_line=6, per_address=1, proxies=proxy_networks("10.0.0.0/8"))
     assert pushes(queue, [("8.8.8.8", "1.2.3.4"), ("8.8.8.8", "5.6.7.8")]) == [True, False]  # 8.8.8.8's own
 
 

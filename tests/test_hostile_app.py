@@ -1049,9 +1049,19 @@ def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(m
         monkeypatch.setenv(name, " ")  # blank: the default
     assert Limits.from_env().upload_mb == Limits().upload_mb == 512
     assert Limits.from_env().max_job_seconds == 300.0
+    assert [str(n) for n in Limits.from_env().trust_forwarded] == ["127.0.0.0/8", "::1/128"]
+    monkeypatch.setenv("SPACE_ID", "someone/specviz")  # a Space's proxy reaches the app from 10.x
     assert [str(n) for n in Limits.from_env().trust_forwarded] == ["127.0.0.0/8", "::1/128", "10.0.0.0/8"]
     monkeypatch.setenv("SPECVIZ_TRUST_FORWARDED", "0")
     assert Limits.from_env().trust_forwarded == ()
+    monkeypatch.delenv("SPACE_ID")
+    for value in ("*", "127.0.0.1, *"):  # uvicorn then hands the app the visitor's own leftmost entry
+        monkeypatch.setenv("FORWARDED_ALLOW_IPS", value)
+        with pytest.raises(ValueError, match=r"FORWARDED_ALLOW_IPS=\* lets a visitor pick .*: unset it"):
+            Limits.from_env()
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "127.0.0.1,172.17.0.1")  # named proxies: as uvicorn's
+    assert Limits.from_env().trust_forwarded == ()
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS")
     for value, allowed in (("1", True), ("True", True), (" YES ", True), ("on", True), ("0", False),
                            ("False", False), ("", False)):  # any case, as HF's
         monkeypatch.setenv("SPECVIZ_ALLOW_CUSTOM_MODELS", value)
