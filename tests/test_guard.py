@@ -778,35 +778,40 @@ def test_the_trusted_proxies_come_from_the_environment_with_a_message_naming_the
         proxy_networks("10.0.0.0/8,lots")
 
 
+async def accepted(scope, receive, send):
+    """An app behind the guard that takes every request."""
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"[]"})
+
+
+def upload_status(server, peer: str, forwarded: bytes) -> int:
+    """The status of an empty upload from peer carrying X-Forwarded-For: forwarded."""
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "client": (peer, 1),
+             "headers": [(b"content-length", b"10"), (b"x-forwarded-for", forwarded)]}
+    asyncio.run(server(scope, receive, send))
+    return sent[0]["status"]
+
+
 def test_uploads_behind_a_private_proxy_count_against_the_forwarded_address():
     """The same rule in front of Gradio: one visitor behind a Space's proxy may upload
     per_address traces, another one still may; with trust_forwarded off neither is counted."""
-
-    async def app(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"[]"})
-
-    def upload(guard, forwarded: bytes) -> int:
-        sent = []
-
-        async def receive():
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(message):
-            sent.append(message)
-
-        scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "client": ("10.16.3.80", 1),
-                 "headers": [(b"content-length", b"10"), (b"x-forwarded-for", forwarded)]}
-        asyncio.run(guard(scope, receive, send))
-        return sent[0]["status"]
-
     from specviz.gate import proxy_networks
 
+    proxy = "10.16.3.80"
     for proxies, codes in ((proxy_networks(None, space=True), [200, 200, 429]), ((), [200, 200, 200])):
-        guard = RequestGuard(app, max_body=10, max_upload=100, per_address=2, upload_bytes=10**6, window=60,
-                             proxies=proxies)
-        assert [upload(guard, b"1.2.3.4, 9.9.9.9") for _ in range(3)] == codes
-        assert upload(guard, b"9.9.9.9, 8.8.4.4") == 200  # another visitor (who wrote 9.9.9.9 in vain)
+        guard = RequestGuard(accepted, max_body=10, max_upload=100, per_address=2, upload_bytes=10**6,
+                             window=60, proxies=proxies)
+        assert [upload_status(guard, proxy, b"1.2.3.4, 9.9.9.9") for _ in range(3)] == codes
+        # another visitor (who wrote 9.9.9.9 in vain)
+        assert upload_status(guard, proxy, b"9.9.9.9, 8.8.4.4") == 200
 
 
 def test_a_lan_visitor_behind_a_same_host_proxy_cannot_spend_another_addresss_allowance():
@@ -819,31 +824,14 @@ def test_a_lan_visitor_behind_a_same_host_proxy_cannot_spend_another_addresss_al
 
     from specviz.gate import proxy_networks
 
-    async def app(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"[]"})
-
-    def upload(server, forwarded: bytes) -> int:
-        sent = []
-
-        async def receive():
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(message):
-            sent.append(message)
-
-        scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "client": ("127.0.0.1", 1),
-                 "headers": [(b"content-length", b"10"), (b"x-forwarded-for", forwarded)]}
-        asyncio.run(server(scope, receive, send))
-        return sent[0]["status"]
-
+    nginx = "127.0.0.1"
     for proxies, victim in ((proxy_networks(None), 200), (proxy_networks(None, space=True), 429)):
-        guard = RequestGuard(app, max_body=10, max_upload=100, per_address=2, upload_bytes=10**6, window=60,
-                             proxies=proxies)
+        guard = RequestGuard(accepted, max_body=10, max_upload=100, per_address=2, upload_bytes=10**6,
+                             window=60, proxies=proxies)
         server = ProxyHeadersMiddleware(guard, trusted_hosts="127.0.0.1")  # uvicorn's, as Gradio runs it
         # nginx appends the LAN visitor's 10.1.1.1 to what it wrote; then the victim's own upload
-        assert [upload(server, b"8.8.4.4, 10.1.1.1") for _ in range(2)] == [200, 200]
-        assert upload(server, b"8.8.4.4") == victim  # 429: the trust a Space's proxy needs, off a Space
+        assert [upload_status(server, nginx, b"8.8.4.4, 10.1.1.1") for _ in range(2)] == [200, 200]
+        assert upload_status(server, nginx, b"8.8.4.4") == victim  # 429: a Space's trust, off a Space
 
 
 def test_forwarded_lines_are_read_from_every_form_a_request_carries_them_in():
