@@ -90,8 +90,13 @@ class ModelStore:
             used, wait = used - seconds, ended + SWITCH_WINDOW - time.monotonic()
         return max(0.0, wait)
 
-    def get(self, s: RunSettings) -> Pair:
+    def get(self, s: RunSettings, stopped: threading.Event | None = None) -> Pair | None:
+        """The pair s asks for, loaded first where another is (under the store's lock: one load
+        at a time). stopped: the job that asked was stopped (loading); set before the lock came
+        to this call, nothing loads, and the pair loaded now (if any) is returned."""
         with self._lock:
+            if stopped is not None and stopped.is_set():
+                return self._pair
             wait = self.switch_wait(s)
             if wait > 0:
                 loaded = " ".join(str(part) for part in self._key[1:] if part)
@@ -136,25 +141,35 @@ class ModelStore:
         is returned, or its error raised); a loaded pair is returned at once. A Stop
         pressed during a load closed the job only when the load ended, and Gradio held every other
         visitor's Stop meanwhile (its cancel waits on a generator that is inside a step, under one
-        app-wide lock, up to 60 s). Stopped, the job lets go at once; the load goes on to its end
-        under the store's lock, which the next job to load waits for in its own polls."""
-        if self.is_loaded(s):
-            return self.get(s)
+        app-wide lock, up to 60 s). Stopped, the job lets go at once; a load under way goes on to
+        its end under the store's lock, which the next job to load waits for in its own polls. A
+        load still waiting for the lock (behind the start-up's, or a stopped job's) is dropped:
+        it would have unloaded the pair the next job asks for, to load one nobody wants."""
+        if self._lock.acquire(blocking=False):  # no load under way: a loaded pair at once
+            try:
+                if self.is_loaded(s):
+                    return self._pair
+            finally:
+                self._lock.release()
         out: dict = {}
+        stopped = threading.Event()
 
         def load() -> None:
             try:
-                out["pair"] = self.get(s)
+                out["pair"] = self.get(s, stopped)
             except BaseException as e:  # noqa: BLE001 - raised in the job, below
                 out["error"] = e
 
         thread = threading.Thread(target=load, daemon=True, name="specviz-load")
         thread.start()
-        yield waiting  # the page says so at once (each caller showed it before this wait)
-        thread.join(poll)
-        while thread.is_alive():
-            yield waiting
+        try:
+            yield waiting  # the page says so at once (each caller showed it before this wait)
             thread.join(poll)
+            while thread.is_alive():
+                yield waiting
+                thread.join(poll)
+        finally:  # Stop closes the job here: a load that has not begun does not
+            stopped.set()
         if "error" in out:
             raise out["error"]
         return out["pair"]

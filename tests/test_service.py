@@ -1044,6 +1044,41 @@ def test_a_job_waiting_on_a_load_yields_so_stop_closes_it_at_once(model_dirs, mo
         list(store.loading(RunSettings(pair="tiny", dtype="bfloat16"), "waiting", poll=0.05))
 
 
+def test_a_job_stopped_before_its_load_began_loads_nothing(model_dirs, monkeypatch):
+    """A job whose pair waited for the store's lock (behind the start-up's load, or a stopped
+    job's) and was stopped meanwhile still loaded its pair when the lock came: it unloaded the pair
+    the next visitor was running or asking for, to load one nobody wanted, and its time counted
+    against the switch budget. Stopped before its turn, it now loads nothing."""
+    import threading
+    import time
+
+    real, go, loads = ModelStore._load, threading.Event(), []
+
+    def slow(self, s):
+        loads.append(s.dtype)
+        go.wait(10)
+        real(self, s)
+
+    monkeypatch.setattr(ModelStore, "_load", slow)
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
+                       warm=False)
+    home, other = RunSettings(pair="tiny", dtype="float32"), RunSettings(pair="tiny", dtype="bfloat16")
+    preload = threading.Thread(target=store.get, args=(home,))
+    preload.start()
+    while not loads:  # the start-up's load holds the lock
+        time.sleep(0.01)
+    job = store.loading(other, "waiting", poll=0.05)
+    assert next(job) == "waiting"  # its load waits for the lock
+    job.close()  # Stop
+    queued = [t for t in threading.enumerate() if t.name == "specviz-load"]
+    go.set()
+    preload.join(10)
+    for thread in queued:
+        thread.join(10)
+    assert loads == ["float32"] and store.is_loaded(home)
+    assert next(store.loading(home, "waiting"), None) is None  # the next job's pair, at once
+
+
 def test_a_sampled_run_draws_with_its_settings_and_makes_no_greedy_claims(store):
     """A sampled run (temperature, top-k, top-p and seed as set) draws what the engine draws with
     them, for the speculative run and the target alone; its status and verdict say nothing of
