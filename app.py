@@ -879,11 +879,14 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 raise
 
         def held_run(key, request):
-            """The run the page's key names; where the key went with the page's state and the run
-            stayed (Gradio pushes its oldest pages out without their delete callbacks), the run
-            the page's session holds."""
+            """The run the page's key names; else the run the page's session holds: where the key
+            went with the page's state and the run stayed (Gradio pushes its oldest pages out
+            without their delete callbacks), or where the key names a run this page's newer one
+            replaced on the shelf but never reached the page (a Stop during that run's last step:
+            Gradio then drops the step's outputs, the new key among them)."""
             in_use(request)
-            return shelf.get(key) if key is not None else shelf.of_session(session_of(request))
+            trace = shelf.get(key) if key is not None else None
+            return trace if trace is not None else shelf.of_session(session_of(request))
 
         def gone(key, request) -> str | None:
             """Why a page that may still show a run has none on the shelf: LET_GO where the shelf

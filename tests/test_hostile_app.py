@@ -915,6 +915,17 @@ def test_a_page_whose_state_went_with_its_run_is_told_so(demo, monkeypatch):
     assert open(fns["save"](None, pushed)).read() == kept.to_json()
     assert "Measured run (k=3)" in fns["explore"](3, False, "", None, pushed)[0]
     shelf.drop(key)
+    # a Stop during a run's last step: the run's trace replaced the page's older one on the shelf,
+    # but Gradio dropped the step's outputs, so the page still holds the older run's key. Save,
+    # the lab and the explorer said "run something first"; they now use the page's newest run
+    older = shelf.put("stopped-late", run, nbytes=1)
+    newer = make_trace(demo, max_new_tokens=4)
+    shelf.put("stopped-late", newer)
+    late = page_request("stopped-late")
+    assert open(fns["save"](older, late)).read() == newer.to_json()
+    assert "Measured run (k=3)" in fns["explore"](3, False, "", older, late)[0]
+    with pytest.raises(gr.Error, match="no run to save yet: run something first"):
+        fns["save"](older, fresh)  # another page's key names nothing of this one's
     monkeypatch.setattr(gate, "LET_GO_KEPT", 3)  # the sessions it remembers are bounded
     for i in range(5):
         shelf.drop(shelf.put(f"asleep-{i}", run, nbytes=1))
