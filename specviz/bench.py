@@ -24,7 +24,7 @@ import torch
 from transformers import GenerationConfig
 
 from . import benchreport as report
-from . import profiles, quant
+from . import fastpath, profiles, quant
 from .benchreport import ALONE, TREE_NAME, tree_method, tree_name
 from .compare import compare, first_difference
 from .engine import MAX_K, NEEDS_DRAFT, generate, round_room
@@ -38,6 +38,10 @@ DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 NGRAM_K = 8  # tokens an n-gram round may propose (specviz and transformers alike)
 ADAPTIVE_K = 16  # the most the adaptive drafter may draft in a round
 PLAIN_HEAD = "specviz-plainhead"  # specviz with the target's head in its own dtype
+# Tokens each method runs untimed before the timed runs where specviz's steps compile or capture:
+# each new width compiles or captures on its first use (0.1-0.5 s a capture on the H200, seconds
+# to tens of seconds a compile), which would land in that method's first timed run.
+WARM_TOKENS = 16
 @dataclass(frozen=True)
 class Record:
     method: str
@@ -325,6 +329,9 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
         table["hf:target"][2](pair, encoded[0], 8)
     if any(tree_method(name) for name in table):
         list(generate(spec_pair, encoded[0], proposer="tree", max_new_tokens=8))  # the tree paths too
+    if fastpath.resolve_fast(spec_pair.fast, spec_pair.target)[1] is not None:
+        for name, (family, _, runner) in table.items():  # each method's own widths, untimed
+            runner(runs_on(name, family, pair, spec_pair), encoded[0], WARM_TOKENS)
     reference: dict[tuple[str, int], list[int]] = {}  # (family, prompt) -> target alone's output
     alone: dict[tuple[str, int], RunStats | None] = {}  # its run, where specviz made it
     records = []
@@ -333,7 +340,7 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
             for name, (family, k, runner) in table.items():
                 with PeakRSS() as rss:
                     start = time.perf_counter()
-                    on = spec_pair if family != "transformers" or name.endswith("-qdraft") else pair
+                    on = runs_on(name, family, pair, spec_pair)
                     tokens, details = runner(on, ids, max_new_tokens)
                     seconds = time.perf_counter() - start
                 stats = details.pop("_stats", None)
@@ -354,6 +361,12 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                 log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s{decode}"
                     f"{parted}")
     return records, reference_texts(reference)
+
+
+def runs_on(name: str, family: str, pair, spec_pair):
+    """The pair a method runs on: specviz's (spec_pair), transformers' own with the draft as loaded
+    (pair), or a "-qdraft" control of transformers' on specviz's draft."""
+    return spec_pair if family != "transformers" or name.endswith("-qdraft") else pair
 
 
 TEXT_PRIORITY = {"transformers": 2, "specviz": 1}  # whose target alone the n-gram replays read
