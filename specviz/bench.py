@@ -42,6 +42,8 @@ PLAIN_HEAD = "specviz-plainhead"  # specviz with the target's head in its own dt
 # each new width compiles or captures on its first use (0.1-0.5 s a capture on the H200, seconds
 # to tens of seconds a compile), which would land in that method's first timed run.
 WARM_TOKENS = 16
+
+
 @dataclass(frozen=True)
 class Record:
     method: str
