@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -359,6 +360,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         # 2. Verify: one target pass over the uncached tail and the drafts (a chain or a tree).
         # 3. The rule: greedy compares argmaxes; sampling is Algorithm 1 (tree.walk for trees).
         target_before, passes_before, judged, drafted = target.seconds, target.passes, None, draft.tokens
+        first_uses = target.first_uses
         if draft.tree:
             judged, verdict, drafted, logits = _verify_tree(target, ids, draft.tree, params, generator)
             target.keep(list(judged.path))  # gather the accepted path; the other nodes go
@@ -396,10 +398,12 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             source=draft.source, target_cache_length=cache_length(target, stop), stop=stop,
             target_top2=top2(top),
             tree=judged.nodes if judged else ())
-        if line is not None and round_ > 1:  # round 1 also paid the prefill
-            line.observe(event.nodes, event.target_seconds)
-        if hasattr(drafter, "observe_round"):  # adaptive and tree drafters size drafts by these times
-            drafter.observe_round(event)
+        # a verify pass that compiled or captured its shape is no sample of the target's cost line
+        with VerifyCost.of(pair.target).unobserved() if target.first_uses > first_uses else nullcontext():
+            if line is not None and round_ > 1:  # round 1 also paid the prefill
+                line.observe(event.nodes, event.target_seconds)
+            if hasattr(drafter, "observe_round"):  # adaptive and tree drafters size drafts by these times
+                drafter.observe_round(event)
         held = time.perf_counter()
         yield event
         paused += time.perf_counter() - held

@@ -185,6 +185,7 @@ class CachedLM:
         self.passes = 0
         self.compiled_passes = 0  # passes that ran through the compiled step
         self.memory_fallbacks = 0  # passes a capture's lack of memory sent eager (the step kept)
+        self.first_uses = 0  # compiled passes whose shape was new to the slot: they compiled or captured it
         self.seconds = 0.0
 
     @property
@@ -391,6 +392,7 @@ class CachedLM:
         shapes = self._slot.shapes if self._slot is not None else {}
         if shape not in shapes:
             shapes[shape] = 0
+            self.first_uses += 1
         elif compiled:
             shapes[shape] += 1
             if shapes[shape] > AGAIN:

@@ -10,6 +10,7 @@ costs most of a pass and each further one 4-6%. One line is kept per target mode
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import deque
 from statistics import fmean
@@ -91,6 +92,7 @@ class VerifyCost:
         self.pieced = False  # that line came from the drafted rounds' own spread
         self.step = 0.0  # s / a
         self.rounds = 0  # drafted rounds observed in all
+        self.paused = False  # rounds observed now are no samples of the line (unobserved)
 
     @classmethod
     def of(cls, target) -> VerifyCost:
@@ -101,7 +103,22 @@ class VerifyCost:
         """The rounds have fitted a slope (now or earlier)."""
         return self.fitted is not None
 
+    @contextlib.contextmanager
+    def unobserved(self):
+        """Within, observe() takes no sample: the engine's round whose target pass compiled or
+        captured a shape new to it (0.1-0.5 s a capture on the H200, against 3 ms a pass), which
+        no later round of that size pays. Taken as a sample, one such round could push the
+        line's intercept below 0 (no line fits), leaving the drafters and the n-gram rule a step
+        of several passes for the window's next rounds."""
+        before, self.paused = self.paused, True
+        try:
+            yield
+        finally:
+            self.paused = before
+
     def observe(self, nodes: int, seconds: float) -> None:
+        if self.paused:
+            return
         if nodes:
             self.drafted.append((nodes, seconds))
             self.rounds += 1

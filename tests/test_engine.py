@@ -557,6 +557,31 @@ def test_a_slot_left_by_a_pass_that_failed_part_way_is_emptied_layer_by_layer(pa
     assert torch.equal(second.forward(ids), eager.forward(ids))
 
 
+def test_a_round_whose_verify_pass_compiled_its_shape_is_no_sample_of_the_cost_line(compiled_pair,
+                                                                                   monkeypatch):
+    """The first pass of a width compiles or captures it (0.1-0.5 s a capture on the H200, against
+    3 ms a pass): taken as a sample of the target's verify line, one such round could push the
+    line's intercept below 0 and leave the drafters a step of several passes. Round 2's verify of
+    k + 1 tokens is the first of its width on fresh slots: the line now skips it (and round 1,
+    which paid the prefill), and takes every later drafted round."""
+    from specviz import fastpath
+    from specviz.verifycost import VerifyCost
+
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())  # fresh slots: every shape is new
+    pair = compiled_pair
+    pair.target.generation_config.eos_token_id = None
+    try:
+        events = run(pair, proposer="draft", k=3, max_new_tokens=16)
+    finally:
+        pair.target.generation_config.eos_token_id = pair.tokenizer.eos_token_id
+    drafted = [e.round for e in events if e.draft_tokens]
+    assert drafted[:2] == [1, 2] and len(drafted) >= 4
+    assert VerifyCost.of(pair.target).rounds == len(drafted) - 2
+    # a second run on the same slots compiles nothing new: its rounds after the first are samples
+    more = [e for e in run(pair, proposer="draft", k=3, max_new_tokens=16) if e.draft_tokens]
+    assert VerifyCost.of(pair.target).rounds == len(drafted) - 2 + len(more) - 1
+
+
 def test_common_prefix_is_the_count_of_leading_items_two_lists_share():
     import random
 
