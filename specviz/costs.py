@@ -19,7 +19,7 @@ import json
 import statistics
 import time
 
-from . import quant
+from . import fastpath, quant
 from .digits import sig3
 from .lm import CachedLM, draft_lm
 from .verifycost import VERIFY_SLOPE, fit_line, split_step
@@ -29,12 +29,23 @@ VERIFIED = (1, 2, 3, 5, 9, 17, 33, 65)  # tokens a target pass verifies: 1 + k, 
 
 
 def engine_lm(model, vocab_size: int, refine: bool | None) -> CachedLM:
-    """The CachedLM the engine runs model through: the target's, with the pair's head refinement
+    """The CachedLM the engine runs model through on its eager path (a dynamic cache, eager
+    forwards: the CPU's default; see fast_note): the target's, with the pair's head refinement
     (refine True or False), or a drafter's (refine None: no refinement, over the rows its head has,
     as proposers.ModelProposer and treedraft.TreeProposer run it)."""
     if refine is None:
         return draft_lm(model, vocab_size)
     return CachedLM(model, vocab_size, refine=refine)
+
+
+def fast_note(pair) -> str | None:
+    """A line for a pair whose runs compile their steps (the fast path's default on CUDA), whose
+    passes these eager ones are not; None where the engine runs eager too."""
+    steps = fastpath.resolve_fast(pair.fast, pair.target)[1]
+    if steps is None:
+        return None
+    return (f"these are eager passes (a dynamic cache); on {pair.device} the engine runs {steps} steps "
+            "on a static cache: `python -m specviz gpucheck` times both")
 
 
 def pass_seconds(model, vocab_size: int, ids: list[int], tokens: int, repeats: int,
@@ -130,9 +141,12 @@ def cmd_costs(args) -> int:
         formats = ("none", "int8", "int4") if served else ("none",)
     result = measure(pair, args.repeats, formats)
     result["verify_fit"] = verify_fit(result["target_ms"])
+    note = fast_note(pair)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result | {"note": note} if note else result))
         return 0
+    if note:
+        print(note)
     base = result["target_ms"][1]
     print("target pass by tokens verified: " + ", ".join(
         f"{n}: {sig3(ms)} ms ({ms / base:.2f}x)" for n, ms in result["target_ms"].items()))

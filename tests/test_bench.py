@@ -292,6 +292,7 @@ def test_costs_report_every_format_and_verified_length(model_dirs, capsys):
     assert [int(n) for n in out["target_ms"]] == [1, 2, 3, 5, 9, 17, 33, 65]
     assert all(ms > 0 for ms in [*out["draft_ms"].values(), *out["target_ms"].values()])
     assert out["verify_fit"] == costs.verify_fit(out["target_ms"])
+    assert "note" not in out  # on the CPU the engine runs eager too: these are its passes
     # a format asked for is the only one timed; auto times only "none" where the weight formats are
     # not served (float16)
     for dtype, quant, timed in (("float32", "int8", {"int8"}), ("float16", "auto", {"none"})):
@@ -652,7 +653,8 @@ def test_costs_prints_the_slope_against_the_lines_intercept_and_the_measured_pas
     from specviz import cli
 
     target_ms = {1: 326.0, 2: 467.0, 3: 630.0, 5: 920.0, 9: 1605.0, 17: 2995.0}
-    monkeypatch.setattr(cli, "load_from_args", lambda args: SimpleNamespace(draft=None))
+    eager = SimpleNamespace(draft=None, fast="eager", target=None)  # the pair: its runs eager, as here
+    monkeypatch.setattr(cli, "load_from_args", lambda args: eager)
     monkeypatch.setattr(costs, "measure", lambda pair, repeats, formats: {
         "target_ms": dict(target_ms), "draft_ms": {"none": 100.0}})
     args = SimpleNamespace(repeats=1, draft_quant="none", json=False, profile=False)
@@ -952,3 +954,12 @@ def test_where_specviz_compiles_each_method_runs_untimed_before_its_timed_runs(p
                         names=names, log=[].append)
         assert [n for _, n in calls] == [bench.WARM_TOKENS] * warmed + [4, 4]
         assert {name for name, _ in calls} == names
+
+
+def test_costs_say_where_the_engine_runs_other_passes_than_they_time(pair, compiled_pair):
+    """costs times eager passes on a dynamic cache, the CPU's default path; where the pair's runs
+    compile their steps (CUDA's default) those are not the engine's passes, and costs said nothing."""
+    assert costs.fast_note(pair) is None
+    assert costs.fast_note(compiled_pair) == (
+        "these are eager passes (a dynamic cache); on cpu the engine runs compiled steps on a static "
+        "cache: `python -m specviz gpucheck` times both")
