@@ -236,6 +236,14 @@ def damaged(model: EmbeddedModel, error: ValueError) -> ValueError:
                       "rebuilds it from the installed parts")
 
 
+def readable_as(path: Path, like: Path) -> None:
+    """Give path the read permissions a file written plainly beside it has (like: the umask's).
+    safetensors writes its files owner-only (0600) whatever the umask: a cache built by one user
+    (a Docker image's build, an admin's shared SPECVIZ_CACHE) then could not be read by another,
+    who was told the cache was damaged and to delete a folder it does not own."""
+    path.chmod(path.stat().st_mode & 0o7777 | like.stat().st_mode & 0o444)
+
+
 def _build(model: EmbeddedModel, final: Path) -> None:
     from safetensors import SafetensorError
 
@@ -249,6 +257,9 @@ def _build(model: EmbeddedModel, final: Path) -> None:
         _dequantize_to(gguf_path, out)
         gguf_path.unlink()
         (out / "complete").write_text(f"{model.sha256}\n")
+        for file in out.rglob("*"):
+            if file.is_file():
+                readable_as(file, out / "complete")
         if final.exists():  # a stale, incomplete folder from an older layout: replace it
             shutil.rmtree(final)
         os.replace(out, final)

@@ -154,9 +154,13 @@ def _save_codes(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     """Write a temp file, then rename; a failure only costs the next load its clipping search."""
     from safetensors.torch import save_file
 
+    from .embedded import readable_as
+
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         save_file(tensors, temp)
+        if (config := path.parent / "config.json").exists():  # as readable as the model's own files
+            readable_as(temp, config)
         os.replace(temp, path)
         for old in path.parent.glob("int4-*.safetensors"):  # an earlier method's file
             if old != path:

@@ -500,3 +500,30 @@ def test_a_damaged_cache_is_refused_with_the_fix(tmp_path, monkeypatch, model_di
                                              "delete that folder and load again"):
             specviz.load_pair(device="cpu", draft_quant="none")
         weights.write_bytes(saved)
+
+
+def test_the_cache_is_as_readable_as_the_umask_lets_a_plain_file_be(tmp_path, monkeypatch):
+    """safetensors writes its files owner-only (0600) whatever the umask: a cache built by one user
+    (a Docker image's build, an operator's shared SPECVIZ_CACHE) could not be read by another,
+    who was told the cache was damaged and to delete a folder it does not own. Every file of the
+    cache now has the read bits a plain file beside it has; a umask that keeps others out still
+    does."""
+    import os
+    import shutil
+
+    model = fake_model(tmp_path, monkeypatch, [b"abc"], name="modes")
+
+    def owner_only(gguf_path, out_dir):  # as safetensors writes model.safetensors
+        out_dir.mkdir()
+        (out_dir / "model.safetensors").write_bytes(gguf_path.read_bytes())
+        (out_dir / "model.safetensors").chmod(0o600)
+
+    monkeypatch.setattr(embedded, "_dequantize_to", owner_only)
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600)):
+        old = os.umask(umask)
+        try:
+            path = embedded.prepare(model)
+        finally:
+            os.umask(old)
+        assert (path / "model.safetensors").stat().st_mode & 0o777 == mode, oct(umask)
+        shutil.rmtree(path)

@@ -279,3 +279,18 @@ def test_a_new_methods_codes_file_replaces_the_old_one(tmp_path):
     old.write_bytes(b"an earlier method's codes")
     quant.apply(small_model(), "int4", quant.codes_file(tmp_path))
     assert [p.name for p in tmp_path.iterdir()] == [quant.codes_file(tmp_path).name]
+
+
+def test_the_int4_codes_are_as_readable_as_the_models_own_files(tmp_path):
+    """safetensors writes owner-only (0600): the codes file kept beside a cache another user reads
+    (a Docker image's build) could not be read there, and each load quantized again."""
+    import os
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "config.json").chmod(0o644)
+    old = os.umask(0o022)
+    try:
+        quant.apply(small_model(), "int4", quant.codes_file(tmp_path))
+    finally:
+        os.umask(old)
+    assert quant.codes_file(tmp_path).stat().st_mode & 0o777 == 0o644
