@@ -52,6 +52,12 @@ class Proposer(Protocol):
                 generator: torch.Generator) -> Draft: ...
 
 
+def first_uses(lm) -> int:
+    """How many of a drafter's model passes compiled or captured a shape new to it (CachedLM's
+    count; 0 on the eager path and for a model-free or caller's own drafter)."""
+    return getattr(lm, "first_uses", 0)
+
+
 def kept_of(proposal: list[int], grown: list[int]) -> int:
     """How many of a round's proposed tokens the target kept, given the ids the round committed
     (the kept prefix, then the target's own token)."""
@@ -335,13 +341,14 @@ class DraftLength:
 
         return stop
 
-    def observe(self, confidences: list[float], kept: int, tokens: int, seconds: float) -> None:
+    def observe(self, confidences: list[float], kept: int, tokens: int, seconds: float | None) -> None:
         """A round drafted len(confidences) tokens, the target kept `kept`, committing `tokens`
-        in `seconds` (draft and target)."""
+        in `seconds` (draft and target; None: a round whose time is no sample of R)."""
         for i, c in enumerate(confidences[: kept + 1]):
             self.predicted += 1.0 - c
             self.rejected += i == kept
-        self.tokens, self.seconds = self.tokens + tokens, self.seconds + seconds
+        if seconds is not None:
+            self.tokens, self.seconds = self.tokens + tokens, self.seconds + seconds
 
 
 class AdaptiveProposer:
@@ -366,6 +373,7 @@ class AdaptiveProposer:
         self.draft_pass: float | None = None  # seconds, running mean
         self.last: Draft | None = None  # the latest draft, until its round is observed
         self.fresh = True  # the draft's next round first catches up on unseen context
+        self.captured = False  # the latest draft compiled or captured a shape new to its model
 
     @property
     def lm(self):
@@ -383,7 +391,11 @@ class AdaptiveProposer:
     def observe_round(self, event) -> None:
         """The engine's measured round (a RoundEvent). A round whose draft first caught up on
         the prompt or on an n-gram streak (the hybrid) is no fair sample of the draft's cost, and
-        round 1 also paid the target's prefill: the rule learns from the other rounds."""
+        round 1 also paid the target's prefill: the rule learns from the other rounds. A round
+        where either model compiled or captured a new shape (0.1-0.5 s, against a few ms a pass
+        on a GPU; the engine pauses the verify line then) still teaches the rule its drafts' fate,
+        but not their time: taken in C_D's running mean, one capture would stop drafting for
+        a dozen rounds."""
         draft, self.last = self.last, None
         if event.round == 1:  # a new run: the draft caught up now, or will in its first round
             self.fresh = draft is None
@@ -394,10 +406,11 @@ class AdaptiveProposer:
         if self.fresh:
             self.fresh = False
             return
-        if draft.passes:
+        timed = not (self.captured or self.cost.paused)
+        if draft.passes and timed:
             self.draft_pass = self._mean(self.draft_pass, draft.seconds / draft.passes)
         fit = self.cost.fit()
-        if fit is None:  # no time measured yet: nothing to price a token by
+        if fit is None or (self.rule is None and not timed):  # nothing to price a token by yet
             return
         target_pass, per_token = fit
         if self.rule is None:
@@ -405,10 +418,11 @@ class AdaptiveProposer:
         self.rule.draft_pass = self.draft_pass or self.rule.draft_pass
         self.rule.target_pass, self.rule.slope = target_pass, per_token / target_pass
         self.rule.observe(list(draft.confidences), event.accepted, len(event.new_tokens),
-                          event.draft_seconds + event.target_seconds)
+                          event.draft_seconds + event.target_seconds if timed else None)
 
     def propose(self, ids, k, params, generator) -> Draft:
         self.inner.stop = self.rule.stopper() if self.rule is not None else None
+        uses = first_uses(getattr(self.inner, "lm", None))
         draft = self.inner.propose(ids, min(4, k) if self.rule is None else k, params, generator)
-        self.last = draft
+        self.last, self.captured = draft, first_uses(getattr(self.inner, "lm", None)) > uses
         return replace(draft, source=self.name)

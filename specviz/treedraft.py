@@ -24,7 +24,7 @@ import torch
 from .arch import input_rows
 from .bounds import BRANCHING, MAX_BRANCHING, MAX_NODES  # here too: defined there for the command line
 from .lm import CachedLM, draft_lm
-from .proposers import Draft
+from .proposers import Draft, first_uses
 from .sampling import SamplingParams, process
 from .tree import TreeNode, check, first_branch
 from .untrusted import whole
@@ -72,6 +72,7 @@ class TreeProposer:
         self.tokens, self.seconds = 0, 0.0  # the run so far (from round 2, model time), for R
         self.warm = False  # the first outcome _learn sees (round 1's) stays out of the calibration c
         self.last = None  # ids, drafted nodes, slot of each fed node, chosen nodes
+        self.captured = False  # the latest draft compiled or captured a shape new to the draft
 
     def calibrated(self, score: float) -> float:
         return min(1.0, score * self.kept / self.predicted)
@@ -117,10 +118,14 @@ class TreeProposer:
         """The engine's measured round (a RoundEvent): its verify pass (nodes, target seconds)
         feeds the cost line, its model time the run's rate R. Only the models' own time counts:
         what the caller does between rounds (an app drawing the page) is not a verify cost.
-        Round 1 also paid the prefills, and a round without a tree verified nothing drafted."""
+        Round 1 also paid the prefills, and a round without a tree verified nothing drafted. Nor
+        is a round where either model compiled or captured a shape new to it (0.1-0.5 s on a GPU,
+        against a few ms a pass) a sample of R: it would lower R for the rest of the run."""
         if event.round == 1 or not event.tree:
             return
-        self.cost.observe(event.nodes, event.target_seconds)
+        self.cost.observe(event.nodes, event.target_seconds)  # paused by the engine after a capture
+        if self.captured or self.cost.paused:
+            return
         self.tokens += len(event.new_tokens)
         self.seconds += event.draft_seconds + event.target_seconds
 
@@ -183,7 +188,8 @@ class TreeProposer:
 
     @torch.inference_mode()
     def propose(self, ids, k, params, generator) -> Draft:
-        started, passes = time.perf_counter(), self.lm.passes
+        started, passes, uses = time.perf_counter(), self.lm.passes, first_uses(self.lm)
+        self.captured = False
         self._learn(ids)
         if k < 1 or (self.readable < self.vocab_size and max(ids) >= self.readable):
             return Draft([], None, 0, time.perf_counter() - started, self.name)
@@ -209,5 +215,6 @@ class TreeProposer:
         check(tree)
         self.last = (list(ids), drafted, slot_of, chosen)
         chain = [tree[i].token for i in first_branch([n.parent for n in tree])]  # the favourite
+        self.captured = first_uses(self.lm) > uses
         return Draft(chain, None, self.lm.passes - passes, time.perf_counter() - started, self.name,
                      tree=tree)

@@ -1,6 +1,7 @@
 """Adaptive draft length: the stop rule's arithmetic, its learning, and its choices in a run."""
 
 import types
+from dataclasses import replace
 
 import pytest
 
@@ -102,6 +103,60 @@ def test_adaptive_skips_the_rounds_whose_draft_caught_up_on_context():
     round_(1, 9.0)  # a new run whose round 1 the draft drafted (its prefill): round 2 counts
     round_(2, 0.04)
     assert drafter.rule.seconds == pytest.approx(0.34 + 0.36 + 0.34)
+
+
+def test_adaptive_keeps_a_rounds_capture_out_of_its_draft_and_run_times():
+    """On a GPU a pass whose shape is new to a model compiles or captures it: 0.1-0.5 s, against
+    about 2 ms a draft pass. Taken in C_D's running mean (weight 0.3), one such round stopped
+    drafting for a dozen rounds. Such a round (the draft's own capture, or the target's, which the
+    engine marks by pausing the verify line) still teaches the rule its drafts' fate."""
+    lm = types.SimpleNamespace(first_uses=0)
+    captures = []
+
+    def propose(ids, k, params, generator):
+        lm.first_uses += captures.pop(0)
+        return Draft([1, 2], None, 2, 0.04, confidences=(0.9, 0.9))
+
+    inner = types.SimpleNamespace(report_confidences=False, propose=propose, lm=lm)
+    drafter = AdaptiveProposer(inner, VerifyCost())
+
+    def round_(n, capture=0, draft_s=0.04):
+        captures.append(capture)
+        drafter.propose([1], 4, None, None)
+        drafter.last = replace(drafter.last, seconds=draft_s)
+        drafter.observe_round(measured_round(n, 2, 1, draft_s, 0.3))
+
+    round_(1)  # the prefill's round
+    round_(2, capture=1, draft_s=0.6)  # the draft captured its step: no rule priced by 0.3 s a pass
+    assert drafter.captured and drafter.rule is None and drafter.draft_pass is None
+    round_(3)
+    rule = drafter.rule
+    assert not drafter.captured and drafter.draft_pass == pytest.approx(0.02)
+    assert (rule.tokens, rule.seconds) == (2, pytest.approx(0.34))
+    predicted = rule.predicted
+    round_(4, capture=2, draft_s=0.9)  # another shape: its fate counts, its time does not
+    assert drafter.draft_pass == pytest.approx(0.02)
+    assert (rule.tokens, rule.seconds) == (2, pytest.approx(0.34))
+    assert rule.predicted == pytest.approx(predicted + 0.2)
+    with drafter.cost.unobserved():  # the engine's mark: the target's verify pass captured
+        round_(5)
+    assert drafter.draft_pass == pytest.approx(0.02) and rule.tokens == 2
+    round_(6, draft_s=0.06)
+    assert drafter.draft_pass == pytest.approx(0.7 * 0.02 + 0.3 * 0.03) and rule.tokens == 4
+
+
+def test_a_compiled_adaptive_run_marks_exactly_the_rounds_whose_draft_captured(compiled_pair, monkeypatch):
+    from specviz import fastpath
+    from specviz.engine import make_proposer
+
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())  # fresh slots: every shape is new
+    drafter = make_proposer(compiled_pair, "adaptive")
+    uses, marks = drafter.lm.first_uses, []
+    for _ in specviz.generate(compiled_pair, "def fibonacci(n):", proposer=drafter, k=3, max_new_tokens=12):
+        marks.append((drafter.captured, drafter.lm.first_uses > uses))
+        uses = drafter.lm.first_uses
+    assert marks and all(captured == grew for captured, grew in marks)
+    assert marks[0] == (True, True) and (False, False) in marks
 
 
 def test_adaptive_run_reports_its_draft_lengths(pair):

@@ -408,6 +408,44 @@ def test_the_tree_sizes_by_the_engines_measured_verify_times_not_its_callers(pai
     assert drafter.seconds == pytest.approx(sum(e.draft_seconds + e.target_seconds for e in trees))
 
 
+def test_a_round_that_captured_a_shape_is_no_sample_of_the_trees_rate(compiled_pair, monkeypatch):
+    """On a GPU a pass of a shape new to a model compiles or captures it (0.1-0.5 s against a few
+    ms): summed into R's seconds it would lower the node bar for the rest of the run. A real
+    compiled draft marks its capturing drafts; their rounds, and those whose verify pass captured
+    (the engine pauses the line), add neither tokens nor seconds."""
+    from specviz import fastpath
+    from specviz.engine import RoundEvent, make_proposer
+
+    monkeypatch.setattr(fastpath, "_SLOTS", type(fastpath._SLOTS)())  # fresh slots: every shape is new
+    drafter = make_proposer(compiled_pair, "tree", nodes=4, branching=2, max_len=64)
+    uses, marks, trees = drafter.lm.first_uses, [], []
+    for e in specviz.generate(compiled_pair, "def add(a, b):", proposer=drafter, k=2, max_new_tokens=12):
+        marks.append((drafter.captured, drafter.lm.first_uses > uses))
+        uses, trees = drafter.lm.first_uses, trees + [e.tree]
+    assert all(captured == grew for captured, grew in marks)
+    assert marks[0] == (True, True) and (False, False) in marks
+    node = replace(next(t for t in trees if t)[0], fate=ACCEPTED)
+    drafter.cost, drafter.tokens, drafter.seconds = (cost := VerifyCost()), 0, 0.0
+
+    def observe(n):
+        drafter.observe_round(RoundEvent(n, 1, [node.token], 1, 5, "bonus", [node.token, 5], [1.0], [1.0],
+                                         n, n, 0.01, 0.02, 0.03, 0.0, 0, "tree", 0, None, tree=(node,)))
+
+    drafter.captured = False
+
+    observe(2)
+    assert (drafter.tokens, drafter.seconds) == (2, pytest.approx(0.03))
+    drafter.captured = True
+    observe(3)
+    drafter.captured = False
+    with cost.unobserved():
+        observe(4)
+    assert (drafter.tokens, drafter.seconds) == (2, pytest.approx(0.03))
+    assert len(cost.drafted) == 2  # the draft's capture: the target's pass still a sample of its line
+    observe(5)
+    assert (drafter.tokens, drafter.seconds) == (4, pytest.approx(0.06))
+
+
 def test_node_budget_keeps_the_best_scores_with_their_parents(pair):
     proposer = TreeProposer(pair.draft, pair.vocab_size, nodes=3)
     drafted = [node(-1, 1, 1, score=0.5), node(-1, 2, 1, score=0.3), node(0, 3, 2, score=0.45),
