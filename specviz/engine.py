@@ -316,6 +316,11 @@ def cache_length(target: CachedLM, stop: str | None) -> int:
     return len(target.tokens)
 
 
+def capture_seconds(lm) -> float:
+    """What a model's CUDA graph captures have taken (CachedLM.capture_seconds; 0 for no model)."""
+    return getattr(lm, "capture_seconds", 0.0)
+
+
 def top2(top) -> list[list[tuple[int, float]]]:
     """A topk(2) result [rows, 2] as (id, logit) pairs per row, read back in one transfer."""
     rows = torch.stack([top.indices.double(), top.values.double()], -1).tolist()  # [rows, 2, 2]
@@ -336,17 +341,20 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
     generator = torch.Generator(device=pair.device).manual_seed(seed)
     prompt_len, draft_passes, target_passes, started = len(ids), 0, 0, time.perf_counter()
     paused = 0.0  # seconds the caller held the generator between rounds: not the run's time
+    drafter_lm = getattr(drafter, "lm", None)
+    drafter_lm = None if drafter_lm is target else drafter_lm  # its captures counted once
     prefill = {"draft": 0.0, "target": 0.0}  # each model's seconds reading a long prompt
     for name, lm in (("draft", getattr(drafter, "lm", None)), ("target", target)):
         if lm is None:  # the n-gram rule, the target alone, a caller's own drafter
             continue
-        before = lm.seconds
+        before, captured = lm.seconds, capture_seconds(lm)
         for read in lm.prefill(ids):
             if progress:
                 held = time.perf_counter()
                 yield Reading(name, read, len(ids) - 1)
                 paused += time.perf_counter() - held
-        prefill[name] = lm.seconds - before
+        captured = capture_seconds(lm) - captured  # a prompt chunk's graph (see the rounds' below)
+        prefill[name], paused = lm.seconds - before - captured, paused + captured
     before_round1 = time.perf_counter() - started - paused  # round 1's time before its round
     for round_ in range(1, max_new_tokens + 1):
         round_start = time.perf_counter()
@@ -354,6 +362,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         position = len(ids) - prompt_len
         # 1. Draft: at most what the budget can still use (the target adds one token itself).
         budget = min(k, max_new_tokens - position - 1)
+        captures = capture_seconds(drafter_lm), capture_seconds(target)
         draft = drafter.propose(ids, budget, params, generator)
         draft_passes += draft.passes
         check_draft(draft, pair.vocab_size, budget, length - len(ids))  # room: the run's positions left
@@ -385,15 +394,21 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         # counted here, not from the cache's total: another run on a kept target cache may pass
         # between this run's rounds (its passes are not this run's)
         target_passes += target.passes - passes_before
+        # a CUDA graph's capture this round (a shape's first use) is a one-off, no cost of the
+        # method: left out of the round's times like a caller's pause (the bench warms up instead)
+        drafted_captures = capture_seconds(drafter_lm) - captures[0]
+        verify_captures = capture_seconds(target) - captures[1]
+        paused += drafted_captures + verify_captures
         now = time.perf_counter()
         event = RoundEvent(
             round=round_, k=len(drafted), draft_tokens=list(drafted),
             accepted=verdict.accepted, token=verdict.token, kind=verdict.kind, new_tokens=new,
             target_probs=list(verdict.target_probs), draft_probs=list(verdict.draft_probs),
             target_passes=target_passes, draft_passes=draft_passes,
-            draft_seconds=draft.seconds + first * prefill["draft"],
-            target_seconds=target.seconds - target_before + first * prefill["target"],
-            round_seconds=now - round_start + first * before_round1, elapsed=now - started - paused,
+            draft_seconds=draft.seconds - drafted_captures + first * prefill["draft"],
+            target_seconds=target.seconds - target_before - verify_captures + first * prefill["target"],
+            round_seconds=now - round_start - drafted_captures - verify_captures + first * before_round1,
+            elapsed=now - started - paused,
             position=position,
             source=draft.source, target_cache_length=cache_length(target, stop), stop=stop,
             target_top2=top2(top),

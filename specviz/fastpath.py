@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import time
 import weakref
 
 import torch
@@ -93,6 +94,9 @@ def cache_argument(model) -> str:
 class GraphedStep:
     """`fn` (step, or a compiled step) captured as one CUDA graph per shape of its arguments, on
     first use, and replayed after copying the call's tensors into the graph's own input buffers.
+    `capture_seconds` sums the captures' time (their warm-ups, a compiled fn's compiling, the
+    recording; not the replay that then gives the call's output): one-off costs, which the
+    engine leaves out of a round's times as it does a caller's pauses.
 
     The cache is the slot's: its tensors, and the length each layer's next write starts at, stay
     on the device at fixed addresses, so a replay reads where the cache stands now (no position
@@ -104,6 +108,7 @@ class GraphedStep:
         self.fn = fn
         self.graphs: dict[tuple, tuple] = {}  # shape key -> (replay, input buffers, output)
         self.pool = None  # graph memory pool shared by this step's graphs
+        self.capture_seconds = 0.0
 
     def __call__(self, model, cache, input_ids: torch.Tensor, last: int, refine: bool,
                  kv: str = "cache", **tree) -> torch.Tensor:
@@ -112,13 +117,24 @@ class GraphedStep:
         # capture and replay on the model's GPU (cuda:1 too), whichever is current
         with torch.cuda.device(input_ids.device) if input_ids.is_cuda else contextlib.nullcontext():
             if key not in self.graphs:
-                self.graphs[key] = self._capture(model, cache, input_ids, last, refine, kv, tree)
+                start = self._synced(input_ids.device)
+                try:
+                    self.graphs[key] = self._capture(model, cache, input_ids, last, refine, kv, tree)
+                finally:
+                    self.capture_seconds += self._synced(input_ids.device) - start
             replay, inputs, out = self.graphs[key]
             inputs["input_ids"].copy_(input_ids)
             for name, t in tree.items():
                 inputs[name].copy_(t)
             replay()
         return out
+
+    @staticmethod
+    def _synced(device: torch.device) -> float:
+        """The clock, once the device has done what was queued (its time is a capture's or not)."""
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
 
     def _capture(self, model, cache, input_ids, last, refine, kv, tree) -> tuple:
         inputs = {"input_ids": input_ids.clone(), **{name: t.clone() for name, t in tree.items()}}

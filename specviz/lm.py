@@ -186,6 +186,7 @@ class CachedLM:
         self.compiled_passes = 0  # passes that ran through the compiled step
         self.memory_fallbacks = 0  # passes a capture's lack of memory sent eager (the step kept)
         self.first_uses = 0  # compiled passes whose shape was new to the slot: they compiled or captured it
+        self.capture_seconds = 0.0  # of `seconds`, what CUDA graph captures took (GraphedStep)
         self.seconds = 0.0
 
     @property
@@ -341,10 +342,16 @@ class CachedLM:
         fixed ones (fixed), else eager."""
         if fixed and self._step is not None:
             try:
-                if hasattr(torch.compiler, "cudagraph_mark_step_begin"):
+                # inductor's graph trees (CAPTURE "trees") ask for it; a GraphedStep does not, and
+                # the call's first use imports inductor (3 s on this CPU) into a timed round
+                if not isinstance(self._step, fastpath.GraphedStep) and hasattr(
+                        torch.compiler, "cudagraph_mark_step_begin"):
                     torch.compiler.cudagraph_mark_step_begin()
-                made = fastpath.graphs_compiled()
-                out = self._step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
+                made, captured = fastpath.graphs_compiled(), getattr(self._step, "capture_seconds", 0.0)
+                try:
+                    out = self._step(self.model, self.cache, input_ids, last, self.refine, self.kv, **tree)
+                finally:
+                    self.capture_seconds += getattr(self._step, "capture_seconds", 0.0) - captured
                 self.compiled_passes += 1
                 recompiled = fastpath.graphs_compiled() > made
                 self._count_compiles(self._step_shape(input_ids, last, tree), recompiled)

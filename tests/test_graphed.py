@@ -8,6 +8,7 @@ the engine's exactness through it all. That a real graph reads the cache where i
 (no position baked in) is checked on a GPU (graphprobe, gpucheck's identity: docs/benchmarks.md).
 """
 
+import dataclasses
 import logging
 
 import pytest
@@ -174,6 +175,48 @@ def test_a_capture_that_fails_falls_back_to_eager_with_one_log_line(graphed_pair
         assert torch.allclose(later.forward(ids + [5]), rows, atol=1e-5)
     assert later._step is None and later.compiled_passes == 0
     assert len([r for r in caplog.records if "running eager from now on" in r.getMessage()]) == 1
+
+
+@pytest.mark.parametrize("proposer", ["draft", "none", "tree"])
+def test_a_rounds_captures_are_left_out_of_its_times_and_its_tokens_stay_the_targets(graphed_pair, cpu_graphs,
+                                                                                  monkeypatch, proposer):
+    """On ZeroGPU every call captures its steps anew (0.4-0.5 s a shape on the H200, against a 5 ms
+    pass), mid-run: counted in the run's times they made a speculative run of 64 tokens, which pays
+    three captures to the target alone's one, look half as fast as the target alone. A capture is
+    a one-off, like a caller's pause: the rounds' times leave it out; the replay giving the pass's
+    rows stays in."""
+    import time
+
+    def slow_record(self, run, like):
+        time.sleep(1.0)
+        return cpu_graphs.record(self, run, like)
+
+    monkeypatch.setattr(GraphedStep, "record", slow_record)
+    eager = dataclasses.replace(graphed_pair, fast="eager")
+    expected = tokens(specviz.generate(eager, PROMPT, proposer=proposer, k=3, max_new_tokens=12))
+    target = specviz.engine.target_lm(graphed_pair, 64)
+    drafter = specviz.engine.make_proposer(graphed_pair, proposer, max_len=64)
+    started = time.perf_counter()
+    events = list(specviz.generate(graphed_pair, PROMPT, proposer=drafter, k=3, max_new_tokens=12,
+                                   target=target))
+    waited = time.perf_counter() - started
+    assert tokens(events) == expected
+    captured = target.capture_seconds + getattr(getattr(drafter, "lm", None), "capture_seconds", 0.0)
+    assert captured >= 1.0  # the run captured its steps as it went
+    assert all(max(e.round_seconds, e.draft_seconds, e.target_seconds) < 1.0 for e in events)
+    assert waited - events[-1].elapsed >= 0.99 * captured
+
+
+def test_the_graphed_path_never_marks_inductors_graph_tree_steps(graphed_pair, monkeypatch):
+    """torch.compiler.cudagraph_mark_step_begin is for inductor's graph trees ("reduce-overhead").
+    Its first call imports inductor: 3 s on this CPU, in the first round of a ZeroGPU worker's first
+    run (a fork of a process that never compiled). GraphedStep's own graphs need no mark."""
+    marks = []
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1), raising=False)
+    target = specviz.engine.target_lm(graphed_pair, 64)
+    events = list(specviz.generate(graphed_pair, PROMPT, proposer="draft", k=3, max_new_tokens=8,
+                                   target=target))
+    assert sum(len(e.new_tokens) for e in events) == 8 and target.compiled_passes > 0 and marks == []
 
 
 def test_steps_are_checked_and_graphs_need_a_device_that_captures_them(pair, monkeypatch):
