@@ -230,6 +230,7 @@ STOPPED = ("Stopped. What the page shows may be the stopped run's part; Save, th
 LAB_STOPPED = "<div class='specviz-lab'>Stopped.</div>"
 LOADING_ELSEWHERE = "<div class='specviz-lab'>Waiting for a pair to finish loading…</div>"
 STARTED = "specviz: the job reached its GPU worker"  # in_worker's first item, never shown
+SETTLED = "specviz: no load is under way in the GPU worker"  # in_worker's, once; never shown
 ZEROGPU_ABORTED = "GPU task aborted"  # spaces' gr.Error for a job ZeroGPU ended (past its GPU time)
 ABORTED = ("ZeroGPU ended this job before it finished: it ran past the {seconds} s of GPU time it asked "
            "for. Pick fewer new tokens (or samples) and run it again. What the page shows may be that "
@@ -839,7 +840,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # After a failed job: one that failed in its worker leaves a fresh worker next (the page's
         # pair); one spaces refused before it reached a worker (its quota, its duration, no GPU)
         # leaves the last worker as it was; a stopped one is ended by its worker, which spaces keeps
-        # holding the job's pair (a load the Stop interrupted goes on to its end).
+        # holding the job's pair (a load the Stop interrupted goes on to its end, which the next
+        # job waits for, then may load another: a job stopped before its worker said SETTLED
+        # leaves the worker's pair unknown).
         jobs = {"run": run_job, "lab": lab_job, "e2e": e2e_job}
         worker = {"key": store.home, "asked": 0}  # the pair the worker is expected to hold (None: unknown)
 
@@ -860,14 +863,25 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         @on_gpu(gpu_seconds)
         def in_worker(kind: str, *args):
             yield STARTED  # the job reached its worker (on_gpu_job)
-            yield from jobs[kind](*args)
+            settled = False
+            for item in jobs[kind](*args):
+                if not settled and not store.load_under_way():
+                    settled = True
+                    yield SETTLED
+                yield item
 
         def on_gpu_job(kind: str, *args):
-            before, job, started = worker["key"], in_worker(kind, *args), False
+            before, job, started, settled = worker["key"], in_worker(kind, *args), False, False
             try:
                 started = next(job) == STARTED
-                yield from job
-            except GeneratorExit:  # Stop: spaces keeps the worker, with the job's pair
+                for item in job:
+                    if isinstance(item, str) and item == SETTLED:
+                        settled = True
+                    else:
+                        yield item
+            except GeneratorExit:  # Stop: spaces keeps the worker, with the job's pair once loaded
+                if not settled:  # a load under way goes on there: the next job waits for it, then
+                    worker["key"] = None  # may load again, so it asks for a load's time
                 raise
             except BaseException as e:
                 # failed in its worker: a fresh one next, which holds the default pair; refused

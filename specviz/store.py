@@ -66,6 +66,10 @@ class ModelStore:
         dtype = parse_dtype(None if s.dtype == "auto" else s.dtype, self.device or default_device())
         return (s.pair, *names, str(dtype).removeprefix("torch."))
 
+    def load_under_way(self) -> bool:
+        """A load holds the store's lock (a stopped job's goes on to its end: loading)."""
+        return self._lock.locked()
+
     def is_loaded(self, s: RunSettings) -> bool:
         return self._key == self.key(s)
 

@@ -352,6 +352,27 @@ def test_after_a_stop_the_next_job_asks_for_the_load_its_kept_worker_needs(monke
     assert asked[1:] == [zerogpu.duration(4, load=True)]
 
 
+def test_a_run_right_after_a_stop_during_a_load_asks_for_the_rest_of_that_load(monkeypatch, model_dirs):
+    """Stopped while its worker loads, a job leaves the load going on there. The next job on the
+    same settings waits for that load, so it must ask for a load's time; it asked for the run's
+    alone and could overrun its GPU time ("GPU task aborted", told to ask for fewer tokens). A job
+    stopped after its load ended leaves its pair known."""
+    demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
+    run = handler(demo, "run")
+    job = run(None, None, *values(dtype="bfloat16"))
+    for out in job:
+        if str(out[0]).startswith("Loading"):
+            break
+    job.close()  # Stop, while the other dtype loads
+    assert list(run(None, None, *values(dtype="bfloat16")))[-1][0].startswith("Done")
+    assert asked == [zerogpu.duration(4, load=True)] * 2
+    job = run(None, None, *values(dtype="bfloat16"))
+    next(job)
+    job.close()  # Stop, with the pair loaded: the worker holds it
+    list(run(None, None, *values(dtype="bfloat16")))
+    assert asked[2:] == [zerogpu.duration(4)] * 2
+
+
 def test_a_call_spaces_refuses_leaves_the_worker_and_its_pair_as_they_were(monkeypatch, model_dirs):
     """spaces refuses a call before it reaches a worker (its quota, its duration, no GPU free) and
     keeps the last call's worker with the pair it holds. The app counted every failed job as one
