@@ -1155,8 +1155,11 @@ def main(argv=None):
     except ValueError as e:  # every job would fail on it: say so before serving
         raise SystemExit(f"specviz: error: {e}") from None
     limits = limits.for_device(device.split(":")[0])
+    # On ZeroGPU a load runs in a GPU worker, in the visitor's own GPU time, and its refusal would
+    # be an error there, after which spaces forks a fresh worker (the page's pair, no loads counted):
+    # the share would throw away the pair it guards and let the retry through. No share there.
     store = ModelStore(extra, device=device, fast=zerogpu.FAST if on_zerogpu else None,
-                       warm=not on_zerogpu, switch_share=RELOAD_SHARE)
+                       warm=not on_zerogpu, switch_share=None if on_zerogpu else RELOAD_SHARE)
     default = RunSettings(pair="command-line") if args.target else RunSettings()
     if args.target:
         default = replace(default, chat="instruct" in args.target.lower())

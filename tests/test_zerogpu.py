@@ -246,6 +246,31 @@ def test_on_zerogpu_a_default_pair_that_cannot_be_placed_stops_the_start(monkeyp
         app.main([])
 
 
+@pytest.mark.parametrize("on_zerogpu", [True, False])
+def test_only_off_zerogpu_does_the_server_cap_its_time_spent_switching_pairs(monkeypatch, on_zerogpu):
+    """The cap's refusal is an error inside a ZeroGPU job, after which spaces does not put the
+    worker back (spaces/zero/wrappers.py): the next call's fresh worker holds the page's pair and no
+    count, so the refusal threw away the loaded pair and its "try again in N s" was false."""
+    import app
+    from specviz.store import RELOAD_SHARE
+
+    built = {}
+
+    class Store(app.ModelStore):
+        def __init__(self, *args, **kwargs):
+            built.update(kwargs)
+            raise SystemExit("built")
+
+    if on_zerogpu:
+        monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    else:
+        monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    monkeypatch.setattr(app, "ModelStore", Store)
+    with pytest.raises(SystemExit, match="built"):
+        app.main([])
+    assert built["switch_share"] == (None if on_zerogpu else RELOAD_SHARE)
+
+
 def test_on_zerogpu_a_jobs_clock_ends_inside_the_gpu_time_it_asked_for(monkeypatch, model_dirs):
     """A job's clock was the deployment's 300 s while its call asked for 32 s: a run past its
     GPU time was aborted by spaces with all it had made, where one past its own clock stops with
