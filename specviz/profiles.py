@@ -8,9 +8,11 @@ many tokens each target pass verified, so its time on a profile is
 
 (on a compiled path C_T at the width the engine pads the pass to: see fed), with C_T
 interpolated linearly over the measured verify widths (extrapolated along the last segment past
-the widest). Round 1 also carries the prompt; a profile has no prefill cost, so
-round 1 counts as one pass of its verify width (on a GPU an eager pass is overhead-bound, so
-that is close; on a CPU it underestimates).
+the widest). Round 1 also carries the prompt, a width no step is compiled for, so each model's
+first pass runs eager: on a compiled path it is priced at the profile's eager path (the target's
+at its verify width, the run's widest, where the line is measured; the draft's at eager C_D). A
+profile has no prefill cost beyond that: the prompt's length is not priced (on a GPU an eager pass
+is overhead-bound, so that is close; on a CPU it underestimates).
 
 Format (version 1; see docs/benchmarks.md, "GPU check and cost profiles"):
 
@@ -299,13 +301,22 @@ def fed(width: int, passes: Passes, compiled: bool) -> int:
 def project(run, profile: Profile, path: str = "fast") -> float:
     """Seconds the run would take on `profile`'s `path`: draft passes * C_D + sum of C_T(width).
     On a compiled path a tree pass feeds its nodes padded to lm.bucket(nodes): C_T(1 + bucket);
-    a chain verify of 2..k tokens is padded to the run's k + 1: C_T(k + 1)."""
+    a chain verify of 2..k tokens is padded to the run's k + 1: C_T(k + 1). There each model's
+    first pass, round 1's over the prompt, runs eager: priced at the "eager" path where the profile
+    has one (the target's at the run's widest verify width, round 1's in a chain run)."""
     costs = profile.path(path)
     passes = passes_of(run)
     if passes.draft and costs.draft_seconds is None:
         raise ValueError(f"profile {profile.name!r} has no draft cost on its {path!r} path")
     target = sum(n * costs.target_seconds(fed(w, passes, costs.compiled)) for w, n in passes.widths.items())
-    return target + passes.draft * (costs.draft_seconds or 0.0)
+    seconds = target + passes.draft * (costs.draft_seconds or 0.0)
+    eager = profile.paths.get("eager")
+    if costs.compiled and eager is not None and not eager.compiled and passes.widths:
+        first = max(passes.widths)
+        seconds += eager.target_seconds(first) - costs.target_seconds(fed(first, passes, True))
+        if passes.draft and eager.draft_seconds is not None:
+            seconds += eager.draft_seconds - costs.draft_seconds
+    return seconds
 
 
 def extrapolated(run, profile: Profile, path: str = "fast") -> bool:
