@@ -31,9 +31,16 @@ MAX_SEED = 2**32 - 1
 SHOWN_CHARS = 40  # of a visitor's text echoed in a notice or message
 
 
-def _env_number(name: str, default, lo, kind):
+# The most an operator may allow: a saved trace holds at most these (tracecheck), so a run past them
+# would save a file that Open refuses.
+TRACE_MAX_NEW_TOKENS = 4096
+TRACE_MAX_PROMPT_CHARS = 100_000
+
+
+def _env_number(name: str, default, lo, kind, hi=None):
     """An operator's limit: unset or blank, the default; raised to lo; ValueError naming the
-    variable for a value that is not a number (a typo stops start-up, not a limit silently)."""
+    variable for a value that is not a number (a typo stops start-up, not a limit silently), or
+    one over hi (what a saved trace can hold)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -45,11 +52,14 @@ def _env_number(name: str, default, lo, kind):
         word = "a whole number" if kind is int else "a number"
         raise ValueError(f"{name}={clip(raw)!r} is not {word}: give one (default {default:g}) or "
                          "unset it")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name}={clip(raw)!r} is over {hi:g}, the most a saved trace holds (Save "
+                         f"would write files that Open refuses): give at most {hi:g}")
     return max(lo, value)
 
 
-def _env_int(name: str, default: int, lo: int = 1) -> int:
-    return _env_number(name, default, lo, int)
+def _env_int(name: str, default: int, lo: int = 1, hi: int | None = None) -> int:
+    return _env_number(name, default, lo, int, hi)
 
 
 def _env_float(name: str, default: float, lo: float = 1.0) -> float:
@@ -91,8 +101,9 @@ class Limits:
     @classmethod
     def from_env(cls) -> Limits:
         return cls(bool(env_flag("SPECVIZ_ALLOW_CUSTOM_MODELS")),
-                   _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000),
-                   _env_int("SPECVIZ_MAX_NEW_TOKENS", zerogpu.MAX_NEW_TOKENS if zerogpu.active() else 512),
+                   _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000, hi=TRACE_MAX_PROMPT_CHARS),
+                   _env_int("SPECVIZ_MAX_NEW_TOKENS", zerogpu.MAX_NEW_TOKENS if zerogpu.active() else 512,
+                            hi=TRACE_MAX_NEW_TOKENS),
                    _env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048), _env_int("SPECVIZ_MAX_SAMPLES", 200, 10),
                    _env_float("SPECVIZ_MAX_JOB_SECONDS", 300.0),
                    presets.large_flag(),

@@ -19,7 +19,8 @@ from .engine import MAX_K, PROPOSERS, RoundEvent
 from .explorer import EXPLORER_PROPOSERS, Recording
 from .metrics import RunStats
 from .render import LEGEND, Span, round_marks
-from .settings import DTYPES, UI_MAX_K, RunSettings
+from .settings import DTYPES, TRACE_MAX_NEW_TOKENS, TRACE_MAX_PROMPT_CHARS, UI_MAX_K, RunSettings
+from .settings import MAX_NAME_CHARS as MAX_SETTING_CHARS
 from .tree import ACCEPTED, FATES, REJECTED, UNREACHED, TreeNode, first_branch
 from .treedraft import MAX_BRANCHING, MAX_NODES
 from .treeview import tree_run
@@ -29,7 +30,7 @@ FORMAT, VERSION = "specviz-trace", 1
 # bounded here so that opening the largest trace accepted, views and k explorer included, stays
 # within a couple of seconds.
 MAX_TRACE_BYTES = 4 * 2**20
-MAX_NEW_TOKENS = 4096  # tokens one run generates (the app's default limit is 512)
+MAX_NEW_TOKENS = TRACE_MAX_NEW_TOKENS  # tokens one run generates (the app's default limit is 512)
 MAX_ROUNDS = MAX_NEW_TOKENS  # every round commits at least one token
 MAX_VOCAB = 2**20  # token ids are below this (below vocab_size when loads is given one)
 MAX_POSITIONS = 2**20  # prompt + generated tokens, and the target's cache length
@@ -44,7 +45,7 @@ MAX_LOGIT = 1e9  # |logit| in target_top2
 MAX_SUMMARY_VALUES = 1000  # an informative summary's values, nested ones included
 MAX_TEXT_CHARS = 1000  # one token's display text (spans, recording pieces and token_text)
 MAX_NAME_CHARS = 256  # model names, device, pair
-MAX_PROMPT_CHARS = 100_000  # settings.prompt
+MAX_PROMPT_CHARS = TRACE_MAX_PROMPT_CHARS  # settings.prompt (an operator's limit stays within it)
 MAX_TEMPERATURE = 100.0
 # The k explorer's n-gram replay copies the context every round, for 18 values of k: about
 # len(output) * (len(prompt) + len(output)) steps each. This bound (twice the app's largest run,
@@ -365,7 +366,7 @@ def _settings(d) -> dict:
             if value not in rule:
                 u.fail(where, f"must be one of {', '.join(rule)}")
         elif kind == "str":
-            u.text(value, where, rule or MAX_NAME_CHARS)
+            u.text(value, where, rule or MAX_SETTING_CHARS)  # a custom pair's names: as the page takes
         elif kind == "int":
             u.integer(value, where, *(rule or (-(2**63), 2**63)))
         else:

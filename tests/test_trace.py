@@ -57,6 +57,29 @@ def test_malformed_traces_are_rejected_clearly(saved, change, message):
         trace.loads(mutate(saved[1], change))
 
 
+def test_every_setting_the_page_or_an_operator_allows_saves_a_trace_that_opens(saved, monkeypatch):
+    """Save wrote traces Open refused: a custom pair's names of up to the page's 1,000 characters
+    (traces took 256), and any run where an operator allowed more than a trace holds (4,096 new
+    tokens, 100,000 prompt characters). Names now open as the page takes them, and an operator's
+    limit past a trace's stops start-up, naming the bound."""
+    from dataclasses import replace
+
+    from specviz.settings import MAX_NAME_CHARS, TRACE_MAX_NEW_TOKENS, TRACE_MAX_PROMPT_CHARS, Limits
+
+    t, _ = saved
+    named = replace(t, settings={**t.settings, "pair": "custom", "target": "t" * MAX_NAME_CHARS,
+                                 "draft": "d" * MAX_NAME_CHARS, "max_new_tokens": TRACE_MAX_NEW_TOKENS})
+    assert trace.loads(named.to_json()) == named
+    for name, bound in (("SPECVIZ_MAX_NEW_TOKENS", TRACE_MAX_NEW_TOKENS),
+                        ("SPECVIZ_MAX_PROMPT_CHARS", TRACE_MAX_PROMPT_CHARS)):
+        monkeypatch.setenv(name, str(bound))
+        Limits.from_env()  # the bound itself: allowed
+        monkeypatch.setenv(name, str(bound + 1))
+        with pytest.raises(ValueError, match=f"{name}='{bound + 1}' is over {bound}, the most a saved trace"):
+            Limits.from_env()
+        monkeypatch.delenv(name)
+
+
 def test_older_traces_without_confidences_load_but_cannot_replay_adaptive(saved):
     back = trace.loads(mutate(saved[1], lambda d: d["recording"].pop("confidences")))
     assert explorer.replay(back.recording, 3).rounds == explorer.replay(saved[0].recording, 3).rounds
