@@ -1133,6 +1133,9 @@ def parse_args(argv=None):
                                   "Space or with SPECVIZ_IN_CONTAINER=1, else 127.0.0.1)")
     p.add_argument("--port", help="port to listen on (default: GRADIO_SERVER_PORT, else 7860)")
     args = p.parse_args(argv)
+    if args.draft and not args.target:  # it served the embedded pair, the draft silently unused
+        raise SystemExit("specviz: error: --draft drafts for --target: give --target MODEL too, or drop "
+                         "--draft to serve the embedded pair")
     try:
         in_container = env_flag("SPECVIZ_IN_CONTAINER") is True or bool(os.environ.get("SPACE_ID"))
         env_port = os.environ.get("GRADIO_SERVER_PORT", "").strip()

@@ -133,12 +133,16 @@ def cmd_costs(args) -> int:
 
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
+    if args.profile and args.json:  # the profile is a table for people: JSON had silently left it out
+        raise ValueError("--profile prints a table, which --json leaves no room for: drop one of them")
     asked, args.draft_quant = args.draft_quant, "none"  # measure each format on its own copy
     pair = load_from_args(args)
     formats = (asked,)
     if asked == "auto":  # the formats this draft's device and dtype serve (float16: none but "none")
         served = pair.draft is not None and quant.supported(pair.draft)
         formats = ("none", "int8", "int4") if served else ("none",)
+    if args.profile and pair.draft is None:
+        raise ValueError("--profile profiles the draft's passes, and this pair has none: add --draft")
     result = measure(pair, args.repeats, formats)
     result["verify_fit"] = verify_fit(result["target_ms"])
     note = fast_note(pair)
@@ -163,7 +167,7 @@ def cmd_costs(args) -> int:
               "the run's own rounds fit the same pieces")
     print("draft pass (1 token): " + (", ".join(f"{f}: {sig3(ms)} ms" for f, ms in result["draft_ms"].items())
                                        or "no draft model (give --draft to time one)"))
-    if args.profile and pair.draft is not None:
+    if args.profile:
         draft = copy.deepcopy(pair.draft)
         quant.apply(draft, asked)
         print(profile_table(draft, pair.vocab_size, pair.encode(CONTEXT)))

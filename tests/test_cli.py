@@ -333,6 +333,25 @@ def test_costs_measures_the_draft_formats_its_dtype_serves(model_dirs, monkeypat
         assert asked.pop() == formats
 
 
+def test_costs_refuses_a_profile_it_would_not_print(model_dirs, capsys):
+    """--json --profile printed the JSON and dropped the profile; --profile on a pair without a
+    draft printed nothing of it. Each now says what to change."""
+    target = ["costs", "--target", str(model_dirs["target"]), "--device", "cpu", "--dtype", "float32"]
+    fails_with_one_line([*target, "--json", "--profile"], capsys)  # before loading
+    rc = main([*target, "--profile"])  # after loading (its bars on stderr): the pair has no draft
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert rc == 2 and last.startswith("specviz: error: --profile profiles the draft's"), last
+
+
+def test_the_app_refuses_a_draft_without_its_target_before_serving():
+    """`python app.py --draft D` served the embedded pair, D unused and unsaid."""
+    import app
+
+    with pytest.raises(SystemExit, match="specviz: error: --draft drafts for --target: give --target MODEL"):
+        app.parse_args(["--draft", "some/draft"])
+    assert app.parse_args(["--target", "t", "--draft", "d"]).draft == "d"
+
+
 def test_the_app_refuses_a_device_it_cannot_use_before_serving():
     """A mistyped --device printed a preload error, then served a page whose every job failed."""
     import app
