@@ -212,7 +212,7 @@ MUTATIONS = [  # (path, bad value, field named in the message)
     (("settings", "k"), 17, "settings.k must be an integer in 1..16"),
     (("settings", "top_k"), -1, "settings.top_k"),
     (("settings", "top_k"), 2**21, "settings.top_k"),
-    (("settings", "target"), "x" * 257, "settings.target"),
+    (("settings", "target"), "x" * 1001, "settings.target"),
     (("settings", "prompt"), "p\udfff", "settings.prompt holds a lone surrogate"),
     (("models", "target"), "\ud800", "models.target holds a lone surrogate"),
     (("settings", "temperature"), -1, "settings.temperature"),
