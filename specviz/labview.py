@@ -84,9 +84,10 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
     from .store import made_here, pair_models  # the names a run here writes into its trace
 
     if not made_here(trace, pair):
-        made = trace.models if isinstance(trace.models, dict) else {}
+        made, here = trace.models if isinstance(trace.models, dict) else {}, pair_models(pair)
+        other = " from other folders of the same names" if pair_name(made) == pair_name(here) else ""
         raise ValueError(f"this trace was made with {pair_name(made)}, but the loaded pair is "
-                         f"{pair_name(pair_models(pair))} (the server holds one pair at a time, and "
+                         f"{pair_name(here)}{other} (the server holds one pair at a time, and "
                          "the last run loads it, perhaps another visitor's): "
                          "run it here first (Run tab, same settings), then look at its rounds")
     if isinstance(round_number, bool) or not isinstance(round_number, int) \

@@ -7,6 +7,7 @@ service.py's views run on what it holds; the app makes one for the process (app.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
@@ -241,14 +242,20 @@ class Baselines:
 
 def pair_models(pair: Pair) -> dict:
     """A trace's "models": the pair's names (a local folder shortened to its last part, so a
-    saved trace shows no server path), dtype, device, and what the greedy verdict compared."""
-    return {"target": public_message(pair.target_name),
-            "draft": None if pair.draft_name is None else public_message(pair.draft_name),
-            "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device),
-            "numerics": pair.numerics}
+    saved trace shows no server path), dtype, device, and what the greedy verdict compared. Where
+    a name was shortened, "source" tells its folder from another of the same last name (…/final
+    of two checkpoints): 12 hex digits of the full names' SHA-256, which show no path."""
+    names = f"{pair.target_name}\n{pair.draft_name}"
+    models = {"target": public_message(pair.target_name),
+              "draft": None if pair.draft_name is None else public_message(pair.draft_name),
+              "dtype": str(pair.dtype).removeprefix("torch."), "device": str(pair.device),
+              "numerics": pair.numerics}
+    if public_message(names) != names:
+        models["source"] = hashlib.sha256(names.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return models
 
 
-SAME_PAIR = ("target", "draft", "dtype")  # what a trace's pair must share with the loaded one
+SAME_PAIR = ("target", "draft", "dtype", "source")  # what a trace's pair must share with the loaded one
 
 
 def made_here(trace: Trace, pair: Pair | None) -> bool:
@@ -257,7 +264,7 @@ def made_here(trace: Trace, pair: Pair | None) -> bool:
     one from before numerics were written, reads the same on a CPU)."""
     made = trace.models if isinstance(trace.models, dict) else {}
     here = pair_models(pair) if pair is not None else None
-    return here is not None and all(str(made.get(name)) == str(here[name]) for name in SAME_PAIR)
+    return here is not None and all(str(made.get(name)) == str(here.get(name)) for name in SAME_PAIR)
 
 
 def warm_up(pair: Pair, k: int = RunSettings.k) -> None:

@@ -377,7 +377,7 @@ def _settings(d) -> dict:
 
 
 def _models(d) -> dict:
-    u.keys(d, "models", ("target", "draft", "dtype", "device", "numerics"))
+    u.keys(d, "models", ("target", "draft", "dtype", "device", "numerics", "source"))
     for name, value in d.items():
         if name == "dtype" and value is not None and value not in MODEL_DTYPES:
             u.fail("models.dtype", f"must be null or one of {', '.join(MODEL_DTYPES)}")

@@ -197,6 +197,38 @@ def test_lab_on_a_round_of_a_real_run(pair):
     assert "temperature 1 (the run was greedy: one-hot p and q, so the lab looks at temperature 1)" in plain
 
 
+def test_the_lab_tells_two_folders_of_the_same_last_name_apart(model_dirs, tmp_path):
+    """A trace names a local folder by its last part (no server path in a saved file): two
+    checkpoints' …/final read as one pair, and the lab showed the loaded one's p and q as the
+    trace's round. Such names carry a hash of the full ones; hub names and presets carry none."""
+    import shutil
+
+    import specviz
+    from specviz import labview
+    from specviz.loading import load_pair
+    from specviz.render import all_spans
+    from specviz.store import made_here, pair_models
+    from specviz.trace import Trace
+
+    pairs = []
+    for run in ("run1", "run2"):
+        folder = tmp_path / run / "final"
+        shutil.copytree(model_dirs["target"], folder)
+        pairs.append(load_pair(str(folder), str(model_dirs["draft"]), device="cpu", dtype="float32"))
+    a, b = pairs
+    assert pair_models(a)["target"] == pair_models(b)["target"] == "…/final"
+    assert pair_models(a)["source"] != pair_models(b)["source"]
+    ids = a.encode("def f")
+    events = tuple(specviz.generate(a, ids, k=3, max_new_tokens=6))
+    t = Trace({"temperature": 0.0}, pair_models(a), ids, events, tuple(all_spans(events, a.tokenizer, ids)))
+    assert made_here(t, a) and not made_here(t, b)
+    with pytest.raises(ValueError, match=r"loaded pair is …/final with …/draft .*\(float32\) from other "
+                                         "folders of the same names"):
+        finished(labview.from_round_steps(b, t, 1))
+    hub = replace(a, target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", draft_name="Qwen/Qwen2.5-Coder-0.5B")
+    assert "source" not in pair_models(hub)  # the same name on every machine: nothing to tell apart
+
+
 def test_the_lab_refuses_a_round_whose_context_holds_an_id_the_draft_cannot_read(pair, monkeypatch):
     """A draft with fewer input rows than the target's vocabulary drafted nothing where the context
     held an id past them (engine: it reads every id below its rows); the lab says so rather than
