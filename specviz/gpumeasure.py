@@ -131,9 +131,13 @@ def random_model(cfg, device: str, dtype: torch.dtype, seed: int):
 
 
 def weight_bytes(model) -> tuple[int, int]:
-    """(all weight bytes, bytes one pass reads): a pass reads one row of the input embedding."""
+    """(all weight bytes, bytes one pass reads): a pass reads one row of the input embedding, and
+    all of the head; tied to the embedding (parameters() yields it once), the head is that matrix."""
     total = sum(p.numel() * p.element_size() for p in model.parameters())
     embed = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    if head is not None and head.weight is embed:
+        return total, total
     return total, total - embed.numel() * embed.element_size()
 
 
