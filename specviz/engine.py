@@ -50,10 +50,11 @@ class RoundEvent:
     draft_passes: int  # cumulative
     draft_seconds: float  # this round
     target_seconds: float  # this round
-    round_seconds: float  # this round, everything included
+    round_seconds: float  # this round, everything included but a CUDA graph's capture (see elapsed)
     elapsed: float  # the engine's seconds since the run started; time the caller held the
     # generator between rounds (an app drawing the page) is left out, so runs shown at different
-    # rates race fairly
+    # rates race fairly, and so is a shape's one-off CUDA graph capture (GraphedStep: the graphed
+    # path captures on first use, ZeroGPU's in every call), which no seconds above count either
     position: int  # tokens generated before this round
     source: str  # which drafter proposed: "draft", "ngram", "none", "adaptive" or "tree" (a hybrid's
     # rounds: "ngram" or "draft")
