@@ -343,7 +343,6 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
     prompt_len, draft_passes, target_passes, started = len(ids), 0, 0, time.perf_counter()
     paused = 0.0  # seconds the caller held the generator between rounds: not the run's time
     drafter_lm = getattr(drafter, "lm", None)
-    drafter_lm = None if drafter_lm is target else drafter_lm  # its captures counted once
     prefill = {"draft": 0.0, "target": 0.0}  # each model's seconds reading a long prompt
     for name, lm in (("draft", getattr(drafter, "lm", None)), ("target", target)):
         if lm is None:  # the n-gram rule, the target alone, a caller's own drafter
@@ -363,8 +362,12 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         position = len(ids) - prompt_len
         # 1. Draft: at most what the budget can still use (the target adds one token itself).
         budget = min(k, max_new_tokens - position - 1)
-        captures = capture_seconds(drafter_lm), capture_seconds(target)
+        drafted_captures = capture_seconds(drafter_lm)
         draft = drafter.propose(ids, budget, params, generator)
+        # what the draft's passes captured (a caller's drafter on the target's own CachedLM: the
+        # target's captures while drafting), then what the verify pass captures (below)
+        drafted_captures = capture_seconds(drafter_lm) - drafted_captures
+        verify_captures = capture_seconds(target)
         draft_passes += draft.passes
         check_draft(draft, pair.vocab_size, budget, length - len(ids))  # room: the run's positions left
         # 2. Verify: one target pass over the uncached tail and the drafts (a chain or a tree).
@@ -397,8 +400,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         target_passes += target.passes - passes_before
         # a CUDA graph's capture this round (a shape's first use) is a one-off, no cost of the
         # method: left out of the round's times like a caller's pause (the bench warms up instead)
-        drafted_captures = capture_seconds(drafter_lm) - captures[0]
-        verify_captures = capture_seconds(target) - captures[1]
+        verify_captures = capture_seconds(target) - verify_captures
         paused += drafted_captures + verify_captures
         now = time.perf_counter()
         event = RoundEvent(

@@ -75,7 +75,7 @@ def projected_ms(r: dict, profile: profiles.Profile, path: str,
     passes = profiles.Passes(0 if drafts_by_target else r["draft_passes"],
                              {int(w): n for w, n in r["widths"].items()}, r["tree"], r["k"])
     try:
-        seconds = profiles.project(passes, profile, path)
+        seconds = profiles.project(passes, profile, path, first_round=False)  # the rounds after it
         if drafts_by_target:
             seconds += r["draft_passes"] * profile.path(path).target_seconds(1)
     except ValueError:  # no draft cost or no such path on this profile

@@ -186,7 +186,7 @@ class CachedLM:
         self.compiled_passes = 0  # passes that ran through the compiled step
         self.memory_fallbacks = 0  # passes a capture's lack of memory sent eager (the step kept)
         self.first_uses = 0  # compiled passes whose shape was new to the slot: they compiled or captured it
-        self.capture_seconds = 0.0  # of `seconds`, what CUDA graph captures took (GraphedStep)
+        self.capture_seconds = 0.0  # what this model's CUDA graph captures took (GraphedStep)
         self.seconds = 0.0
 
     @property

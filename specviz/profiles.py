@@ -298,12 +298,13 @@ def fed(width: int, passes: Passes, compiled: bool) -> int:
     return passes.k + 1 if width <= passes.k else width
 
 
-def project(run, profile: Profile, path: str = "fast") -> float:
+def project(run, profile: Profile, path: str = "fast", first_round: bool = True) -> float:
     """Seconds the run would take on `profile`'s `path`: draft passes * C_D + sum of C_T(width).
     On a compiled path a tree pass feeds its nodes padded to lm.bucket(nodes): C_T(1 + bucket);
     a chain verify of 2..k tokens is padded to the run's k + 1: C_T(k + 1). There each model's
     first pass, round 1's over the prompt, runs eager: priced at the "eager" path where the profile
-    has one (the target's at the run's widest verify width, round 1's in a chain run)."""
+    has one (the target's at the run's widest verify width, round 1's in a chain run); not where
+    the passes are rounds after round 1 (first_round False)."""
     costs = profile.path(path)
     passes = passes_of(run)
     if passes.draft and costs.draft_seconds is None:
@@ -311,7 +312,7 @@ def project(run, profile: Profile, path: str = "fast") -> float:
     target = sum(n * costs.target_seconds(fed(w, passes, costs.compiled)) for w, n in passes.widths.items())
     seconds = target + passes.draft * (costs.draft_seconds or 0.0)
     eager = profile.paths.get("eager")
-    if costs.compiled and eager is not None and not eager.compiled and passes.widths:
+    if first_round and costs.compiled and eager is not None and not eager.compiled and passes.widths:
         first = max(passes.widths)
         seconds += eager.target_seconds(first) - costs.target_seconds(fed(first, passes, True))
         if passes.draft and eager.draft_seconds is not None:

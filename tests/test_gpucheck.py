@@ -114,6 +114,8 @@ def test_goals_match_a_hand_computation():
 
 
 def test_engine_section_splits_each_round_and_prices_its_passes():
+    from dataclasses import replace
+
     from specviz import enginecheck
     from specviz.engine import RoundEvent
 
@@ -137,6 +139,11 @@ def test_engine_section_splits_each_round_and_prices_its_passes():
     # 7 draft passes at 0.1 ms and three verify passes of 3 tokens at 1.1 ms: 4.0 ms
     assert math.isclose(enginecheck.projected_ms(r, profile, "fast"), 4.0 / 3)
     assert enginecheck.projected_ms(r, profile, "eager") is None  # no such path
+    # these are rounds after round 1: a profile's eager path adds no round 1 read of the prompt
+    eager = profiles.PathCosts("dynamic", False, 14.0, ((1, 16.0), (3, 17.0)))
+    both = replace(profile, paths={**profile.paths, "eager": eager})
+    assert math.isclose(enginecheck.projected_ms(r, both, "fast"), 4.0 / 3)
+    assert math.isclose(enginecheck.projected_ms(r, both, "eager"), (7 * 14.0 + 3 * 17.0) / 3)
     # the target drafting for itself ("self"): each draft pass is a target one-token pass, 1.0 ms
     # (priced at the draft's 0.1 ms it printed a projection a third of what the rounds took)
     assert math.isclose(enginecheck.projected_ms(r, profile, "fast", drafts_by_target=True), (7.0 + 3.3) / 3)
@@ -145,8 +152,6 @@ def test_engine_section_splits_each_round_and_prices_its_passes():
     with pytest.raises(ValueError, match="a full round after the first"):
         enginecheck.split(events[:1] + events[-1:], k=2, max_new_tokens=7)
     # tree rounds verify their nodes (3 and 5), a round of the chain its k (2): means, not the largest
-    from dataclasses import replace
-
     from specviz.tree import TreeNode
 
     node = TreeNode(-1, 5, 1, 0.5, 0.5)
