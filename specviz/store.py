@@ -47,6 +47,7 @@ class ModelStore:
         self.fast = fast  # the engine's fast path for every pair (None: the pair's own "auto")
         self.warm = warm  # warm a loaded pair up with a short run (not where no GPU is attached yet)
         self._lock = threading.Lock()
+        self._loaders: set[threading.Thread] = set()  # load threads started (a forked child's: not alive)
         zerogpu.renew_lock_after_fork(self)  # a ZeroGPU worker forked while a request held it
         self._key: tuple | None = None
         self._pair: Pair | None = None
@@ -68,8 +69,9 @@ class ModelStore:
         return (s.pair, *names, str(dtype).removeprefix("torch."))
 
     def load_under_way(self) -> bool:
-        """A load holds the store's lock (a stopped job's goes on to its end: loading)."""
-        return self._lock.locked()
+        """A load holds the store's lock (a stopped job's goes on to its end: loading), or a job's
+        load thread has started and not yet ended (before it takes the lock)."""
+        return self._lock.locked() or any(t.is_alive() for t in list(self._loaders))
 
     def is_loaded(self, s: RunSettings) -> bool:
         return self._key == self.key(s)
@@ -164,8 +166,11 @@ class ModelStore:
                 out["pair"] = self.get(s, stopped)
             except BaseException as e:  # noqa: BLE001 - raised in the job, below
                 out["error"] = e
+            finally:
+                self._loaders.discard(threading.current_thread())
 
         thread = threading.Thread(target=load, daemon=True, name="specviz-load")
+        self._loaders.add(thread)  # under way from here, not from when the thread takes the lock
         thread.start()
         try:
             yield waiting  # the page says so at once (each caller showed it before this wait)

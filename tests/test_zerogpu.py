@@ -398,6 +398,33 @@ def test_a_run_right_after_a_stop_during_a_load_asks_for_the_rest_of_that_load(m
     assert asked[2:] == [zerogpu.duration(4)] * 2
 
 
+def test_a_load_is_under_way_from_the_moment_its_job_says_loading(monkeypatch, model_dirs):
+    """The worker says SETTLED once no load is under way; the load's thread may not have taken the
+    store's lock yet when the job first says "Loading…" (29 of 2,000 tries on this machine), and
+    then a Stop left the worker's pair known while its load went on."""
+    import threading
+    import time
+
+    store, default, _ = tiny_app(model_dirs, 4)
+    get, go = store.get, threading.Event()
+
+    def slow_get(s, stopped=None):
+        go.wait(5)  # the thread has started, the lock is not yet taken
+        return get(s, stopped)
+
+    monkeypatch.setattr(store, "get", slow_get)
+    job = store.loading(default, "Loading…")
+    assert next(job) == "Loading…" and store.load_under_way()
+    go.set()
+    with pytest.raises(StopIteration):
+        while True:
+            next(job)
+    end = time.monotonic() + 5
+    while store.load_under_way() and time.monotonic() < end:  # the thread's last step
+        time.sleep(0.01)
+    assert not store.load_under_way()
+
+
 def test_a_call_spaces_refuses_leaves_the_worker_and_its_pair_as_they_were(monkeypatch, model_dirs):
     """spaces refuses a call before it reaches a worker (its quota, its duration, no GPU free) and
     keeps the last call's worker with the pair it holds. The app counted every failed job as one
