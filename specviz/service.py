@@ -39,6 +39,7 @@ from .render import Span, round_spans, to_html
 from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text, public_message
 from .store import ModelStore, made_here, pair_models
 from .trace import Trace
+from .tracecheck import ngram_replayable
 from .views import implausible_race, stats_html, timeline_html, verdict_html
 
 
@@ -465,6 +466,9 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                                ngram_reads_on=getattr(drafter, "reads_on", None))
         except ValueError:  # a draft that cannot read every token: no k explorer for this run
             recording = None
+        if recording is not None and recording.proposer == "ngram" and not ngram_replayable(
+                len(prompt_ids), len(recording.output), recording.ngram_size):
+            recording = None  # past what a saved trace's replay may cost (an operator's larger limits)
     yield replace(view, trace=kept(spec.events, base.events, recording,
                                    chain.events if chain is not None else ()))
 

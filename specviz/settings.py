@@ -35,6 +35,7 @@ SHOWN_CHARS = 40  # of a visitor's text echoed in a notice or message
 # would save a file that Open refuses.
 TRACE_MAX_NEW_TOKENS = 4096
 TRACE_MAX_PROMPT_CHARS = 100_000
+TRACE_MAX_PROMPT_TOKENS = 2**20 - TRACE_MAX_NEW_TOKENS  # of the 2^20 positions a trace's run may hold
 
 
 def _env_number(name: str, default, lo, kind, hi=None):
@@ -53,8 +54,8 @@ def _env_number(name: str, default, lo, kind, hi=None):
         raise ValueError(f"{name}={clip(raw)!r} is not {word}: give one (default {default:g}) or "
                          "unset it")
     if hi is not None and value > hi:
-        raise ValueError(f"{name}={clip(raw)!r} is over {hi:g}, the most a saved trace holds (Save "
-                         f"would write files that Open refuses): give at most {hi:g}")
+        raise ValueError(f"{name}={clip(raw)!r} is over {hi}, the most a saved trace holds (Save "
+                         f"would write files that Open refuses): give at most {hi}")
     return max(lo, value)
 
 
@@ -104,7 +105,8 @@ class Limits:
                    _env_int("SPECVIZ_MAX_PROMPT_CHARS", 4000, hi=TRACE_MAX_PROMPT_CHARS),
                    _env_int("SPECVIZ_MAX_NEW_TOKENS", zerogpu.MAX_NEW_TOKENS if zerogpu.active() else 512,
                             hi=TRACE_MAX_NEW_TOKENS),
-                   _env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048), _env_int("SPECVIZ_MAX_SAMPLES", 200, 10),
+                   _env_int("SPECVIZ_MAX_PROMPT_TOKENS", 2048, hi=TRACE_MAX_PROMPT_TOKENS),
+                   _env_int("SPECVIZ_MAX_SAMPLES", 200, 10),
                    _env_float("SPECVIZ_MAX_JOB_SECONDS", 300.0),
                    presets.large_flag(),
                    _env_int("SPECVIZ_QUEUE_SIZE", 16), _env_int("SPECVIZ_MAX_SESSIONS", 1000, 10),

@@ -19,7 +19,14 @@ from .engine import MAX_K, PROPOSERS, RoundEvent
 from .explorer import EXPLORER_PROPOSERS, Recording
 from .metrics import RunStats
 from .render import LEGEND, Span, round_marks
-from .settings import DTYPES, TRACE_MAX_NEW_TOKENS, TRACE_MAX_PROMPT_CHARS, UI_MAX_K, RunSettings
+from .settings import (
+    DTYPES,
+    TRACE_MAX_NEW_TOKENS,
+    TRACE_MAX_PROMPT_CHARS,
+    TRACE_MAX_PROMPT_TOKENS,
+    UI_MAX_K,
+    RunSettings,
+)
 from .settings import MAX_NAME_CHARS as MAX_SETTING_CHARS
 from .tree import ACCEPTED, FATES, REJECTED, UNREACHED, TreeNode, first_branch
 from .treedraft import MAX_BRANCHING, MAX_NODES
@@ -56,6 +63,12 @@ MAX_NGRAM_REPLAY = 2 * 512 * (2048 + 512)
 # len(output)) * ngram_size entries, bounded at twice the app's largest context at size 16.
 MAX_NGRAM_INDEX = 2 * (2048 + 512) * 16
 PROB_SLACK = 1e-6  # float32 rounding above 1.0 in a probability
+
+
+def ngram_replayable(prompt: int, output: int, ngram: int) -> bool:
+    """Whether an n-gram recording of `output` tokens after a `prompt`-token prompt, at n-gram
+    size `ngram`, is within both replay bounds (a run past them records none: it would not open)."""
+    return output * (prompt + output) <= MAX_NGRAM_REPLAY and (prompt + output) * ngram <= MAX_NGRAM_INDEX
 MODEL_DTYPES = ("float32", "bfloat16", "float16", "float64")
 SOURCES = PROPOSERS  # which drafter proposed a round ("draft", "ngram", "none", "adaptive", ...)
 
@@ -295,7 +308,7 @@ def _recording(d, prompt_ids: list[int], tokens: list[int], vocab: int) -> Recor
         u.fail("recording.output", "must equal the tokens the events committed")
     n, draft = len(output), d["proposer"] == "draft"
     guesses = u.ids(d["guesses"], "recording.guesses", vocab, n if draft else 0, n)
-    if not draft and n * (len(prompt_ids) + n) > MAX_NGRAM_REPLAY:
+    if not draft and not ngram_replayable(len(prompt_ids), n, 1):
         u.fail("recording", f"is an n-gram recording too long to replay: output tokens × (prompt + "
                            f"output) must be at most {MAX_NGRAM_REPLAY} (set recording to null to "
                            "open the rest)")
@@ -303,7 +316,7 @@ def _recording(d, prompt_ids: list[int], tokens: list[int], vocab: int) -> Recor
                for name in ("draft_pass_seconds", "target_pass_seconds")}
     max_new = u.integer(d["max_new_tokens"], "recording.max_new_tokens", max(n, 1), MAX_NEW_TOKENS)
     ngram = u.integer(d.get("ngram_size", 3), "recording.ngram_size", 1, 16)
-    if not draft and (len(prompt_ids) + n) * ngram > MAX_NGRAM_INDEX:
+    if not draft and not ngram_replayable(len(prompt_ids), n, ngram):
         u.fail("recording", f"is an n-gram recording too long to replay: (prompt + output tokens) × "
                            f"ngram_size must be at most {MAX_NGRAM_INDEX} (set recording to null to "
                            "open the rest)")
@@ -399,7 +412,7 @@ def fields_of(d, vocab: int) -> dict:
         u.fail("version", f"{u.clip(version)} is not supported (this specviz reads version {VERSION})")
     u.keys(d, "the top level", _TOP_KEYS, ("settings", "models", "prompt_ids", "events", "spans"))
     _summary(d.get("summary"))
-    prompt_ids = u.ids(d["prompt_ids"], "prompt_ids", vocab, 1, MAX_POSITIONS - MAX_NEW_TOKENS)
+    prompt_ids = u.ids(d["prompt_ids"], "prompt_ids", vocab, 1, TRACE_MAX_PROMPT_TOKENS)  # 2^20 - 4,096
     events = _events(d["events"], "events", 1, vocab)
     baseline = _events(d.get("baseline", []), "baseline", 0, vocab)
     chain = _events(d.get("chain", []), "chain", 0, vocab)

@@ -516,6 +516,25 @@ def test_an_ngram_recording_keeps_the_price_its_run_drafted_with(store, monkeypa
     assert [(r.k, r.accepted) for r in replayed.rounds] == [(e.k, e.accepted) for e in trace.events]
 
 
+def test_an_ngram_run_past_what_a_trace_may_replay_saves_a_trace_that_opens(store, monkeypatch):
+    """An operator's limits may allow an n-gram run longer than a trace's replay bounds (1,024 new
+    tokens after a 2,048-token prompt): its recording made the saved file one Open refused. Such a
+    run keeps no recording (no k explorer), and its trace opens."""
+    from specviz import trace as trace_module
+    from specviz import tracecheck
+
+    s = RunSettings(pair="tiny", chat=False, max_new_tokens=12, prompt="a b a b a b", dtype="float32",
+                    proposer="ngram", k=4)
+    kept = list(run_views(store, s, Limits()))[-1].trace
+    n = len(kept.recording.output) * (len(kept.prompt_ids) + len(kept.recording.output))
+    monkeypatch.setattr(tracecheck, "MAX_NGRAM_REPLAY", n - 1)  # this run's replay: one step past
+    with pytest.raises(ValueError, match="an n-gram recording too long to replay"):
+        trace_module.loads(kept.to_json())
+    over = list(run_views(store, s, Limits()))[-1].trace
+    opened = trace_module.loads(over.to_json())
+    assert over.recording is None and opened.events == over.events and opened.settings == over.settings
+
+
 def test_an_ngram_round_in_the_lab_has_a_one_hot_q_on_the_drafted_token(store):
     from specviz import labview
 

@@ -64,14 +64,21 @@ def test_every_setting_the_page_or_an_operator_allows_saves_a_trace_that_opens(s
     limit past a trace's stops start-up, naming the bound."""
     from dataclasses import replace
 
-    from specviz.settings import MAX_NAME_CHARS, TRACE_MAX_NEW_TOKENS, TRACE_MAX_PROMPT_CHARS, Limits
+    from specviz.settings import (
+        MAX_NAME_CHARS,
+        TRACE_MAX_NEW_TOKENS,
+        TRACE_MAX_PROMPT_CHARS,
+        TRACE_MAX_PROMPT_TOKENS,
+        Limits,
+    )
 
     t, _ = saved
     named = replace(t, settings={**t.settings, "pair": "custom", "target": "t" * MAX_NAME_CHARS,
                                  "draft": "d" * MAX_NAME_CHARS, "max_new_tokens": TRACE_MAX_NEW_TOKENS})
     assert trace.loads(named.to_json()) == named
     for name, bound in (("SPECVIZ_MAX_NEW_TOKENS", TRACE_MAX_NEW_TOKENS),
-                        ("SPECVIZ_MAX_PROMPT_CHARS", TRACE_MAX_PROMPT_CHARS)):
+                        ("SPECVIZ_MAX_PROMPT_CHARS", TRACE_MAX_PROMPT_CHARS),
+                        ("SPECVIZ_MAX_PROMPT_TOKENS", TRACE_MAX_PROMPT_TOKENS)):
         monkeypatch.setenv(name, str(bound))
         Limits.from_env()  # the bound itself: allowed
         monkeypatch.setenv(name, str(bound + 1))
