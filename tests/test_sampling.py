@@ -73,13 +73,16 @@ def test_top_p_stops_at_the_token_whose_mass_reaches_it():
 
 
 def _sorted_top_p(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """process as it was first written: a stable sort of every row's whole vocabulary."""
+    """process as it was first written: a stable sort of every row's whole vocabulary. The masses
+    are the row's softmax in id order, as process reads them: a softmax of the sorted row sums in
+    another order, and a cut within a rounding step of top_p then fell elsewhere on one CPU's
+    vector width (AVX2) and not on another's (AVX-512)."""
     logits = logits.float() / params.temperature
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     sorted_logits, order = torch.sort(logits, stable=True, dim=-1, descending=True)
-    sorted_probs = sorted_logits.softmax(-1)
+    sorted_probs = logits.softmax(-1).gather(-1, order)
     drop = sorted_probs.cumsum(-1) - sorted_probs >= params.top_p
     drop[..., 0] = False
     return logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf"))).softmax(-1)
