@@ -85,7 +85,11 @@ def from_round_steps(pair, trace, round_number: int, max_tokens: int = 4096,
 
     if not made_here(trace, pair):
         made, here = trace.models if isinstance(trace.models, dict) else {}, pair_models(pair)
-        other = " from other folders of the same names" if pair_name(made) == pair_name(here) else ""
+        other = ""
+        if pair_name(made) == pair_name(here):  # the same short names: their folders differ
+            other = (" from other folders of the same names" if "source" in made else
+                     " (this trace is older than specviz's marks of which folder a name was: it "
+                     "cannot tell them apart)")
         raise ValueError(f"this trace was made with {pair_name(made)}, but the loaded pair is "
                          f"{pair_name(here)}{other} (the server holds one pair at a time, and "
                          "the last run loads it, perhaps another visitor's): "

@@ -30,7 +30,7 @@ class ModelStore:
     """Holds one loaded pair at a time (memory), keyed by what was asked; loads under a lock.
 
     Every visitor waits while it loads (12 s for the embedded pair in bf16, 22 s in float32 on a
-    2-core CPU), so with switch_share set (the app: RELOAD_SHARE) the server switches to another
+    2-core CPU), so with switch_share set (the app: RELOAD_SHARE, off ZeroGPU) the server switches to another
     pair only while its load attempts of the last SWITCH_WINDOW seconds, failed ones included,
     took at most that share of them: two sessions alternating dtypes made every job pay a reload.
     Until then, asking for another pair is a ValueError that names the loaded one and the wait.

@@ -225,6 +225,9 @@ def test_the_lab_tells_two_folders_of_the_same_last_name_apart(model_dirs, tmp_p
     with pytest.raises(ValueError, match=r"loaded pair is …/final with …/draft .*\(float32\) from other "
                                          "folders of the same names"):
         finished(labview.from_round_steps(b, t, 1))
+    older = replace(t, models={name: v for name, v in t.models.items() if name != "source"})
+    with pytest.raises(ValueError, match="this trace is older than specviz's marks of which folder"):
+        finished(labview.from_round_steps(a, older, 1))  # before the marks: no folder told apart
     hub = replace(a, target_name="Qwen/Qwen2.5-Coder-1.5B-Instruct", draft_name="Qwen/Qwen2.5-Coder-0.5B")
     assert "source" not in pair_models(hub)  # the same name on every machine: nothing to tell apart
 
