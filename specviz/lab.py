@@ -127,6 +127,24 @@ def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
     return _pearson(expected_cells, observed_cells)
 
 
+def trials_to_show(predicted: torch.Tensor, p: torch.Tensor, bar: float = 1e-3,
+                   most: int = 10**12) -> int | None:
+    """About how many trials show a variant whose exact output is `predicted` [vocab] to differ
+    from p [vocab] at the test's bar: the fewest N whose typical counts, N * predicted, the test
+    (chi_square_pvalue) flags; where predicted puts mass m on tokens p forbids, at most 1 / m (one
+    such draw is expected). None: not within `most` trials."""
+    predicted, p = predicted.double(), p.double()
+    forbidden = float(predicted[p <= 0].sum())
+    cap = min(most, int(1 / forbidden) + 1) if forbidden > 1e-15 else most
+    if chi_square_pvalue(cap * predicted, p) >= bar:
+        return cap if cap < most else None
+    lo, hi = 1, cap  # the typical counts at lo pass, at hi are flagged
+    while hi - lo > max(1, lo // 100):  # to 1%
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if chi_square_pvalue(mid * predicted, p) < bar else (mid, hi)
+    return hi
+
+
 def _pearson(expected: torch.Tensor, observed: torch.Tensor) -> float:
     """Pearson's chi-square p-value of observed [m] against expected [m] counts, m - 1 df."""
     stat = ((observed - expected) ** 2 / expected).sum()

@@ -283,18 +283,31 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     return (_layout(fig, f"Monte Carlo: {n:,} rounds each", "token", "frequency", PAGE_HALF_PX), table)
 
 
+LAB_MAX_TRIALS = 1_000_000  # the trials slider's end (app.py)
+
+
 def _verdict(variant: str, r: lab.CheckResult, p: torch.Tensor) -> str:
     """The test's verdict beside what the closed form says: a wrong variant can be exact for one
-    (p, q) (a point-mass q), and a small bias can hide in too few trials."""
-    if r.pvalue_vs_p < 1e-3:  # "below 0.001 flags a bias"
-        return "<b>biased</b>"
+    (p, q) (a point-mass q), an exact one is flagged about once in 1,000 seeds, and a small bias
+    can hide in too few trials (about how many show it: lab.trials_to_show)."""
     p = torch.as_tensor(p, dtype=r.predicted.dtype)
-    off = lab.tv(r.predicted, p / p.sum())
-    if off < 1e-9:
+    p = p / p.sum()
+    off = lab.tv(r.predicted, p)
+    exact = off < 1e-9
+    if r.pvalue_vs_p < 1e-3:  # "below 0.001 flags a bias"
+        if exact:  # the seeded draws of this N: the same every time, another N draws anew
+            return ("flagged (p < 0.001), yet its exact output is p: a false alarm, as an exact rule "
+                    "gets at about one N in 1,000")
+        return "<b>biased</b>"
+    if exact:
         wrong = lab.VARIANTS[variant].startswith("wrong")
         # "matches p" unbroken (NBSP): its "p" stood alone on a line, at 375 px and at 1400 px
         return f"matches{NBSP}p: exact for this q" if wrong else f"matches{NBSP}p"
-    return f"no bias detected at this N (its exact output is {sig3(off)} from p in TV: more trials show it)"
+    needed = lab.trials_to_show(r.predicted, p)
+    show = ("far more trials than any page draws would show it" if needed is None else
+            f"about {needed:,} trials would show it" + (
+                f", more than this page draws ({LAB_MAX_TRIALS:,})" if needed > LAB_MAX_TRIALS else ""))
+    return f"no bias detected at this N (its exact output is {sig3(off)} from p in TV: {show})"
 
 
 WEAK_NOISE = 0.5  # two exact samplers' mean TV past which the end-to-end check is called weak

@@ -101,7 +101,13 @@ def test_a_bias_too_small_for_the_trials_is_not_called_a_match():
     p, q = torch.tensor([0.5, 0.5], dtype=torch.float64), torch.tensor([0.49, 0.51], dtype=torch.float64)
     assert lab.tv(lab.predicted("correction_from_p", p, q), p) == pytest.approx(0.005)
     shown = _verdicts(p, q, 1_000, ["correction_from_p"])["correction_from_p"]
-    assert shown == "no bias detected at this N (its exact output is 0.005 from p in TV: more trials show it)"
+    # by hand: the typical counts' statistic is N * sum((pred - p)^2 / p) = N * 1e-4, past the 0.001
+    # bar (10.83 at one degree of freedom) from N = 108,276
+    import re
+
+    assert shown.startswith("no bias detected at this N (its exact output is 0.005 from p in TV: about ")
+    needed = int(re.search(r"about ([\d,]+) trials would show it\)$", shown)[1].replace(",", ""))
+    assert 108_276 <= needed <= 108_276 * 1.01
     # a bias of 0.0004 in TV is one too: only an output exact to rounding matches p
     from specviz import labview
 
@@ -109,6 +115,32 @@ def test_a_bias_too_small_for_the_trials_is_not_called_a_match():
                 predicted=torch.tensor([0.5004, 0.2996, 0.2], dtype=torch.float64))
     assert labview._verdict("exact", r, torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)).startswith(
         "no bias detected at this N (its exact output is 0.0004 from p")
+
+
+def test_the_page_calls_no_exact_rule_biased_and_names_a_bias_too_small_for_its_trials():
+    """The draws are seeded by N: at some N (27,000 on the example) an exact rule's sample is one of
+    the 1 in 1,000 the test flags, and the row read "biased" on the page meant to show it exact. A bias of
+    5e-4 in TV (p = (.5, .3, .2), q = (.001, .5, .499), accepting only the target's argmax) needs
+    about 1.4e7 trials; the page said "more trials show it", and it draws at most 1e6."""
+    from specviz import labview
+
+    p, q, labels, _ = labview.example()
+    for variant in ("exact", "poor_q", "tree_exact"):  # seeded draws the test flagged
+        flagged = replace(lab.check(variant, p, q, 1_000), pvalue_vs_p=2e-4)
+        assert labview._verdict(variant, flagged, p).startswith(
+            "flagged (p < 0.001), yet its exact output is p: a false alarm")
+    wrong = lab.check("argmax_draft", p, q, 1_000)
+    assert labview._verdict("argmax_draft", replace(wrong, pvalue_vs_p=2e-4), p) == "<b>biased</b>"
+    p2 = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    q2 = torch.tensor([0.001, 0.5, 0.499], dtype=torch.float64)
+    r = lab.check("accept_if_target_argmax", p2, q2, 1_000)
+    assert lab.tv(r.predicted, p2) == pytest.approx(5e-4, rel=1e-3)
+    text = labview._verdict("accept_if_target_argmax", replace(r, pvalue_vs_p=0.5), p2)
+    needed = lab.trials_to_show(r.predicted, p2)  # by hand: 13.82 (2 df) / 1e-6 = 1.38e7
+    assert 13_816_000 <= needed <= 13_816_000 * 1.01
+    assert text.endswith(f"about {needed:,} trials would show it, more than this page draws (1,000,000))")
+    # an output on a token p forbids: one such draw is expected within 1 / its mass
+    assert lab.trials_to_show(torch.tensor([0.5, 0.4999, 1e-4]), torch.tensor([0.5, 0.5, 0.0])) <= 10_001
 
 
 def test_chi_square_pvalue_matches_scipy():
