@@ -52,6 +52,7 @@ from specviz.service import (
     View,
     check_continuations,
     continuations,
+    e2e_tokens,
     explorer_refusal,
     replay_view,
     run_views,
@@ -510,7 +511,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 with gr.Accordion(e2e_title, open=False):
                     e2e_n = gr.Slider(10, limits.max_samples, value=min(50, limits.max_samples), step=10,
                                       label="samples per method")
-                    e2e_btn = gr.Button("Sample 2-token continuations, speculative and target alone")
+                    e2e_btn = gr.Button("Sample continuations of k + 1 tokens, speculative and target alone")
                     e2e_out = gr.HTML(elem_id="e2e-out")
             with gr.Tab("k explorer") as explorer_tab:
                 gr.Markdown(EXPLORER_INTRO)
@@ -850,8 +851,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             if kind == "lab":  # a round's context read, one pass a model, and the sampling
                 return zerogpu.LAB_SECONDS
             s = args[0]
-            if kind == "e2e":  # n 2-token samples, speculative and alone
-                return zerogpu.duration(2 * args[1], load=load)
+            if kind == "e2e":  # n samples of k + 1 tokens, speculative and alone
+                return zerogpu.duration(e2e_tokens(s) * args[1], load=load)
             return zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2, load=load)
 
         def gpu_seconds(kind: str, *args) -> int:

@@ -324,12 +324,24 @@ def continuations_html(step: dict) -> str:
         verdict += (", but a weak check: with outcomes this spread, two exact samplers differ "
                     "this much too, so only a gross bias could show. Lower the temperature or set "
                     "top-k for fewer distinct outcomes, or take more samples")
-    return (f"<div class='specviz-lab'>{step['samples']} samples each of 2 tokens, {step['outcomes']} "
-            "distinct outcomes. TV distance between the speculative and the target-alone histograms: "
-            f"<b>{step['tv']:.3f}</b>. Two exact samplers at this N differ by {step['noise']:.3f} on "
-            f"average (the pooled samples split in two at random, {step['permutations']:,} times), "
-            f"and {beside(100 * step['pvalue'], 0.1, 3, 'g')}% of the splits differ at least as much: "
-            f"{verdict}. Time: {sec['spec']:.1f} s speculative, {sec['base']:.1f} s target alone.</div>")
+    tests = step.get("tests") or [dict(step, what="tokens 1-2")]
+    first, later = tests[0], tests[1:]
+    tokens = step.get("tokens", 2)
+    drafts = f" (round 1 drafts all k = {step['k']})" if "k" in step and tokens == step["k"] + 1 else ""
+    text = (f"<div class='specviz-lab'>{step['samples']} samples each of {tokens} tokens{drafts}, "
+            f"{first['outcomes']} distinct outcomes of the first two. TV distance between the speculative "
+            f"and the target-alone histograms of the first two tokens: <b>{first['tv']:.3f}</b>. Two exact "
+            f"samplers at this N differ by {first['noise']:.3f} on average (the pooled samples split in "
+            f"two at random, {first['permutations']:,} times), and "
+            f"{beside(100 * first['pvalue'], 0.1, 3, 'g')}% of the splits differ at least as much")
+    if later:  # each later token's own histogram, and the tests together (Bonferroni)
+        text += ("; each later token's histogram: " + ", ".join(
+            f"{t['what']} TV {t['tv']:.3f} (exact samplers {t['noise']:.3f}, "
+            f"{beside(100 * t['pvalue'], 0.1, 3, 'g')}%)" for t in later)
+            + f"; the smallest share of the {len(tests)} tests times {len(tests)}: "
+            f"{beside(100 * step['pvalue'], 0.1, 3, 'g')}%")
+    return (text + f": {verdict}. Time: {sec['spec']:.1f} s speculative, {sec['base']:.1f} s target "
+            "alone.</div>")
 
 
 def cost_text(rec: explorer.Recording) -> str:

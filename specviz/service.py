@@ -537,13 +537,45 @@ def check_continuations(s: RunSettings, n: int, limits: Limits) -> None:
                          "tab's settings): at 0 every sample is the same")
 
 
+def e2e_tokens(s: RunSettings) -> int:
+    """Tokens a sample of the end-to-end check draws: k + 1, so that round 1 drafts all k (the
+    budget caps a round's drafts: two tokens drafted one, whatever k, and no draft past the first,
+    its residual or the rollback after it, was ever checked), at least 2."""
+    return max(2, s.k + 1)
+
+
+def _e2e_tests(spec: Counter, base: Counter, tokens: int) -> list[dict]:
+    """Two-sample tests of the samples (token tuples; one cut short at an EOS reads -1 past it):
+    the joint histogram of the first two tokens, then each later token's own (the joint of all k + 1
+    spreads over too many outcomes to see anything). Each: what, TV, noise, p-value, outcomes."""
+    def histogram(counts: Counter, part) -> Counter:
+        out = Counter()
+        for sample, c in counts.items():
+            out[part(tuple(sample) + (-1,) * (tokens - len(sample)))] += c
+        return out
+
+    parts = [("tokens 1-2", lambda t: t[:2])] + [(f"token {j + 1}", lambda t, j=j: t[j])
+                                                  for j in range(2, tokens)]
+    tests = []
+    for what, part in parts:
+        a, b = histogram(spec, part), histogram(base, part)
+        outcomes = list(set(a) | set(b))
+        test = two_sample_tv(torch.tensor([a[x] for x in outcomes]), torch.tensor([b[x] for x in outcomes]))
+        tests.append({"what": what, "tv": test.tv, "noise": test.noise, "pvalue": test.pvalue,
+                      "permutations": test.permutations, "outcomes": len(outcomes)})
+    return tests
+
+
 def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = None,
-                  tokens: int = 2) -> Iterator[dict]:
-    """n short samples with and without speculation, as a stream: progress dicts
-    {"done", "of"}, then the result {"final": True, histograms, TV distance, time}, or
-    {"stopped": message} when the job's time budget runs out; "seconds" maps "spec" and "base"
-    to each run's time. ValueError on bad input."""
+                  tokens: int | None = None) -> Iterator[dict]:
+    """n short samples (tokens each, unset: e2e_tokens) with and without speculation, as a
+    stream: progress dicts {"done", "of"}, then the result {"final": True, histograms, tests, time},
+    or {"stopped": message} when the job's time budget runs out; "seconds" maps "spec" and "base"
+    to each run's time. "tests" (_e2e_tests) and, of the first (the first two tokens' joint),
+    "tv", "noise" and "outcomes"; "pvalue": the tests' smallest times their count (Bonferroni).
+    ValueError on bad input."""
     limits = limits or Limits()
+    tokens = tokens or e2e_tokens(s)
     check_continuations(s, n, limits)
     if s.proposer in NEEDS_DRAFT and pair.draft is None:
         raise ValueError("this pair has no draft model: pick the n-gram drafter or 'none'")
@@ -592,9 +624,10 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
         if run != "prompt":
             counts[run], seconds[run] = c, time.perf_counter() - start
     spec, base = counts["spec"], counts["base"]
-    outcomes = list(set(spec) | set(base))
-    test = two_sample_tv(torch.tensor([spec[x] for x in outcomes]), torch.tensor([base[x] for x in outcomes]))
-    yield {"final": True, "samples": n, "tv": test.tv, "noise": test.noise, "pvalue": test.pvalue,
-           "permutations": test.permutations, "seconds": seconds, "spec": spec, "base": base,
-           "outcomes": len(outcomes)}
+    tests = _e2e_tests(spec, base, tokens)
+    first = tests[0]
+    yield {"final": True, "samples": n, "tokens": tokens, "k": s.k, "tests": tests, "tv": first["tv"],
+           "noise": first["noise"], "pvalue": min(1.0, len(tests) * min(t["pvalue"] for t in tests)),
+           "permutations": first["permutations"], "seconds": seconds, "spec": spec, "base": base,
+           "outcomes": first["outcomes"]}
 

@@ -357,7 +357,7 @@ def test_end_to_end_sampling_over_the_cap_is_refused(demo):
     with pytest.raises(AppError, match=r"samples must be in 10\.\.200"):
         client(demo).predict(2000, *args(temperature=1.0), api_name="/e2e")
     result = client(demo).predict(10, *args(temperature=1.0, k=2), api_name="/e2e")
-    assert "10 samples each of 2 tokens" in result
+    assert "10 samples each of 3 tokens (round 1 drafts all k = 2)" in result
 
 
 def test_stop_cancels_the_end_to_end_check_and_frees_the_model(demo, monkeypatch):
@@ -374,7 +374,7 @@ def test_stop_cancels_the_end_to_end_check_and_frees_the_model(demo, monkeypatch
     assert wait_until(lambda: any("Sampling: " in str(o) for o in job.outputs()), 60)
     job.cancel()
     assert wait_until(lambda: len(gate) == 0), "the cancelled check kept the model"
-    assert not any("samples each of 2 tokens" in str(o) for o in job.outputs())
+    assert not any("samples each of 3 tokens" in str(o) for o in job.outputs())
 
 
 # --- fairness: the gate ----------------------------------------------------------------------
@@ -1493,7 +1493,7 @@ def test_the_end_to_end_check_says_how_many_of_its_samples_are_done(demo):
     progress = [out for out in shown if "Sampling:" in out]
     assert progress[0] == "<div class='specviz-lab'>Sampling: 1 of 20 samples…</div>"
     assert progress[-1] == "<div class='specviz-lab'>Sampling: 20 of 20 samples…</div>"
-    assert "10 samples each of 2 tokens" in shown[-1]
+    assert "10 samples each of 3 tokens" in shown[-1]
 
 
 def test_the_k_explorer_replays_the_pages_run_at_its_k(demo):

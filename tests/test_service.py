@@ -127,6 +127,43 @@ def test_the_end_to_end_check_reads_its_prompt_once_and_samples_what_fresh_runs_
     assert result["spec"] == fresh["spec"] and result["base"] == fresh["base"]
 
 
+@pytest.mark.parametrize("proposer", ["draft", "tree"])
+def test_the_end_to_end_check_drafts_all_k_and_tests_every_position(store, monkeypatch, proposer):
+    """Its samples were 2 tokens, so round 1 drafted one token whatever k (the budget caps a
+    round's drafts): no draft past the first, its residual, or the rollback after it was ever in
+    the check. Samples are now k + 1 tokens; the first two tokens' joint histogram and each later
+    token's own are tested, and the verdict takes the smallest p-value times their count."""
+    from specviz import service
+
+    drafted = []
+    generate = service.generate
+
+    def spy(*args, **kwargs):
+        for event in generate(*args, **kwargs):
+            if getattr(event, "round", None) == 1 and event.draft_tokens:  # a chain's k, a tree's depth
+                drafted.append(max((node.depth for node in event.tree), default=event.k))
+            yield event
+
+    monkeypatch.setattr(service, "generate", spy)
+    s = RunSettings(pair="tiny", chat=False, prompt="The dog", temperature=1.0, top_k=3, k=4,
+                    dtype="float32", proposer=proposer)
+    pair = store.get(s)
+    result = sample_continuations(pair, s, 20, tokens=None)
+    # every sample's round 1 drafted all four (a tree: to depth 4 where its bar let it; 2-token
+    # samples capped both at 1)
+    assert result["tokens"] == 5 and max(drafted) == 4 and (proposer == "tree" or set(drafted) == {4})
+    assert [t["what"] for t in result["tests"]] == ["tokens 1-2", "token 3", "token 4", "token 5"]
+    for j, t in enumerate(result["tests"][1:], start=2):  # each later token's histogram, by hand
+        spec, base = (Counter(sample[j] if len(sample) > j else -1 for sample, c in counts.items()
+                              for _ in range(c)) for counts in (result["spec"], result["base"]))
+        assert t["tv"] == pytest.approx(sum(abs(spec[x] - base[x]) for x in set(spec) | set(base)) / 40)
+        assert t["outcomes"] == len(set(spec) | set(base))
+    assert result["pvalue"] == pytest.approx(min(1.0, 4 * min(t["pvalue"] for t in result["tests"])))
+    text = labview.continuations_html(result)
+    assert "20 samples each of 5 tokens (round 1 drafts all k = 4)" in text
+    assert "token 5 TV" in text and "the smallest share of the 4 tests times 4" in text
+
+
 def test_end_to_end_check_with_the_drafter_none_compares_two_runs(store):
     """Both runs are the target alone then; they were stored under one key, so the page showed
     one histogram against itself (TV 0.000) and one time twice."""
