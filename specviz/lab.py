@@ -127,24 +127,6 @@ def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
     return _pearson(expected_cells, observed_cells)
 
 
-def trials_to_show(predicted: torch.Tensor, p: torch.Tensor, bar: float = 1e-3,
-                   most: int = 10**12) -> int | None:
-    """About how many trials show a variant whose exact output is `predicted` [vocab] to differ
-    from p [vocab] at the test's bar: the fewest N whose typical counts, N * predicted, the test
-    (chi_square_pvalue) flags; where predicted puts mass m on tokens p forbids, at most 1 / m (one
-    such draw is expected). None: not within `most` trials."""
-    predicted, p = predicted.double(), p.double()
-    forbidden = float(predicted[p <= 0].sum())
-    cap = min(most, int(1 / forbidden) + 1) if forbidden > 1e-15 else most
-    if chi_square_pvalue(cap * predicted, p) >= bar:
-        return cap if cap < most else None
-    lo, hi = 1, cap  # the typical counts at lo pass, at hi are flagged
-    while hi - lo > max(1, lo // 100):  # to 1%
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if chi_square_pvalue(mid * predicted, p) < bar else (mid, hi)
-    return hi
-
-
 def _pearson(expected: torch.Tensor, observed: torch.Tensor) -> float:
     """Pearson's chi-square p-value of observed [m] against expected [m] counts, m - 1 df."""
     stat = ((observed - expected) ** 2 / expected).sum()
@@ -210,6 +192,61 @@ def two_sample_tv(a: torch.Tensor, b: torch.Tensor, permutations: int = 2_000,
     split = torch.cat(splits)  # [permutations]
     at_least = int((split >= observed - 1e-9).sum())
     return TwoSample(observed, float(split.mean()), (1 + at_least) / (1 + permutations), permutations)
+
+
+@dataclass(frozen=True)
+class JointTwoSample:
+    """Two samples seen through several histograms at once (the end-to-end check's positions),
+    one permutation test for all of them: per histogram its TV, `noise` and own share `pvalues`,
+    and `pvalue`, the share of splits whose largest TV / noise is at least the observed one."""
+    tvs: tuple[float, ...]
+    noises: tuple[float, ...]
+    pvalues: tuple[float, ...]
+    outcomes: tuple[int, ...]  # distinct outcomes of each histogram
+    pvalue: float
+    permutations: int
+
+
+def joint_two_sample_tv(a: torch.Tensor, b: torch.Tensor, permutations: int = 2_000,
+                        seed: int = 0) -> JointTwoSample:
+    """A permutation test of two samples a [n_a, parts] and b [n_b, parts] (each row a sample,
+    each column its outcome in one histogram, any integers): could one distribution have given
+    both? Each split of the pooled rows into groups of a's and b's sizes is as likely as the
+    observed one if so, and every histogram is split by the same rows. The statistic is the largest
+    TV / noise over the histograms, noise being a histogram's mean TV over the splits (a function of
+    the pooled rows, the same for every split: the test stays exact). One test, so its p-value
+    keeps two_sample_tv's floor of 1 / (1 + permutations), where the smallest of `parts` tests'
+    times `parts` (Bonferroni) could not fall below parts / 2001: at k = 4, 0.002, never under the
+    0.001 bar however far apart."""
+    a, b = torch.as_tensor(a, dtype=torch.long), torch.as_tensor(b, dtype=torch.long)
+    n_a, n_b, parts = a.shape[0], b.shape[0], a.shape[1]
+    assert n_a > 0 and n_b > 0 and b.shape[1] == parts >= 1
+    pooled = torch.cat([a, b])  # [n, parts]
+    codes = [pooled[:, j].unique(return_inverse=True) for j in range(parts)]
+    sizes = [len(values) for values, _ in codes]
+    gen, n = torch.Generator().manual_seed(seed), n_a + n_b
+    rows = max(1, 2_000_000 // (n * parts))  # splits at a time: about 50 MB of buffers
+    splits = []  # [r + 1, parts] blocks: the observed split first
+    for start in range(0, permutations + 1, rows):
+        r = min(rows, permutations + 1 - start)
+        order = torch.rand(r, n, generator=gen).argsort(-1)  # [r, n]
+        if start == 0:
+            order[0] = torch.arange(n)  # the observed split: a's rows first
+        block = []
+        for (_, inverse), m in zip(codes, sizes, strict=True):
+            both = inverse.bincount(minlength=m)  # [m]
+            outcomes = inverse[order[:, :n_a]] + m * torch.arange(r)[:, None]  # [r, n_a]
+            count_a = outcomes.flatten().bincount(minlength=r * m).view(r, m)  # [r, m]
+            block.append(0.5 * (count_a.double() / n_a - (both - count_a).double() / n_b).abs().sum(-1))
+        splits.append(torch.stack(block, -1))  # [r, parts]
+    split = torch.cat(splits)  # [1 + permutations, parts]
+    observed, others = split[0], split[1:]
+    noise = others.mean(0)  # [parts]
+    scaled = split / noise.clamp_min(1e-12)  # [1 + permutations, parts]
+    at_least = int((scaled[1:].max(-1).values >= scaled[0].max() - 1e-9).sum())
+    own = ((others >= observed - 1e-9).sum(0) + 1).double() / (1 + permutations)  # [parts]
+    return JointTwoSample(tuple(observed.tolist()), tuple(noise.tolist()), tuple(own.tolist()),
+                          tuple(sizes), (1 + at_least) / (1 + permutations), permutations)
 
 
 def _q_for(variant: str, q: torch.Tensor) -> torch.Tensor:

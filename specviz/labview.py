@@ -283,13 +283,11 @@ def monte_carlo(p, q, labels, n: int, variants, seed: int = 0, tokenizer=None,
     return (_layout(fig, f"Monte Carlo: {n:,} rounds each", "token", "frequency", PAGE_HALF_PX), table)
 
 
-LAB_MAX_TRIALS = 1_000_000  # the trials slider's end (app.py)
-
-
 def _verdict(variant: str, r: lab.CheckResult, p: torch.Tensor) -> str:
     """The test's verdict beside what the closed form says: a wrong variant can be exact for one
     (p, q) (a point-mass q), an exact one is flagged about once in 1,000 seeds, and a small bias
-    can hide in too few trials (about how many show it: lab.trials_to_show)."""
+    can hide in too few trials (a page's million included: 5e-4 in TV on three tokens needs about
+    1.4e7)."""
     p = torch.as_tensor(p, dtype=r.predicted.dtype)
     p = p / p.sum()
     off = lab.tv(r.predicted, p)
@@ -303,11 +301,8 @@ def _verdict(variant: str, r: lab.CheckResult, p: torch.Tensor) -> str:
         wrong = lab.VARIANTS[variant].startswith("wrong")
         # "matches p" unbroken (NBSP): its "p" stood alone on a line, at 375 px and at 1400 px
         return f"matches{NBSP}p: exact for this q" if wrong else f"matches{NBSP}p"
-    needed = lab.trials_to_show(r.predicted, p)
-    show = ("far more trials than any page draws would show it" if needed is None else
-            f"about {needed:,} trials would show it" + (
-                f", more than this page draws ({LAB_MAX_TRIALS:,})" if needed > LAB_MAX_TRIALS else ""))
-    return f"no bias detected at this N (its exact output is {sig3(off)} from p in TV: {show})"
+    return (f"no bias detected at this N (its exact output is {sig3(off)} from p in TV, too little for "
+            "these trials to show: more may, a bias this small can need more than a page draws)")
 
 
 WEAK_NOISE = 0.5  # two exact samplers' mean TV past which the end-to-end check is called weak
@@ -326,20 +321,19 @@ def continuations_html(step: dict) -> str:
                     "top-k for fewer distinct outcomes, or take more samples")
     tests = step.get("tests") or [dict(step, what="tokens 1-2")]
     first, later = tests[0], tests[1:]
-    tokens = step.get("tokens", 2)
-    drafts = f" (round 1 drafts all k = {step['k']})" if "k" in step and tokens == step["k"] + 1 else ""
-    text = (f"<div class='specviz-lab'>{step['samples']} samples each of {tokens} tokens{drafts}, "
-            f"{first['outcomes']} distinct outcomes of the first two. TV distance between the speculative "
-            f"and the target-alone histograms of the first two tokens: <b>{first['tv']:.3f}</b>. Two exact "
-            f"samplers at this N differ by {first['noise']:.3f} on average (the pooled samples split in "
-            f"two at random, {first['permutations']:,} times), and "
+    drafts = f" ({step['drafts']})" if step.get("drafts") else ""
+    text = (f"<div class='specviz-lab'>{step['samples']} samples each of {step.get('tokens', 2)} "
+            f"tokens{drafts}, {first['outcomes']} distinct outcomes of the first two. TV distance between "
+            "the speculative and the target-alone histograms of the first two tokens: "
+            f"<b>{first['tv']:.3f}</b>. Two exact samplers at this N differ by {first['noise']:.3f} on "
+            f"average (the pooled samples split in two at random, {step['permutations']:,} times), and "
             f"{beside(100 * first['pvalue'], 0.1, 3, 'g')}% of the splits differ at least as much")
-    if later:  # each later token's own histogram, and the tests together (Bonferroni)
+    if later:  # each later token's own histogram, and all of them in one test (the verdict's)
         text += ("; each later token's histogram: " + ", ".join(
             f"{t['what']} TV {t['tv']:.3f} (exact samplers {t['noise']:.3f}, "
             f"{beside(100 * t['pvalue'], 0.1, 3, 'g')}%)" for t in later)
-            + f"; the smallest share of the {len(tests)} tests times {len(tests)}: "
-            f"{beside(100 * step['pvalue'], 0.1, 3, 'g')}%")
+            + f". Of the same splits, {beside(100 * step['pvalue'], 0.1, 3, 'g')}% put some histogram "
+            "as far apart, in units of its exact samplers' TV, as the farthest one here")
     return (text + f": {verdict}. Time: {sec['spec']:.1f} s speculative, {sec['base']:.1f} s target "
             "alone.</div>")
 

@@ -32,7 +32,7 @@ from .engine import (
 )
 from .explorer import EXPLORER_PROPOSERS, record
 from .figures import all_figures
-from .lab import two_sample_tv
+from .lab import joint_two_sample_tv
 from .loading import Pair
 from .metrics import RunStats
 from .render import Span, round_spans, to_html
@@ -81,9 +81,9 @@ class View:
         return self.spec is not None and self.spec.is_tree
 
 
-def _over_budget(limits: Limits, what: str) -> str:
+def _over_budget(limits: Limits, what: str, fix: str = "ask for fewer tokens or samples") -> str:
     return (f"Stopped {what} at this deployment's time limit of {limits.max_job_seconds:g} s per job "
-            "(operators: SPECVIZ_MAX_JOB_SECONDS): ask for fewer tokens or samples")
+            f"(operators: SPECVIZ_MAX_JOB_SECONDS): {fix}")
 
 
 
@@ -537,33 +537,49 @@ def check_continuations(s: RunSettings, n: int, limits: Limits) -> None:
                          "tab's settings): at 0 every sample is the same")
 
 
+E2E_MAX_DRAFTS = 4  # the end-to-end check's round 1 drafts at most this many (its GPU time: below)
+E2E_FIX = "take fewer samples, or a smaller k (a sample is min(k, 4) + 1 tokens)"
+
+
 def e2e_tokens(s: RunSettings) -> int:
-    """Tokens a sample of the end-to-end check draws: k + 1, so that round 1 drafts all k (the
-    budget caps a round's drafts: two tokens drafted one, whatever k, and no draft past the first,
-    its residual or the rollback after it, was ever checked), at least 2."""
-    return max(2, s.k + 1)
+    """Tokens a sample of the end-to-end check draws: min(k, E2E_MAX_DRAFTS) + 1, so that round 1
+    may draft that many (the budget caps a round's drafts: two tokens drafted one, whatever k, and
+    no draft past the first, its residual or the rollback after it, was ever checked); 2 for the
+    target alone, which drafts nothing. At most 5 tokens keeps 50 samples' ZeroGPU time within the
+    120 s a day a visitor who is not signed in has (zerogpu.duration)."""
+    return 2 if s.proposer == "none" else min(s.k, E2E_MAX_DRAFTS) + 1
 
 
-def _e2e_tests(spec: Counter, base: Counter, tokens: int) -> list[dict]:
-    """Two-sample tests of the samples (token tuples; one cut short at an EOS reads -1 past it):
-    the joint histogram of the first two tokens, then each later token's own (the joint of all k + 1
-    spreads over too many outcomes to see anything). Each: what, TV, noise, p-value, outcomes."""
-    def histogram(counts: Counter, part) -> Counter:
-        out = Counter()
+def e2e_drafts(s: RunSettings, tokens: int) -> str:
+    """How much round 1 of the check's samples drafts, in words (the page's note)."""
+    if s.proposer == "none":
+        return ""
+    most = tokens - 1
+    every = s.proposer == "draft" and most == s.k  # only the plain draft drafts its budget each round
+    return f"round 1 drafts {'all' if every else 'up to'} {most}" + (
+        "" if most == s.k else f" of k = {s.k}, the check's most")
+
+
+def _e2e_tests(spec: Counter, base: Counter, tokens: int) -> tuple[list[dict], float, int]:
+    """(tests, p-value, permutations) of the samples (token tuples; one cut short at an EOS reads
+    -1 past it), seen as the joint histogram of the first two tokens and each later token's own
+    (the joint of all k + 1 spreads over too many outcomes to see anything), in one permutation test
+    (lab.joint_two_sample_tv). Each test: what, TV, noise, its own p-value, outcomes."""
+    firsts: dict[tuple, int] = {}
+
+    def rows(counts: Counter) -> torch.Tensor:  # [samples, tokens - 1]
+        out = []
         for sample, c in counts.items():
-            out[part(tuple(sample) + (-1,) * (tokens - len(sample)))] += c
-        return out
+            t = tuple(sample) + (-1,) * (tokens - len(sample))
+            out += [[firsts.setdefault(t[:2], len(firsts)), *t[2:]]] * c
+        return torch.tensor(out, dtype=torch.long)
 
-    parts = [("tokens 1-2", lambda t: t[:2])] + [(f"token {j + 1}", lambda t, j=j: t[j])
-                                                  for j in range(2, tokens)]
-    tests = []
-    for what, part in parts:
-        a, b = histogram(spec, part), histogram(base, part)
-        outcomes = list(set(a) | set(b))
-        test = two_sample_tv(torch.tensor([a[x] for x in outcomes]), torch.tensor([b[x] for x in outcomes]))
-        tests.append({"what": what, "tv": test.tv, "noise": test.noise, "pvalue": test.pvalue,
-                      "permutations": test.permutations, "outcomes": len(outcomes)})
-    return tests
+    test = joint_two_sample_tv(rows(spec), rows(base))
+    whats = ["tokens 1-2"] + [f"token {j + 1}" for j in range(2, tokens)]
+    tests = [{"what": what, "tv": tv_, "noise": noise, "pvalue": p, "outcomes": m}
+             for what, tv_, noise, p, m in zip(whats, test.tvs, test.noises, test.pvalues, test.outcomes,
+                                               strict=True)]
+    return tests, test.pvalue, test.permutations
 
 
 def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = None,
@@ -572,7 +588,7 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
     stream: progress dicts {"done", "of"}, then the result {"final": True, histograms, tests, time},
     or {"stopped": message} when the job's time budget runs out; "seconds" maps "spec" and "base"
     to each run's time. "tests" (_e2e_tests) and, of the first (the first two tokens' joint),
-    "tv", "noise" and "outcomes"; "pvalue": the tests' smallest times their count (Bonferroni).
+    "tv", "noise" and "outcomes"; "pvalue": the one permutation test's over all of them.
     ValueError on bad input."""
     limits = limits or Limits()
     tokens = tokens or e2e_tokens(s)
@@ -608,7 +624,7 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
                     events.append(event)
                 elif time.monotonic() > deadline:  # a long prompt, read a pass at a time
                     what = f"the check after {done} of {2 * n} samples (a shorter prompt reads faster)"
-                    yield {"stopped": _over_budget(limits, what), "done": done, "of": 2 * n}
+                    yield {"stopped": _over_budget(limits, what, E2E_FIX), "done": done, "of": 2 * n}
                     return
                 else:
                     yield {"done": done, "of": 2 * n, "method": name}  # Stop acts here too
@@ -617,17 +633,16 @@ def continuations(pair: Pair, s: RunSettings, n: int, limits: Limits | None = No
             c[tuple(RunStats.of(events).tokens)] += 1
             done += 1
             if time.monotonic() > deadline and done < 2 * n:
-                yield {"stopped": _over_budget(limits, f"the check after {done} of {2 * n} samples"),
+                yield {"stopped": _over_budget(limits, f"the check after {done} of {2 * n} samples", E2E_FIX),
                        "done": done, "of": 2 * n}
                 return
             yield {"done": done, "of": 2 * n, "method": name}  # Stop acts at each sample
         if run != "prompt":
             counts[run], seconds[run] = c, time.perf_counter() - start
     spec, base = counts["spec"], counts["base"]
-    tests = _e2e_tests(spec, base, tokens)
+    tests, pvalue, permutations = _e2e_tests(spec, base, tokens)
     first = tests[0]
-    yield {"final": True, "samples": n, "tokens": tokens, "k": s.k, "tests": tests, "tv": first["tv"],
-           "noise": first["noise"], "pvalue": min(1.0, len(tests) * min(t["pvalue"] for t in tests)),
-           "permutations": first["permutations"], "seconds": seconds, "spec": spec, "base": base,
-           "outcomes": first["outcomes"]}
+    yield {"final": True, "samples": n, "tokens": tokens, "drafts": e2e_drafts(s, tokens), "tests": tests,
+           "tv": first["tv"], "noise": first["noise"], "pvalue": pvalue, "permutations": permutations,
+           "seconds": seconds, "spec": spec, "base": base, "outcomes": first["outcomes"]}
 

@@ -39,7 +39,8 @@ GRACE_SECONDS = 10  # of a call's GPU time, left to the worker's CUDA set-up bef
 # Pro 6000 entry of spaces 0.51) to 116 s: within the 120 s a day ZeroGPU grants a visitor who is
 # not signed in (a call asking more than the visitor has left is refused, whatever it would use).
 # A job that may load another pair or dtype first asks LOAD_SECONDS more, and the end-to-end
-# check at 200 samples 100 s: those need a visitor who is signed in.
+# check (samples of min(k, 4) + 1 tokens) at its default 50 samples and k = 4 70 s (105 s scaled),
+# at 200 samples 220 s: those need a visitor who is signed in.
 MAX_NEW_TOKENS = 192
 
 

@@ -357,7 +357,7 @@ def test_end_to_end_sampling_over_the_cap_is_refused(demo):
     with pytest.raises(AppError, match=r"samples must be in 10\.\.200"):
         client(demo).predict(2000, *args(temperature=1.0), api_name="/e2e")
     result = client(demo).predict(10, *args(temperature=1.0, k=2), api_name="/e2e")
-    assert "10 samples each of 3 tokens (round 1 drafts all k = 2)" in result
+    assert "10 samples each of 3 tokens (round 1 drafts all 2)" in result
 
 
 def test_stop_cancels_the_end_to_end_check_and_frees_the_model(demo, monkeypatch):
