@@ -352,6 +352,15 @@ def zerogpu_app(monkeypatch, model_dirs, refuse=None):
     return demo, store, asked, values
 
 
+def stop_while_loading(run, values) -> None:
+    """A run on bfloat16 (another dtype than the worker holds), stopped while it loads."""
+    job = run(None, None, *values(dtype="bfloat16"))
+    for out in job:
+        if str(out[0]).startswith("Loading"):
+            break
+    job.close()  # Stop, while the other dtype loads
+
+
 def test_after_a_stop_the_next_job_asks_for_the_load_its_kept_worker_needs(monkeypatch, model_dirs):
     """Stop closes the job's generator: spaces then lets the worker end the job and keeps it for
     the next call (wrappers.generator_function_wrapper: stop_event, EndResult), holding the pair
@@ -365,11 +374,7 @@ def test_after_a_stop_the_next_job_asks_for_the_load_its_kept_worker_needs(monke
 
     demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
     run = handler(demo, "run")
-    job = run(None, None, *values(dtype="bfloat16"))
-    for out in job:
-        if str(out[0]).startswith("Loading"):
-            break
-    job.close()  # Stop, while the other dtype loads
+    stop_while_loading(run, values)
     end = time.monotonic() + 60
     while not store.is_loaded(RunSettings(pair="tiny", dtype="bfloat16")) and time.monotonic() < end:
         time.sleep(0.05)
@@ -385,11 +390,7 @@ def test_a_run_right_after_a_stop_during_a_load_asks_for_the_rest_of_that_load(m
     stopped after its load ended leaves its pair known."""
     demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
     run = handler(demo, "run")
-    job = run(None, None, *values(dtype="bfloat16"))
-    for out in job:
-        if str(out[0]).startswith("Loading"):
-            break
-    job.close()  # Stop, while the other dtype loads
+    stop_while_loading(run, values)
     assert list(run(None, None, *values(dtype="bfloat16")))[-1][0].startswith("Done")
     assert asked == [zerogpu.duration(4, load=True)] * 2
     job = run(None, None, *values(dtype="bfloat16"))
