@@ -344,7 +344,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
     paused = 0.0  # seconds the caller held the generator between rounds: not the run's time
     drafter_lm = getattr(drafter, "lm", None)
     prefill = {"draft": 0.0, "target": 0.0}  # each model's seconds reading a long prompt
-    for name, lm in (("draft", getattr(drafter, "lm", None)), ("target", target)):
+    for name, lm in (("draft", drafter_lm), ("target", target)):
         if lm is None:  # the n-gram rule, the target alone, a caller's own drafter
             continue
         before, captured = lm.seconds, capture_seconds(lm)

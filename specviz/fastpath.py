@@ -120,8 +120,10 @@ class GraphedStep:
                 start = self._synced(input_ids.device)
                 try:
                     self.graphs[key] = self._capture(model, cache, input_ids, last, refine, kv, tree)
-                finally:
-                    self.capture_seconds += self._synced(input_ids.device) - start
+                finally:  # after a failed capture, its own error is the one to raise
+                    with contextlib.suppress(RuntimeError):
+                        self._synced(input_ids.device)
+                    self.capture_seconds += time.perf_counter() - start
             replay, inputs, out = self.graphs[key]
             inputs["input_ids"].copy_(input_ids)
             for name, t in tree.items():
