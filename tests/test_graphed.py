@@ -219,6 +219,29 @@ def test_the_graphed_path_never_marks_inductors_graph_tree_steps(graphed_pair, m
     assert sum(len(e.new_tokens) for e in events) == 8 and target.compiled_passes > 0 and marks == []
 
 
+def test_a_failed_capture_raises_its_own_error_not_the_timers(monkeypatch):
+    """The capture timer syncs the device when a capture ends; after a failed one on CUDA that sync
+    can raise an error of its own, which replaced the capture's (an out-of-memory capture is served
+    eager with its graphs kept only if its own error is the one CachedLM sees)."""
+    calls = []
+
+    def synced(device):
+        calls.append(device)
+        if len(calls) > 1:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return 0.0
+
+    def capture(self, *args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(GraphedStep, "_synced", staticmethod(synced))
+    monkeypatch.setattr(GraphedStep, "_capture", capture)
+    step = GraphedStep()
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory"):
+        step(None, None, torch.zeros(1, 1, dtype=torch.long), 1, False)
+    assert len(calls) == 2 and step.capture_seconds > 0 and step.graphs == {}
+
+
 def test_steps_are_checked_and_graphs_need_a_device_that_captures_them(pair, monkeypatch):
     with pytest.raises(ValueError, match="steps must be None, 'compiled' or 'graphs', got 'graph'"):
         CachedLM(pair.target, pair.vocab_size, cache="static", steps="graph", max_len=64)
