@@ -159,42 +159,6 @@ def _grouped(expected: torch.Tensor, observed: torch.Tensor,
 
 
 @dataclass(frozen=True)
-class TwoSample:
-    """Two histograms over the same outcomes, and what sampling noise alone makes of their TV."""
-    tv: float  # TV between the two empirical distributions
-    noise: float  # the mean TV when the pooled samples are split at random into two of these sizes
-    pvalue: float  # the share of such splits whose TV is at least `tv` (counting the observed one)
-    permutations: int
-
-
-def two_sample_tv(a: torch.Tensor, b: torch.Tensor, permutations: int = 2_000,
-                  seed: int = 0) -> TwoSample:
-    """A permutation test of counts a [m] and b [m] (the same m outcomes): could one distribution
-    have given both? If it did, the samples are exchangeable, so every split of the pooled samples
-    into groups of a's and b's sizes is as likely as the observed one; `noise` is their mean TV and
-    `pvalue` the chance of one at least as far apart. (A fixed rule of thumb such as √(m/N) is off
-    by a factor that depends on the distribution: about 0.56 for a uniform one.)"""
-    a, b = torch.as_tensor(a, dtype=torch.long), torch.as_tensor(b, dtype=torch.long)
-    n_a, n_b, m = int(a.sum()), int(b.sum()), len(a)
-    assert n_a > 0 and n_b > 0 and len(b) == m
-    observed = tv(a.double() / n_a, b.double() / n_b)
-    both = a + b  # [m]: every split's two groups together
-    pooled = torch.repeat_interleave(torch.arange(m), both)  # [n_a + n_b] outcome of each sample
-    gen, splits = torch.Generator().manual_seed(seed), []
-    rows = max(1, 2_000_000 // (n_a + n_b))  # permutations at a time: about 50 MB of buffers
-    for start in range(0, permutations, rows):
-        r = min(rows, permutations - start)
-        order = torch.rand(r, n_a + n_b, generator=gen).argsort(-1)  # [r, n_a + n_b]
-        outcomes = pooled[order[:, :n_a]] + m * torch.arange(r)[:, None]  # [r, n_a]: row i's at i*m..
-        count_a = outcomes.flatten().bincount(minlength=r * m).view(r, m)  # [r, m]
-        count_b = both - count_a  # [r, m]: the rest of each split
-        splits.append(0.5 * (count_a.double() / n_a - count_b.double() / n_b).abs().sum(-1))  # [r]
-    split = torch.cat(splits)  # [permutations]
-    at_least = int((split >= observed - 1e-9).sum())
-    return TwoSample(observed, float(split.mean()), (1 + at_least) / (1 + permutations), permutations)
-
-
-@dataclass(frozen=True)
 class JointTwoSample:
     """Two samples seen through several histograms at once (the end-to-end check's positions),
     one permutation test for all of them: per histogram its TV, `noise` and own share `pvalues`,
@@ -214,10 +178,11 @@ def joint_two_sample_tv(a: torch.Tensor, b: torch.Tensor, permutations: int = 2_
     both? Each split of the pooled rows into groups of a's and b's sizes is as likely as the
     observed one if so, and every histogram is split by the same rows. The statistic is the largest
     TV / noise over the histograms, noise being a histogram's mean TV over the splits (a function of
-    the pooled rows, the same for every split: the test stays exact). One test, so its p-value
-    keeps two_sample_tv's floor of 1 / (1 + permutations), where the smallest of `parts` tests'
-    times `parts` (Bonferroni) could not fall below parts / 2001: at k = 4, 0.002, never under the
-    0.001 bar however far apart."""
+    the pooled rows, the same for every split: the test stays exact). One test, so its p-value's
+    floor is 1 / (1 + permutations), where the smallest of `parts` tests' times `parts`
+    (Bonferroni) could not fall below parts / 2001: at k = 4, 0.002, never under the 0.001 bar
+    however far apart. (A fixed rule of thumb for the noise, such as √(m/N), is off by a factor
+    that depends on the distribution: about 0.56 for a uniform one.)"""
     a, b = torch.as_tensor(a, dtype=torch.long), torch.as_tensor(b, dtype=torch.long)
     n_a, n_b, parts = a.shape[0], b.shape[0], a.shape[1]
     assert n_a > 0 and n_b > 0 and b.shape[1] == parts >= 1
