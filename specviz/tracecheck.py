@@ -67,7 +67,8 @@ PROB_SLACK = 1e-6  # float32 rounding above 1.0 in a probability
 
 def ngram_replayable(prompt: int, output: int, ngram: int) -> bool:
     """Whether an n-gram recording of `output` tokens after a `prompt`-token prompt, at n-gram
-    size `ngram`, is within both replay bounds (a run past them records none: it would not open)."""
+    size `ngram`, is within both replay bounds (a run past them records none: it would not open;
+    _recording refuses each bound with its own message)."""
     return output * (prompt + output) <= MAX_NGRAM_REPLAY and (prompt + output) * ngram <= MAX_NGRAM_INDEX
 MODEL_DTYPES = ("float32", "bfloat16", "float16", "float64")
 SOURCES = PROPOSERS  # which drafter proposed a round ("draft", "ngram", "none", "adaptive", ...)
@@ -308,7 +309,7 @@ def _recording(d, prompt_ids: list[int], tokens: list[int], vocab: int) -> Recor
         u.fail("recording.output", "must equal the tokens the events committed")
     n, draft = len(output), d["proposer"] == "draft"
     guesses = u.ids(d["guesses"], "recording.guesses", vocab, n if draft else 0, n)
-    if not draft and not ngram_replayable(len(prompt_ids), n, 1):
+    if not draft and n * (len(prompt_ids) + n) > MAX_NGRAM_REPLAY:  # (ngram_replayable's first bound)
         u.fail("recording", f"is an n-gram recording too long to replay: output tokens × (prompt + "
                            f"output) must be at most {MAX_NGRAM_REPLAY} (set recording to null to "
                            "open the rest)")
@@ -316,7 +317,7 @@ def _recording(d, prompt_ids: list[int], tokens: list[int], vocab: int) -> Recor
                for name in ("draft_pass_seconds", "target_pass_seconds")}
     max_new = u.integer(d["max_new_tokens"], "recording.max_new_tokens", max(n, 1), MAX_NEW_TOKENS)
     ngram = u.integer(d.get("ngram_size", 3), "recording.ngram_size", 1, 16)
-    if not draft and not ngram_replayable(len(prompt_ids), n, ngram):
+    if not draft and (len(prompt_ids) + n) * ngram > MAX_NGRAM_INDEX:  # (and its second)
         u.fail("recording", f"is an n-gram recording too long to replay: (prompt + output tokens) × "
                            f"ngram_size must be at most {MAX_NGRAM_INDEX} (set recording to null to "
                            "open the rest)")
