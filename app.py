@@ -852,7 +852,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             if kind == "lab":  # a round's context read, one pass a model, and the sampling
                 return zerogpu.LAB_SECONDS
             s = args[0]
-            if kind == "e2e":  # n samples of k + 1 tokens, speculative and alone
+            if kind == "e2e":  # n samples of min(k, 4) + 1 tokens (e2e_tokens), speculative and alone
                 return zerogpu.duration(e2e_tokens(s) * args[1], load=load)
             return zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2, load=load)
 
