@@ -149,9 +149,9 @@ def test_the_end_to_end_check_drafts_all_k_and_tests_every_position(store, monke
                     dtype="float32", proposer=proposer)
     pair = store.get(s)
     result = sample_continuations(pair, s, 20, tokens=None)
-    # every sample's round 1 drafted all four (a tree: to depth 4 where its bar let it; 2-token
-    # samples capped both at 1)
-    assert result["tokens"] == 5 and max(drafted) == 4 and (proposer == "tree" or set(drafted) == {4})
+    # every sample's round 1 drafted all four; a tree grows as deep as its bar lets it, which the
+    # verify line other runs measured moves (2-token samples capped both at 1)
+    assert result["tokens"] == 5 and (set(drafted) == {4} if proposer == "draft" else 2 <= max(drafted) <= 4)
     assert [t["what"] for t in result["tests"]] == ["tokens 1-2", "token 3", "token 4", "token 5"]
     for j, t in enumerate(result["tests"][1:], start=2):  # each later token's histogram, by hand
         spec, base = (Counter(sample[j] if len(sample) > j else -1 for sample, c in counts.items()
