@@ -343,10 +343,11 @@ def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS
     "extrapolated" where k + 1 is wider than any pass the path measured (PathCosts.target_seconds).
 
     n-gram rounds cost no draft pass and verify up to k+1 tokens (fewer when the lookup finds a
-    shorter match): on an eager path C_T(k+1) is the upper bound, so its speedup is a lower bound;
-    on a compiled path the engine pads those shorter verifies to k+1, so C_T(k+1) is every round's
-    price. A path without a draft cost has no draft-model rows (priced at no draft time they
-    would overstate it)."""
+    shorter match, 1 when it finds none): C_T(k+1) is the upper bound of a round's price on any
+    path (a compiled path pads a shorter drafted verify to k+1, but a round that drafted nothing is
+    a 1-token pass: 18-67% of the n-gram rounds in this repo's benches), so its speedup is a lower
+    bound (at 18% such rounds on the H200 profile, about 1.29x where the row says 1.26x). A path
+    without a draft cost has no draft-model rows (priced at no draft time they would overstate it)."""
     costs = profile.path(path)
     alone = costs.target_seconds(1)
     widest = max(w for w, _ in costs.target_ms)
