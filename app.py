@@ -48,6 +48,7 @@ from specviz.lm import out_of_memory
 from specviz.loading import check_device, default_device
 from specviz.render import legend_html
 from specviz.service import (
+    E2E_MAX_DRAFTS,
     Sides,
     View,
     check_continuations,
@@ -511,8 +512,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 with gr.Accordion(e2e_title, open=False):
                     e2e_n = gr.Slider(10, limits.max_samples, value=min(50, limits.max_samples), step=10,
                                       label="samples per method")
-                    e2e_btn = gr.Button("Sample short continuations (min(k, 4) + 1 tokens), speculative and "
-                                        "target alone")
+                    e2e_btn = gr.Button(f"Sample short continuations (min(k, {E2E_MAX_DRAFTS}) + 1 tokens), "
+                                        "speculative and target alone")
                     e2e_out = gr.HTML(elem_id="e2e-out")
             with gr.Tab("k explorer") as explorer_tab:
                 gr.Markdown(EXPLORER_INTRO)

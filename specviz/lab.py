@@ -187,8 +187,9 @@ def joint_two_sample_tv(a: torch.Tensor, b: torch.Tensor, permutations: int = 2_
     n_a, n_b, parts = a.shape[0], b.shape[0], a.shape[1]
     assert n_a > 0 and n_b > 0 and b.shape[1] == parts >= 1
     pooled = torch.cat([a, b])  # [n, parts]
-    codes = [pooled[:, j].unique(return_inverse=True) for j in range(parts)]
-    sizes = [len(values) for values, _ in codes]
+    inverses = [pooled[:, j].unique(return_inverse=True)[1] for j in range(parts)]  # [n] each
+    totals = [inverse.bincount() for inverse in inverses]  # [m] each: both groups of any split
+    sizes = [len(total) for total in totals]
     gen, n = torch.Generator().manual_seed(seed), n_a + n_b
     rows = max(1, 2_000_000 // (n * parts))  # splits at a time: about 50 MB of buffers
     splits = []  # [r + 1, parts] blocks: the observed split first
@@ -198,8 +199,7 @@ def joint_two_sample_tv(a: torch.Tensor, b: torch.Tensor, permutations: int = 2_
         if start == 0:
             order[0] = torch.arange(n)  # the observed split: a's rows first
         block = []
-        for (_, inverse), m in zip(codes, sizes, strict=True):
-            both = inverse.bincount(minlength=m)  # [m]
+        for inverse, both, m in zip(inverses, totals, sizes, strict=True):
             outcomes = inverse[order[:, :n_a]] + m * torch.arange(r)[:, None]  # [r, n_a]
             count_a = outcomes.flatten().bincount(minlength=r * m).view(r, m)  # [r, m]
             block.append(0.5 * (count_a.double() / n_a - (both - count_a).double() / n_b).abs().sum(-1))

@@ -538,7 +538,7 @@ def check_continuations(s: RunSettings, n: int, limits: Limits) -> None:
 
 
 E2E_MAX_DRAFTS = 4  # the end-to-end check's round 1 drafts at most this many (its GPU time: below)
-E2E_FIX = "take fewer samples, or a smaller k (a sample is min(k, 4) + 1 tokens)"
+E2E_FIX = f"take fewer samples, or a smaller k (a sample is min(k, {E2E_MAX_DRAFTS}) + 1 tokens)"
 
 
 def e2e_tokens(s: RunSettings) -> int:

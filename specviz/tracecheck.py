@@ -63,6 +63,8 @@ MAX_NGRAM_REPLAY = 2 * 512 * (2048 + 512)
 # len(output)) * ngram_size entries, bounded at twice the app's largest context at size 16.
 MAX_NGRAM_INDEX = 2 * (2048 + 512) * 16
 PROB_SLACK = 1e-6  # float32 rounding above 1.0 in a probability
+MODEL_DTYPES = ("float32", "bfloat16", "float16", "float64")
+SOURCES = PROPOSERS  # which drafter proposed a round ("draft", "ngram", "none", "adaptive", ...)
 
 
 def ngram_replayable(prompt: int, output: int, ngram: int) -> bool:
@@ -70,8 +72,6 @@ def ngram_replayable(prompt: int, output: int, ngram: int) -> bool:
     size `ngram`, is within both replay bounds (a run past them records none: it would not open;
     _recording refuses each bound with its own message)."""
     return output * (prompt + output) <= MAX_NGRAM_REPLAY and (prompt + output) * ngram <= MAX_NGRAM_INDEX
-MODEL_DTYPES = ("float32", "bfloat16", "float16", "float64")
-SOURCES = PROPOSERS  # which drafter proposed a round ("draft", "ngram", "none", "adaptive", ...)
 
 
 _EVENT_FIELDS = [f.name for f in fields(RoundEvent)]
