@@ -333,21 +333,27 @@ def extrapolated(run, profile: Profile, path: str = "fast") -> bool:
 # prompts, 2 repeats, 64 tokens, prefill pass counted) of docs/bench-cpu-2026-11-30.json,
 # summary["specviz:<drafter>"]["all"]["tokens_per_pass"]. They depend on the models and the
 # text, not the hardware, so a GPU run of the same pair drafts alike. (The specviz draft rows ran
-# an int4 draft; transformers' bf16 draft reached 3.93 at k=4 against 3.90.)
+# an int4 draft; transformers' bf16 draft reached 3.93 at k=4 against 3.90.) The n-gram row is
+# the first bench that kept each run's verify widths, docs/bench-hf-cpu-2026-12-07.json (8 chat
+# prompts, 64 tokens): 453 tokens in 311 passes (the 2026-11-30 bench reached 1.4675).
 CPU_TOKENS_PER_PASS = {"draft-1": 1.8745, "draft-2": 2.6199, "draft-3": 3.2701, "draft-4": 3.8957,
-                       "draft-6": 5.0337, "draft-8": 6.0541, "ngram-8": 1.4675}
+                       "draft-6": 5.0337, "draft-8": 6.0541, "ngram-8": 453 / 311}
+
+# An n-gram round verifies what its lookup found, from nothing (a 1-token pass) to k: its target
+# passes by width, summed over the records["widths"] of specviz:ngram-8 in the same file.
+CPU_ROUND_WIDTHS = {"ngram-8": {1: 66, 2: 11, 3: 17, 4: 14, 5: 25, 6: 22, 7: 31, 8: 16, 9: 109}}
 
 
-def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS_PER_PASS) -> list[dict]:
+def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS_PER_PASS,
+               widths: dict[str, dict[int, int]] = CPU_ROUND_WIDTHS) -> list[dict]:
     """Per drafter: time per token (k * C_D + C_T(k+1)) / T(k) and the speedup over C_T(1);
-    "extrapolated" where k + 1 is wider than any pass the path measured (PathCosts.target_seconds).
+    "extrapolated" where a pass is wider than any the path measured (PathCosts.target_seconds).
 
-    n-gram rounds cost no draft pass and verify up to k+1 tokens (fewer when the lookup finds a
-    shorter match, 1 when it finds none): C_T(k+1) is the upper bound of a round's price on any
-    path (a compiled path pads a shorter drafted verify to k+1, but a round that drafted nothing is
-    a 1-token pass: 18-67% of the n-gram rounds in this repo's benches), so its speedup is a lower
-    bound (at 18% such rounds on the H200 profile, about 1.29x where the row says 1.26x). A path
-    without a draft cost has no draft-model rows (priced at no draft time they would overstate it)."""
+    A drafter with measured round widths (the n-gram's: no draft pass, and a verify of whatever its
+    lookup found) is priced per width instead: the mean of C_T over its passes, each fed as the
+    path feeds it (`fed`: a compiled path pads 2..k tokens to k + 1, a round that drafted nothing
+    stays a 1-token pass). A path without a draft cost has no draft-model rows (priced at no draft
+    time they would overstate it)."""
     costs = profile.path(path)
     alone = costs.target_seconds(1)
     widest = max(w for w, _ in costs.target_ms)
@@ -358,8 +364,12 @@ def projection(profile: Profile, path: str, rates: dict[str, float] = CPU_TOKENS
         if model and costs.draft_seconds is None:
             continue
         draft = k * costs.draft_seconds if model else 0.0
-        per_token = (draft + costs.target_seconds(k + 1)) / tokens
+        passes = Passes(0, widths.get(drafter) or {k + 1: 1}, k=k)
+        fed_widths = {w: fed(w, passes, costs.compiled) for w in passes.widths}
+        verify = sum(n * costs.target_seconds(fed_widths[w]) for w, n in passes.widths.items())
+        verify /= passes.target  # the mean target pass
+        per_token = (draft + verify) / tokens
         rows.append({"drafter": drafter, "k": k, "tokens_per_pass": tokens, "ms_per_token": per_token * 1e3,
                      "tokens_per_second": 1 / per_token, "speedup": alone / per_token,
-                     "extrapolated": k + 1 > widest})  # C_T(k+1) past the widest pass measured
+                     "extrapolated": max(fed_widths.values()) > widest})  # priced past the widest measured
     return rows

@@ -3,6 +3,7 @@
 import copy
 import json
 import math
+from collections import Counter
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -138,18 +139,47 @@ def test_projection_table_per_drafter_matches_a_hand_computation():
     t4 = profiles.CPU_TOKENS_PER_PASS["draft-4"]
     assert math.isclose(rows["draft-4"]["ms_per_token"], (4 * 2 + 18) / t4)
     assert math.isclose(rows["draft-4"]["speedup"], 10 / ((4 * 2 + 18) / t4))
-    ngram = profiles.CPU_TOKENS_PER_PASS["ngram-8"]
-    assert math.isclose(rows["ngram-8"]["ms_per_token"], (18 + 4 * 2) / ngram)  # C_T(9), no draft
+    # the n-gram's 311 passes at their own widths (sum of widths 1778), C_T(w) = 8 + 2w, 453 tokens
+    assert math.isclose(rows["ngram-8"]["ms_per_token"], (8 * 311 + 2 * 1778) / 453)
     # no C_D measured on the fast path: no draft-model rows (priced at no draft time, draft-4 read
     # 3.9x there); the n-gram's, which needs no draft pass, stays: C_T(9) = C_T(1) = 1 ms
     fast = {r["drafter"]: r for r in profiles.projection(profile(), "fast")}
-    assert list(fast) == ["ngram-8"] and math.isclose(fast["ngram-8"]["speedup"], ngram)
+    assert list(fast) == ["ngram-8"] and math.isclose(fast["ngram-8"]["speedup"], 453 / 311)
+
+
+def test_an_ngram_row_prices_each_round_at_the_width_the_path_feeds():
+    """A round whose lookup found nothing is a 1-token pass, on a compiled path too: priced at
+    C_T(k+1) every round, the H200's n-gram row read 1.26x where its rounds give 1.29x."""
+    raw = copy.deepcopy(PROFILE)
+    raw["paths"]["fast"].update(target_ms={"1": 1.0, "9": 2.0})  # C_T(w) = 1 + (w - 1) / 8 ms
+    costs = profiles.load(raw)
+    widths = {"ngram-8": {1: 2, 3: 1, 9: 1}}  # 4 passes: two found nothing, one found 2, one 8
+    tokens = {"ngram-8": 2.0}  # 8 tokens
+    fast = profiles.projection(costs, "fast", tokens, widths)[0]
+    assert math.isclose(fast["ms_per_token"], (2 * 1.0 + 2 * 2.0) / 8)  # the 3 padded to 9
+    assert math.isclose(fast["speedup"], 8 / 6) and not fast["extrapolated"]
+    eager = profiles.projection(costs, "eager", tokens, widths)[0]  # each at its own width
+    assert math.isclose(eager["ms_per_token"], (2 * 10 + 14 + 26) / 8) and eager["extrapolated"]
+    plain = profiles.projection(costs, "fast", tokens, {})[0]  # no widths: every round C_T(k+1)
+    assert math.isclose(plain["ms_per_token"], 2.0 / 2.0)
 
 
 def test_tokens_per_pass_are_the_shipped_cpu_benchmarks():
-    data = json.loads((profiles.SHIPPED.parent.parent / "docs" / "bench-cpu-2026-11-30.json").read_text())
+    docs = profiles.SHIPPED.parent.parent / "docs"
+    data = json.loads((docs / "bench-cpu-2026-11-30.json").read_text())
     for drafter, tokens in profiles.CPU_TOKENS_PER_PASS.items():
-        assert abs(data["summary"][f"specviz:{drafter}"]["all"]["tokens_per_pass"] - tokens) < 1e-4
+        if drafter not in profiles.CPU_ROUND_WIDTHS:
+            assert abs(data["summary"][f"specviz:{drafter}"]["all"]["tokens_per_pass"] - tokens) < 1e-4
+    data = json.loads((docs / "bench-hf-cpu-2026-12-07.json").read_text())
+    for drafter, widths in profiles.CPU_ROUND_WIDTHS.items():
+        records = [r for r in data["records"] if r["method"] == f"specviz:{drafter}"]
+        summed = Counter()
+        for r in records:
+            summed.update({int(w): n for w, n in r["widths"].items()})
+        assert len(records) == 8 and dict(summed) == widths
+        per_pass = sum(r["tokens"] for r in records) / summed.total()
+        assert math.isclose(profiles.CPU_TOKENS_PER_PASS[drafter], per_pass)
+        assert math.isclose(data["summary"][f"specviz:{drafter}"]["all"]["tokens_per_pass"], per_pass)
 
 
 def test_profile_round_trips_through_a_file(tmp_path):
