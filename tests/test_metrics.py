@@ -367,6 +367,33 @@ def test_a_run_of_varying_k_is_plotted_at_its_mean_k():
     assert spec.fixed_k is None and run([]).fixed_k is None
 
 
+def test_a_run_of_varying_k_gets_the_break_even_of_its_own_rounds():
+    """The curve at the mean k prices every round at that many drafts; a round that drafted nothing
+    is a one-token pass. Rounds of 0, 2 and 8 n-gram drafts (mean 10/3) at T0 = 1 s, a drafted
+    pass 1.7 s + 0.05 s a draft: the run's bar is (2 * 1 + 2 * 1.8 + 2 * 2.1) / 6 = 1.633, where the
+    curve says 1.867 at the mean, above the run's 1.833 tokens a pass though it is 1.12x faster."""
+    from specviz.figures import k_prediction
+
+    pattern = [(0, 0), (2, 2), (8, 0), (0, 0), (2, 1), (8, 2)] * 3
+    events, position = [], 0
+    for i, (k, accepted) in enumerate(pattern, 1):
+        seconds = 5.0 if i == 1 else 1.0 if k == 0 else 1.7 + 0.05 * k  # round 1 reads the prompt
+        events.append(dataclasses.replace(round_(i, position, k, accepted), source="ngram", draft_passes=0,
+                                          target_seconds=seconds, round_seconds=seconds))
+        position += accepted + 1
+    spec = RunStats.of(events)
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), source="none", target_seconds=1.0)
+                        for i in range(1, 40)])
+    assert target_line(spec, base) == pytest.approx((1.0, 0.7, 0.05))
+    names = {t.name: t for t in k_prediction(spec, base=base).data}
+    bar = names["break-even for its rounds' k"]
+    assert (bar.x[0], bar.y[0]) == (pytest.approx(10 / 3), pytest.approx((2 + 3.6 + 4.2) / 6))
+    assert names["this run (k varies by round: mean 3.3)"].y[0] == pytest.approx(33 / 18)
+    curve = next(t for t in k_prediction(spec, base=base).data if t.name.startswith("break-even 1 + Δ"))
+    assert curve.y[2] == pytest.approx(1 + 0.7 + 3 * 0.05)  # k=3: the line's own, unchanged
+    assert "break-even for its rounds' k" not in {t.name for t in k_prediction(run([(4, 4), (4, 1)])).data}
+
+
 def test_a_budget_cut_chain_that_ends_on_eos_before_the_budget_is_still_fixed_k():
     def ended(pattern, stop):
         events = run(pattern).events
