@@ -156,9 +156,11 @@ class RunStats:
     def nodes_per_round(self) -> str:
         """A tree run's nodes verified a tree round, and a target pass where some round verified
         none (the budget's last round, a draft that could not read the context): "6.0 a tree
-        round, 5.0 a target pass"."""
+        round, 5.0 a target pass"; "no tree verified" where no round verified one."""
         trees = sum(bool(e.tree) for e in self.events)
-        per_tree = f"{self.nodes_verified / max(trees, 1):.1f} a tree round"
+        if not trees:
+            return "no tree verified"
+        per_tree = f"{self.nodes_verified / trees:.1f} a tree round"
         if trees == len(self.events):
             return per_tree
         return f"{per_tree}, {self.nodes_verified / max(len(self.events), 1):.1f} a target pass"
