@@ -678,7 +678,12 @@ def test_an_event_with_too_much_text_is_refused_before_gradio_keeps_it():
     cheap events with 1 MB values held 5.5 MiB a page (1.3 GiB from four addresses in 91 s)."""
     from specviz.hooks import scan
 
-    assert scan(["ab", {"k": "cd", "path": "/tmp/x"}, [["e"]], 5, None]) == (False, 2 + 1 + 2 + 4 + 6 + 1)
+    assert scan(["ab", {"k": "cd", "path": "/tmp/x"}, [["e"]], None]) == (False, 2 + 1 + 2 + 4 + 6 + 1)
+    # numbers at their digits: Gradio keeps them as it keeps text, and JSON parses 4,300-digit ints
+    assert scan([5, True, 0, 1.5, 10**15, -(10**15)]) == (False, 1 + 1 + 1 + 24 + 16 + 16)
+    for n in (9, 10, 99, 100, 2**64, 10**300, 10**4299 - 1, -(10**4299)):
+        assert scan([n])[1] in (len(str(abs(n))), len(str(abs(n))) + 1), n
+    assert scan([10**4299] * 225)[1] > 900_000  # 968 KB of body held 440 KB a page, as 0 characters
     assert scan([{"path": "http://x"}])[0]
 
 

@@ -170,6 +170,9 @@ def test_every_model_endpoint_gives_a_clean_error_for_hostile_values_and_keeps_s
     # text past four prompts' worth is refused before Gradio keeps it in the page's state
     r = httpx.post(f"{demo.url}gradio_api/call/run", json={"data": args(prompt="x" * 100_000)}, timeout=10)
     assert r.status_code == 400 and "too much text in one call: at most 32384" in r.json()["detail"]
+    huge = [[10**4299] * 10] * 10  # 100 of the longest ints JSON parses: 430 K characters of digits
+    r = httpx.post(f"{demo.url}gradio_api/call/run", json={"data": args(k=huge)}, timeout=10)
+    assert r.status_code == 400 and "a number counts its digits" in r.json()["detail"]
     for source, trials, bad, message in lab:
         variants = "exact" if bad == "variants" else ["exact"]
         round_number = math.nan if bad == "round" else 1

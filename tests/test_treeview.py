@@ -414,7 +414,7 @@ def test_a_tree_run_that_verified_no_tree_shows_its_round_not_the_chain_note(pai
     round_view, overview = treeview.tree_views(events, token_text(pair.tokenizer))
     assert "Round 1 of 1</b> drafted nothing (only the target's token fitted the budget)" in round_view
     assert "Token trees appear" not in round_view and "0 nodes" in overview and "of the nodes" not in overview
-    assert "0 nodes (no tree verified)" in overview and "a tree round" not in overview  # not "0.0 a tree round"
+    assert "0 nodes (no tree verified)" in overview and "a tree round" not in overview  # no "0.0" mean
     middle = replace(events[0], stop=None)  # a round that drafted nothing with tokens still to come
     shown = treeview.round_html(middle, token_text(pair.tokenizer))
     assert "(no node was worth its verify cost, the draft cannot read a token of the context)" in shown
