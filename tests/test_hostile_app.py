@@ -1637,3 +1637,20 @@ def test_an_error_that_echoes_a_visitors_text_obeys_none_of_its_controls():
     assert error.message == "GGUF file a⟨U+202E⟩fudg.exe does not exist: check the path"
     said = "⚠ GGUF file a\u202efudg.exe does not exist: check the path"
     assert app.error_outputs(error, 1) == markdown_text(said)  # the status, as before
+
+
+def test_the_example_loader_refuses_what_is_not_an_example_and_logs_nothing(demo, capfd):
+    """Gradio's `/run/load_example` runs outside the queue and indexed the list with what a call
+    sent: each of these gave a 500 and a 2.3 KB traceback in the server's log."""
+    import httpx
+
+    import app
+
+    url = f"{demo.url}gradio_api/run/load_example"
+    capfd.readouterr()
+    for data in ([None], ["x"], [10**9], [len(app.EXAMPLES)], [-1], [True], [{"a": 1}], [1e308], [[0]]):
+        r = httpx.post(url, json={"data": data}, timeout=10)
+        assert r.status_code == 500 and "pick one of the" in r.text, (data, r.text)
+    assert "Traceback" not in capfd.readouterr().err
+    r = httpx.post(url, json={"data": [1]}, timeout=10)
+    assert r.status_code == 200 and r.json()["data"][0]["value"] == app.EXAMPLES[1]["prompt"]
