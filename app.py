@@ -205,7 +205,10 @@ def launch_options(demo: gr.Blocks) -> dict:
                        # a page holds two streams (heartbeat, results) and a few short requests
                        max_open=OPEN_PER_PAGE * demo.specviz.pages.per_address,
                        max_open_network=OPEN_PER_PAGE * demo.specviz.pages.per_network,
-                       beating=getattr(demo.specviz, "beating", None))  # open pages: Tidy keeps them
+                       beating=getattr(demo.specviz, "beating", None),  # open pages: Tidy keeps them
+                       # /call/v2/<name> looks the name up among the API page's: the public events
+                       endpoints=frozenset(f.api_name for f in demo.fns.values()
+                                           if f.api_name and f.api_visibility == "public"))
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests

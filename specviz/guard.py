@@ -37,6 +37,8 @@ _CLOSED = re.compile(  # Gradio routes this app does not use
 # there was two errors in the visitor's console on every trace opened: it is told at once that
 # the upload is done (the page then closes the stream; the upload's own answer says the rest)
 _UPLOAD_PROGRESS = re.compile(r"/gradio_api/upload_progress/?$")
+_CALL_V2 = re.compile(r"/gradio_api/call/v2/([^/]+)/?$")  # API docs' curl: a named event's call
+NO_SUCH_ENDPOINT = "no such endpoint in this app: call one the API page lists (see 'Use via API')"
 UPLOAD_DONE = b'data: {"msg": "done"}\n\n'
 _HEARTBEAT = re.compile(r"/gradio_api/heartbeat/([^/]+)/?$")
 _FETCH = re.compile(r"/gradio_api/(file=|file/|proxy=)[A-Za-z][A-Za-z0-9+.-]*:")  # ...=https://
@@ -159,7 +161,9 @@ class RequestGuard:
       running event (`POST /stream/...`: this app has no streaming inputs), or that the app does
       not use are refused: `deep_link` wrote a page's whole state to disk, never cleaned;
       `dev/reload` streams poll every 50 ms for ever (4,000 of them slowed a page load 40-fold);
-      the run history acts with the host's hub token for requests that look local.
+      the run history acts with the host's hub token for requests that look local. A call to
+      `/call/v2/<name>` (the API page's curl) must name one of `endpoints`: Gradio looked an
+      unknown name up with a KeyError, a 2.9 KB traceback in the log per call.
     - A heartbeat names a session, so it counts as one of its address's `pages` (on leaving, it
       runs the page's unload outside the queue); so does the session hash of a body posted to
       `/call/<api>`, `/run/<api>` or `/api/<api>`, whose page state Gradio makes before the queue
@@ -183,9 +187,11 @@ class RequestGuard:
                  min_charge: int = MIN_UPLOAD_CHARGE, max_values: int | None = None,
                  max_page_query: int = 64 * 2**10, max_open: int | None = None,
                  max_open_network: int | None = None, beating: Counter | None = None,
+                 endpoints: frozenset[str] | None = None,
                  upload_note: str = " (one trace)"):
         self.app, self.max_body, self.max_upload = app, max_body, max_upload
         self.upload_note = upload_note  # what an upload too large is told after its size: the fix
+        self.endpoints = endpoints  # the app's named events `/call/v2/<name>` may call (None: any)
         self.beating = beating  # session -> its heartbeat streams connected now (Tidy keeps those pages)
         self.max_open = max_open  # requests under way per public address (None: no bound)
         self.max_open_network = 4 * max_open if max_open_network is None and max_open else max_open_network
@@ -298,6 +304,9 @@ class RequestGuard:
                 raise Refused(404, "this app takes no streaming input")
             if _CLOSED.search(path):
                 raise Refused(404, "not offered by this app")
+            if method == "POST" and self.endpoints is not None and (named := _CALL_V2.search(path)) \
+                    and named[1] not in self.endpoints:  # Gradio raised a KeyError: a 2.9 KB traceback
+                raise Refused(404, NO_SUCH_ENDPOINT)
             if method == "GET" and _UPLOAD_PROGRESS.search(path):
                 return await _answer(send, 200, UPLOAD_DONE, b"text/event-stream")
             peer = (scope.get("client") or (None,))[0]

@@ -1654,3 +1654,19 @@ def test_the_example_loader_refuses_what_is_not_an_example_and_logs_nothing(demo
     assert "Traceback" not in capfd.readouterr().err
     r = httpx.post(url, json={"data": [1]}, timeout=10)
     assert r.status_code == 200 and r.json()["data"][0]["value"] == app.EXAMPLES[1]["prompt"]
+
+
+def test_a_call_to_an_endpoint_the_app_does_not_have_is_refused_before_gradio(demo, capfd):
+    """`/call/v2/<name>` (the API page's curl) looked an unknown name up with a KeyError: the
+    connection reset and 2.9 KB of traceback in the log per call."""
+    import httpx
+
+    capfd.readouterr()
+    for name in ("nonexist", "load_example", "x" * 200):
+        r = httpx.post(f"{demo.url}gradio_api/call/v2/{name}", json={}, timeout=10)
+        assert r.status_code == 404 and "no such endpoint in this app" in r.json()["detail"], name
+    assert "Traceback" not in capfd.readouterr().err
+    r = httpx.post(f"{demo.url}gradio_api/call/v2/e2e", json={}, timeout=10)  # the app's own: passes
+    assert r.status_code == 200, r.text
+    stream = httpx.get(f"{demo.url}gradio_api/call/e2e/{r.json()['event_id']}", timeout=30).text  # read
+    assert "event: error" in stream and "set a temperature above 0" in stream, stream  # its defaults
