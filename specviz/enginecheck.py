@@ -68,12 +68,17 @@ def split(events, k: int, max_new_tokens: int) -> dict:
             "tree": any(e.tree for e in later), "k": k}
 
 
+def passes_of(r: dict, drafts_by_target: bool = False) -> profiles.Passes:
+    """An engine run's passes as profiles.project takes them (no draft passes where the target drafted)."""
+    return profiles.Passes(0 if drafts_by_target else r["draft_passes"],
+                           {int(w): n for w, n in r["widths"].items()}, r["tree"], r["k"])
+
+
 def projected_ms(r: dict, profile: profiles.Profile, path: str,
                  drafts_by_target: bool = False) -> float | None:
     """What the profile's path charges those rounds' passes (profiles.project), per round.
     drafts_by_target: the target drafted ("self"), so each draft pass is priced at its C_T(1)."""
-    passes = profiles.Passes(0 if drafts_by_target else r["draft_passes"],
-                             {int(w): n for w, n in r["widths"].items()}, r["tree"], r["k"])
+    passes = passes_of(r, drafts_by_target)
     try:
         seconds = profiles.project(passes, profile, path, first_round=False)  # the rounds after it
         if drafts_by_target:
@@ -127,14 +132,16 @@ def engine_run(models: dict, fast: str, kind: str, k: int, context: int, tokens:
 
 def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") -> list[str]:
     """The section for a terminal, each run against what the profile's path projects for it."""
-    out = [f"engine rounds ({path} path, random weights, greedy; means over the full rounds after the "
-           "first):"]
+    out, estimated = [f"engine rounds ({path} path, random weights, greedy; means over the full rounds "
+                      "after the first):"], False
     for name, r in result.items():
         projected = projected_ms(r, profile, path, name == "self") if profile is not None else None
+        past = projected is not None and profiles.extrapolated(passes_of(r), profile, path)
+        estimated |= past
         out.append(f"  {name} k={r['k']}, {r['nodes']:.1f} nodes a round: round {r['round_ms']:.3f} ms = "
                    f"draft {r['draft_ms']:.3f} + target {r['target_ms']:.3f} + engine "
                    f"{r['engine_ms']:.3f} ms ({r['engine_share']:.1%} of the time)"
-                   + ("" if projected is None else f"; the profile projects {projected:.3f} ms")
+                   + ("" if projected is None else f"; the profile projects {projected:.3f} ms" + "*" * past)
                    + {True: "; output = the target alone's", False: "; output NOT the target alone's",
                       None: ""}[r.get("equals_target_alone")]
                    + (f" from output token {r['first_difference'] + 1} ({r['verdict']}; the top-2 "
@@ -142,6 +149,9 @@ def lines(result: dict, profile: profiles.Profile | None, path: str = "fast") ->
                       f"{', '.join('-' if m is None else f'{m:.4g}' for m in r['margins'])}, a near-tie "
                       f"within {'-' if r['near_tie_bound'] is None else format(r['near_tie_bound'], '.4g')})"
                       if "verdict" in r else ""))
+    if estimated:
+        out.append("  * a verify priced past the widest pass the path measured (along its last two widths, "
+                   "or flat at the one): an estimate")
     return out
 
 

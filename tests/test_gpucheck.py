@@ -149,6 +149,12 @@ def test_engine_section_splits_each_round_and_prices_its_passes():
     assert math.isclose(enginecheck.projected_ms(r, profile, "fast", drafts_by_target=True), (7.0 + 3.3) / 3)
     assert "self k=2" in "\n".join(enginecheck.lines({"self": r}, profile))
     assert f"projects {(7.0 + 3.3) / 3:.3f} ms" in "\n".join(enginecheck.lines({"self": r}, profile))
+    assert "*" not in "\n".join(enginecheck.lines({"self": r}, profile))  # width 3 was measured
+    # a path that measured only C_T(1) prices the 3-token verify flat at it: an estimate, marked
+    short = replace(profile, paths={"fast": profiles.PathCosts("static", True, 0.1, ((1, 1.0),))})
+    text = enginecheck.lines({"chain": r}, short)
+    assert f"projects {(0.7 + 3.0) / 3:.3f} ms*" in text[1]
+    assert text[-1].startswith("  * a verify priced past")
     with pytest.raises(ValueError, match="a full round after the first"):
         enginecheck.split(events[:1] + events[-1:], k=2, max_new_tokens=7)
     # tree rounds verify their nodes (3 and 5), a round of the chain its k (2): means, not the largest
