@@ -208,6 +208,14 @@ def test_quick_check_times_the_engines_own_rounds(quick):
                                "tuned": False, "candidates": 16}
     assert "fast path: static caches, eager steps (nothing compiled)" in text  # a CPU compiles nothing
     assert "measured by `python -m specviz gpucheck --device cpu --quick`" in report["profile"]["note"]
+    # the draft as the engine runs it on a CPU (int4: a profile of the bf16 draft priced C_D 4x over),
+    # and whether this CPU multiplies bf16 in hardware, which sets what a wide pass costs
+    from specviz import dense
+
+    assert report["profile"]["models"]["draft"]["name"].endswith(", int4 weights, as the engine drafts here")
+    assert "as the engine" not in report["profile"]["models"]["target"]["name"]
+    assert report["profile"]["hardware"]["name"].endswith(
+        ", bf16 in hardware" if dense.native_bf16() else ", no bf16 hardware")
     # drafting for itself the target accepts every draft (float32 here: no rounding between widths)
     assert report["engine"]["self"]["accepted"] == 4 * report["engine"]["self"]["rounds"]
 
