@@ -177,7 +177,8 @@ def cmd_run(args) -> int:
             print(json.dumps({"type": "round"} | event.to_dict()), flush=True)
     stats = RunStats.of(events)
     summary = {"type": "summary", "target": pair.target_name, "draft": pair.draft_name,
-               "proposer": args.proposer, "text": pair.tokenizer.decode(stats.tokens)} | stats.summary()
+               "proposer": args.proposer, "text": pair.tokenizer.decode(stats.tokens),
+               "settings": settings} | stats.summary()  # "k" below: the most a round drafted
     if tree:
         summary |= {"nodes": args.nodes, "branching": branching,
                     "nodes_per_round": stats.nodes_verified / max(len(events), 1)}

@@ -83,6 +83,9 @@ def test_cli_run_tree_json_counts_nodes_and_matches_the_target_alone(model_dirs,
     assert summary["nodes_per_round"] == pytest.approx(nodes / len(rounds))
     assert summary["predicted_tokens_per_pass"] is None
     assert summary["identical_to_baseline"] is True and summary["new_tokens"] == 12
+    # what was asked, beside what the rounds did ("k": the deepest a round drafted, at most 3)
+    assert summary["settings"] == {"k": 3, "max_new_tokens": 12, "temperature": 0.0, "top_k": 0, "top_p": 1.0,
+                                   "seed": 0, "chat": False, "ngram_size": 3} and summary["k"] <= 3
 
 
 def test_cli_run_tree_text_prints_what_the_json_says(model_dirs, capsys):
