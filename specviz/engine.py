@@ -195,6 +195,12 @@ def generate(pair, prompt: str | list[int], *, proposer: str | Proposer = "draft
     length = run_length(ids, max_new_tokens, room)
     check_target(pair, target, length)  # here, when called, rather than at the first round
     drafter = make_proposer(pair, proposer, ngram_size, length, nodes, branching)
+    if target is not None and isinstance(drafter, TreeProposer) and drafter.lm is target:
+        # a chain drafts past the committed tokens and rolls back; a tree's nodes sit in the cache
+        # the verify pass would read as context (an IndexError three calls down)
+        raise ValueError("a token tree needs a draft cache of its own: make_proposer(..., draft=) on "
+                         "another CachedLM than target= (for the target drafting for itself, "
+                         "pair_draft_lm of a pair whose draft is its target)")
     return _rounds(pair, drafter, ids, k, max_new_tokens, params, seed, length, progress, target)
 
 

@@ -336,6 +336,26 @@ def test_runs_interleaved_on_a_shared_target_cache_each_keep_their_own_output_an
         assert together == alone
 
 
+def test_a_tree_drafting_on_the_targets_own_cache_is_refused_with_the_fix(pair):
+    """The target drafting for itself on its verifying CachedLM works for a chain (its drafts roll
+    back), but a tree's nodes stayed in that cache as context: an IndexError three calls down."""
+    from dataclasses import replace
+
+    from specviz.engine import make_proposer, pair_draft_lm, target_lm
+
+    himself = replace(pair, draft=pair.target)
+    alone = tokens(specviz.generate(himself, PROMPT, proposer="none", max_new_tokens=10))
+    shared = target_lm(himself, None)
+    chain = make_proposer(himself, "draft", draft=shared)
+    run_on_shared = specviz.generate(himself, PROMPT, proposer=chain, max_new_tokens=10, target=shared)
+    assert tokens(run_on_shared) == alone
+    tree = make_proposer(himself, "tree", draft=target_lm(himself, None))
+    with pytest.raises(ValueError, match="a token tree needs a draft cache of its own"):
+        specviz.generate(himself, PROMPT, proposer=tree, max_new_tokens=10, target=tree.lm)
+    own = make_proposer(himself, "tree", draft=pair_draft_lm(himself, None))  # the fix it names
+    assert tokens(specviz.generate(himself, PROMPT, proposer=own, max_new_tokens=10, target=shared)) == alone
+
+
 def test_a_progress_runs_items_fold_into_its_stats(pair, monkeypatch):
     """RunStats.of(a progress=True run) raised on its Reading items."""
     from specviz import lm
