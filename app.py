@@ -240,6 +240,12 @@ ZEROGPU_ABORTED = "GPU task aborted"  # spaces' gr.Error for a job ZeroGPU ended
 ABORTED = ("ZeroGPU ended this job before it finished: it ran past the {seconds} s of GPU time it asked "
            "for. Pick fewer new tokens (or samples) and run it again. What the page shows may be that "
            "job's part; Save, the Exactness lab and the k explorer use your last finished run, if any.")
+# a job whose worker was still loading its pair (a first download of a pair's files can take longer
+# than the load's share of the time asked): fewer tokens would not have helped
+ABORTED_LOADING = ("ZeroGPU ended this job while its worker was still loading the pair: the load ran "
+                   "past the {seconds} s of GPU time the job asked for (a pair's first load downloads "
+                   "its files). Run it again: files already downloaded are not fetched again; or pick "
+                   "the page's own pair, which needs no load.")
 
 
 def stop_js(said: dict[str, str]) -> tuple[str, str, str]:
@@ -858,17 +864,19 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # job forked a fresh worker (its CUDA set-up and weights) and kept it; decorated a job kind
         # each, the run, the lab and the check had a worker each, and so a model store each (the
         # lab's never held the pair a run had switched to). A job's settings reach the worker as
-        # arguments (pickled), and its GPU time is a function of them: a load it may need (another
-        # pair or dtype than the worker holds: the last job's, as the gate sends one at a time; the
-        # one placed at start-up after a job raised, as spaces then forks a fresh worker) counted in.
-        # After a failed job: one that failed in its worker leaves a fresh worker next (the page's
-        # pair); one spaces refused before it reached a worker (its quota, its duration, no GPU)
-        # leaves the last worker as it was; a stopped one is ended by its worker, which spaces keeps
-        # holding the job's pair (a load the Stop interrupted goes on to its end, which the next
-        # job waits for, then may load another: a job stopped before its worker said SETTLED
-        # leaves the worker's pair unknown).
+        # arguments (pickled), and its GPU time is a function of them, a load counted in where it
+        # may need one. Which worker a call gets is not known when it asks: spaces reuses a GPU's
+        # last worker only where the scheduler finds it idle on the GPU it picks, else forks a fresh
+        # one from this process, which holds the page's pair. So a job asks for a load's time
+        # wherever it asks for another pair or dtype than the page's, and for none on the page's:
+        # a worker holding another switches back without a load (the store keeps the page's pair on
+        # ZeroGPU: spaces holds its tensors on the GPU in every worker anyway). Tracking one worker's
+        # pair, a job on another GPU's fresh worker asked for a load it never made, and one back
+        # on a worker it had not tracked loaded with no time asked for it. A job stopped while its
+        # worker loaded leaves that load going on there (the next job there waits for it): the next
+        # job asks for a load's time too.
         jobs = {"run": run_job, "lab": lab_job, "e2e": e2e_job}
-        worker = {"key": store.home, "asked": 0}  # the pair the worker is expected to hold (None: unknown)
+        worker = {"unsettled": False, "asked": 0}  # a stopped job's load may go on; the last call's ask
 
         def asked(kind: str, *args, load: bool) -> int:
             if kind == "lab":  # a round's context read, one pass a model, and the sampling
@@ -879,8 +887,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             return zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2, load=load)
 
         def gpu_seconds(kind: str, *args) -> int:
-            key = store.key(args[0]) if kind != "lab" else worker["key"]
-            load, worker["key"] = key != worker["key"], key
+            load = (kind != "lab" and store.key(args[0]) != store.home) or worker["unsettled"]
+            worker["unsettled"] = False
             worker["asked"] = asked(kind, *args, load=load)
             return worker["asked"]
 
@@ -895,7 +903,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 yield item
 
         def on_gpu_job(kind: str, *args):
-            before, job, started, settled = worker["key"], in_worker(kind, *args), False, False
+            job, started, settled = in_worker(kind, *args), False, False
             try:
                 started = next(job) == STARTED
                 for item in job:
@@ -903,17 +911,13 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                         settled = True
                     else:
                         yield item
-            except GeneratorExit:  # Stop: spaces keeps the worker, with the job's pair once loaded
-                if not settled:  # a load under way goes on there: the next job waits for it, then
-                    worker["key"] = None  # may load again, so it asks for a load's time
+            except GeneratorExit:  # Stop: spaces keeps the worker, a load under way going on there
+                worker["unsettled"] |= not settled
                 raise
             except BaseException as e:
-                # failed in its worker: a fresh one next, which holds the default pair; refused
-                # before it started (or unknown): the worker may be the last one or a fresh one, so
-                # the default only where the last job used it too, else none (the next job asks a load)
-                worker["key"] = store.home if started or before == store.home else None
                 if isinstance(e, gr.Error) and e.message == ZEROGPU_ABORTED:
-                    raise gr.Error(ABORTED.format(seconds=worker["asked"]), print_exception=False) from None
+                    why = ABORTED if settled or not started else ABORTED_LOADING
+                    raise gr.Error(why.format(seconds=worker["asked"]), print_exception=False) from None
                 raise
 
         def held_run(key, request):
@@ -1186,7 +1190,8 @@ def main(argv=None):
     # be an error there, after which spaces forks a fresh worker (the page's pair, no loads counted):
     # the share would throw away the pair it guards and let the retry through. No share there.
     store = ModelStore(extra, device=device, fast=zerogpu.FAST if on_zerogpu else None,
-                       warm=not on_zerogpu, switch_share=None if on_zerogpu else RELOAD_SHARE)
+                       warm=not on_zerogpu, switch_share=None if on_zerogpu else RELOAD_SHARE,
+                       keep_home=on_zerogpu)
     default = RunSettings(pair="command-line") if args.target else RunSettings()
     if args.target:
         default = replace(default, chat="instruct" in args.target.lower())

@@ -41,7 +41,7 @@ class ModelStore:
 
     def __init__(self, extra_pairs: dict[str, tuple[str, str | None]] | None = None,
                  device: str | None = None, fast: str | None = None, warm: bool = True,
-                 switch_share: float | None = None):
+                 switch_share: float | None = None, keep_home: bool = False):
         self.extra_pairs = dict(extra_pairs or {})  # operator pairs from the command line
         self.device = device
         self.fast = fast  # the engine's fast path for every pair (None: the pair's own "auto")
@@ -54,6 +54,9 @@ class ModelStore:
         self._loads: deque[tuple[float, float]] = deque()  # load attempts: (ended, seconds)
         self.switch_share = switch_share
         self.home: tuple | None = None  # key() of the deployment's own pair: never refused
+        # ZeroGPU: the pair placed at start-up stays on the GPU in every worker whatever the store
+        # drops (spaces' tensor packs hold its tensors), so a switch back to it needs no load
+        self.keep_home, self._home_pair = keep_home, None
         self.baselines = Baselines()
         self.chains = Baselines()  # a tree run's comparison: the chain drafter at the same k
 
@@ -113,6 +116,8 @@ class ModelStore:
                     f"{self.switch_share:.0%} of its time switching pairs or dtypes (every visitor "
                     f"waits while one loads): run on the loaded pair ({clip(loaded)}), or try again "
                     f"in {math.ceil(wait)} s")
+            if self._key != self.key(s) and self.key(s) == self.home and self._home_pair is not None:
+                self._pair, self._key = self._home_pair, self.home  # kept (keep_home): no load
             if self._key != self.key(s):
                 if s.pair == CUSTOM:  # a mistyped name or path fails here, the loaded pair kept
                     for name in filter(None, (s.target.strip(), s.draft.strip())):
@@ -141,6 +146,8 @@ class ModelStore:
         if self.warm:  # at the k of the run that asked for the pair (the preload: the page's default)
             warm_up(pair, s.k)
         self._pair, self._key = pair, self.key(s)
+        if self.keep_home and self._key == self.home:
+            self._home_pair = pair
 
     def loading(self, s: RunSettings, waiting, poll: float = LOAD_POLL_SECONDS):
         """get(s) from a job's generator: where s is not loaded, the load starts in a thread and

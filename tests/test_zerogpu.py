@@ -49,7 +49,7 @@ def tiny_app(model_dirs, max_new_tokens: int):
     from specviz.store import ModelStore
 
     store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
-                       fast=zerogpu.FAST, warm=False)
+                       fast=zerogpu.FAST, warm=False, keep_home=True)
     default = RunSettings(pair="tiny", chat=False, max_new_tokens=max_new_tokens, prompt="def f",
                           dtype="float32")
     return store, default, app.build(store, Limits(), default)
@@ -104,10 +104,12 @@ def test_the_app_runs_its_model_work_through_the_gpu_decorator(monkeypatch, mode
     other = [{"dtype": "bfloat16", "max_new_tokens": 4}.get(n, v) for n, v in zip(names, values, strict=True)]
     assert list(run(None, None, *other))[-1][0].startswith("Done")
     assert asked[4:] == [zerogpu.duration(4, load=True)] == [int(20 + 0.1 * 4 * 2 + zerogpu.LOAD_SECONDS)]
-    # back to the page's pair: the worker holds the other one now, so this job loads it again
+    # back to the page's pair: a fresh worker holds it, and one holding the other dtype switches
+    # back to it without a load (the store keeps it: spaces holds its tensors in every worker)
+    loads = len(store._loads)
     assert list(run(None, None, *values))[-1][0].startswith("Done")
     assert list(run(None, None, *values))[-1][0].startswith("Done")
-    assert asked[5:] == [zerogpu.duration(12, load=True), zerogpu.duration(12)]
+    assert asked[5:] == [zerogpu.duration(12), zerogpu.duration(12)] and len(store._loads) == loads
     del asked[2:]
     # settings out of range are refused before the job asks for GPU time (or takes a gate place)
     import gradio as gr
@@ -270,6 +272,7 @@ def test_only_off_zerogpu_does_the_server_cap_its_time_spent_switching_pairs(mon
     with pytest.raises(SystemExit, match="built"):
         app.main([])
     assert built["switch_share"] == (None if on_zerogpu else RELOAD_SHARE)
+    assert built["keep_home"] is on_zerogpu  # the page's pair stays on the GPU there anyway
 
 
 def test_on_zerogpu_a_jobs_clock_ends_inside_the_gpu_time_it_asked_for(monkeypatch, model_dirs):
@@ -346,6 +349,7 @@ def zerogpu_app(monkeypatch, model_dirs, refuse=None):
 
     monkeypatch.setattr(zerogpu, "gpu", fake_gpu)
     store, default, demo = tiny_app(model_dirs, max_new_tokens=4)
+    store.get(default)  # placed at start-up, as main() does on ZeroGPU
 
     def values(**over):
         return [over.get(n, getattr(default, n)) for n in NAMES]
@@ -363,11 +367,10 @@ def stop_while_loading(run, values) -> None:
 
 def test_after_a_stop_the_next_job_asks_for_the_load_its_kept_worker_needs(monkeypatch, model_dirs):
     """Stop closes the job's generator: spaces then lets the worker end the job and keeps it for
-    the next call (wrappers.generator_function_wrapper: stop_event, EndResult), holding the pair
-    the stopped job loaded (a load Stop interrupts goes on to its end). The app counted the worker
-    as a fresh one holding the page's pair, so the next run on the page's pair asked for no load
-    time while its worker had that pair to load first (README: 60 s more where the job asks for
-    another pair or dtype than the last GPU job used)."""
+    the next call (wrappers.generator_function_wrapper: stop_event, EndResult), where a load Stop
+    interrupted goes on to its end. The next run on the page's pair waits for it there, so it asks
+    for a load's time though its own pair needs none (README: 60 s more where a load may come
+    first)."""
     import time
 
     from specviz.settings import RunSettings
@@ -379,15 +382,18 @@ def test_after_a_stop_the_next_job_asks_for_the_load_its_kept_worker_needs(monke
     while not store.is_loaded(RunSettings(pair="tiny", dtype="bfloat16")) and time.monotonic() < end:
         time.sleep(0.05)
     assert asked == [zerogpu.duration(4, load=True)]
-    assert list(run(None, None, *values()))[-1][0].startswith("Done")  # the page's pair: loaded again
+    assert list(run(None, None, *values()))[-1][0].startswith("Done")  # the page's pair: switched back
     assert asked[1:] == [zerogpu.duration(4, load=True)]
+    assert list(run(None, None, *values()))[-1][0].startswith("Done")  # once: nothing is under way now
+    assert asked[2:] == [zerogpu.duration(4)]
 
 
 def test_a_run_right_after_a_stop_during_a_load_asks_for_the_rest_of_that_load(monkeypatch, model_dirs):
     """Stopped while its worker loads, a job leaves the load going on there. The next job on the
     same settings waits for that load, so it must ask for a load's time; it asked for the run's
     alone and could overrun its GPU time ("GPU task aborted", told to ask for fewer tokens). A job
-    stopped after its load ended leaves its pair known."""
+    on another pair than the page's asks for a load whatever came before: its call may get a fresh
+    worker, which holds the page's pair (spaces forks one unless the GPU it picks has an idle one)."""
     demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
     run = handler(demo, "run")
     stop_while_loading(run, values)
@@ -395,9 +401,9 @@ def test_a_run_right_after_a_stop_during_a_load_asks_for_the_rest_of_that_load(m
     assert asked == [zerogpu.duration(4, load=True)] * 2
     job = run(None, None, *values(dtype="bfloat16"))
     next(job)
-    job.close()  # Stop, with the pair loaded: the worker holds it
+    job.close()  # Stop, with the pair loaded
     list(run(None, None, *values(dtype="bfloat16")))
-    assert asked[2:] == [zerogpu.duration(4)] * 2
+    assert asked[2:] == [zerogpu.duration(4, load=True)] * 2
 
 
 def test_a_load_is_under_way_from_the_moment_its_job_says_loading(monkeypatch, model_dirs):
@@ -427,12 +433,12 @@ def test_a_load_is_under_way_from_the_moment_its_job_says_loading(monkeypatch, m
     assert not store.load_under_way()
 
 
-def test_a_call_spaces_refuses_leaves_the_worker_and_its_pair_as_they_were(monkeypatch, model_dirs):
-    """spaces refuses a call before it reaches a worker (its quota, its duration, no GPU free) and
-    keeps the last call's worker with the pair it holds. The app counted every failed job as one
-    whose worker spaces forks afresh (holding the page's pair): after a refused call the next run
-    on the page's pair asked for no load time while its worker held another dtype. A job that
-    fails in its worker is still counted so (spaces forks a fresh worker after it)."""
+def test_what_a_job_asks_for_does_not_hang_on_which_worker_the_last_one_had(monkeypatch, model_dirs):
+    """spaces refuses a call before it reaches a worker (its quota, its duration, no GPU free),
+    forks a fresh worker after a job that raised, and reuses a GPU's worker only where the one it
+    picks is idle: which worker a call gets, and so what it holds, is unknown when it asks. A job
+    asks for a load where its pair is not the page's, and for none where it is (a worker holding
+    another switches back without one)."""
     import gradio as gr
 
     refuse = []
@@ -443,8 +449,10 @@ def test_a_call_spaces_refuses_leaves_the_worker_and_its_pair_as_they_were(monke
                            "Try again in 0:21:00.", title="ZeroGPU quota exceeded", print_exception=False))
     with pytest.raises(gr.Error, match="quota"):
         list(run(None, None, *values(dtype="bfloat16", max_new_tokens=200)))
-    assert list(run(None, None, *values()))[-1][0].startswith("Done")  # the worker holds bfloat16
-    assert asked == [zerogpu.duration(4, load=True), zerogpu.duration(200), zerogpu.duration(4, load=True)]
+    loads = len(store._loads)
+    assert list(run(None, None, *values()))[-1][0].startswith("Done")  # the worker held bfloat16
+    assert len(store._loads) == loads  # switched back to the kept page's pair: no load
+    assert asked == [zerogpu.duration(4, load=True), zerogpu.duration(200, load=True), zerogpu.duration(4)]
     # a visitor's error raised in the worker (a prompt too long): spaces forks a fresh worker next,
     # holding the page's pair, so a run on it asks for no load
     with pytest.raises(gr.Error, match="prompt"):
@@ -462,12 +470,14 @@ def test_a_job_zerogpu_aborts_tells_the_visitor_what_to_do(monkeypatch, model_di
 
     import app
 
+    abort_at = [3]  # STARTED, SETTLED, the run's first view: mid-run
+
     def aborting_gpu(seconds):
         def wrap(fn):
             def call(*args, **kwargs):
                 seconds(*args, **kwargs)  # spaces asks for it before the call
                 for n, out in enumerate(fn(*args, **kwargs)):
-                    if n == 1:
+                    if n == abort_at[0]:
                         raise error("ZeroGPU worker error", "GPU task aborted")
                     yield out
             return call
@@ -489,6 +499,14 @@ def test_a_job_zerogpu_aborts_tells_the_visitor_what_to_do(monkeypatch, model_di
             outs.append(out)
     assert "fewer new tokens" in raised.value.message and str(zerogpu.duration(8)) in raised.value.message
     assert "fewer new tokens" in outs[-1][0]  # the status says it too
+    # aborted while its worker loaded another dtype (STARTED, then "Loading…"): fewer tokens would
+    # not help, and the page said to pick them
+    abort_at[0] = 2
+    other = [{"dtype": "bfloat16"}.get(n, getattr(default, n)) for n in NAMES]
+    with pytest.raises(gr.Error) as raised:
+        list(run(None, None, *other))
+    assert "while its worker was still loading the pair" in raised.value.message
+    assert str(zerogpu.duration(8, load=True)) in raised.value.message and "fewer" not in raised.value.message
 
 
 def test_the_built_in_lab_example_asks_for_no_gpu_time(monkeypatch, model_dirs):
