@@ -189,6 +189,13 @@ def page_assets() -> dict:
     return dict(css=(ASSETS / "style.css").read_text(), js=(ASSETS / "tips.js").read_text())
 
 
+def public_endpoints(demo: gr.Blocks) -> frozenset[str] | None:
+    """The names `/call/v2/<name>` may call: the API page's (None: a stand-in without events)."""
+    fns = getattr(demo, "fns", None)
+    return None if fns is None else frozenset(f.api_name for f in fns.values()
+                                              if f.api_name and f.api_visibility == "public")
+
+
 def launch_options(demo: gr.Blocks) -> dict:
     """What demo.launch needs on hostile ground (main and the tests use the same)."""
     limits = demo.specviz.limits
@@ -207,8 +214,7 @@ def launch_options(demo: gr.Blocks) -> dict:
                        max_open_network=OPEN_PER_PAGE * demo.specviz.pages.per_network,
                        beating=getattr(demo.specviz, "beating", None),  # open pages: Tidy keeps them
                        # /call/v2/<name> looks the name up among the API page's: the public events
-                       endpoints=frozenset(f.api_name for f in demo.fns.values()
-                                           if f.api_name and f.api_visibility == "public"))
+                       endpoints=public_endpoints(demo))
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests
