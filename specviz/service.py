@@ -483,14 +483,19 @@ def replay_view(trace: Trace, pair: Pair | None = None) -> View:
     dtype = getattr(torch, str(trace.models.get("dtype", "float32")), torch.float32)
     if not isinstance(dtype, torch.dtype):
         dtype = torch.float32
+    # a run the job's time limit cut (run_views keeps it so): its baseline, where it has one, is
+    # part of one, and the first difference found was where the shorter one ended ("unexplained")
+    cut = bool(trace.events) and trace.events[-1].stop is None or base is not None and cut_short(trace)
     result = compare(spec, base, dtype, trace.models.get("device", ""),
-                     trace.models.get("numerics") or "") if base else None  # older traces: none
+                     trace.models.get("numerics") or "") if base and not cut else None  # older: none
     verdict = verdict_html(result, _NoTokenizer(trace, pair), greedy) if result else ""
     names = [markdown_text(public_message(clip(trace.models.get(m), 60))) for m in ("target", "draft")]
     k = trace.settings.get("k")
     number = treeview.fullest_round(spec.events)
     tree_html, overview = treeview.tree_views(spec.events, trace_text(trace, pair), number, greedy)
-    return View(f"Replay of a saved run: {names[0]} with {names[1]}",
+    ended = ("; the job's time limit stopped it before its end (no speedup or identity check)"
+             if cut else "")
+    return View(f"Replay of a saved run: {names[0]} with {names[1]}{ended}",
                 to_html(list(trace.spans)), timeline_html(list(trace.spans), spec),
                 stats_html(spec, base, chain), verdict,
                 all_figures(spec, base, chain, k if type(k) is int else None), spec, base, result,

@@ -695,6 +695,8 @@ def test_lab_endpoint_on_the_example(app_url):
 
 
 def test_replay_view_needs_no_model(pair):
+    from dataclasses import replace
+
     import specviz
     from specviz import explorer
     from specviz.render import all_spans
@@ -711,6 +713,20 @@ def test_replay_view_needs_no_model(pair):
     view = replay_view(loads(t.to_json()))
     assert "Identical" in view.verdict_html and view.text_html.count('class="tok ') >= 16
     assert set(view.figures) == {"tokens_per_pass", "cumulative", "acceptance", "k_prediction", "time"}
+    assert "time limit" not in view.status
+    # a run whose baseline the job's time limit cut after 4 tokens (run_views keeps it so): its
+    # replay compared the two and said "outputs differ from output token 5: unexplained"
+    cut = loads(replace(t, baseline=tuple(replace(e, stop=None) for e in base[:4])).to_json())
+    view = replay_view(cut)
+    assert view.verdict_html == "" and view.comparison is None
+    assert view.status.endswith("the job's time limit stopped it before its end (no speedup or identity "
+                                "check)")
+    first = tuple(events[:2])  # the speculative run cut after two rounds: no baseline yet
+    spec_cut = loads(replace(t, events=first, baseline=(), spans=tuple(all_spans(first, pair.tokenizer, ids)),
+                             recording=None).to_json())
+    assert "time limit stopped it" in replay_view(spec_cut).status
+    older = loads(replace(t, baseline=()).to_json())  # a whole run saved without its baseline
+    assert "time limit" not in replay_view(older).status and replay_view(older).verdict_html == ""
 
 
 def test_the_apis_run_endpoint_names_its_settings_in_the_pages_order():
