@@ -248,6 +248,8 @@ ABORTED = ("ZeroGPU ended this job before it finished: it ran past the {seconds}
            "job's part; Save, the Exactness lab and the k explorer use your last finished run, if any.")
 # a job whose worker was still loading its pair (a first download of a pair's files can take longer
 # than the load's share of the time asked): fewer tokens would not have helped
+OPEN_DURING_JOB = ("this page has a job under way (a run, the lab or the end-to-end check): press Stop "
+                   "or wait for it to end, then open the trace")
 ABORTED_LOADING = ("ZeroGPU ended this job while its worker was still loading the pair: the load ran "
                    "past the {seconds} s of GPU time the job asked for (a pair's first load downloads "
                    "its files). Run it again: files already downloaded are not fetched again; or pick "
@@ -1036,6 +1038,9 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             try:
                 if not isinstance(path, str):
                     raise ValueError("open a trace file (.json)")
+                if gate.holds(session_of(request)):  # its end would replace the trace opened, and
+                    # its views the page's, under the trace's controls, link and status
+                    raise ValueError(OPEN_DURING_JOB)
                 address = public_address(visitor(request))
                 if address and (why := opens.refuse(address, None, time.monotonic())):  # each costs
                     raise ValueError(why)  # seconds

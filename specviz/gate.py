@@ -206,6 +206,11 @@ class Gate:
             self._line.append(ticket)
             return ticket
 
+    def holds(self, session: str | None) -> bool:
+        """Whether this session (a page) has a job waiting or running; never for calls without one."""
+        with self._cond:
+            return session is not None and any(t.session == session for t in self._line)
+
     def ahead(self, ticket: Ticket) -> int:
         with self._cond:
             return self._line.index(ticket) if ticket in self._line else 0

@@ -577,3 +577,23 @@ def test_the_labs_drafted_token_holding_part_of_a_character_is_labelled_by_its_b
     outs = list(handler(demo, "lab_run")("round", 1, 2000, ["exact"], page.props["last"]["value"],
                                          page_request("lab-label")))
     assert "Drafted token &#x27;\\xf0&#x27;: p(x)=" in outs[-1][0]
+
+
+def test_a_trace_opened_while_the_pages_run_streams_is_refused_until_it_ends(demo):
+    """Opened mid-run, a trace set the controls, share link and status to itself, the run's views
+    then went on under them, and the run's end replaced the trace on the shelf: the page showed
+    one run under another's settings, and its link and Re-run in float32 named the trace's."""
+    page = Page()
+    assert page.run(demo, "opener", prompt="class Stack:", k=2, max_new_tokens=6) is None
+    saved = handler(demo, "save")(page.props["last"]["value"], page_request("opener"))
+    job = handler(demo, "run")(page_request("opener"), None, *args(prompt="def fibonacci(n):", k=3,
+                                                                      max_new_tokens=12))
+    page.apply(next(job))  # the run holds its place in the gate
+    with pytest.raises(gr.Error, match="this page has a job under way .*: press Stop or wait for it to end"):
+        list(handler(demo, "open_trace")(saved, page_request("opener")))
+    opened_elsewhere = list(handler(demo, "open_trace")(saved, page_request("another page")))
+    assert opened_elsewhere[-1][-1].startswith("Opened: ")  # another page's job does not stop it
+    for out in job:
+        page.apply(out)
+    assert page.props["status"]["value"].startswith("Done")
+    assert list(handler(demo, "open_trace")(saved, page_request("opener")))[-1][-1].startswith("Opened: ")
