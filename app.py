@@ -159,6 +159,7 @@ MAX_NOTICES = 8
 NO_TEX = dict(latex_delimiters=[])  # Markdown that shows a visitor's text renders no $$...$$ as TeX
 LAB_SOURCES = ("example", "round")
 TREE_ONLY = ("nodes", "branching")  # settings only the token tree drafter reads
+SAMPLING_ONLY = ("seed", "top_k", "top_p")  # settings a greedy run (temperature 0) never reads
 SAVES = Path(tempfile.gettempdir()) / "specviz-saves"
 SAVE_TTL = 300  # seconds a saved trace's file stays (Gradio copies it into its cache at once)
 
@@ -745,16 +746,17 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                                      "To run new settings in float32, pick float32 under dtype and press Run")
                 # other settings than the last run's: it said "identical" of a run never made in bf16
                 ran = getattr(last_run, "settings", None)
-                # a trace from before trees lacks the tree drafter's two settings, which its chain
-                # run never read: the page shows its defaults there, and that is no change
-                chain = isinstance(ran, dict) and ran.get("proposer") != "tree"
-                unread = set(TREE_ONLY) - ran.keys() if chain else set()
+                # what the run never read is no change: a chain's tree settings (a trace from before
+                # trees lacks them), and at temperature 0 (checked above) the seed and the cuts,
+                # which leave the argmax where it is
+                chain = isinstance(ran, dict) and ran.get("proposer") != "tree" and page.proposer != "tree"
+                unread = {*TREE_ONLY, *SAMPLING_ONLY} if chain else set(SAMPLING_ONLY)
                 changed = [name for name, value in asdict(page).items() if name != "dtype" and name not in
                            unread and (not isinstance(ran, dict) or ran.get(name) != value)]
                 if changed:
-                    raise ValueError("the page's settings changed since the last run: this button "
-                                     "checks the last run again in float32. Press Run first, or pick "
-                                     "float32 under dtype and press Run")
+                    raise ValueError(f"the page's settings changed since the last run "
+                                     f"({', '.join(changed)}): this button checks the last run again in "
+                                     "float32. Press Run first, or pick float32 under dtype and press Run")
             except ValueError as e:
                 raise user_error(e) from None
             yield from run_stream(values, request, dtype="float32")

@@ -138,6 +138,29 @@ def test_a_float32_rerun_of_an_opened_trace_from_before_trees_is_not_refused(dem
     demo.specviz.shelf.drop(key)
 
 
+def test_a_float32_rerun_ignores_what_the_run_never_read_and_names_what_changed(demo):
+    """"Re-run in float32" refused a chain run whose tree branching slider moved, or a greedy run
+    whose seed, top-k or top-p did, though the run never read them, and it said the settings
+    changed without saying which."""
+    import gradio as gr
+
+    request = page_request("rerun-unread")
+    rerun = handler(demo, "rerun_float32")
+
+    def last_run() -> str:  # a greedy chain run in bfloat16: the page's last
+        return list(handler(demo, "run")(request, None, *args(dtype="bfloat16")))[-1][16]
+
+    unread = args(dtype="bfloat16", branching=3, nodes=6, seed=7, top_k=5, top_p=0.5)
+    assert list(rerun(request, None, last_run(), *unread))[-1][0].startswith("Done in float32")
+    with pytest.raises(gr.Error, match=r"changed since the last run \(k, prompt\): this button"):
+        list(rerun(request, None, last_run(), *args(dtype="bfloat16", k=2, prompt="x = 1")))
+    tree = list(handler(demo, "run")(request, None, *args(dtype="bfloat16", proposer="tree", nodes=6)))[-1]
+    with pytest.raises(gr.Error, match=r"changed since the last run \(nodes\)"):  # a tree reads them
+        list(handler(demo, "rerun_float32")(request, None, tree[16], *args(dtype="bfloat16", proposer="tree",
+                                                                          nodes=8)))
+    demo.specviz.shelf.drop(tree[16])
+
+
 @pytest.mark.parametrize("proposer", ["draft", "ngram"])
 @pytest.mark.parametrize("baseline", [True, False])
 def test_the_explorer_says_an_opened_trace_without_its_recording_holds_none(demo, tmp_path, proposer,
