@@ -251,10 +251,9 @@ ABORTED = ("ZeroGPU ended this job before it finished: it ran past the {seconds}
 # than the load's share of the time asked): fewer tokens would not have helped
 OPEN_DURING_JOB = ("this page has a job under way (a run, the lab or the end-to-end check): press Stop "
                    "or wait for it to end, then open the trace")
-ABORTED_LOADING = ("ZeroGPU ended this job while its worker was still loading the pair: the load ran "
+ABORTED_LOADING = ("ZeroGPU ended this job while its worker was still loading a pair: the load ran "
                    "past the {seconds} s of GPU time the job asked for (a pair's first load downloads "
-                   "its files). Run it again: files already downloaded are not fetched again; or pick "
-                   "the page's own pair, which needs no load.")
+                   "its files). Run it again: files already downloaded are not fetched again.")
 
 
 def stop_js(said: dict[str, str]) -> tuple[str, str, str]:
@@ -883,22 +882,23 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
         # ZeroGPU: spaces holds its tensors on the GPU in every worker anyway). Tracking one worker's
         # pair, a job on another GPU's fresh worker asked for a load it never made, and one back
         # on a worker it had not tracked loaded with no time asked for it. A job stopped while its
-        # worker loaded leaves that load going on there (the next job there waits for it): the next
-        # job asks for a load's time too.
+        # worker loaded leaves that load going on there (a job there waits for it): every job for a
+        # load's time after it asks for that time too, the lab's among them, whatever became of
+        # the calls between (one spaces refused reached no worker).
         jobs = {"run": run_job, "lab": lab_job, "e2e": e2e_job}
-        worker = {"unsettled": False, "asked": 0}  # a stopped job's load may go on; the last call's ask
+        worker = {"unsettled": float("-inf"), "asked": 0}  # when a job stopped mid-load; the last ask
 
         def asked(kind: str, *args, load: bool) -> int:
             if kind == "lab":  # a round's context read, one pass a model, and the sampling
-                return zerogpu.LAB_SECONDS
+                return zerogpu.LAB_SECONDS + zerogpu.LOAD_SECONDS * load
             s = args[0]
             if kind == "e2e":  # n samples of min(k, 4) + 1 tokens (e2e_tokens), speculative and alone
                 return zerogpu.duration(e2e_tokens(s) * args[1], load=load)
             return zerogpu.duration(s.max_new_tokens, runs=3 if s.proposer == "tree" else 2, load=load)
 
         def gpu_seconds(kind: str, *args) -> int:
-            load = (kind != "lab" and store.key(args[0]) != store.home) or worker["unsettled"]
-            worker["unsettled"] = False
+            waits = time.monotonic() - worker["unsettled"] < zerogpu.LOAD_SECONDS  # on that load
+            load = (kind != "lab" and store.key(args[0]) != store.home) or waits
             worker["asked"] = asked(kind, *args, load=load)
             return worker["asked"]
 
@@ -922,7 +922,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     else:
                         yield item
             except GeneratorExit:  # Stop: spaces keeps the worker, a load under way going on there
-                worker["unsettled"] |= not settled
+                if not settled:
+                    worker["unsettled"] = time.monotonic()
                 raise
             except BaseException as e:
                 if isinstance(e, gr.Error) and e.message == ZEROGPU_ABORTED:

@@ -368,24 +368,37 @@ def stop_while_loading(run, values) -> None:
 def test_after_a_stop_the_next_job_asks_for_the_load_its_kept_worker_needs(monkeypatch, model_dirs):
     """Stop closes the job's generator: spaces then lets the worker end the job and keeps it for
     the next call (wrappers.generator_function_wrapper: stop_event, EndResult), where a load Stop
-    interrupted goes on to its end. The next run on the page's pair waits for it there, so it asks
-    for a load's time though its own pair needs none (README: 60 s more where a load may come
-    first)."""
+    interrupted goes on to its end. A job on the page's pair waits for it there, so it asks for a
+    load's time though its own pair needs none (README: 60 s more where a load may come first),
+    the lab's too; for a load's time after the stop, whatever came between: a call spaces refused
+    reached no worker (the first version forgot the load at that call, and the next asked 20 s)."""
     import time
+
+    import gradio as gr
 
     from specviz.settings import RunSettings
 
-    demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
+    monkeypatch.setattr(zerogpu, "LOAD_SECONDS", 8)  # a load's time: 8 s here
+    refuse = []
+    demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs, refuse)
     run = handler(demo, "run")
     stop_while_loading(run, values)
-    end = time.monotonic() + 60
+    stopped = time.monotonic()
+    end = stopped + 60
     while not store.is_loaded(RunSettings(pair="tiny", dtype="bfloat16")) and time.monotonic() < end:
         time.sleep(0.05)
     assert asked == [zerogpu.duration(4, load=True)]
+    refuse.append(gr.Error("You have exceeded your free ZeroGPU quota", title="ZeroGPU quota exceeded"))
+    with pytest.raises(gr.Error, match="quota"):
+        list(run(None, None, *values()))
     assert list(run(None, None, *values()))[-1][0].startswith("Done")  # the page's pair: switched back
-    assert asked[1:] == [zerogpu.duration(4, load=True)]
-    assert list(run(None, None, *values()))[-1][0].startswith("Done")  # once: nothing is under way now
-    assert asked[2:] == [zerogpu.duration(4)]
+    key = list(run(None, None, *values()))[-1][16]
+    list(handler(demo, "lab_run")("round", 1, 1000, ["exact"], key, None))
+    assert time.monotonic() - stopped < 8, "the steps above took longer than the load's time"
+    assert asked[1:] == [zerogpu.duration(4, load=True)] * 3 + [zerogpu.LAB_SECONDS + 8]
+    time.sleep(max(0.0, stopped + 8 - time.monotonic()))  # a load's time after the stop: it has ended
+    assert list(run(None, None, *values()))[-1][0].startswith("Done")
+    assert asked[5:] == [zerogpu.duration(4)]
 
 
 def test_a_run_right_after_a_stop_during_a_load_asks_for_the_rest_of_that_load(monkeypatch, model_dirs):
@@ -505,7 +518,7 @@ def test_a_job_zerogpu_aborts_tells_the_visitor_what_to_do(monkeypatch, model_di
     other = [{"dtype": "bfloat16"}.get(n, getattr(default, n)) for n in NAMES]
     with pytest.raises(gr.Error) as raised:
         list(run(None, None, *other))
-    assert "while its worker was still loading the pair" in raised.value.message
+    assert "while its worker was still loading a pair" in raised.value.message
     assert str(zerogpu.duration(8, load=True)) in raised.value.message and "fewer" not in raised.value.message
 
 
