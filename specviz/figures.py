@@ -110,7 +110,7 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
     if spec.drafted:  # α is measured only where drafts were tested (the table says "—" too)
         fig.add_scatter(x=ks, y=[expected_tokens_per_pass(spec.alpha, k) for k in ks],
                         name=f"i.i.d. prediction at α = {percent(spec.alpha)}", line_color=THEORY)
-    line, even = target_line(spec, base), None  # even(k): break-even tokens per pass at k drafts
+    line, costs = target_line(spec, base), None  # (C_D, b, Δ) over T0, for a varying k's own bar
     if line is not None:
         t0, step, b = line
         ratio, slope, step = spec.draft_pass_seconds / t0, b / t0, step / t0
@@ -125,14 +125,14 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
         # no draft pass after the one that fed it the prompt: C_D is that round's, prefill and all
         prefilled = (" from its first round, the prompt's prefill included"
                      if "C_D" in spec.prefilled_costs else "")
-        even = lambda k: break_even_tokens(k, ratio, slope, step)  # noqa: E731
-        fig.add_scatter(x=ks, y=[even(k) for k in ks],
+        costs = ratio, slope, step
+        fig.add_scatter(x=ks, y=[break_even_tokens(k, ratio, slope, step) for k in ks],
                         name=f"break-even {'1 + Δ/T₀' if step else '1'} + k·(C_D + b)/T₀ (measured: "
                              f"C_D = {ratio:.2f}·T₀{prefilled}, each verified token +{slope:.2f}·T₀"
                              f"{stepped})", line=dict(dash="dash", color=BASE))
     elif spec.cost_ratio:
-        even = lambda k: break_even_tokens(k, spec.cost_ratio)  # noqa: E731
-        fig.add_scatter(x=ks, y=[even(k) for k in ks],
+        costs = spec.cost_ratio, 0.0, 0.0
+        fig.add_scatter(x=ks, y=[break_even_tokens(k, spec.cost_ratio) for k in ks],
                         name=f"break-even 1 + k·C_D/C_T (C_D/C_T={spec.cost_ratio:.2f}; assumes verifying "
                              "k tokens costs one pass)", line=dict(dash="dash", color=BASE))
     if spec.fixed_k:  # a chain (the budget may cut its last rounds)
@@ -149,16 +149,25 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
                         marker=dict(size=12, color=SPEC, symbol="diamond"))
         fig.add_scatter(x=[mean_k], y=[spec.predicted_tokens_per_pass], mode="markers",
                         name="i.i.d. prediction for its rounds' k", marker=dict(size=10, color=THEORY))
-        if even is not None:  # the curve at the mean k prices every round at it: a round that
-            # drafted nothing is a plain one-token pass, so the run's own bar is its rounds' mean
-            bar = sum(even(e.nodes) if e.nodes else 1.0 for e in spec.events) / len(spec.events)
-            fig.add_scatter(x=[mean_k], y=[bar], mode="markers", name="break-even for its rounds' k",
+        if costs is not None:  # the curve at the mean k prices every round as drafting that many
+            fig.add_scatter(x=[mean_k], y=[own_break_even(spec.events, *costs)], mode="markers",
+                            name="break-even for its rounds' k",
                             marker=dict(size=10, color=BASE, symbol="line-ew-open", line=dict(width=3)))
     if not fig.data:  # a run that drafted nothing (an n-gram that never matched, no drafter)
         fig.add_annotation(text="no round drafted a token: no α to predict from, no k to plot",
                            showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     return _layout(fig, "Tokens per pass against k", "k (tokens drafted per round)",
                    "tokens per target pass")
+
+
+def own_break_even(events, ratio: float, slope: float, step: float) -> float:
+    """Tokens per pass a run of varying k must beat: the mean over its rounds of each round's time
+    over T0, its own draft passes at C_D = ratio T0 (a hybrid's n-gram rounds make none) and its
+    verify at T(n) = T0 (1 + step + slope n), a round that drafted nothing a one-token pass. The
+    curve at the run's mean k prices every round as drafting that many, each by a draft pass."""
+    before = [0, *(e.draft_passes for e in events[:-1])]  # RoundEvent.draft_passes: cumulative
+    return sum(1 + (step + slope * e.nodes if e.nodes else 0.0) + ratio * (e.draft_passes - passes)
+               for e, passes in zip(events, before, strict=True)) / len(events)
 
 
 def _tree_points(spec: RunStats, chain: RunStats | None, k: int | None) -> go.Figure:

@@ -394,6 +394,32 @@ def test_a_run_of_varying_k_gets_the_break_even_of_its_own_rounds():
     assert "break-even for its rounds' k" not in {t.name for t in k_prediction(run([(4, 4), (4, 1)])).data}
 
 
+def test_a_hybrid_runs_own_break_even_charges_draft_passes_only_to_the_rounds_that_made_them():
+    """A hybrid's n-gram rounds make no draft pass: priced at k C_D each, as the curve prices every
+    round, the bar of a review's hybrid run read 3.24 where its rounds cost 2.175 one-token passes.
+    Rounds: a model draft of 4 (4 passes at C_D = 0.3 s), an n-gram draft of 8 (none), nothing;
+    T0 = 1 s, a drafted pass 1.7 s + 0.05 s a draft."""
+    from specviz.figures import k_prediction, own_break_even
+
+    pattern = [("draft", 4, 2), ("ngram", 8, 3), ("ngram", 0, 0)] * 4
+    events, position, passes = [], 0, 0
+    for i, (source, k, accepted) in enumerate(pattern, 1):
+        passes += 4 if source == "draft" else 0
+        seconds = 1.0 if k == 0 else 1.7 + 0.05 * k
+        drafted = round_(i, position, k, accepted)
+        events.append(dataclasses.replace(drafted, source=source, draft_passes=passes, target_seconds=seconds,
+                                          draft_seconds=1.2 * (source == "draft"), round_seconds=seconds))
+        position += accepted + 1
+    spec = RunStats.of(events)
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), source="none", target_seconds=1.0)
+                        for i in range(1, 40)])
+    assert target_line(spec, base) == pytest.approx((1.0, 0.7, 0.05)) and spec.draft_pass_seconds == 0.3
+    # model round: 1 + 0.7 + 4 * 0.05 + 4 * 0.3 = 3.1; n-gram: 1 + 0.7 + 8 * 0.05 = 2.1; nothing: 1
+    assert own_break_even(spec.events, 0.3, 0.05, 0.7) == pytest.approx((3.1 + 2.1 + 1.0) / 3)
+    bar = next(t for t in k_prediction(spec, base=base).data if t.name == "break-even for its rounds' k")
+    assert bar.y[0] == pytest.approx((3.1 + 2.1 + 1.0) / 3) and bar.x[0] == pytest.approx(4.0)
+
+
 def test_a_budget_cut_chain_that_ends_on_eos_before_the_budget_is_still_fixed_k():
     def ended(pattern, stop):
         events = run(pattern).events
