@@ -17,7 +17,8 @@
 #    without tuning and stopped at 330 s, which left gpucheck about 190 s: too little to reach the
 #    engine's bfloat16 runs, which have never run on a GPU; a compile takes 18-32 s there.)
 # 2. gpucheck under the fastest of them (graphprobe --fastest: the least cost of a k = 4 round, the
-#    defaults unless another is more than 2% faster), with about 280 s: the goals with its float32
+#    defaults unless another is more than 2% faster), with about 280 s (570 s in all, less the probe's
+#    240, a few seconds of start-up and 40 kept for its report): the goals with its float32
 #    identity against eager, the cost profile, and the engine's bfloat16 runs against the target
 #    alone (the target drafting for itself, a tree, the draft's chain), as far as its budget
 #    reaches. Its compiles of the probe's modes find the machine's inductor cache warm.
@@ -36,7 +37,7 @@ timeout -k 15 240 python3 -m specviz.graphprobe --widths "" \
 echo "probe: $((SECONDS - start)) s"
 flags=$(python3 -m specviz.graphprobe --fastest "$OUT/probe.json" 2>>"$OUT/probe.log")
 echo "gpucheck flags: ${flags:-(the defaults)}" | tee -a "$OUT/probe.log"
-left=$((560 - (SECONDS - start)))
+left=$((570 - (SECONDS - start)))
 # shellcheck disable=SC2086 # the flags are words
 timeout -k 15 "$left" python3 -m specviz gpucheck --device cuda --budget $((left - 40)) $flags --out "$OUT" \
   2>&1 | tee "$OUT/gpucheck.log"
