@@ -22,8 +22,11 @@ def run(pair, prompt=PROMPT, **kw):
     return [e for e in specviz.generate(pair, prompt, **kw) if isinstance(e, RoundEvent)]
 
 
-def by_hand(events, eos_ids):
-    """RunStats' figures recomputed from the events: kept drafts end at the output's end."""
+def restated(events, eos_ids):
+    """RunStats' figures from the events, by the rules written out again here (kept drafts end at
+    the output's end): a second statement of each rule, which catches the two drifting apart on
+    live runs; each rule itself is pinned by hand on constructed events (test_metrics.py,
+    test_treeview.py, test_round_fields.py)."""
     kept = [min(e.accepted, len(e.new_tokens)) for e in events]
     rejections = sum(sum(n.fate == REJECTED and n.depth <= len(e.new_tokens) for n in e.tree) if e.tree
                      else int(e.accepted < e.k and len(e.new_tokens) > e.accepted) for e in events)
@@ -50,8 +53,8 @@ def by_hand(events, eos_ids):
 @pytest.mark.parametrize("proposer", ["draft", "hybrid", "adaptive", "tree", "ngram", "none"])
 def test_every_drafters_figures_hold_where_the_rule_accepts_a_drafted_eos(pair, proposer):
     """EOS set to each of the target's commonest tokens in turn: runs end on it, often on a
-    drafted EOS the rule accepted with drafts after it. Every figure equals its hand computation,
-    greedy output is the target's own, cut at the EOS."""
+    drafted EOS the rule accepted with drafts after it. Every figure agrees with the rules restated
+    from the events, and greedy output is the target's own, cut at the EOS."""
     common = [t for t, _ in Counter(RunStats.of(run(pair, proposer="none", max_new_tokens=40)).tokens)
               .most_common(6)]
     config = pair.target.generation_config
@@ -64,7 +67,7 @@ def test_every_drafters_figures_hold_where_the_rule_accepts_a_drafted_eos(pair, 
             for temperature in (0.0, 0.7):
                 events = run(stop_pair, proposer=proposer, k=4, max_new_tokens=40, temperature=temperature,
                              seed=1)
-                stats, hand = RunStats.of(events), by_hand(events, stop_pair.eos_ids)
+                stats, hand = RunStats.of(events), restated(events, stop_pair.eos_ids)
                 for name, value in hand.items():
                     assert getattr(stats, name) == pytest.approx(value), (eos, temperature, name)
                 if temperature == 0:
