@@ -247,10 +247,10 @@ ZEROGPU_ABORTED = "GPU task aborted"  # spaces' gr.Error for a job ZeroGPU ended
 ABORTED = ("ZeroGPU ended this job before it finished: it ran past the {seconds} s of GPU time it asked "
            "for. Pick fewer new tokens (or samples) and run it again. What the page shows may be that "
            "job's part; Save, the Exactness lab and the k explorer use your last finished run, if any.")
-# a job whose worker was still loading its pair (a first download of a pair's files can take longer
-# than the load's share of the time asked): fewer tokens would not have helped
 OPEN_DURING_JOB = ("this page has a job under way (a run, the lab or the end-to-end check): press Stop "
                    "or wait for it to end, then open the trace")
+# a job whose worker was still loading a pair (a first download of a pair's files can take longer
+# than the load's share of the time asked): fewer tokens would not have helped
 ABORTED_LOADING = ("ZeroGPU ended this job while its worker was still loading a pair: the load ran "
                    "past the {seconds} s of GPU time the job asked for (a pair's first load downloads "
                    "its files). Run it again: files already downloaded are not fetched again.")
