@@ -252,11 +252,10 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
     del models
     if s.real and clock.left() > REAL_SHARE * s.budget:
         real = real_models(s.device, dtype)
-        if real is not None:
-            as_the_engine_drafts(real)
         if real is None:
             skipped.append("real pair: the embedded cache is not built here")
         else:
+            as_the_engine_drafts(real)
             quick = replace(s, fast_widths=(1, s.k + 1), eager_widths=(1, s.k + 1))
             result["real"] = {p: time_path(real, p, quick, clock, quick.fast_widths, skipped, "real")
                               for p in paths_ok}
@@ -365,7 +364,8 @@ def text(report: dict) -> str:
     for name, a in report["target_alone"].items():
         lines.append(f"target alone, {name}: {a['ms']:.3f} ms/token, {a['tokens_per_second']:.1f} tok/s, "
                      f"{beside(a['over_limit'], 3, 1)}x the bandwidth limit")
-    lines.append("projected (acceptance measured on CPU, docs/bench-cpu-2026-11-30.json):")
+    lines.append("projected (acceptance measured on CPU, docs/bench-cpu-2026-11-30.json; the n-gram's "
+                 "round widths, docs/bench-hf-cpu-2026-12-07.json):")
     lines += projection_lines(report["projection"])
     if report.get("identity"):
         lines.append(f"identity (float32, random weights): {json.dumps(report['identity'])}")
