@@ -107,12 +107,13 @@ def slug(text: str) -> str:
     return "-".join(p for p in out.split("-") if p)[:50]
 
 
-def as_the_engine_drafts(models: dict) -> str | None:
+def as_the_engine_drafts(models: dict, codes: Path | None = None) -> str | None:
     """Quantize the draft in place as the engine's default does on this device (draft_quant "auto":
     int4 weights on a CPU, none on CUDA); its label, or None. A CPU profile timed the bf16 draft
     the engine never runs there: C_D 102 ms on a machine whose bench ran the int4 draft at about
-    27 ms a pass (on an AVX2 CPU int4 gains less: 56-76 ms against bf16's 68)."""
-    return quant.apply(models["draft"], "auto")
+    27 ms a pass (on an AVX2 CPU int4 gains less: 56-76 ms against bf16's 68). codes: the int4
+    groups kept beside the draft's weights (quant.codes_file), read where they are, as a load does."""
+    return quant.apply(models["draft"], "auto", codes)
 
 
 REAL_SHARE = 0.4  # of the budget: the real pair's section starts only with this much left, and keeps it
@@ -255,7 +256,9 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
         if real is None:
             skipped.append("real pair: the embedded cache is not built here")
         else:
-            as_the_engine_drafts(real)
+            from . import embedded  # the embedded draft's cache keeps its int4 codes (loading does)
+
+            as_the_engine_drafts(real, quant.codes_file(embedded.cache_dir(embedded.DRAFT)))
             quick = replace(s, fast_widths=(1, s.k + 1), eager_widths=(1, s.k + 1))
             result["real"] = {p: time_path(real, p, quick, clock, quick.fast_widths, skipped, "real")
                               for p in paths_ok}
