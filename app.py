@@ -45,7 +45,7 @@ from specviz.hooks import (
     page_value,
 )
 from specviz.lm import out_of_memory
-from specviz.loading import check_device, default_device
+from specviz.loading import check_device, default_device, needs_fetch
 from specviz.render import legend_html
 from specviz.service import (
     E2E_MAX_DRAFTS,
@@ -252,8 +252,8 @@ OPEN_DURING_JOB = ("this page has a job under way (a run, the lab or the end-to-
 # a job whose worker was still loading a pair (a first download of a pair's files can take longer
 # than the load's share of the time asked): fewer tokens would not have helped
 ABORTED_LOADING = ("ZeroGPU ended this job while its worker was still loading a pair: the load ran "
-                   "past the {seconds} s of GPU time the job asked for (a pair's first load downloads "
-                   "its files). Run it again: files already downloaded are not fetched again.")
+                   "past the {seconds} s of GPU time the job asked for. Run it again (its files are "
+                   "downloaded already, and a second read is usually faster), or pick a smaller pair.")
 
 
 def stop_js(said: dict[str, str]) -> tuple[str, str, str]:
@@ -409,6 +409,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
     gate = Gate(limits.queue_size, stale_after=max(900.0, 3 * limits.max_job_seconds),
                 per_address=limits.jobs_per_address)
     shelf = Shelf(limits.held_trace_mb * 2**20, per_address=limits.jobs_per_address)
+    downloads = Gate(limits.queue_size, stale_after=gate.stale_after, per_address=limits.jobs_per_address)
 
     def visitor(request: gr.Request | None) -> str | None:
         return request_address(request, limits.trust_forwarded)
@@ -614,6 +615,26 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                     raise
                 raise shown from None
 
+        def fetched(s: RunSettings, waiting, request):
+            """On ZeroGPU, download what s's pair loads and is not cached (store.fetching) before a
+            place in the model's line and the GPU time the job asks for: a first use's download
+            ran inside the job, on the visitor's GPU seconds (a large preset's outlasted the 60 s
+            asked for a load), and held every visitor's place in line meanwhile. Downloads have
+            a line of their own, one at a time, with the model line's bounds on what a visitor
+            holds. waiting(text) is what the page shows meanwhile. Elsewhere nothing."""
+            try:
+                if not zerogpu.active() or not any(map(needs_fetch, store.model_names(s))):
+                    return
+                with downloads.ticket(session_of(request), visitor(request)) as ticket:
+                    for ahead in ticket.waiting():
+                        yield waiting(f"waiting for another pair's download: {ahead} ahead of you "
+                                      "(Stop leaves the line)")
+                    for item in store.fetching(s, waiting):
+                        ticket.touch()
+                        yield item
+            except ValueError as e:
+                raise user_error(e) from None
+
         def wait_text(ahead: int) -> str:
             return f"waiting for the model: {ahead} ahead of you (Stop leaves the line)"
 
@@ -691,6 +712,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 s.check(limits, store.known_pairs)  # before a gate place and the GPU time it asks for
             except ValueError as e:
                 raise user_error(e) from None
+            yield from fetched(s, lambda text: status_only(markdown_text(text)), request)
 
             def job():
                 behind = None  # the page's `sides`, as this job last set it
@@ -854,6 +876,7 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
                 check_continuations(s, n, limits)
             except ValueError as e:
                 raise user_error(e) from None
+            yield from fetched(s, lambda text: f"<div class='specviz-lab'>{html.escape(text)}</div>", request)
             yield from gated(request, lambda ahead: f"<div class='specviz-lab'>{wait_text(ahead)}</div>",
                              lambda: on_gpu_job("e2e", s, n))
 

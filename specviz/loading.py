@@ -273,6 +273,61 @@ def check_source(name: str) -> None:
                          "machine or pass a local folder")
 
 
+def files_to_fetch(files: list[str]) -> list[str]:
+    """Of a hub repository's files, those from_pretrained reads here: the top folder's config,
+    tokenizer and other small files (JSON, text, SentencePiece and tiktoken vocabularies, chat
+    templates), and one weight format: model*.safetensors where the repository has them, else
+    pytorch_model*.bin. Not another framework's weights, ONNX or GGUF copies, nor any code."""
+    top = [f for f in files if "/" not in f]
+    small = [f for f in top if f.endswith((".json", ".txt", ".model", ".tiktoken", ".jinja"))]
+    weights = [f for f in top if f.startswith("model") and f.endswith(".safetensors")] \
+        or [f for f in top if f.startswith("pytorch_model") and f.endswith(".bin")]
+    return sorted(set(small) | set(weights))
+
+
+def needs_fetch(name: str) -> bool:
+    """`name` is a hub id whose files are not all in the hub cache (presets.is_cached); False for
+    a local folder or .gguf file. ValueError for a name that is none of these."""
+    from huggingface_hub.errors import HFValidationError
+
+    from . import presets
+
+    where, _ = _source(name)
+    if Path(where).is_dir():
+        return False
+    try:
+        return not presets.is_cached(where)
+    except HFValidationError:
+        raise ValueError(f"{name!r} is not a model folder, .gguf file or hub id (org/name): check "
+                         "the name") from None
+
+
+def fetch(name: str) -> None:
+    """Download the files a load of hub model `name` reads (files_to_fetch) into the hub cache,
+    unless they are there; nothing for a local folder or .gguf file. ValueError naming the fix.
+    On ZeroGPU the app fetches a pair before its job asks for GPU time (the job's load then reads
+    the cache), so a first use does not spend a visitor's GPU seconds on a download."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    from . import presets
+
+    if not needs_fetch(name):
+        return
+    where, _ = _source(name)
+    if not presets.hub_reachable():
+        raise ValueError(f"cannot download model {name!r}: the model hub ({presets.hub_endpoint()}) "
+                         "is unreachable: try again later, or pick another pair")
+    bound_hub_requests()
+    try:
+        wanted = files_to_fetch(HfApi().list_repo_files(where))
+        if not wanted:
+            raise ValueError("the repository has no config, tokenizer or weight files at its top")
+        snapshot_download(where, allow_patterns=wanted)
+    except Exception as e:  # noqa: BLE001 - any failure (the hub, the disk) said to the visitor
+        raise ValueError(f"cannot download model {name!r}: {first_line(e).rstrip('.')}: "
+                         "run again to resume the download, or pick another pair") from e
+
+
 HUB_TIMEOUT_S = 10.0  # a hub request that gets no byte for this long fails (huggingface_hub's usual)
 
 

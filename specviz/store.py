@@ -17,7 +17,7 @@ from dataclasses import replace
 from . import presets, zerogpu
 from .engine import RoundEvent, generate, warm_steps
 from .fastpath import resolve_fast
-from .loading import Pair, check_source, default_device, load_pair, parse_dtype
+from .loading import Pair, check_source, default_device, fetch, load_pair, needs_fetch, parse_dtype
 from .settings import CUSTOM, RunSettings, clip, public_message
 from .trace import Trace
 
@@ -59,6 +59,9 @@ class ModelStore:
         self.keep_home, self._home_pair = keep_home, None
         self.baselines = Baselines()
         self.chains = Baselines()  # a tree run's comparison: the chain drafter at the same k
+        self._fetches: dict[str, tuple[threading.Thread, dict]] = {}  # hub id: (its download, out)
+        self._fetch_lock = threading.Lock()
+        zerogpu.renew_lock_after_fork(self, "_fetch_lock")
 
     @property
     def known_pairs(self) -> set[str]:
@@ -129,6 +132,44 @@ class ModelStore:
                 finally:  # a load that failed took the old pair out too: it counts
                     self._loads.append((time.monotonic(), time.monotonic() - started))
             return self._pair
+
+    def model_names(self, s: RunSettings) -> tuple[str, ...]:
+        """What s's pair loads from: its target's and draft's names (hub ids, folders or .gguf
+        files); none for the embedded pair."""
+        if s.pair == CUSTOM:
+            return tuple(filter(None, (s.target.strip(), s.draft.strip())))
+        if s.pair in self.extra_pairs:
+            return tuple(filter(None, self.extra_pairs[s.pair]))
+        return presets.get(s.pair).models
+
+    def fetching(self, s: RunSettings, waiting, poll: float = LOAD_POLL_SECONDS):
+        """Download what s's pair loads from the hub and is not cached (loading.fetch), from a job's
+        generator: each model in a thread of this process (one a model, joined by every job that
+        asks for it meanwhile), yielding waiting(FETCHING text) at once and every `poll` seconds
+        until they end; a download's error raised. ZeroGPU: the app fetches before a job asks for
+        GPU time, which a download inside it spent (60 s asked for a load, and a large preset's
+        first download outlasted that). Stop lets go at once; the download goes on to its end."""
+        with self._fetch_lock:
+            under_way = []
+            for name in self.model_names(s):
+                thread, out = self._fetches.get(name, (None, {}))
+                if thread is None or not thread.is_alive():
+                    if not needs_fetch(name):
+                        continue
+                    out = {}
+                    thread = threading.Thread(target=_fetch, args=(name, out), daemon=True,
+                                              name="specviz-fetch")
+                    self._fetches[name] = (thread, out)
+                    thread.start()
+                under_way.append((name, thread, out))
+        started = time.monotonic()
+        for name, thread, _ in under_way:
+            while thread.is_alive():
+                yield waiting(FETCHING.format(name=clip(name), seconds=time.monotonic() - started))
+                thread.join(poll)
+        for _, _, out in under_way:
+            if "error" in out:
+                raise out["error"]
 
     def _load(self, s: RunSettings) -> None:
         """Load the pair s asks for into self._pair (its key in self._key)."""
@@ -213,6 +254,18 @@ class ModelStore:
         """What decides the chain drafter's run beside a tree run: the baseline's key, the draft
         and k (the tree's depth)."""
         return (*self.baseline_key(pair, s, prompt_ids), pair.draft_name, s.k)
+
+
+FETCHING = ("Downloading {name}, its first use on this server (no GPU time is spent on it): "
+            "{seconds:.0f} s so far…")
+
+
+def _fetch(name: str, out: dict) -> None:
+    """loading.fetch(name) in a thread: its error kept in out["error"]."""
+    try:
+        fetch(name)
+    except BaseException as e:  # noqa: BLE001 - raised in each job that waits on it
+        out["error"] = e
 
 
 class Baselines:

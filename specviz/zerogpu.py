@@ -31,7 +31,8 @@ FAST = "graphed"  # no torch.compile on ZeroGPU: static caches, steps captured a
 SETUP_SECONDS = 20  # first-call CUDA set-up, the speculative run's prefill and its captures
 SECONDS_PER_TOKEN = 0.1  # eager 1.5B target on a ZeroGPU slice: ~40 tok/s alone, with margin
 MAX_SECONDS = 300  # = the default job time limit (SPECVIZ_MAX_JOB_SECONDS)
-LOAD_SECONDS = 60  # a job that may load another pair or dtype in its worker first (from the hub)
+LOAD_SECONDS = 60  # a job that may load another pair or dtype in its worker first (from the disk:
+# the app's process downloads a pair's files before the job asks for GPU time, app.fetched)
 LAB_SECONDS = 30  # the Exactness lab: a round's context read (a pass a model) and its sampling
 GRACE_SECONDS = 10  # of a call's GPU time, left to the worker's CUDA set-up before a job's clock
 # The default bound on new tokens here: a tree run (and its baseline and chain) of 192 tokens asks

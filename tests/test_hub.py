@@ -228,3 +228,64 @@ def test_the_bounded_client_fails_only_requests_that_would_wait_for_ever(hub, mo
     with pytest.raises(OfflineModeIsEnabled, match="went quiet"):
         client.head(answering.url)  # every request after it fails at once
     assert time.monotonic() - start < 5
+
+
+GPT2_FILES = [  # openai-community/gpt2's top folder and subfolders, as the hub lists them
+    ".gitattributes", "64-8bits.tflite", "64-fp16.tflite", "64.tflite", "README.md", "config.json",
+    "flax_model.msgpack", "generation_config.json", "merges.txt", "model.safetensors",
+    "onnx/config.json", "onnx/decoder_model.onnx", "onnx/merges.txt", "pytorch_model.bin",
+    "rust_model.ot", "tf_model.h5", "tokenizer.json", "tokenizer_config.json", "vocab.json"]
+
+
+def test_a_download_takes_what_a_load_reads_and_one_weight_format():
+    from specviz.loading import files_to_fetch
+
+    assert files_to_fetch(GPT2_FILES) == ["config.json", "generation_config.json", "merges.txt",
+                                          "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                                          "vocab.json"]
+    sharded = ["config.json", "consolidated.safetensors", "model-00001-of-00002.safetensors",
+               "model-00002-of-00002.safetensors", "model.safetensors.index.json", "params.json",
+               "tokenizer.model", "tokenizer_config.json", "modeling_custom.py", "chat_template.jinja"]
+    assert files_to_fetch(sharded) == [  # not Mistral's consolidated copy, nor any code
+        "chat_template.jinja", "config.json", "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors", "model.safetensors.index.json", "params.json",
+        "tokenizer.model", "tokenizer_config.json"]
+    older = ["config.json", "pytorch_model.bin", "tf_model.h5", "vocab.txt", "tokenizer_config.json"]
+    assert files_to_fetch(older) == ["config.json", "pytorch_model.bin", "tokenizer_config.json", "vocab.txt"]
+
+
+def test_a_fetch_downloads_only_an_uncached_hub_model_and_says_the_fix_when_it_fails(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    from specviz import loading
+
+    with pytest.raises(ValueError, match="not a model folder, .gguf file or hub id"):
+        loading.needs_fetch("not a valid id!")  # huggingface_hub's own check, in the cache lookup
+    (tmp_path / "config.json").write_text("{}")
+    calls, cached, failure = [], set(), []
+
+    def snapshot_download(repo_id, allow_patterns=None):
+        calls.append((repo_id, allow_patterns))
+        if failure:
+            raise failure[0]
+        cached.add(repo_id)
+
+    monkeypatch.setattr(presets, "is_cached", lambda name: name in cached)
+    monkeypatch.setattr(presets, "hub_reachable", lambda: True)
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id: GPT2_FILES)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    assert not loading.needs_fetch(str(tmp_path))  # a local folder
+    loading.fetch(str(tmp_path))
+    assert loading.needs_fetch("org/model")
+    loading.fetch("org/model")
+    loading.fetch("org/model")  # cached now: nothing downloads
+    assert calls == [("org/model", loading.files_to_fetch(GPT2_FILES))]
+    assert not loading.needs_fetch("org/model")
+    failure.append(OSError("[Errno 28] No space left on device"))
+    with pytest.raises(ValueError, match=r"cannot download model 'org/other': \[Errno 28\] No space left "
+                                         "on device: run again to resume the download, or pick another"):
+        loading.fetch("org/other")
+    monkeypatch.setattr(presets, "hub_reachable", lambda: False)
+    with pytest.raises(ValueError, match="the model hub .* is unreachable: try again later"):
+        loading.fetch("org/third")
+    assert len(calls) == 2

@@ -1,6 +1,7 @@
 """ZeroGPU: model work inside @spaces.GPU with a duration from the tokens; a no-op elsewhere."""
 
 import os
+from types import SimpleNamespace
 
 import pytest
 from conftest import handler
@@ -530,3 +531,80 @@ def test_the_built_in_lab_example_asks_for_no_gpu_time(monkeypatch, model_dirs):
     lab_run = handler(demo, "lab_run")
     assert "specviz-lab" in list(lab_run("example", 1, 1000, ["exact"], None, None))[-1][0]
     assert asked == []
+
+
+def hub_pair(monkeypatch, store, fetched: list, go):
+    """Pair "hub" (the tiny pair's folders standing for hub ids whose files are not cached): each
+    model's download, in store.fetch, waits for `go` and is recorded in `fetched`; it fails with
+    the exception in go.failure, if any."""
+    import app
+    import specviz.store as store_module
+
+    store.extra_pairs["hub"] = store.extra_pairs["tiny"]
+    cached = set()
+
+    def fetch(name):
+        fetched.append(name)
+        go.wait(30)
+        if getattr(go, "failure", None) is not None:
+            raise go.failure
+        cached.add(name)
+
+    needs = lambda name: name not in cached  # noqa: E731
+    for module in (app, store_module):
+        monkeypatch.setattr(module, "needs_fetch", needs)
+    monkeypatch.setattr(store_module, "fetch", fetch)
+
+
+def test_on_zerogpu_a_first_download_comes_before_the_gpu_time_a_job_asks_for(monkeypatch, model_dirs):
+    """A pair's first load downloaded its files inside the job: on the visitor's GPU seconds, and
+    a large preset's outlasted the 60 s asked for a load ("GPU task aborted"). The app's process
+    now downloads first, saying so, and asks for GPU time once the files are cached; a Stop lets
+    go and the download goes on, and a job asking meanwhile waits on it rather than starting
+    another."""
+    import threading
+
+    from specviz.settings import markdown_text
+
+    demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    fetched, go = [], threading.Event()
+    hub_pair(monkeypatch, store, fetched, go)
+    run = handler(demo, "run")
+    job = run(None, None, *values(pair="hub"))
+    status = next(job)[0]
+    assert status.startswith("Downloading ") and "no GPU time is spent on it" in status and asked == []
+    job.close()  # Stop
+    again = run(None, None, *values(pair="hub"))
+    assert next(again)[0].startswith("Downloading ")
+    other = SimpleNamespace(client=SimpleNamespace(host="203.0.113.9"), headers={}, session_hash="b")
+    behind = run(other, None, *values(pair="hub"))  # another visitor: downloads are one at a time
+    assert next(behind)[0] == markdown_text("waiting for another pair's download: 1 ahead of you (Stop "
+                                            "leaves the line)")
+    behind.close()
+    go.set()
+    assert list(again)[-1][0].startswith("Done")
+    assert sorted(fetched) == sorted(store.extra_pairs["hub"])  # each model once
+    assert asked == [zerogpu.duration(4, load=True)]
+    shown = [out[0] for out in run(None, None, *values(pair="hub"))]  # cached now
+    assert shown[-1].startswith("Done") and not any("Downloading" in str(status) for status in shown)
+    e2e = handler(demo, "e2e_run")
+    store.extra_pairs["hub2"] = store.extra_pairs["tiny"]
+    monkeypatch.setattr(store, "model_names", lambda s: ("org/new",) if s.pair == "hub2" else ())
+    go.clear()
+    go.failure = ValueError("cannot download model 'org/new': 404 Not Found: run again to resume")
+    threading.Timer(0.5, go.set).start()
+    with pytest.raises(Exception, match="cannot download model 'org/new': 404"):
+        list(e2e(None, 10, *values(pair="hub2", temperature=1.0)))
+    assert len(asked) == 2, "a failed download asked for no GPU time"
+
+
+def test_off_zerogpu_nothing_is_downloaded_before_a_job(monkeypatch, model_dirs):
+    import threading
+
+    demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
+    fetched, go = [], threading.Event()
+    hub_pair(monkeypatch, store, fetched, go)
+    go.set()
+    assert list(handler(demo, "run")(None, None, *values(pair="hub")))[-1][0].startswith("Done")
+    assert fetched == []  # the load downloads, as before
