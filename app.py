@@ -33,7 +33,7 @@ from gradio.utils import get_upload_folder
 from starlette.middleware import Middleware
 
 from specviz import lab, labview, presets, profiles, treeview, zerogpu
-from specviz.gate import Gate, Shelf, public_address
+from specviz.gate import BUSY, Busy, Gate, Shelf, public_address
 from specviz.guard import PerAddress, RequestGuard, request_address
 from specviz.hooks import (
     Tidy,
@@ -602,6 +602,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             tidy()  # pages gone (API clients close none)
             in_use(request)
             try:
+                if downloads.holds(session_of(request)):  # a job of this page's waits on a download
+                    raise Busy(BUSY)
                 with gate.ticket(session_of(request), visitor(request)) as ticket:
                     for ahead in ticket.waiting():
                         yield waiting(ahead)
@@ -625,10 +627,12 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             try:
                 if not zerogpu.active() or not any(map(needs_fetch, store.model_names(s))):
                     return
+                if gate.holds(session_of(request)):  # a job of this page's in the model's line
+                    raise Busy(BUSY)
                 with downloads.ticket(session_of(request), visitor(request)) as ticket:
                     for ahead in ticket.waiting():
-                        yield waiting(f"waiting for another pair's download: {ahead} ahead of you "
-                                      "(Stop leaves the line)")
+                        yield waiting(f"waiting for the downloads asked for before yours: {ahead} ahead "
+                                      "of you (Stop leaves the line)")
                     for item in store.fetching(s, waiting):
                         ticket.touch()
                         yield item

@@ -5,7 +5,12 @@ Never enables trust_remote_code. Checks that draft and target tokenize alike bef
 
 from __future__ import annotations
 
+import errno
+import glob
 import os
+import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -276,13 +281,20 @@ def check_source(name: str) -> None:
 def files_to_fetch(files: list[str]) -> list[str]:
     """Of a hub repository's files, those from_pretrained reads here: the top folder's config,
     tokenizer and other small files (JSON, text, SentencePiece and tiktoken vocabularies, chat
-    templates), and one weight format: model*.safetensors where the repository has them, else
-    pytorch_model*.bin. Not another framework's weights, ONNX or GGUF copies, nor any code."""
+    templates), and the weights as transformers picks them: model.safetensors, else its index and
+    shards, else the same of pytorch_model.bin. Not another framework's weights, variants
+    (model.fp16.safetensors), ONNX or GGUF copies, nor any code."""
     top = [f for f in files if "/" not in f]
     small = [f for f in top if f.endswith((".json", ".txt", ".model", ".tiktoken", ".jinja"))]
-    weights = [f for f in top if f.startswith("model") and f.endswith(".safetensors")] \
-        or [f for f in top if f.startswith("pytorch_model") and f.endswith(".bin")]
-    return sorted(set(small) | set(weights))
+
+    def weights(stem: str, ext: str) -> list[str]:
+        if f"{stem}.{ext}" in top:
+            return [f"{stem}.{ext}"]
+        if f"{stem}.{ext}.index.json" in top:
+            return [f for f in top if re.fullmatch(rf"{stem}-\d+-of-\d+\.{ext}", f)]
+        return []
+
+    return sorted(set(small) | set(weights("model", "safetensors") or weights("pytorch_model", "bin")))
 
 
 def needs_fetch(name: str) -> bool:
@@ -304,28 +316,61 @@ def needs_fetch(name: str) -> bool:
 
 def fetch(name: str) -> None:
     """Download the files a load of hub model `name` reads (files_to_fetch) into the hub cache,
-    unless they are there; nothing for a local folder or .gguf file. ValueError naming the fix.
-    On ZeroGPU the app fetches a pair before its job asks for GPU time (the job's load then reads
-    the cache), so a first use does not spend a visitor's GPU seconds on a download."""
+    unless they are there; nothing for a local folder or .gguf file, nor where the hub is
+    unreachable (the load then says what it can: a model cached under other file names loads).
+    ValueError naming the fix. On ZeroGPU the app fetches a pair before its job asks for GPU time
+    (fetch_apart), so a first use does not spend a visitor's GPU seconds on a download."""
     from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
     from . import presets
 
-    if not needs_fetch(name):
+    if not needs_fetch(name) or not presets.hub_reachable():
         return
     where, _ = _source(name)
-    if not presets.hub_reachable():
-        raise ValueError(f"cannot download model {name!r}: the model hub ({presets.hub_endpoint()}) "
-                         "is unreachable: try again later, or pick another pair")
     bound_hub_requests()
+    fix = "run again to resume the download, or pick another pair"
     try:
         wanted = files_to_fetch(HfApi().list_repo_files(where))
         if not wanted:
-            raise ValueError("the repository has no config, tokenizer or weight files at its top")
-        snapshot_download(where, allow_patterns=wanted)
-    except Exception as e:  # noqa: BLE001 - any failure (the hub, the disk) said to the visitor
-        raise ValueError(f"cannot download model {name!r}: {first_line(e).rstrip('.')}: "
-                         "run again to resume the download, or pick another pair") from e
+            raise ValueError("its repository has no config, tokenizer or weight files at its top")
+        snapshot_download(where, allow_patterns=[glob.escape(f) for f in wanted])
+    except GatedRepoError as e:
+        raise ValueError(f"cannot download model {name!r}: it is gated on the hub: operators, log in "
+                         "(hf auth login) or set HF_TOKEN with access to it") from e
+    except RepositoryNotFoundError as e:
+        raise ValueError(f"cannot download model {name!r}: the hub has no such model (or it is "
+                         "private): check the name") from e
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            fix = "the server's disk is full (operators: free space), or pick a smaller pair"
+        raise ValueError(f"cannot download model {name!r}: {first_line(e).rstrip('.')}: {fix}") from e
+    except Exception as e:  # noqa: BLE001 - any other failure said to the visitor
+        raise ValueError(f"cannot download model {name!r}: {first_line(e).rstrip('.')}: {fix}") from e
+
+
+FETCH_MAIN = ("import sys; from specviz.loading import fetch\n"
+              "try: fetch(sys.argv[1])\n"
+              "except ValueError as e: print(e); sys.exit(1)")
+
+
+def fetch_apart(name: str) -> None:
+    """fetch(name) in a process of its own: spaces forks ZeroGPU's workers from the app's process
+    while its threads run, and a download holds huggingface_hub's client and tqdm's locks for
+    minutes (a worker forked while one was held would wait on it for ever). ValueError as fetch's."""
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+    child = subprocess.run([sys.executable, "-c", FETCH_MAIN, name], env=env, capture_output=True,
+                           text=True, errors="replace", stdin=subprocess.DEVNULL)
+    said = child.stdout.strip().splitlines()
+    if child.returncode == 1 and said:
+        raise ValueError(said[-1])
+    if child.returncode != 0:
+        why = next(reversed([line for line in child.stderr.splitlines() if line.strip()]), "no message")
+        raise ValueError(f"cannot download model {name!r}: the download ended with code "
+                         f"{child.returncode} ({why.strip()[:200]}): run again to resume it, or pick "
+                         "another pair")
 
 
 HUB_TIMEOUT_S = 10.0  # a hub request that gets no byte for this long fails (huggingface_hub's usual)

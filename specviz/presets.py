@@ -137,7 +137,10 @@ def _answers(url: str, timeout: float) -> bool:
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+# a tokenizer's own vocabulary, by the names transformers' tokenizers read it under (fast, Llama's
+# and T5's SentencePiece, XLM's, GPT-2's BPE, WordPiece, Mistral's tekken): loading.fetch takes them
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
+                   "vocab.json", "vocab.txt", "tekken.json")
 
 
 def is_cached(model_id: str) -> bool:

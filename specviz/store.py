@@ -17,7 +17,7 @@ from dataclasses import replace
 from . import presets, zerogpu
 from .engine import RoundEvent, generate, warm_steps
 from .fastpath import resolve_fast
-from .loading import Pair, check_source, default_device, fetch, load_pair, needs_fetch, parse_dtype
+from .loading import Pair, check_source, default_device, fetch_apart, load_pair, needs_fetch, parse_dtype
 from .settings import CUSTOM, RunSettings, clip, public_message
 from .trace import Trace
 
@@ -143,33 +143,46 @@ class ModelStore:
         return presets.get(s.pair).models
 
     def fetching(self, s: RunSettings, waiting, poll: float = LOAD_POLL_SECONDS):
-        """Download what s's pair loads from the hub and is not cached (loading.fetch), from a job's
-        generator: each model in a thread of this process (one a model, joined by every job that
-        asks for it meanwhile), yielding waiting(FETCHING text) at once and every `poll` seconds
-        until they end; a download's error raised. ZeroGPU: the app fetches before a job asks for
-        GPU time, which a download inside it spent (60 s asked for a load, and a large preset's
-        first download outlasted that). Stop lets go at once; the download goes on to its end."""
+        """Download what s's pair loads from the hub and is not cached (loading.fetch_apart), from a
+        job's generator, yielding waiting(text) at once and every `poll` seconds until done; a
+        download's error raised. One download at a time in this process, in a thread of its own:
+        a job asking for a model under way joins it, and one asking for another model waits for
+        it to end. ZeroGPU: the app fetches before a job asks for GPU time, which a download
+        inside it spent (60 s asked for a load, and a large preset's first download outlasted
+        that). Stop lets go at once; a download under way goes on to its end, and holds the next
+        one back meanwhile (Stop, then Run on another pair, started a download each)."""
+        begun = time.monotonic()
+        for name in self.model_names(s):
+            while (under_way := self._fetch_of(name)) is not None:
+                ahead, thread, out = under_way  # ahead: the model downloading before this one
+                text = FETCHING if ahead is None else FETCH_WAIT
+                while thread.is_alive():
+                    yield waiting(text.format(name=clip(name), other=clip(ahead),
+                                              seconds=time.monotonic() - begun))
+                    thread.join(poll)
+                if ahead is None:
+                    if "error" in out:  # a fresh error a job: one object raised in each grew its traceback
+                        raise ValueError(str(out["error"]))
+                    break
+
+    def _fetch_of(self, name: str) -> tuple[str | None, threading.Thread, dict] | None:
+        """(None, the download of name, its out), started where none is under way and no other
+        is; (the other model, its download, out) where another is under way; None where name
+        needs no download."""
         with self._fetch_lock:
-            under_way = []
-            for name in self.model_names(s):
-                thread, out = self._fetches.get(name, (None, {}))
-                if thread is None or not thread.is_alive():
-                    if not needs_fetch(name):
-                        continue
-                    out = {}
-                    thread = threading.Thread(target=_fetch, args=(name, out), daemon=True,
-                                              name="specviz-fetch")
-                    self._fetches[name] = (thread, out)
-                    thread.start()
-                under_way.append((name, thread, out))
-        started = time.monotonic()
-        for name, thread, _ in under_way:
-            while thread.is_alive():
-                yield waiting(FETCHING.format(name=clip(name), seconds=time.monotonic() - started))
-                thread.join(poll)
-        for _, _, out in under_way:
-            if "error" in out:
-                raise out["error"]
+            self._fetches = {n: run for n, run in self._fetches.items() if run[0].is_alive()}
+            if name in self._fetches:
+                return None, *self._fetches[name]
+            if not needs_fetch(name):
+                return None
+            if self._fetches:
+                other, (thread, out) = next(iter(self._fetches.items()))
+                return other, thread, out
+            out: dict = {}
+            thread = threading.Thread(target=_fetch, args=(name, out), daemon=True, name="specviz-fetch")
+            self._fetches[name] = (thread, out)
+            thread.start()
+            return None, thread, out
 
     def _load(self, s: RunSettings) -> None:
         """Load the pair s asks for into self._pair (its key in self._key)."""
@@ -257,14 +270,16 @@ class ModelStore:
 
 
 FETCHING = ("Downloading {name}, its first use on this server (no GPU time is spent on it): "
-            "{seconds:.0f} s so far…")
+            "waited {seconds:.0f} s…")
+FETCH_WAIT = ("Waiting for the download of {other} to end before {name}'s (one at a time; no GPU "
+              "time is spent on it): waited {seconds:.0f} s…")
 
 
 def _fetch(name: str, out: dict) -> None:
-    """loading.fetch(name) in a thread: its error kept in out["error"]."""
+    """loading.fetch_apart(name) in a thread: its error kept in out["error"]."""
     try:
-        fetch(name)
-    except BaseException as e:  # noqa: BLE001 - raised in each job that waits on it
+        fetch_apart(name)
+    except Exception as e:  # noqa: BLE001 - raised in each job that waits on it
         out["error"] = e
 
 

@@ -245,47 +245,111 @@ def test_a_download_takes_what_a_load_reads_and_one_weight_format():
                                           "vocab.json"]
     sharded = ["config.json", "consolidated.safetensors", "model-00001-of-00002.safetensors",
                "model-00002-of-00002.safetensors", "model.safetensors.index.json", "params.json",
-               "tokenizer.model", "tokenizer_config.json", "modeling_custom.py", "chat_template.jinja"]
-    assert files_to_fetch(sharded) == [  # not Mistral's consolidated copy, nor any code
+               "model.fp16-00001-of-00001.safetensors", "tokenizer.model", "tokenizer_config.json",
+               "modeling_custom.py", "chat_template.jinja", "pytorch_model.bin"]
+    assert files_to_fetch(sharded) == [  # not Mistral's consolidated copy, a variant, nor any code
         "chat_template.jinja", "config.json", "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors", "model.safetensors.index.json", "params.json",
         "tokenizer.model", "tokenizer_config.json"]
-    older = ["config.json", "pytorch_model.bin", "tf_model.h5", "vocab.txt", "tokenizer_config.json"]
-    assert files_to_fetch(older) == ["config.json", "pytorch_model.bin", "tokenizer_config.json", "vocab.txt"]
+    older = ["config.json", "pytorch_model.bin", "tf_model.h5", "spiece.model", "tokenizer_config.json"]
+    assert files_to_fetch(older) == ["config.json", "pytorch_model.bin", "spiece.model",
+                                     "tokenizer_config.json"]
 
 
-def test_a_fetch_downloads_only_an_uncached_hub_model_and_says_the_fix_when_it_fails(monkeypatch, tmp_path):
+@pytest.fixture
+def hub_cache(monkeypatch, tmp_path):
+    """An empty hub cache, and a hub whose snapshot_download lays out the files it is allowed in
+    it (as huggingface_hub does), from `hub_cache.repos` ({repo id: its files}); hub_cache.calls
+    records each download, and hub_cache.failure (an exception) fails the next."""
+    import fnmatch
+    import types
+
     import huggingface_hub
+    from huggingface_hub import constants
+
+    cache = types.SimpleNamespace(repos={}, calls=[], failure=None)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(presets, "hub_reachable", lambda: True)
+
+    def snapshot_download(repo_id, allow_patterns=None):
+        cache.calls.append(repo_id)
+        if cache.failure is not None:
+            raise cache.failure
+        root = tmp_path / f"models--{repo_id.replace('/', '--')}"
+        (root / "refs").mkdir(parents=True, exist_ok=True)
+        (root / "refs" / "main").write_text("a" * 40)
+        snapshot = root / "snapshots" / ("a" * 40)
+        snapshot.mkdir(parents=True, exist_ok=True)
+        for name in cache.repos[repo_id]:
+            if any(fnmatch.fnmatch(name, pattern) for pattern in allow_patterns):
+                (snapshot / name).write_text("{}")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id: cache.repos[repo_id])
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    return cache
+
+
+def test_what_a_fetch_downloads_is_what_the_cache_check_counts_as_whole(hub_cache, tmp_path):
+    """A download of what files_to_fetch picks leaves the model cached (presets.is_cached): a model
+    whose tokenizer is a SentencePiece spiece.model was downloaded again at every run, and failed
+    while the hub was unreachable though its files were all on disk."""
+    from specviz import loading
+
+    hub_cache.repos = {"org/gpt": GPT2_FILES, "org/spm": ["config.json", "model.safetensors", "spiece.model",
+                                                          "tokenizer_config.json", "README.md"],
+                       "org/odd": ["config.json", "model.safetensors", "tokenizer.json", "added[1].json"]}
+    for repo in hub_cache.repos:
+        assert loading.needs_fetch(repo)
+        loading.fetch(repo)
+        loading.fetch(repo)  # cached now: nothing downloads
+        assert not loading.needs_fetch(repo) and presets.is_cached(repo)
+    assert hub_cache.calls == list(hub_cache.repos)
+    assert list(tmp_path.glob("models--org--odd/snapshots/*/added[[]1].json"))  # a name read as itself
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "config.json").write_text("{}")
+    assert not loading.needs_fetch(str(tmp_path / "folder"))  # a local folder
+    loading.fetch(str(tmp_path / "folder"))
+    assert len(hub_cache.calls) == 3
+
+
+def test_a_failed_fetch_names_its_fix(hub_cache, monkeypatch):
+    import errno
+
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
     from specviz import loading
 
     with pytest.raises(ValueError, match="not a model folder, .gguf file or hub id"):
         loading.needs_fetch("not a valid id!")  # huggingface_hub's own check, in the cache lookup
-    (tmp_path / "config.json").write_text("{}")
-    calls, cached, failure = [], set(), []
-
-    def snapshot_download(repo_id, allow_patterns=None):
-        calls.append((repo_id, allow_patterns))
-        if failure:
-            raise failure[0]
-        cached.add(repo_id)
-
-    monkeypatch.setattr(presets, "is_cached", lambda name: name in cached)
-    monkeypatch.setattr(presets, "hub_reachable", lambda: True)
-    monkeypatch.setattr(huggingface_hub.HfApi, "list_repo_files", lambda self, repo_id: GPT2_FILES)
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
-    assert not loading.needs_fetch(str(tmp_path))  # a local folder
-    loading.fetch(str(tmp_path))
-    assert loading.needs_fetch("org/model")
-    loading.fetch("org/model")
-    loading.fetch("org/model")  # cached now: nothing downloads
-    assert calls == [("org/model", loading.files_to_fetch(GPT2_FILES))]
-    assert not loading.needs_fetch("org/model")
-    failure.append(OSError("[Errno 28] No space left on device"))
-    with pytest.raises(ValueError, match=r"cannot download model 'org/other': \[Errno 28\] No space left "
-                                         "on device: run again to resume the download, or pick another"):
-        loading.fetch("org/other")
+    hub_cache.repos = {"org/m": GPT2_FILES}
+    response = type("Response", (), {"headers": {}, "status_code": 404, "url": "u", "request": None})()
+    for failure, said in [
+            (GatedRepoError("403 Forbidden", response=response),
+             "it is gated on the hub: operators, log in .hf auth login. or set HF_TOKEN"),
+            (RepositoryNotFoundError("404 Client Error.", response=response),
+             "the hub has no such model .or it is private.: check the name"),
+            (OSError(errno.ENOSPC, "No space left on device"),
+             "No space left on device: the server's disk is full .operators: free space."),
+            (ConnectionError("Connection reset by peer"),
+             "Connection reset by peer: run again to resume the download, or pick another pair")]:
+        hub_cache.failure = failure
+        with pytest.raises(ValueError, match=f"^cannot download model 'org/m': .*{said}"):
+            loading.fetch("org/m")
     monkeypatch.setattr(presets, "hub_reachable", lambda: False)
-    with pytest.raises(ValueError, match="the model hub .* is unreachable: try again later"):
-        loading.fetch("org/third")
-    assert len(calls) == 2
+    calls = len(hub_cache.calls)
+    loading.fetch("org/m")  # nothing to download from: the load says what it can
+    assert len(hub_cache.calls) == calls
+
+
+def test_a_fetch_apart_runs_in_its_own_process_and_brings_its_message_back(monkeypatch):
+    """The download runs in a child process (a ZeroGPU worker forked from the app while a download
+    thread held a lock would wait on it for ever): its ValueError comes back whole, and a child
+    that dies says so."""
+    from specviz import loading
+
+    with pytest.raises(ValueError, match=r"^'not a valid id!' is not a model folder, .gguf file or hub id"):
+        loading.fetch_apart("not a valid id!")
+    monkeypatch.setattr(loading, "FETCH_MAIN", "import os; print('half a line', end=''); os._exit(9)")
+    with pytest.raises(ValueError, match=r"cannot download model 'org/m': the download ended with code 9 "
+                                         r"\(no message\): run again"):
+        loading.fetch_apart("org/m")

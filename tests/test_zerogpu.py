@@ -535,12 +535,12 @@ def test_the_built_in_lab_example_asks_for_no_gpu_time(monkeypatch, model_dirs):
 
 def hub_pair(monkeypatch, store, fetched: list, go):
     """Pair "hub" (the tiny pair's folders standing for hub ids whose files are not cached): each
-    model's download, in store.fetch, waits for `go` and is recorded in `fetched`; it fails with
+    model's download, in store.fetch_apart, waits for `go` and is recorded in `fetched`; it fails with
     the exception in go.failure, if any."""
     import app
     import specviz.store as store_module
 
-    store.extra_pairs["hub"] = store.extra_pairs["tiny"]
+    store.extra_pairs["hub"] = tuple(f"{name}/" for name in store.extra_pairs["tiny"])  # other names
     cached = set()
 
     def fetch(name):
@@ -550,10 +550,10 @@ def hub_pair(monkeypatch, store, fetched: list, go):
             raise go.failure
         cached.add(name)
 
-    needs = lambda name: name not in cached  # noqa: E731
+    needs = lambda name: name.endswith("/") and name not in cached  # noqa: E731
     for module in (app, store_module):
         monkeypatch.setattr(module, "needs_fetch", needs)
-    monkeypatch.setattr(store_module, "fetch", fetch)
+    monkeypatch.setattr(store_module, "fetch_apart", fetch)
 
 
 def test_on_zerogpu_a_first_download_comes_before_the_gpu_time_a_job_asks_for(monkeypatch, model_dirs):
@@ -579,9 +579,19 @@ def test_on_zerogpu_a_first_download_comes_before_the_gpu_time_a_job_asks_for(mo
     assert next(again)[0].startswith("Downloading ")
     other = SimpleNamespace(client=SimpleNamespace(host="203.0.113.9"), headers={}, session_hash="b")
     behind = run(other, None, *values(pair="hub"))  # another visitor: downloads are one at a time
-    assert next(behind)[0] == markdown_text("waiting for another pair's download: 1 ahead of you (Stop "
-                                            "leaves the line)")
+    assert next(behind)[0] == markdown_text("waiting for the downloads asked for before yours: 1 ahead "
+                                            "of you (Stop leaves the line)")
     behind.close()
+    again.close()  # Stop again: the download goes on, and the next pair's waits for it
+    store.extra_pairs["hub3"] = ("org/third/", None)
+    third = run(other, None, *values(pair="hub3", proposer="ngram"))
+    assert next(third)[0].startswith(markdown_text("Waiting for the download of "))
+    assert fetched == [store.extra_pairs["hub"][0]]  # the hub pair's target alone: one at a time
+    third.close()
+    again = run(other, None, *values(pair="hub"))
+    assert next(again)[0].startswith("Downloading ")
+    with pytest.raises(Exception, match="busy: you already have a job waiting or running"):
+        list(handler(demo, "e2e_run")(other, 10, *values(temperature=1.0)))  # the same page's, cached
     go.set()
     assert list(again)[-1][0].startswith("Done")
     assert sorted(fetched) == sorted(store.extra_pairs["hub"])  # each model once
@@ -590,7 +600,7 @@ def test_on_zerogpu_a_first_download_comes_before_the_gpu_time_a_job_asks_for(mo
     assert shown[-1].startswith("Done") and not any("Downloading" in str(status) for status in shown)
     e2e = handler(demo, "e2e_run")
     store.extra_pairs["hub2"] = store.extra_pairs["tiny"]
-    monkeypatch.setattr(store, "model_names", lambda s: ("org/new",) if s.pair == "hub2" else ())
+    monkeypatch.setattr(store, "model_names", lambda s: ("org/new/",) if s.pair == "hub2" else ())
     go.clear()
     go.failure = ValueError("cannot download model 'org/new': 404 Not Found: run again to resume")
     threading.Timer(0.5, go.set).start()
