@@ -241,6 +241,7 @@ STOPPED = ("Stopped. What the page shows may be the stopped run's part; Save, th
            "the k explorer use your last finished run, if there is one.")
 LAB_STOPPED = "<div class='specviz-lab'>Stopped.</div>"
 LOADING_ELSEWHERE = "<div class='specviz-lab'>Waiting for a pair to finish loading…</div>"
+LOADING_LAB = ("<div class='specviz-lab'>Loading the run's pair…</div>", gr.skip(), gr.skip(), gr.skip())
 STARTED = "specviz: the job reached its GPU worker"  # in_worker's first item, never shown
 SETTLED = "specviz: no load is under way in the GPU worker"  # in_worker's, once; never shown
 ZEROGPU_ABORTED = "GPU task aborted"  # spaces' gr.Error for a job ZeroGPU ended (past its GPU time)
@@ -835,21 +836,46 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             except ValueError as e:
                 raise user_error(e) from None
 
-            waiting = lambda ahead: (f"<div class='specviz-lab'>{wait_text(ahead)}</div>",  # noqa: E731
-                                     gr.skip(), gr.skip(), gr.skip())
+            lab_status = lambda text: (f"<div class='specviz-lab'>{text}</div>",  # noqa: E731
+                                       gr.skip(), gr.skip(), gr.skip())
+            if (wanted := trace_pair(trace)) is not None:
+                yield from fetched(wanted, lambda text: lab_status(html.escape(text)), request)
+            waiting = lambda ahead: lab_status(wait_text(ahead))  # noqa: E731
             # the built-in example uses no model: no GPU time asked (nor refused) for it
             yield from gated(request, waiting,
                              lambda: on_gpu_job("lab", source, trace, round_number, trials, variants)
                              if source == "round" else lab_job(source, trace, round_number, trials, variants))
 
+        def trace_pair(trace) -> RunSettings | None:
+            """On ZeroGPU, the settings that load the pair a run's trace was made with (its pair,
+            names and dtype), where this deployment offers them; else None. There a job's worker
+            is not chosen: a fresh one holds the page's pair, and the lab, reading the loaded pair,
+            refused a round of a run on another pair whatever the visitor did ("run it here
+            first"). Elsewhere the lab reads the loaded pair and never switches it."""
+            ran = getattr(trace, "settings", None)
+            if not zerogpu.active() or not isinstance(ran, dict):
+                return None
+            s, _ = from_trace(ran, default, limits, store.known_pairs)
+            if any(ran.get(name) != getattr(s, name) for name in (
+                    ("pair", "dtype", "target", "draft") if s.pair == CUSTOM else ("pair", "dtype"))):
+                return None  # a setting this deployment refuses: the page's own would stand in
+            try:
+                s.check(limits, store.known_pairs)
+            except ValueError:
+                return None
+            return s
+
         def lab_job(source, trace, round_number, trials, variants):
-            if source == "round":  # the pair loaded once a load under way (a stopped job's) ends
-                begun = time.monotonic()  # the wait counts: on ZeroGPU it spends the GPU time asked
-                seconds = job_limits("lab").max_job_seconds
-                pair = yield from store.settled((LOADING_ELSEWHERE, gr.skip(), gr.skip(), gr.skip()))
+            if source == "round":
+                begun = time.monotonic()  # a wait counts: on ZeroGPU it spends the GPU time asked
+                if (wanted := trace_pair(trace)) is not None:  # ZeroGPU: the run's own pair
+                    pair = yield from store.loading(wanted, LOADING_LAB)
+                    begun = time.monotonic()  # its load has GPU time of its own (gpu_seconds)
+                else:  # the pair loaded, once a load under way (a stopped job's) ends
+                    pair = yield from store.settled((LOADING_ELSEWHERE, gr.skip(), gr.skip(), gr.skip()))
                 steps = labview.from_round_steps(
                     pair, trace, round_number, limits.max_prompt_tokens + limits.max_new_tokens,
-                    limits.max_prompt_tokens, deadline=begun + seconds)
+                    limits.max_prompt_tokens, deadline=begun + job_limits("lab").max_job_seconds)
                 while True:  # a long context is read a pass at a time: Stop acts between them
                     try:
                         text = next(steps)
@@ -925,7 +951,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
 
         def gpu_seconds(kind: str, *args) -> int:
             waits = time.monotonic() - worker["unsettled"] < zerogpu.LOAD_SECONDS  # on that load
-            load = (kind != "lab" and store.key(args[0]) != store.home) or waits
+            wanted = trace_pair(args[1]) if kind == "lab" else args[0]  # the lab: its run's pair
+            load = (wanted is not None and store.key(wanted) != store.home) or waits
             worker["asked"] = asked(kind, *args, load=load)
             return worker["asked"]
 

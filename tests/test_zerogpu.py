@@ -618,3 +618,29 @@ def test_off_zerogpu_nothing_is_downloaded_before_a_job(monkeypatch, model_dirs)
     go.set()
     assert list(handler(demo, "run")(None, None, *values(pair="hub")))[-1][0].startswith("Done")
     assert fetched == []  # the load downloads, as before
+
+
+def test_on_zerogpu_the_lab_loads_the_pair_its_round_was_run_on(monkeypatch, model_dirs):
+    """A job's worker is not the visitor's to choose: a fresh one holds the page's pair. The lab
+    read the loaded pair, so a round of a run on another pair or dtype was refused there ("run it
+    here first"), however often the visitor ran it. On ZeroGPU the lab now loads the run's pair,
+    asking for a load's time where that is not the page's; elsewhere it never switches the pair."""
+    from specviz.settings import RunSettings
+
+    demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    run, lab_run = handler(demo, "run"), handler(demo, "lab_run")
+    key = list(run(None, None, *values(dtype="bfloat16")))[-1][16]
+    home = RunSettings(pair="tiny", dtype="float32")
+    store.get(home)  # the next call's worker: a fresh one, holding the page's pair
+    shown = list(lab_run("round", 1, 1000, ["exact"], key, None))
+    assert "Loading the run's pair" in shown[0][0] and "Monte Carlo" in str(shown[-1][2])
+    assert asked == [zerogpu.duration(4, load=True), zerogpu.LAB_SECONDS + zerogpu.LOAD_SECONDS]
+    assert store.is_loaded(RunSettings(pair="tiny", dtype="bfloat16"))
+    key = list(run(None, None, *values()))[-1][16]  # the page's pair: no load asked for
+    list(lab_run("round", 1, 1000, ["exact"], key, None))
+    assert asked[2:] == [zerogpu.duration(4), zerogpu.LAB_SECONDS]
+    monkeypatch.delenv("SPACES_ZERO_GPU")
+    store.get(RunSettings(pair="tiny", dtype="bfloat16"))  # off ZeroGPU: the loaded pair is read
+    with pytest.raises(Exception, match="run it here first"):
+        list(lab_run("round", 1, 1000, ["exact"], key, None))
