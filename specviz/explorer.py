@@ -22,6 +22,7 @@ from .arch import input_rows
 from .detok import token_pieces
 from .engine import MAX_K
 from .engine import ngram_price as current_price
+from .fastpath import resolve_fast
 from .metrics import RunStats
 from .proposers import DraftLength, NgramProposer
 from .render import ACCEPTED, BONUS, RECOVERED, REJECTED, TARGET, Span
@@ -176,7 +177,7 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
             if i < len(guesses):
                 guesses[i] = token
     cost_d, cost_t = stats.draft_pass_seconds, stats.target_pass_seconds  # after round 1's prefills
-    line = verify_line(stats.events, len(prompt_ids))
+    line = verify_line(stats.events, len(prompt_ids), prefill_on_line(pair))
     ended = bool(stats.events) and stats.events[-1].stop is not None  # as the Run tab reads its end
     out_pieces = token_pieces(pair.tokenizer, prompt_ids, output, final=ended)
     guess_pieces = [token_pieces(pair.tokenizer, prompt_ids + output[:i], [g])[0]
@@ -201,14 +202,26 @@ def run_drafts(events) -> dict[int, int]:
             for j, t in enumerate(e.draft_tokens[: e.accepted + 1])}
 
 
-def verify_line(events, prompt_tokens: int) -> tuple[float, float] | None:
+def verify_line(events, prompt_tokens: int, prefill_on_line: bool = True) -> tuple[float, float] | None:
     """(c0, c1): least squares of each round's target seconds on the tokens its pass fed (round 1
     the prompt and its drafts, later rounds 1 + drafts), slope clipped at 0. Round 1 gives the
     spread a fixed-k run lacks: on a CPU without bf16 matrix hardware a verified token costs
     about half a one-token pass, and a flat C_T would make every k look as cheap as k = 1.
-    None when the fit says nothing (fewer than two widths, or no positive intercept)."""
+    prefill_on_line False (prefill_on_line(pair)): round 1 is left out. None when the fit says
+    nothing (fewer than two widths, or no positive intercept)."""
+    events = [e for e in events if prefill_on_line or e.round != 1]
     x = [float((prompt_tokens if e.round == 1 else 1) + e.k) for e in events]
     return fit_line(x, [e.target_seconds for e in events]) if events else None
+
+
+def prefill_on_line(pair) -> bool:
+    """Whether the target's round 1 ran as its later rounds did. Not where those replay captured
+    CUDA graphs (compiled or graphed steps on CUDA): round 1 reads the prompt eagerly, about 5x a
+    captured pass on the H200 (profiles.py), and a line through it priced every verified token at
+    that overhead (0.63 ms a token where the path's own passes cost 2.99 ms at 1 token and 3.64 ms
+    at 17), so the fastest k read 1 where the path's costs give 4."""
+    _, steps = resolve_fast(pair.fast, pair.target)
+    return steps is None or pair.device.type != "cuda"
 
 
 def _proposal(rec: Recording, pos: int, k: int, lookup: NgramProposer) -> tuple[list[int], int]:

@@ -293,6 +293,41 @@ def test_the_recording_prices_each_round_at_the_width_it_verifies(pair):
     assert "whatever it verifies" in cost_text(flat)
 
 
+def test_on_captured_cuda_steps_the_verify_line_leaves_out_round_1s_eager_prompt_read(pair, monkeypatch):
+    """On CUDA with captured steps (compiled or graphed) round 1 reads the prompt eagerly, about 5x
+    a captured pass: the H200's fast C_T(5) is 3.50 ms and an eager round 1 over 25 + 4 tokens
+    18.6 ms. A line through it read (18.6 - 3.5) / (29 - 5) = 0.629 ms a verified token, where the
+    path's own passes cost 2.99 ms at 1 token and 3.64 ms at 17: the fastest k read 1, not 4. Left
+    out, a fixed-k run has one width, and its rounds are priced at their mean."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    ids = pair.encode(PROMPT)
+    measured = real(pair, "draft", 4, n=24)
+    events = [dataclasses.replace(e, k=4, target_seconds=0.0186 if e.round == 1 else 0.0035)
+              for e in measured.events]  # every round at k = 4 (the run's last may draft fewer)
+    assert explorer.verify_line(events, 25) == pytest.approx((0.0035 - 5 * 0.0151 / 24, 0.0151 / 24))
+    assert explorer.verify_line(events, 25, prefill_on_line=False) is None
+    wide = [dataclasses.replace(e, k=[4, 2, 8][i % 3], target_seconds=0.003 + 0.0001 * [5, 3, 9][i % 3])
+            for i, e in enumerate(events[1:])]  # a varying k: its later rounds still give a line
+    assert explorer.verify_line(events[:1] + wide, 25, prefill_on_line=False) \
+        == pytest.approx((0.003, 0.0001))
+    seen = []
+    monkeypatch.setattr(explorer, "resolve_fast", lambda mode, model: seen.append(mode) or
+                        {"eager": ("dynamic", None), "static": ("static", None),
+                         "compiled": ("static", "compiled"), "graphed": ("static", "graphs")}[mode])
+    for fast, device, on_line in [("compiled", "cuda", False), ("graphed", "cuda", False),
+                                  ("static", "cuda", True), ("eager", "cuda", True),
+                                  ("compiled", "cpu", True)]:
+        on = SimpleNamespace(fast=fast, target=None, device=torch.device(device))
+        assert explorer.prefill_on_line(on) is on_line, (fast, device)
+    lined = [dataclasses.replace(e, target_seconds=0.1 + 0.05 * ((len(ids) if e.round == 1 else 1) + e.k))
+             for e in events]
+    rec = explorer.record(dataclasses.replace(pair, fast="eager"), ids, specviz.RunStats.of(lined), "draft",
+                          max_new_tokens=24)
+    assert rec.verify_line == pytest.approx((0.1, 0.05)) and seen[-1] == "eager"  # the pair's path decides
+
+
 def test_the_explorer_computes_a_recordings_curve_once_and_keeps_only_its_totals(pair, monkeypatch):
     """The curve (k = 1..16) depends on the recording only; recomputing it on every slider move
     cost up to 2 s a call on the largest n-gram recordings the trace checks allow. Keeping the
