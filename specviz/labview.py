@@ -376,9 +376,12 @@ def on_profile(rep: explorer.Replay, profile: profiles.Profile) -> str:
         name = html.escape(profile.path_label(path))
         parts.append(f"{name} {sig3(seconds)} s ({tokens / seconds:.1f} tok/s, "
                      f"{beside(base / seconds, 1.0)}x the target alone)" if seconds else f"{name}: -")
+    measured = (f" The profile timed {html.escape(profile.measured)}: a pair of other sizes costs "
+                "more or less a pass." if profile.measured else "")
     return (f"<br>On {html.escape(profile.label)}: " + ("; ".join(parts) or "no path with a draft cost")
             + ". Pass counts from this replay, costs from the profile; the prefill counts as one pass "
-            "(on a compiled path each model's first at the eager price: no step is compiled for the prompt).")
+            "(on a compiled path each model's first at the eager price: no step is compiled for the "
+            f"prompt).{measured}")
 
 
 NEAR_FASTEST = 0.02  # a k whose predicted time is within this share of the fastest k's is named beside it

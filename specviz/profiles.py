@@ -115,6 +115,18 @@ class Profile:
         return (f"{self.name}: {self.hardware.get('name', '?')}, torch {p.get('torch', '?')}, "
                 f"transformers {p.get('transformers', '?')}{quick}")
 
+    @property
+    def measured(self) -> str:
+        """The models whose passes the profile timed, in words ("" where it names no target): a
+        run of another pair is priced at their costs, not its own."""
+        def named(role: str) -> str | None:
+            m = self.models.get(role)
+            if not isinstance(m, dict) or not isinstance(m.get("name"), str):
+                return None
+            return m["name"] + (f" ({m['dtype']})" if isinstance(m.get("dtype"), str) else "")
+        target, draft = named("target"), named("draft")
+        return "" if target is None else f"the target {target}" + (f"; the draft {draft}" if draft else "")
+
     def path_label(self, name: str) -> str:
         """A path's name with what it ran: "fast (static cache, compiled)". On a CPU the "fast"
         path is the static cache uncompiled, and can be slower than eager: the label says so.

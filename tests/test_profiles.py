@@ -337,6 +337,16 @@ def test_explorer_views_project_the_replay_onto_a_profile():
     # eager: 46 ms for 6 tokens (130.4 tok/s); the target alone: 6 passes of 10 ms = 60 ms
     assert "eager (dynamic cache) 0.046 s (130.4 tok/s, 1.30x the target alone)" in numbers
     assert "fast" not in numbers.split("On hand-made")[1]  # no draft cost on fast: left out
+    # whose passes it timed: a run of a 7B pair priced on a 1.5B's costs read as if it were its own
+    assert "The profile timed the target t (bfloat16): a pair of other sizes costs more or less a " \
+        "pass." in numbers
+    both = copy.deepcopy(PROFILE)
+    both["models"]["draft"] = {"name": "d <b>", "params": 5, "weight_bytes": 10}
+    assert profiles.load(both).measured == "the target t (bfloat16); the draft d <b>"
+    assert "the draft d &lt;b&gt;" in labview.on_profile(explorer.replay(rec, 2), profiles.load(both))
+    del both["models"]["target"]
+    assert profiles.load(both).measured == "" and "The profile timed" not in labview.on_profile(
+        explorer.replay(rec, 2), profiles.load(both))
     names = [t.name for t in fig.data]
     assert "tokens / s on hand-made, eager (dynamic cache)" in names and "predicted tokens / s" not in names
     eager = next(t for t in fig.data if t.name == "tokens / s on hand-made, eager (dynamic cache)")
