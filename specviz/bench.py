@@ -163,6 +163,11 @@ def plain_greedy(model) -> GenerationConfig:
     return config
 
 
+def rows(model) -> int:
+    """A model's vocabulary size as transformers' assisted generation compares it."""
+    return model.config.get_text_config().vocab_size
+
+
 def hf_method(kind: str, k: int):
     def run(pair, ids, n):
         kwargs = dict(max_new_tokens=n, generation_config=plain_greedy(pair.target))
@@ -171,6 +176,11 @@ def hf_method(kind: str, k: int):
             config.num_assistant_tokens, config.num_assistant_tokens_schedule = k, "constant"
             config.assistant_confidence_threshold = 0.0
             kwargs["assistant_model"] = pair.draft
+            if rows(pair.draft) != rows(pair.target):  # a padded vocabulary (Qwen2.5 7B's 152,064
+                # rows, 0.5B's 151,936): transformers refuses assisted generation without both
+                # tokenizers, and with them runs its universal assisted decoding (text re-encoded
+                # each round), what it does for such a pair
+                kwargs.update(tokenizer=pair.tokenizer, assistant_tokenizer=pair.tokenizer)
         elif kind == "lookup":
             kwargs["prompt_lookup_num_tokens"] = k
         with torch.inference_mode(), PassCounter(pair.target) as counter:
@@ -476,6 +486,9 @@ def cmd_bench(args) -> int:
     except ValueError as e:
         raise ValueError(f"--prompts {args.prompts} is not JSON ({e}): give a JSON list of "
                          '{"class": ..., "prompt": ...} objects (assets/bench_prompts.json is one)') from None
+    for flag, value in (("--methods", args.methods), ("--ks", args.ks)):
+        if value is not None and not any(part.strip() for part in value.split(",")):  # unset: not all
+            raise ValueError(f"{flag} is empty: give a comma list, or leave the flag out for its default")
     ks = whole_numbers("--ks", args.ks) if args.ks else (4,) if args.quick else DEFAULT_KS
     tree_nodes = whole_numbers("--tree-nodes", args.tree_nodes) if args.tree_nodes.strip() else ()
     if not isinstance(prompts, list) or not prompts or not all(
@@ -483,6 +496,11 @@ def cmd_bench(args) -> int:
             for p in prompts):
         raise ValueError(f"--prompts {args.prompts}: give a JSON list of one or more "
                          '{"class": ..., "prompt": ...} objects (assets/bench_prompts.json is one)')
+    if (at := next((i for i, p in enumerate(prompts) if not p["prompt"].strip()), None)) is not None:
+        raise ValueError(f"--prompts {args.prompts}: prompt #{at} is empty: give it some text")
+    if any(p["class"] == report.POOLED for p in prompts):  # the report's row over every class
+        raise ValueError(f"--prompts {args.prompts}: a class is named {report.POOLED!r}, the report's "
+                         "row over every class: rename it")
     if (bad := next((k for k in ks if not 1 <= k <= MAX_K), None)) is not None:
         raise ValueError(f"--ks must be in 1..{MAX_K}, got {bad}: pick ks in that range")
     for flag, value in (("--max-new-tokens", args.max_new_tokens), ("--repeats", args.repeats)):
@@ -513,6 +531,11 @@ def cmd_bench(args) -> int:
         label = quant.apply(draft, quantize)
         spec_pair = Pair(pair.target, pair.tokenizer, draft, pair.target_name,
                          f"{pair.draft_name} ({label})" if label else pair.draft_name, pair.chat_default)
+    idle = [n for n in sorted(names or ()) if n.endswith("-qdraft") and spec_pair.draft is pair.draft]
+    if idle:
+        raise ValueError(f"--methods {','.join(idle)[:80]}: transformers on specviz's quantized draft, "
+                         "and specviz runs this draft as loaded (--draft-quant, the device and dtype "
+                         "decide): drop it, or quantize the draft (--draft-quant int4)")
     records, texts = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names,
                                spec_pair=spec_pair, tree_nodes=tree_nodes)
     summary = report.summarize(records)

@@ -28,6 +28,7 @@ TREE_NAME = re.compile(r"specviz:tree-(\d+)(?:-n(\d+))?(?:-b(\d+))?")
 # prompt class, and >= 0.95x its tokens per second at the same depth.
 TREE_GOALS = {"depth": 4, "tokens_per_pass": 1.1, "tokens_per_second": 0.95}
 ALONE = ("specviz:none", "specviz:none-plainhead", "hf:target")  # each family's target alone
+POOLED = "all"  # the summary's class of every prompt
 
 
 def tree_method(name: str) -> tuple[int, int | None, int | None] | None:
@@ -72,11 +73,11 @@ def baselines(records: list[Record]) -> dict[str, str]:
 def summarize(records: list[Record]) -> dict:
     """Per method and class: tokens/s (total tokens / total seconds), speedups, passes, split."""
     out: dict[str, dict[str, dict]] = {}
-    classes = sorted({r.cls for r in records}) + ["all"]
+    classes = sorted({r.cls for r in records}) + [POOLED]
     for method in dict.fromkeys(r.method for r in records):
         out[method] = {}
         for cls in classes:
-            rs = [r for r in records if r.method == method and cls in (r.cls, "all")]
+            rs = [r for r in records if r.method == method and cls in (r.cls, POOLED)]
             tokens, seconds = sum(r.tokens for r in rs), sum(r.seconds for r in rs)
             row = {"tokens_per_second": tokens / seconds if seconds else 0.0, "tokens": tokens,
                    "matches_target": sum(bool(r.matches_target) for r in rs), "runs": len(rs),
@@ -191,7 +192,7 @@ def tree_vs_chain(summary: dict) -> dict:
                                                                base.get("decode_tokens_per_second")),
                             "tokens_per_pass_ok": tpp >= TREE_GOALS["tokens_per_pass"],
                             "tokens_per_second_ok": tps >= TREE_GOALS["tokens_per_second"]}
-        named = [c for c in classes if c != "all"] or list(classes)
+        named = [c for c in classes if c != POOLED] or list(classes)
         held = {goal: bool(named) and all(classes[c][goal] for c in named)
                 for goal in ("tokens_per_pass_ok", "tokens_per_second_ok")}
         out[method] = {"chain": f"specviz:draft-{shape[0]}", "depth": shape[0], "nodes": shape[1],
@@ -306,7 +307,7 @@ def differences(records: list[Record]) -> str:
 
 def markdown(summary: dict, meta: dict) -> str:
     """Tables for docs/benchmarks.md: speed by class, then the 'all' row's details."""
-    classes = [c for c in next(iter(summary.values())) if c != "all"] + ["all"]
+    classes = [c for c in next(iter(summary.values())) if c != POOLED] + [POOLED]
     head = "| method | " + " | ".join(classes) + " |\n|" + " --- |" * (len(classes) + 1)
     cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):.2f} tok/s, {_times(r.get('speedup'))}"  # noqa: E731
                           + ("" if vs is None else f", {beside(vs, 1.0)} vs hf"))
@@ -317,7 +318,7 @@ def markdown(summary: dict, meta: dict) -> str:
               "| greedy = its family's target alone |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for method, rows in summary.items():
-        r = rows["all"]
+        r = rows[POOLED]
         split = (f"{percent(r['draft_share'], 0)} / {percent(r['target_share'], 0)} / "
                  f"{percent(r['other_share'])}" if "draft_share" in r else "-")
         tpp = f"{r['tokens_per_pass']:.2f}" if "tokens_per_pass" in r else "-"

@@ -963,3 +963,21 @@ def test_costs_say_where_the_engine_runs_other_passes_than_they_time(pair, compi
     assert costs.fast_note(compiled_pair) == (
         "these are eager passes (a dynamic cache); on cpu the engine runs compiled steps on a static "
         "cache: `python -m specviz gpucheck` times both")
+
+
+def test_transformers_assisted_generation_runs_on_a_pair_whose_vocabularies_differ(model_dirs, tmp_path):
+    """The qwen2.5-7b preset's target has 152,064 rows and its 0.5B draft 151,936: transformers
+    refuses assisted generation on such a pair unless given both tokenizers ("different
+    tokenizers"), and the bench failed there, after four methods had run, saving nothing. It now
+    passes them, and transformers runs its universal assisted decoding: greedy, the target's own."""
+    from specviz.cli import main
+
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps([{"class": "code", "prompt": "def fibonacci(n):"}]))
+    out = tmp_path / "b.json"
+    rc = main(["bench", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["padded-draft"]),
+               "--dtype", "float32", "--device", "cpu", "--prompts", str(prompts), "--ks", "2",
+               "--max-new-tokens", "8", "--methods", "hf:target,hf:assisted-2", "--json", str(out)])
+    assert rc == 0
+    by = {r["method"]: r for r in json.loads(out.read_text())["records"]}
+    assert by["hf:assisted-2"]["matches_target"] is True and by["hf:assisted-2"]["tokens"] == 8

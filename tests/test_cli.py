@@ -240,6 +240,9 @@ def loaded(*args, **kwargs):
     (["bench", "--markdown", "/nonexistent-folder/b.md"],
      "--markdown /nonexistent-folder/b.md: cannot write"),
     (["bench", "--ks", "0"], "--ks must be in 1..32"),
+    # an unset shell variable: every method ran, or the default ks
+    (["bench", "--methods", ""], "--methods is empty: give a comma list, or leave the flag out"),
+    (["bench", "--ks", " , "], "--ks is empty: give a comma list, or leave the flag out for its default"),
     # one message named --ks, --max-new-tokens and --repeats, whichever was wrong, and no value
     (["bench", "--ks", "4,40"], "--ks must be in 1..32, got 40: pick ks in that range"),
     (["bench", "--repeats", "0"], "--repeats must be >= 1, got 0: give a positive whole number"),
@@ -681,3 +684,32 @@ def test_the_apps_port_is_any_of_1_to_65535_and_a_blank_environment_value_is_uns
     monkeypatch.setenv("GRADIO_SERVER_NAME", "  ")
     args = app.parse_args([])
     assert (args.host, args.port) == ("127.0.0.1", 7860)
+
+
+@pytest.mark.parametrize("prompts, message", [
+    ([{"class": "code", "prompt": "def f"}, {"class": "text", "prompt": "  "}],
+     "prompt #1 is empty: give it some text"),  # said after the model load
+    ([{"class": "all", "prompt": "def f"}], "a class is named 'all', the report's row over every class"),
+])
+def test_bench_prompts_that_cannot_work_fail_before_loading(prompts, message, tmp_path, monkeypatch, capsys):
+    import json
+
+    from specviz import loading
+
+    monkeypatch.setattr(loading, "load_pair", loaded)
+    (tmp_path / "p.json").write_text(json.dumps(prompts))
+    assert main(["bench", "--prompts", str(tmp_path / "p.json")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_refuses_transformers_on_a_quantized_draft_that_is_not_quantized(model_dirs, tmp_path, capsys):
+    """--methods hf:assisted-4-qdraft with the draft left as loaded: it ran nothing without a word
+    (beside hf:target), or failed with "max() arg is an empty sequence" alone."""
+    argv = ["bench", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
+            "--dtype", "float32", "--device", "cpu", "--ks", "4", "--draft-quant", "none",
+            "--json", str(tmp_path / "b.json")]
+    for methods in ("hf:assisted-4-qdraft", "hf:target,hf:assisted-4-qdraft"):
+        assert main([*argv, "--methods", methods]) == 2
+        assert "--methods hf:assisted-4-qdraft: transformers on specviz's quantized draft" in \
+            capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()
