@@ -60,8 +60,11 @@ class Comparison:
 
     @property
     def near_tie(self) -> bool:
+        """Every recorded run's margin is within the bound: rounding moves each logit a few ulps,
+        so it flips a choice only where both runs sit at the tie. One run near it and the other 3.0
+        apart (24 bf16 ulps at 20) is a move no reordered sum makes."""
         margins = [m for m in (self.margin(self.spec_top2), self.margin(self.base_top2)) if m is not None]
-        return bool(margins) and self.threshold is not None and min(margins) <= self.threshold
+        return bool(margins) and self.threshold is not None and max(margins) <= self.threshold
 
     @property
     def verdict(self) -> str:

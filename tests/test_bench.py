@@ -357,11 +357,14 @@ def test_a_differing_output_is_explained_by_its_top2_margins(pair):
     base = specviz.RunStats.of(specviz.generate(pair, "def f", proposer="none", max_new_tokens=6))
     e = base.events[3]
     (a, la), _ = e.target_top2[0]
-    # the speculative run chose another token at position 3, its top two 1e-7 apart: a near-tie
+    # the speculative run chose another token at position 3, its top two 1e-7 apart, and the
+    # target alone's were 2e-7 apart there: a near-tie in both
     spec = specviz.RunStats.of(base.events[:3] + (replace(e, new_tokens=[a + 1], token=a + 1,
                                                           target_top2=[[(a + 1, la), (a, la - 1e-7)]]),))
-    why = bench.explain(spec, base, pair)
-    assert why.startswith("near-tie flipped by floating point (top-2 margins 1e-07 / ")
+    near = specviz.RunStats.of(base.events[:3] + (replace(e, target_top2=[[(a, la), (a + 1, la - 2e-7)]]),))
+    why = bench.explain(spec, near, pair)
+    assert why.startswith("near-tie flipped by floating point (top-2 margins 1e-07 / 2e-07")
+    assert bench.explain(spec, base, pair).startswith("unexplained")  # the target alone's own margin
     assert bench.explain(spec, None, pair).startswith("not explained")
     records = [rec("specviz:tree-4", "specviz", "chat", 6, 1.0, matches_target=False, first_difference=3,
                    difference=why), rec("specviz:draft-4", "specviz", "chat", 6, 1.0, matches_target=True)]
