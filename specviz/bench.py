@@ -26,7 +26,7 @@ from transformers import GenerationConfig
 from . import benchreport as report
 from . import fastpath, profiles, quant
 from .benchreport import ALONE, TREE_NAME, tree_method, tree_name
-from .compare import compare, first_difference
+from .compare import NEAR_TIE_ULPS, Comparison, compare, first_difference, top2_at, ulp
 from .engine import MAX_K, NEEDS_DRAFT, generate, round_room
 from .loading import Pair
 from .metrics import RunStats
@@ -357,13 +357,18 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                     seconds = time.perf_counter() - start
                 stats = details.pop("_stats", None)
                 ref = reference.get((family, i))
-                if name in ALONE and ref is None:  # it sets its family's reference: nothing to compare
-                    reference[family, i] = tokens  # each family against its own target alone
-                    alone[family, i] = stats
-                diff = None if ref is None else first_difference(tokens, ref)
-                why = None if diff is None else explain(stats, alone.get((family, i)), on)
+                if name in ALONE and ref is None:  # it sets its family's reference (each family
+                    reference[family, i] = tokens  # against its own target alone); it is compared
+                    alone[family, i] = stats  # with transformers' target alone, where that ran
+                    compared = reference.get(("transformers", i)) if family != "transformers" else None
+                    diff = None if compared is None else first_difference(tokens, compared)
+                    why = None if diff is None else explain_alone(stats, compared, ids, diff, on)
+                else:
+                    compared = ref
+                    diff = None if ref is None else first_difference(tokens, ref)
+                    why = None if diff is None else explain(stats, alone.get((family, i)), on)
                 rec = Record(name, family, k, i, p["class"], repeat, len(tokens), seconds,
-                             peak_rss_gib=rss.peak / 2**30, matches_target=None if ref is None
+                             peak_rss_gib=rss.peak / 2**30, matches_target=None if compared is None
                              else diff is None, first_difference=diff, difference=why, **details)
                 records.append(rec)
                 rate = rec.decode_tokens_per_second
@@ -395,10 +400,29 @@ def explain(spec: RunStats | None, base: RunStats | None, pair) -> str:
     """Why two greedy specviz runs part (compare.compare): a floating-point near-tie, or not."""
     if spec is None or base is None:
         return "not explained (only specviz runs carry the top-2 logits)"
-    c = compare(spec, base, pair.dtype, pair.device, pair.numerics)
+    return described(compare(spec, base, pair.dtype, pair.device, pair.numerics))
+
+
+def described(c: Comparison) -> str:
+    """A comparison's verdict, both runs' top-2 margins and the near-tie bound, in one line."""
     margins = " / ".join(f"{m:.3g}" for m in (c.margin(c.spec_top2), c.margin(c.base_top2)) if m is not None)
     bound = "-" if c.threshold is None else f"{c.threshold:.3g}"
     return f"{c.verdict} (top-2 margins {margins or '-'}; near-tie bound {bound})"
+
+
+def explain_alone(stats: RunStats | None, hf: list[int], ids: list[int], diff: int, pair) -> str:
+    """Why a specviz target alone parts from transformers' at output token `diff`: the two runs'
+    top-2 margins there (specviz's as its run recorded them; transformers' from one plain pass of
+    the target over the context they share), against the near-tie bound."""
+    with torch.inference_mode():
+        context = torch.tensor([ids + hf[:diff]], device=pair.device)
+        top = pair.target(input_ids=context, logits_to_keep=1).logits[0, -1].float().topk(2)  # [2]
+    hf_top2 = list(zip(top.indices.tolist(), top.values.tolist(), strict=True))
+    spec_top2 = top2_at(stats, diff) if stats is not None else None
+    largest = max(abs(t[0][1]) for t in (spec_top2, hf_top2) if t)
+    c = Comparison(False, diff, spec_top2, hf_top2, str(pair.dtype).removeprefix("torch."), str(pair.device),
+                   NEAR_TIE_ULPS * ulp(largest, pair.dtype), pair.numerics)
+    return f"against transformers' target alone: {described(c)}"
 
 
 def same_text_passes(pair, prompts, texts: dict[int, list[int]], max_new_tokens: int) -> dict:

@@ -315,7 +315,7 @@ def markdown(summary: dict, meta: dict) -> str:
     speed = [head] + [f"| {m} | " + " | ".join(cells) + " |" for m, cells in rows]
     detail = ["| method | tokens/pass | α per token | nodes/round | draft / target / engine's other time, of "
               "the wall time (the rest: set-up outside the engine) | peak RSS "
-              "| greedy = its family's target alone |",
+              "| greedy = its family's target alone (specviz's target alone: transformers') |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for method, rows in summary.items():
         r = rows[POOLED]
