@@ -597,13 +597,18 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             (keep_closed_page)."""
             keep_closed_page(getattr(demo, "state_holder", None), session_of(request))
 
+        def held(session) -> bool:
+            """The page has a job waiting or running: in the model's line, or in the download line
+            that comes before it on ZeroGPU."""
+            return gate.holds(session) or downloads.holds(session)
+
         def gated(request, waiting, job):
             """Run job() (a generator of outputs) once the gate lets this visitor's ticket through;
             while waiting, yield waiting(jobs ahead) so the page shows it and Stop can act."""
             tidy()  # pages gone (API clients close none)
             in_use(request)
             try:
-                if downloads.holds(session_of(request)):  # a job of this page's waits on a download
+                if downloads.holds(session_of(request)):  # a job of this page's downloads first
                     raise Busy(BUSY)
                 with gate.ticket(session_of(request), visitor(request)) as ticket:
                     for ahead in ticket.waiting():
@@ -1095,8 +1100,8 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             try:
                 if not isinstance(path, str):
                     raise ValueError("open a trace file (.json)")
-                if gate.holds(session_of(request)):  # its end would replace the trace opened, and
-                    # its views the page's, under the trace's controls, link and status
+                if held(session_of(request)):  # its end would replace the trace opened, and its
+                    # views the page's, under the trace's controls, link and status
                     raise ValueError(OPEN_DURING_JOB)
                 address = public_address(visitor(request))
                 if address and (why := opens.refuse(address, None, time.monotonic())):  # each costs

@@ -644,3 +644,25 @@ def test_on_zerogpu_the_lab_loads_the_pair_its_round_was_run_on(monkeypatch, mod
     store.get(RunSettings(pair="tiny", dtype="bfloat16"))  # off ZeroGPU: the loaded pair is read
     with pytest.raises(Exception, match="run it here first"):
         list(lab_run("round", 1, 1000, ["exact"], key, None))
+
+
+def test_a_trace_is_not_opened_over_a_run_that_downloads_its_pair(monkeypatch, model_dirs):
+    """Open refuses while the page's run streams (its end would replace the trace opened); on
+    ZeroGPU a run first waits in the download line, where Open was let through."""
+    import threading
+
+    demo, store, asked, values = zerogpu_app(monkeypatch, model_dirs)
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    fetched, go = [], threading.Event()
+    hub_pair(monkeypatch, store, fetched, go)
+    page = SimpleNamespace(client=SimpleNamespace(host="203.0.113.9"), headers={}, session_hash="p")
+    run = handler(demo, "run")
+    key = list(run(page, None, *values()))[-1][16]
+    saved = handler(demo, "save")(key, page)
+    job = run(page, None, *values(pair="hub"))
+    assert next(job)[0].startswith("Downloading ")
+    with pytest.raises(Exception, match="this page has a job under way"):
+        list(handler(demo, "open_trace")(saved, page))
+    job.close()
+    go.set()
+    assert list(handler(demo, "open_trace")(saved, page))[-1][-1].startswith("Opened: ")
