@@ -358,11 +358,14 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                 stats = details.pop("_stats", None)
                 ref = reference.get((family, i))
                 if name in ALONE and ref is None:  # it sets its family's reference (each family
-                    reference[family, i] = tokens  # against its own target alone); it is compared
-                    alone[family, i] = stats  # with transformers' target alone, where that ran
-                    compared = reference.get(("transformers", i)) if family != "transformers" else None
-                    diff = None if compared is None else first_difference(tokens, compared)
-                    why = None if diff is None else explain_alone(stats, compared, ids, diff, on)
+                    reference[family, i] = tokens  # against its own target alone, every repeat)
+                    alone[family, i] = stats
+                hf = reference.get(("transformers", i)) if family != "transformers" else None
+                if name in ALONE and hf is not None:  # a target alone against transformers' own
+                    compared, diff = hf, first_difference(tokens, hf)
+                    why = None if diff is None else explain_alone(stats, hf, ids, diff, on)
+                elif name in ALONE and ref is None:  # the first of its prompt: compared with nothing
+                    compared = diff = why = None
                 else:
                     compared = ref
                     diff = None if ref is None else first_difference(tokens, ref)
@@ -579,10 +582,18 @@ def cmd_bench(args) -> int:
     onto = report.projected(records, profile) if profile else None
     if onto:
         print(report.projected_table(onto, profile))
+    universal = pair.draft is not None and rows(pair.draft) != rows(pair.target) \
+        and any(r.method.startswith("hf:assisted") for r in records)
+    note = (f"transformers' assisted rows ran its universal assisted decoding (the text re-encoded "
+            f"each round): the target has {rows(pair.target)} vocabulary rows and the draft "
+            f"{rows(pair.draft)}, and it takes such a pair no other way" if universal else "")
+    if note:
+        print(note)
     meta = {"machine": machine(), "target": pair.target_name, "draft": pair.draft_name,
             "specviz_draft": spec_pair.draft_name,
             "dtype": str(pair.dtype), "device": str(pair.device), "max_new_tokens": args.max_new_tokens,
-            "repeats": args.repeats, "ks": list(ks), "tree_nodes": list(tree_nodes), "chat": chats(pair)}
+            "repeats": args.repeats, "ks": list(ks), "tree_nodes": list(tree_nodes), "chat": chats(pair)} \
+        | ({"hf_assisted": note} if note else {})
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
             {"meta": meta, "summary": summary, "same_text_passes": same_text,
@@ -591,6 +602,7 @@ def cmd_bench(args) -> int:
             | ({"profile": profile.to_dict(), "projected": onto} if profile else {}), indent=1))
     if args.markdown_path:
         Path(args.markdown_path).write_text(report.markdown(summary, meta) + (
+            "\n" + note + ".\n" if note else "") + (
             "\n" + differences + "\n" if differences else "") + (
             "\n" + tree_text + "\n" if tree_text else "") + (
             "\n" + report.same_text_table(same_text) + "\n" if same_text else "") + (

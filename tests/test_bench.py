@@ -190,6 +190,7 @@ def test_bench_runs_end_to_end_on_tiny_models(model_dirs, tmp_path, capsys):
     # that sets its family's reference is compared with nothing (it matched itself: "2/2" compared 0)
     # specviz's target alone is compared with transformers': the same tokens
     assert {r["method"] for r in data["records"] if r["matches_target"] is None} == {"hf:target"}
+    assert "hf_assisted" not in data["meta"]  # one vocabulary: transformers' own assisted path
     assert all(r["matches_target"] for r in data["records"] if r["method"] != "hf:target")
     assert "| specviz:none | " in (tmp_path / "b.md").read_text()
     assert "the reference (its first run of each prompt) |" in (tmp_path / "b.md").read_text()
@@ -980,10 +981,14 @@ def test_transformers_assisted_generation_runs_on_a_pair_whose_vocabularies_diff
     out = tmp_path / "b.json"
     rc = main(["bench", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["padded-draft"]),
                "--dtype", "float32", "--device", "cpu", "--prompts", str(prompts), "--ks", "2",
-               "--max-new-tokens", "8", "--methods", "hf:target,hf:assisted-2", "--json", str(out)])
+               "--max-new-tokens", "8", "--methods", "hf:target,hf:assisted-2", "--json", str(out),
+               "--markdown", str(tmp_path / "b.md")])
     assert rc == 0
-    by = {r["method"]: r for r in json.loads(out.read_text())["records"]}
+    data = json.loads(out.read_text())
+    by = {r["method"]: r for r in data["records"]}
     assert by["hf:assisted-2"]["matches_target"] is True and by["hf:assisted-2"]["tokens"] == 8
+    said = "transformers' assisted rows ran its universal assisted decoding"  # another path, said so
+    assert data["meta"]["hf_assisted"].startswith(said) and said in (tmp_path / "b.md").read_text()
 
 
 def test_specviz_target_alone_is_compared_with_transformers_and_a_difference_explained(pair, monkeypatch):
@@ -1014,8 +1019,9 @@ def test_specviz_target_alone_is_compared_with_transformers_and_a_difference_exp
 
     monkeypatch.setattr(bench, "hf_method", altered)
     records, _ = bench.run_bench(pair, [{"class": "code", "prompt": "def f"}], ks=(2,), max_new_tokens=6,
-                                 names={"hf:target", "specviz:none"}, log=lambda line: None)
-    by = {r.method: r for r in records}
-    assert by["hf:target"].matches_target is None
-    assert (by["specviz:none"].matches_target, by["specviz:none"].first_difference) == (False, 3)
-    assert by["specviz:none"].difference.startswith("against transformers' target alone: unexplained")
+                                 names={"hf:target", "specviz:none"}, log=lambda line: None, repeats=2)
+    by = {(r.method, r.repeat): r for r in records}
+    assert [by["hf:target", i].matches_target for i in (0, 1)] == [None, True]  # its repeat 0
+    for i in (0, 1):  # every repeat against transformers' (not its own repeat 0, which it matches)
+        assert (by["specviz:none", i].matches_target, by["specviz:none", i].first_difference) == (False, 3)
+        assert by["specviz:none", i].difference.startswith("against transformers' target alone: unexplained")
