@@ -32,7 +32,7 @@ import gradio as gr
 from gradio.utils import get_upload_folder
 from starlette.middleware import Middleware
 
-from specviz import lab, labview, presets, profiles, treeview, zerogpu
+from specviz import embedded, lab, labview, presets, profiles, treeview, zerogpu
 from specviz.gate import BUSY, Busy, Gate, Shelf, public_address
 from specviz.guard import PerAddress, RequestGuard, request_address
 from specviz.hooks import (
@@ -864,6 +864,11 @@ def build(store: ModelStore, limits: Limits, default: RunSettings) -> gr.Blocks:
             if any(ran.get(name) != getattr(s, name) for name in (
                     ("pair", "dtype", "target", "draft") if s.pair == CUSTOM else ("pair", "dtype"))):
                 return None  # a setting this deployment refuses: the page's own would stand in
+            made = trace.models if isinstance(trace.models, dict) else {}
+            target = next(iter(store.model_names(s)), None) or embedded.TARGET.title
+            if made.get("dtype") != store.key(s)[-1] or made.get("target") != public_message(target):
+                return None  # its settings name another pair or dtype than made it (an edited file,
+                # an "auto" another device read as float16): a load, then "run it here first"
             try:
                 s.check(limits, store.known_pairs)
             except ValueError:

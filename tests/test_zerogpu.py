@@ -1,6 +1,8 @@
 """ZeroGPU: model work inside @spaces.GPU with a duration from the tokens; a no-op elsewhere."""
 
+import json
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -640,6 +642,16 @@ def test_on_zerogpu_the_lab_loads_the_pair_its_round_was_run_on(monkeypatch, mod
     key = list(run(None, None, *values()))[-1][16]  # the page's pair: no load asked for
     list(lab_run("round", 1, 1000, ["exact"], key, None))
     assert asked[2:] == [zerogpu.duration(4), zerogpu.LAB_SECONDS]
+    key = list(run(None, None, *values(dtype="bfloat16")))[-1][16]
+    saved = json.loads(Path(handler(demo, "save")(key, None)).read_text())
+    saved["models"]["dtype"] = "float16"  # its settings say bfloat16, its models another dtype
+    edited = Path(store.extra_pairs["tiny"][0]).parent / "edited.json"
+    edited.write_text(json.dumps(saved))
+    key = list(handler(demo, "open_trace")(str(edited), None))[-1][16]
+    store.get(home)
+    with pytest.raises(Exception, match="run it here first"):  # no load asked for, none made
+        list(lab_run("round", 1, 1000, ["exact"], key, None))
+    assert asked[-1] == zerogpu.LAB_SECONDS and store.is_loaded(home)
     monkeypatch.delenv("SPACES_ZERO_GPU")
     store.get(RunSettings(pair="tiny", dtype="bfloat16"))  # off ZeroGPU: the loaded pair is read
     with pytest.raises(Exception, match="run it here first"):
