@@ -177,7 +177,10 @@ def record(pair, prompt_ids: list[int], stats: RunStats, proposer: str, max_new_
             if i < len(guesses):
                 guesses[i] = token
     cost_d, cost_t = stats.draft_pass_seconds, stats.target_pass_seconds  # after round 1's prefills
-    line = verify_line(stats.events, len(prompt_ids), prefill_on_line(pair))
+    # without round 1 a fixed-k run's passes have one width but its last rounds', which the length
+    # cut short: a line through one or two of them would read their noise as a cost per token
+    on_line = prefill_on_line(pair)
+    line = verify_line(stats.events, len(prompt_ids), on_line) if on_line or proposer != "draft" else None
     ended = bool(stats.events) and stats.events[-1].stop is not None  # as the Run tab reads its end
     out_pieces = token_pieces(pair.tokenizer, prompt_ids, output, final=ended)
     guess_pieces = [token_pieces(pair.tokenizer, prompt_ids + output[:i], [g])[0]

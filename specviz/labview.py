@@ -347,7 +347,7 @@ def cost_text(rec: explorer.Recording) -> str:
                 "whatever it verifies")
     c_t, b = rec.per_draft
     return (f"{c_d}; a target pass verifying k drafts costs {sig3(c_t * 1000)} + "
-            f"{sig3(b * 1000)}·k ms, fitted to this run's passes, the prompt's included")
+            f"{sig3(b * 1000)}·k ms, fitted to this run's target passes")
 
 
 def prefill_text(prefilled: tuple[str, ...]) -> str:

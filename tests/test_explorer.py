@@ -326,6 +326,13 @@ def test_on_captured_cuda_steps_the_verify_line_leaves_out_round_1s_eager_prompt
     rec = explorer.record(dataclasses.replace(pair, fast="eager"), ids, specviz.RunStats.of(lined), "draft",
                           max_new_tokens=24)
     assert rec.verify_line == pytest.approx((0.1, 0.05)) and seen[-1] == "eager"  # the pair's path decides
+    # on captured CUDA steps a fixed-k run's rounds after round 1 differ only where the length cut
+    # the last ones short: no line through those (their noise read as a cost a token)
+    monkeypatch.setattr(explorer, "prefill_on_line", lambda pair: False)
+    cut = lined[:-1] + [dataclasses.replace(lined[-1], k=1, target_seconds=0.33)]  # 0.35 at k = 4
+    assert explorer.verify_line(cut, len(ids), prefill_on_line=False) is not None  # what it would fit
+    rec = explorer.record(pair, ids, specviz.RunStats.of(cut), "draft", max_new_tokens=24)
+    assert rec.verify_line is None
 
 
 def test_the_explorer_computes_a_recordings_curve_once_and_keeps_only_its_totals(pair, monkeypatch):
@@ -370,7 +377,7 @@ def test_the_explorer_states_gpu_and_cpu_pass_costs_to_three_significant_digits(
                              verify_line=(0.00916, 0.00004))
     # a pass verifying k drafts feeds 1 + k tokens: 9.16 + 0.04 * (1 + k) = 9.2 + 0.04 k ms
     assert cost_text(rec) == ("C_D=1.4 ms; a target pass verifying k drafts costs 9.2 + 0.04·k ms, "
-                              "fitted to this run's passes, the prompt's included")
+                              "fitted to this run's target passes")
     assert cost_text(dataclasses.replace(rec, verify_line=None)) == (
         "C_D=1.4 ms, C_T=9.2 ms per target pass, whatever it verifies")
     cpu = dataclasses.replace(rec, draft_pass_seconds=0.0153, verify_line=(0.1234, 0.0456))
