@@ -349,6 +349,7 @@ def fetch(name: str) -> None:
         raise ValueError(f"cannot download model {name!r}: {first_line(e).rstrip('.')}: {fix}") from e
 
 
+FETCH_SECONDS = 1800  # a download's longest (one at a time: the next visitor's waits on it)
 FETCH_MAIN = ("import sys; from specviz.loading import fetch\n"
               "try: fetch(sys.argv[1])\n"
               "except ValueError as e: print(e); sys.exit(1)")
@@ -361,8 +362,12 @@ def fetch_apart(name: str) -> None:
     root = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
-    child = subprocess.run([sys.executable, "-c", FETCH_MAIN, name], env=env, capture_output=True,
-                           text=True, errors="replace", stdin=subprocess.DEVNULL)
+    try:
+        child = subprocess.run([sys.executable, "-c", FETCH_MAIN, name], env=env, capture_output=True,
+                               text=True, errors="replace", stdin=subprocess.DEVNULL, timeout=FETCH_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise ValueError(f"cannot download model {name!r}: the download took over {FETCH_SECONDS // 60} "
+                         "minutes: run again to resume it, or pick a smaller pair") from None
     said = child.stdout.strip().splitlines()
     if child.returncode == 1 and said:
         raise ValueError(said[-1])

@@ -60,6 +60,7 @@ class ModelStore:
         self.baselines = Baselines()
         self.chains = Baselines()  # a tree run's comparison: the chain drafter at the same k
         self._fetches: dict[str, tuple[threading.Thread, dict]] = {}  # hub id: (its download, out)
+        self._failed: dict[str, tuple[float, str]] = {}  # hub id: (when its download failed, why)
         self._fetch_lock = threading.Lock()
         zerogpu.renew_lock_after_fork(self, "_fetch_lock")
 
@@ -157,8 +158,7 @@ class ModelStore:
                 ahead, thread, out = under_way  # ahead: the model downloading before this one
                 text = FETCHING if ahead is None else FETCH_WAIT
                 while thread.is_alive():
-                    yield waiting(text.format(name=clip(name), other=clip(ahead),
-                                              seconds=time.monotonic() - begun))
+                    yield waiting(text.format(name=clip(name), seconds=time.monotonic() - begun))
                     thread.join(poll)
                 if ahead is None:
                     if "error" in out:  # a fresh error a job: one object raised in each grew its traceback
@@ -168,11 +168,18 @@ class ModelStore:
     def _fetch_of(self, name: str) -> tuple[str | None, threading.Thread, dict] | None:
         """(None, the download of name, its out), started where none is under way and no other
         is; (the other model, its download, out) where another is under way; None where name
-        needs no download."""
+        needs no download. ValueError, its message, within FETCH_RETRY_SECONDS of a failed one."""
         with self._fetch_lock:
-            self._fetches = {n: run for n, run in self._fetches.items() if run[0].is_alive()}
+            for n, (thread, out) in list(self._fetches.items()):
+                if not thread.is_alive():  # ended: a failure is kept a while (each try is a process)
+                    del self._fetches[n]
+                    if "error" in out:
+                        self._failed[n] = (time.monotonic(), str(out["error"]))
             if name in self._fetches:
                 return None, *self._fetches[name]
+            failed, message = self._failed.get(name, (float("-inf"), ""))
+            if time.monotonic() - failed < FETCH_RETRY_SECONDS:
+                raise ValueError(message)
             if not needs_fetch(name):
                 return None
             if self._fetches:
@@ -271,8 +278,9 @@ class ModelStore:
 
 FETCHING = ("Downloading {name}, its first use on this server (no GPU time is spent on it): "
             "waited {seconds:.0f} s…")
-FETCH_WAIT = ("Waiting for the download of {other} to end before {name}'s (one at a time; no GPU "
-              "time is spent on it): waited {seconds:.0f} s…")
+FETCH_WAIT = ("Waiting for another download to end before {name}'s (one at a time; no GPU time "
+              "is spent on it): waited {seconds:.0f} s…")  # not its name: another visitor's pick
+FETCH_RETRY_SECONDS = 60.0  # a failed download is said again, not tried again, for this long
 
 
 def _fetch(name: str, out: dict) -> None:

@@ -353,3 +353,8 @@ def test_a_fetch_apart_runs_in_its_own_process_and_brings_its_message_back(monke
     with pytest.raises(ValueError, match=r"cannot download model 'org/m': the download ended with code 9 "
                                          r"\(no message\): run again"):
         loading.fetch_apart("org/m")
+
+    monkeypatch.setattr(loading, "FETCH_MAIN", "import time; time.sleep(30)")
+    monkeypatch.setattr(loading, "FETCH_SECONDS", 1)
+    with pytest.raises(ValueError, match=r"the download took over 0 minutes: run again to resume it"):
+        loading.fetch_apart("org/m")  # stopped at its time, not waited for

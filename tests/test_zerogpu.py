@@ -587,7 +587,8 @@ def test_on_zerogpu_a_first_download_comes_before_the_gpu_time_a_job_asks_for(mo
     again.close()  # Stop again: the download goes on, and the next pair's waits for it
     store.extra_pairs["hub3"] = ("org/third/", None)
     third = run(other, None, *values(pair="hub3", proposer="ngram"))
-    assert next(third)[0].startswith(markdown_text("Waiting for the download of "))
+    assert next(third)[0].startswith(markdown_text("Waiting for another download to end before "))
+    assert "/target" not in next(third)[0]  # not the other visitor's pick
     assert fetched == [store.extra_pairs["hub"][0]]  # the hub pair's target alone: one at a time
     third.close()
     again = run(other, None, *values(pair="hub"))
@@ -609,6 +610,10 @@ def test_on_zerogpu_a_first_download_comes_before_the_gpu_time_a_job_asks_for(mo
     with pytest.raises(Exception, match="cannot download model 'org/new': 404"):
         list(e2e(None, 10, *values(pair="hub2", temperature=1.0)))
     assert len(asked) == 2, "a failed download asked for no GPU time"
+    tries = len(fetched)  # within a minute it is said again, not tried again (each try a process)
+    with pytest.raises(Exception, match="cannot download model 'org/new': 404"):
+        list(run(None, None, *values(pair="hub2")))
+    assert len(fetched) == tries
 
 
 def test_off_zerogpu_nothing_is_downloaded_before_a_job(monkeypatch, model_dirs):
