@@ -385,7 +385,9 @@ def projected_table(rows: dict, profile: profiles.Profile) -> str:
              "C_D and C_T(tokens verified: 1 + k a chain round, 1 + nodes a tree round; on a path with "
              "compiled steps as the engine pads them, a chain's to its k + 1 and a tree's nodes to a "
              "power of two; a tree's batched draft pass counts one C_D); the prefill counts as one pass, "
-             "each model's first at the eager path's price on a compiled path, which runs it eager):",
+             "each model's first at the eager path's price on a compiled path, which runs it eager)"
+             + (f". The profile timed {profile.measured}: a pair of other sizes costs more or less a pass"
+                if profile.measured else "") + ":",
              "",
              "| method | " + " | ".join(profile.path_label(p) for p in paths) + " |",
              "|" + " --- |" * (len(paths) + 1)]
