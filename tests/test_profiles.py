@@ -462,8 +462,9 @@ def test_bench_records_passes_and_projects_onto_a_profile_file(model_dirs, tmp_p
     assert math.isclose(data["projected"]["specviz:draft-2"]["eager"]["seconds"], seconds)
     alone = next(r for r in data["records"] if r["method"] == "hf:target")
     assert data["projected"]["hf:target"]["eager"]["seconds"] == pytest.approx(alone["target_passes"] * 0.010)
-    assert "Projected onto the cost profile hand-made" in (tmp_path / "b.md").read_text()
-    assert "The profile timed the target t (bfloat16): a pair of other sizes" in (tmp_path / "b.md").read_text()
+    written = (tmp_path / "b.md").read_text()
+    assert "Projected onto the cost profile hand-made" in written
+    assert "The profile timed the target t (bfloat16): a pair of other sizes" in written
     assert main(["bench", "--profile", str(tmp_path / "nope.json")]) == 2  # refused before any load
     assert main(["bench", "--profile", "nvidia-h200"]) == 2  # a mistyped name: the shipped ones named
     assert "no shipped profile of that name: give a profile file, or one of cpu-x86-64-bfloat16, " \
