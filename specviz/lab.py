@@ -65,8 +65,21 @@ class Masses:
         """sum(min(p, q)) = 1 - TV(p, q): the chance one drafted token is kept."""
         return float(self.accepted.sum())
 
+    @property
+    def shown_residual(self) -> torch.Tensor:
+        """The residual as the lab plots it: zeros where p <= q everywhere (no residual, never
+        drawn; acceptance.residual falls back to p there, which plotted 1.0 on a drafted token
+        that is always kept)."""
+        r = (self.p - self.q).clamp_min(0)  # [vocab]
+        total = float(r.sum())
+        return r / total if total > 1e-12 else torch.zeros_like(r)
+
     def accept_probability(self, x: int) -> float:
-        return min(1.0, float(self.p[x] / self.q[x])) if self.q[x] > 0 else 0.0
+        """min(1, p(x)/q(x)); where q(x) = 0 (a re-read whose cut moved, an edited trace), the
+        rule's u·q(x) < p(x) keeps x whenever p(x) > 0, as lab.predicted and acceptance.verify."""
+        if self.q[x] > 0:
+            return min(1.0, float(self.p[x] / self.q[x]))
+        return 1.0 if self.p[x] > 0 else 0.0
 
 
 def tv(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -96,6 +96,35 @@ def test_a_wrong_variant_that_a_point_mass_q_makes_exact_is_not_called_wrong_by_
     assert "point mass" not in _verdicts(P, Q, 1_000, ["exact"])["note"]
 
 
+def test_a_point_mass_p_is_the_reason_wrong_variants_match_and_the_lab_says_so():
+    """With p one-hot (top-k 1, a tight top-p, a confident target) every rule emits its one token:
+    the wrong variants read "exact for this q", where q had nothing to do with it."""
+    p = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
+    q = torch.tensor([0.3, 0.3, 0.4], dtype=torch.float64)
+    shown = _verdicts(p, q, 2_000, ["exact", "correction_from_p", "accept_if_target_argmax"])
+    assert shown["exact"] == "matches\u00a0p"
+    assert {shown["correction_from_p"], shown["accept_if_target_argmax"]} == \
+        {"matches\u00a0p: exact for this p (one token)"}
+
+
+def test_the_masses_say_what_the_rule_does_where_q_or_the_residual_is_zero():
+    """Where q(x) = 0 the rule keeps x whenever p(x) > 0 (u·0 < p(x)), as lab.predicted does: the
+    page said 0. Where p <= q everywhere there is no residual (never drawn): the plot showed p,
+    1.0 on a drafted token the rule always keeps."""
+    from specviz import labview
+
+    m = lab.Masses(torch.tensor([0.2, 0.5, 0.3]), torch.tensor([0.5, 0.5, 0.0]))
+    assert m.accept_probability(2) == 1.0 and m.accept_probability(0) == pytest.approx(0.4)
+    assert lab.Masses(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 1.0])).accept_probability(0) == 0.0
+    assert m.shown_residual.tolist() == pytest.approx([0.0, 0.0, 1.0])  # (0, 0, 0.3) / 0.3
+    kept = lab.Masses(torch.tensor([0.0, 1.0, 0.0]), torch.tensor([0.0, 1.0, 0.0]))  # an n-gram's draft
+    assert kept.shown_residual.tolist() == [0.0, 0.0, 0.0]
+    fig = labview.masses_figure(kept.p, kept.q, ["A", "B", "C"])
+    bar = next(t for t in fig.data if t.name.startswith("normalize(max(0, p - q))"))
+    assert bar.name.endswith("(none: p ≤ q everywhere)") and max(bar.y) == 0
+    assert "accept probability min(1, p/q) = <b>1" in labview.masses_html(m.p, m.q, 2, "C")
+
+
 def test_a_bias_too_small_for_the_trials_is_not_called_a_match():
     # p = (0.5, 0.5), q = (0.49, 0.51): correcting from p emits (0.495, 0.505), 0.005 from p in TV,
     # which 1,000 trials cannot see (the test's noise there is about 0.013)
