@@ -250,8 +250,9 @@ ABORTED = ("ZeroGPU ended this job before it finished: it ran past the {seconds}
            "job's part; Save, the Exactness lab and the k explorer use your last finished run, if any.")
 OPEN_DURING_JOB = ("this page has a job under way (a run, the lab or the end-to-end check): press Stop "
                    "or wait for it to end, then open the trace")
-# a job whose worker was still loading a pair (a first download of a pair's files can take longer
-# than the load's share of the time asked): fewer tokens would not have helped
+# a job whose worker was still loading a pair (a large pair's read from disk can take longer than
+# the load's share of the time asked; its download came before, app.fetched): fewer tokens would
+# not have helped
 ABORTED_LOADING = ("ZeroGPU ended this job while its worker was still loading a pair: the load ran "
                    "past the {seconds} s of GPU time the job asked for. Run it again (its files are "
                    "downloaded already, and a second read is usually faster), or pick a smaller pair.")

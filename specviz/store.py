@@ -175,11 +175,12 @@ class ModelStore:
                     del self._fetches[n]
                     if "error" in out:
                         self._failed[n] = (time.monotonic(), str(out["error"]))
+            now = time.monotonic()  # failures past their minute are let go (custom names: any number)
+            self._failed = {n: f for n, f in self._failed.items() if now - f[0] < FETCH_RETRY_SECONDS}
             if name in self._fetches:
                 return None, *self._fetches[name]
-            failed, message = self._failed.get(name, (float("-inf"), ""))
-            if time.monotonic() - failed < FETCH_RETRY_SECONDS:
-                raise ValueError(message)
+            if name in self._failed:
+                raise ValueError(self._failed[name][1])
             if not needs_fetch(name):
                 return None
             if self._fetches:
