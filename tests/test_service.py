@@ -81,11 +81,7 @@ def test_end_to_end_sampling_check(store):
     spec, base = result["spec"], result["base"]
     hand = sum(abs(spec[x] - base[x]) for x in set(spec) | set(base)) / (2 * 60)
     assert result["tv"] == pytest.approx(hand) and 0 < result["noise"] < 1
-    # an exact permutation test's p-value: (1 + splits at least as far apart) / (1 + permutations);
-    # and the engine samples the target's distribution, so the test does not reject it
-    splits = result["pvalue"] * (1 + result["permutations"]) - 1
-    assert splits == pytest.approx(round(splits)) and 0 <= round(splits) <= result["permutations"]
-    assert result["pvalue"] > 0.001
+    assert result["pvalue"] > 0.001  # the engine samples the target's distribution: not rejected
     with pytest.raises(ValueError, match="temperature above 0"):
         sample_continuations(store.current(), RunSettings(pair="tiny", temperature=0.0), 20)
 
@@ -137,7 +133,7 @@ def test_the_end_to_end_check_drafts_all_k_and_tests_every_position(store, monke
     """Its samples were 2 tokens, so round 1 drafted one token whatever k (the budget caps a
     round's drafts): no draft past the first, its residual, or the rollback after it was ever in
     the check. Samples are now k + 1 tokens; the first two tokens' joint histogram and each later
-    token's own are tested, and the verdict takes the smallest p-value times their count."""
+    token's own are tested, in one permutation test over all of them (lab.joint_two_sample_tv)."""
     from specviz import service
 
     drafted = []
@@ -163,7 +159,7 @@ def test_the_end_to_end_check_drafts_all_k_and_tests_every_position(store, monke
                               for _ in range(c)) for counts in (result["spec"], result["base"]))
         assert t["tv"] == pytest.approx(sum(abs(spec[x] - base[x]) for x in set(spec) | set(base)) / 40)
         assert t["outcomes"] == len(set(spec) | set(base))
-    assert 1 / 2001 <= result["pvalue"] <= 1 and result["permutations"] == 2000
+    assert result["pvalue"] > 0.001 and result["permutations"] == 2000  # an exact engine: not rejected
     text = labview.continuations_html(result)
     drafts = "round 1 drafts all 4" if proposer == "draft" else "round 1 drafts up to 4"
     assert f"20 samples each of 5 tokens ({drafts})" in text
