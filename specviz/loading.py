@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from . import dense, quant
+from . import dense, quant, zerogpu
 from .arch import check_rollback, output_rows, positions, tree_window
 from .lm import first_line
 from .untrusted import clip, whole
@@ -466,6 +466,8 @@ def load_model(name: str, device: str, dtype: torch.dtype, device_map: str | Non
         bound_hub_requests()
     if not reachable:  # no retries against an unreachable hub: use the cache or fail at once
         kwargs["local_files_only"] = True
+    elif not local and zerogpu.active() and not needs_fetch(name):  # fetched before the job (app.fetched):
+        kwargs["local_files_only"] = True  # no hub request on a visitor's GPU seconds (a HEAD a file)
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(

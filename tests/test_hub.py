@@ -358,3 +358,33 @@ def test_a_fetch_apart_runs_in_its_own_process_and_brings_its_message_back(monke
     monkeypatch.setattr(loading, "FETCH_SECONDS", 1)
     with pytest.raises(ValueError, match=r"the download took over 0 minutes: run again to resume it"):
         loading.fetch_apart("org/m")  # stopped at its time, not waited for
+
+
+@pytest.mark.parametrize("on_zerogpu", [True, False])
+def test_on_zerogpu_a_cached_pair_loads_without_asking_the_hub(monkeypatch, on_zerogpu):
+    """On ZeroGPU the app's process downloads a pair before its job (app.fetched): the worker's
+    load then asked the hub again for every file (a HEAD each, the model's info), on the visitor's
+    GPU seconds. A cached model there loads from the cache alone; elsewhere the load asks as before
+    (a newer revision on the hub is seen)."""
+    import transformers
+
+    from specviz import loading
+
+    asked = []
+
+    def from_pretrained(where, **kwargs):
+        asked.append(kwargs.get("local_files_only", False))
+        raise OSError("stop here")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(presets, "hub_reachable", lambda: True)
+    monkeypatch.setattr(loading, "bound_hub_requests", lambda: None)
+    monkeypatch.setattr(presets, "is_cached", lambda name: name == "org/cached")
+    if on_zerogpu:
+        monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    else:
+        monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
+    for name in ("org/cached", "org/new"):
+        with pytest.raises(ValueError, match="stop here"):
+            loading.load_model(name, "cpu", None)
+    assert asked == ([True, False] if on_zerogpu else [False, False])
