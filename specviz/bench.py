@@ -26,7 +26,7 @@ from transformers import GenerationConfig
 from . import benchreport as report
 from . import fastpath, profiles, quant
 from .benchreport import ALONE, TREE_NAME, tree_method, tree_name
-from .compare import NEAR_TIE_ULPS, Comparison, compare, first_difference, top2_at, ulp
+from .compare import Comparison, compare, first_difference, parted, top2_at
 from .engine import MAX_K, NEEDS_DRAFT, generate, round_room
 from .loading import Pair
 from .metrics import RunStats
@@ -422,9 +422,7 @@ def explain_alone(stats: RunStats | None, hf: list[int], ids: list[int], diff: i
         top = pair.target(input_ids=context, logits_to_keep=1).logits[0, -1].float().topk(2)  # [2]
     hf_top2 = list(zip(top.indices.tolist(), top.values.tolist(), strict=True))
     spec_top2 = top2_at(stats, diff) if stats is not None else None
-    largest = max(abs(t[0][1]) for t in (spec_top2, hf_top2) if t)
-    c = Comparison(False, diff, spec_top2, hf_top2, str(pair.dtype).removeprefix("torch."), str(pair.device),
-                   NEAR_TIE_ULPS * ulp(largest, pair.dtype), pair.numerics)
+    c = parted(diff, spec_top2, hf_top2, pair.dtype, pair.device, pair.numerics)
     return f"against transformers' target alone: {described(c)}"
 
 

@@ -83,7 +83,12 @@ def compare(spec: RunStats, base: RunStats, dtype: torch.dtype, device: str,
     if pos is None:
         return Comparison(True, dtype=str(dtype).removeprefix("torch."), device=str(device),
                           numerics=numerics)
-    spec_top2, base_top2 = top2_at(spec, pos), top2_at(base, pos)
+    return parted(pos, top2_at(spec, pos), top2_at(base, pos), dtype, device, numerics)
+
+
+def parted(pos: int, spec_top2, base_top2, dtype: torch.dtype, device: str, numerics: str = "") -> Comparison:
+    """Runs that differ from output token pos, with each one's top-2 there (None: not recorded):
+    the near-tie bound scales with the larger top logit of the two."""
     recorded = [t for t in (spec_top2, base_top2) if t]
     threshold = NEAR_TIE_ULPS * ulp(max(abs(t[0][1]) for t in recorded), dtype) if recorded else None
     return Comparison(False, pos, spec_top2, base_top2, str(dtype).removeprefix("torch."), str(device),

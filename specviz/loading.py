@@ -260,19 +260,9 @@ def check_source(name: str) -> None:
     a path that is no model folder or .gguf file, or a hub id that is not cached while the hub is
     unreachable. The app checks a custom pair so before it frees the loaded one (a typo cost
     every visitor a reload of the pair it had)."""
-    from huggingface_hub.errors import HFValidationError
-
     from . import presets
 
-    where, _ = _source(name)
-    if Path(where).is_dir():
-        return
-    try:
-        cached = presets.is_cached(where)
-    except HFValidationError:
-        raise ValueError(f"{name!r} is not a model folder, .gguf file or hub id (org/name): check "
-                         "the name") from None
-    if not cached and not presets.hub_reachable():
+    if needs_fetch(name) and not presets.hub_reachable():
         raise ValueError(f"cannot load model {name!r}: it is not cached and the model hub "
                          f"({presets.hub_endpoint()}) is unreachable: download it on a connected "
                          "machine or pass a local folder")
