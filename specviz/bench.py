@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import platform
+import sys
 import threading
 import time
 from collections import Counter
@@ -28,6 +29,7 @@ from . import fastpath, profiles, quant
 from .benchreport import ALONE, TREE_NAME, tree_method, tree_name
 from .compare import Comparison, compare, first_difference, parted, top2_at
 from .engine import MAX_K, NEEDS_DRAFT, generate, round_room
+from .lm import first_line
 from .loading import Pair
 from .metrics import RunStats
 from .proposers import kept_of
@@ -316,10 +318,12 @@ def encode(pair, prompt: str) -> list[int]:
     return pair.encode(prompt, chat=chats(pair))
 
 
-def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None,
-              log=None, spec_pair=None, tree_nodes=()) -> tuple[list[Record], dict[int, list[int]]]:
-    """Records of every run, and the target alone's output per prompt index (when a baseline
-    ran). spec_pair: the pair specviz methods run on (e.g. with a quantized draft)."""
+def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=None, log=None,
+              spec_pair=None, tree_nodes=()) -> tuple[list[Record], dict[int, list[int]], list[str]]:
+    """Records of every run, the target alone's output per prompt index (when a baseline ran),
+    and what cut the bench short: a method that raised (left out of the runs after it; the
+    others go on) or a Ctrl-C (the runs before it are kept). spec_pair: the pair specviz
+    methods run on (e.g. with a quantized draft)."""
     spec_pair = spec_pair or pair
     log = log or (lambda line: print(line, flush=True))
     table = methods(ks, names, pair.draft is not None, spec_pair.draft is not pair.draft, tree_nodes)
@@ -331,6 +335,15 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
     drafted = any(uses_draft(name) for name in table)
     for ids in encoded:
         spec_pair.check_length(len(ids), max_new_tokens, room, drafted=drafted)
+    stops: list[str] = []  # a method that failed, or the Ctrl-C
+
+    def failed(name: str, e: Exception, where: str) -> None:
+        # one method's error (a model it cannot run, memory) lost every run of an hours-long bench
+        stops.append(f"{name} failed {where}: {type(e).__name__}: {first_line(e)[:300]}; "
+                     "it was left out of the runs after that")
+        log(stops[-1])
+        del table[name]
+
     # warm-up; a chain's rounds also start the target's verify line, which the baseline's rounds
     # complete before the first n-gram run reads it (engine.ngram_price)
     for warmed in [spec_pair, pair] if spec_pair is not pair else [pair]:
@@ -338,49 +351,65 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
         list(generate(warmed, encoded[0], proposer="draft" if warmed.draft is not None else "ngram",
                       max_new_tokens=24))
     if "hf:target" in table:  # transformers' generate warms its own paths (its first call ran 15% slow)
-        table["hf:target"][2](pair, encoded[0], 8)
+        try:
+            table["hf:target"][2](pair, encoded[0], 8)
+        except Exception as e:  # noqa: BLE001 - said, and the other methods go on
+            failed("hf:target", e, "warming up")
     if any(tree_method(name) for name in table):
         list(generate(spec_pair, encoded[0], proposer="tree", max_new_tokens=8))  # the tree paths too
     if fastpath.resolve_fast(spec_pair.fast, spec_pair.target)[1] is not None:
-        for name, (family, _, runner) in table.items():  # each method's own widths, untimed
-            runner(runs_on(name, family, pair, spec_pair), encoded[0], WARM_TOKENS)
+        for name, (family, _, runner) in list(table.items()):  # each method's own widths, untimed
+            try:
+                runner(runs_on(name, family, pair, spec_pair), encoded[0], WARM_TOKENS)
+            except Exception as e:  # noqa: BLE001 - said, and the other methods go on
+                failed(name, e, "warming up")
     reference: dict[tuple[str, int], list[int]] = {}  # (family, prompt) -> target alone's output
     alone: dict[tuple[str, int], RunStats | None] = {}  # its run, where specviz made it
-    records = []
-    for repeat in range(repeats):
-        for i, (p, ids) in enumerate(zip(prompts, encoded, strict=True)):
-            for name, (family, k, runner) in table.items():
-                with PeakRSS() as rss:
-                    start = time.perf_counter()
-                    on = runs_on(name, family, pair, spec_pair)
-                    tokens, details = runner(on, ids, max_new_tokens)
-                    seconds = time.perf_counter() - start
-                stats = details.pop("_stats", None)
-                ref = reference.get((family, i))
-                if name in ALONE and ref is None:  # it sets its family's reference (each family
-                    reference[family, i] = tokens  # against its own target alone, every repeat)
-                    alone[family, i] = stats
-                hf = reference.get(("transformers", i)) if family != "transformers" else None
-                if name in ALONE and hf is not None:  # a target alone against transformers' own
-                    compared, diff = hf, first_difference(tokens, hf)
-                    why = None if diff is None else explain_alone(stats, hf, ids, diff, on)
-                elif name in ALONE and ref is None:  # the first of its prompt: compared with nothing
-                    compared = diff = why = None
-                else:
-                    compared = ref
-                    diff = None if ref is None else first_difference(tokens, ref)
-                    why = None if diff is None else explain(stats, alone.get((family, i)), on)
-                rec = Record(name, family, k, i, p["class"], repeat, len(tokens), seconds,
-                             peak_rss_gib=rss.peak / 2**30, matches_target=None if compared is None
-                             else diff is None, first_difference=diff, difference=why, **details)
-                records.append(rec)
-                rate = rec.decode_tokens_per_second
-                decode = "" if rate is None else f" ({rate:.2f} after round 1)"
-                parted = "" if rec.matches_target in (True, None) else \
-                    f"  differs from output token {diff + 1}: {why}"  # 1-based, as the CLI counts
-                log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s{decode}"
-                    f"{parted}")
-    return records, reference_texts(reference)
+    records: list[Record] = []
+    planned = repeats * len(prompts) * len(table)
+    try:
+        for repeat in range(repeats):
+            for i, (p, ids) in enumerate(zip(prompts, encoded, strict=True)):
+                for name, (family, k, runner) in list(table.items()):
+                    with PeakRSS() as rss:
+                        start = time.perf_counter()
+                        on = runs_on(name, family, pair, spec_pair)
+                        try:
+                            tokens, details = runner(on, ids, max_new_tokens)
+                        except Exception as e:  # noqa: BLE001 - said, and the other methods go on
+                            failed(name, e, f"on prompt #{i} ({p['class']}, repeat {repeat})")
+                            continue
+                        seconds = time.perf_counter() - start
+                    stats = details.pop("_stats", None)
+                    ref = reference.get((family, i))
+                    if name in ALONE and ref is None:  # it sets its family's reference (each family
+                        reference[family, i] = tokens  # against its own target alone, every repeat)
+                        alone[family, i] = stats
+                    hf = reference.get(("transformers", i)) if family != "transformers" else None
+                    if name in ALONE and hf is not None:  # a target alone against transformers' own
+                        compared, diff = hf, first_difference(tokens, hf)
+                        why = None if diff is None else explain_alone(stats, hf, ids, diff, on)
+                    elif name in ALONE and ref is None:  # the first of its prompt: compared with nothing
+                        compared = diff = why = None
+                    else:
+                        compared = ref
+                        diff = None if ref is None else first_difference(tokens, ref)
+                        why = None if diff is None else explain(stats, alone.get((family, i)), on)
+                    rec = Record(name, family, k, i, p["class"], repeat, len(tokens), seconds,
+                                 peak_rss_gib=rss.peak / 2**30, matches_target=None if compared is None
+                                 else diff is None, first_difference=diff, difference=why, **details)
+                    records.append(rec)
+                    rate = rec.decode_tokens_per_second
+                    decode = "" if rate is None else f" ({rate:.2f} after round 1)"
+                    parted = "" if rec.matches_target in (True, None) else \
+                        f"  differs from output token {diff + 1}: {why}"  # 1-based, as the CLI counts
+                    log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s{decode}"
+                        f"{parted}")
+    except KeyboardInterrupt:  # an hours-long bench stopped by hand keeps what it measured
+        stops.append(f"interrupted (Ctrl-C) after {len(records)} of {planned} runs; the summary is "
+                     "of those")
+        log(stops[-1])
+    return records, reference_texts(reference), stops
 
 
 def runs_on(name: str, family: str, pair, spec_pair):
@@ -561,8 +590,13 @@ def cmd_bench(args) -> int:
         raise ValueError(f"--methods {','.join(idle)[:80]}: transformers on specviz's quantized draft, "
                          "and specviz runs this draft as loaded (--draft-quant, the device and dtype "
                          "decide): drop it, or quantize the draft (--draft-quant int4)")
-    records, texts = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names,
-                               spec_pair=spec_pair, tree_nodes=tree_nodes)
+    records, texts, stops = run_bench(pair, prompts, ks, args.max_new_tokens, args.repeats, names,
+                                      spec_pair=spec_pair, tree_nodes=tree_nodes)
+    status = 130 if stops and stops[-1].startswith("interrupted") else 1 if stops else 0
+    if not records:
+        print("specviz: error: no method finished a run, so nothing is saved:\n  " + "\n  ".join(stops),
+              file=sys.stderr)
+        return status
     summary = report.summarize(records)
     trees, prompt_rows = report.tree_vs_chain(summary), report.per_prompt(records)
     shown = list(dict.fromkeys(m for t, row in trees.items() for m in (t, row["chain"])))
@@ -587,11 +621,14 @@ def cmd_bench(args) -> int:
             f"{rows(pair.draft)}, and it takes such a pair no other way" if universal else "")
     if note:
         print(note)
+    cut = "The bench was cut short:\n" + "\n".join(f"- {why}." for why in stops) if stops else ""
+    if cut:
+        print(cut, file=sys.stderr)
     meta = {"machine": machine(), "target": pair.target_name, "draft": pair.draft_name,
             "specviz_draft": spec_pair.draft_name,
             "dtype": str(pair.dtype), "device": str(pair.device), "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "ks": list(ks), "tree_nodes": list(tree_nodes), "chat": chats(pair)} \
-        | ({"hf_assisted": note} if note else {})
+        | ({"hf_assisted": note} if note else {}) | ({"stopped": stops} if stops else {})
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(
             {"meta": meta, "summary": summary, "same_text_passes": same_text,
@@ -600,6 +637,7 @@ def cmd_bench(args) -> int:
             | ({"profile": profile.to_dict(), "projected": onto} if profile else {}), indent=1))
     if args.markdown_path:
         Path(args.markdown_path).write_text(report.markdown(summary, meta) + (
+            "\n" + cut + "\n" if cut else "") + (
             "\n" + note + ".\n" if note else "") + (
             "\n" + differences + "\n" if differences else "") + (
             "\n" + tree_text + "\n" if tree_text else "") + (
@@ -607,4 +645,4 @@ def cmd_bench(args) -> int:
             "\n" + report.projected_table(onto, profile) + "\n" if onto else ""))
     if args.html_path:
         report.html_report(summary, Path(args.html_path), f"specviz bench: {pair.target_name}")
-    return 0
+    return status

@@ -78,6 +78,8 @@ def summarize(records: list[Record]) -> dict:
         out[method] = {}
         for cls in classes:
             rs = [r for r in records if r.method == method and cls in (r.cls, POOLED)]
+            if not rs:  # a method that failed before it reached this class (bench.run_bench)
+                continue
             tokens, seconds = sum(r.tokens for r in rs), sum(r.seconds for r in rs)
             row = {"tokens_per_second": tokens / seconds if seconds else 0.0, "tokens": tokens,
                    "matches_target": sum(bool(r.matches_target) for r in rs), "runs": len(rs),
@@ -192,8 +194,9 @@ def tree_vs_chain(summary: dict) -> dict:
                                                                base.get("decode_tokens_per_second")),
                             "tokens_per_pass_ok": tpp >= TREE_GOALS["tokens_per_pass"],
                             "tokens_per_second_ok": tps >= TREE_GOALS["tokens_per_second"]}
-        named = [c for c in classes if c != POOLED] or list(classes)
-        held = {goal: bool(named) and all(classes[c][goal] for c in named)
+        # every class the chain ran, a class the tree did not reach (it failed) failing
+        named = [c for c in chain if c != POOLED] or [c for c in chain]
+        held = {goal: bool(named) and all(c in classes and classes[c][goal] for c in named)
                 for goal in ("tokens_per_pass_ok", "tokens_per_second_ok")}
         out[method] = {"chain": f"specviz:draft-{shape[0]}", "depth": shape[0], "nodes": shape[1],
                        "branching": shape[2], "goal_depth": shape[0] == TREE_GOALS["depth"],
@@ -277,13 +280,19 @@ def _times(ratio: float | None) -> str:
 
 
 def _speed_rows(summary: dict, classes: list[str], cell) -> list[tuple[str, list[str]]]:
-    """[(method, [cell(row, vs) for each class])], vs the 'vs transformers' ratio or None."""
-    return [(method, [cell(rows.get(c, {}), rows.get(c, {}).get("vs_transformers")) for c in classes])
+    """[(method, [cell(row, vs) for each class])], vs the 'vs transformers' ratio or None; "-"
+    for a class the method has no run of (it failed before it)."""
+    return [(method, [cell(rows[c], rows[c].get("vs_transformers")) if c in rows else "-" for c in classes])
             for method, rows in summary.items()]
 
 
+def classes_of(summary: dict) -> list[str]:
+    """The prompt classes any method ran, then the pooled one."""
+    return sorted({c for rows in summary.values() for c in rows} - {POOLED}) + [POOLED]
+
+
 def table(summary: dict) -> str:
-    classes = [c for c in next(iter(summary.values()))]
+    classes = classes_of(summary)
     w = max(22, *map(len, summary))  # the names' column: a longer name (specviz:draft-4-plainhead) kept
     # its row's columns under their heads
     lines = [f"{'method':{w}}" + "".join(f"{c:>24}" for c in classes),
@@ -307,7 +316,7 @@ def differences(records: list[Record]) -> str:
 
 def markdown(summary: dict, meta: dict) -> str:
     """Tables for docs/benchmarks.md: speed by class, then the 'all' row's details."""
-    classes = [c for c in next(iter(summary.values())) if c != POOLED] + [POOLED]
+    classes = classes_of(summary)
     head = "| method | " + " | ".join(classes) + " |\n|" + " --- |" * (len(classes) + 1)
     cell = lambda r, vs: (f"{r.get('tokens_per_second', 0):.2f} tok/s, {_times(r.get('speedup'))}"  # noqa: E731
                           + ("" if vs is None else f", {beside(vs, 1.0)} vs hf"))
@@ -419,10 +428,10 @@ def same_text_table(same_text: dict) -> str:
 def html_report(summary: dict, path: Path, title: str) -> None:
     import plotly.graph_objects as go
 
-    classes = [c for c in next(iter(summary.values()))]
+    classes = classes_of(summary)
     fig = go.Figure()
-    for method, rows in summary.items():
-        fig.add_bar(name=method, x=classes, y=[rows[c].get("speedup") for c in classes])  # None: a gap
+    for method, rows in summary.items():  # None: a gap
+        fig.add_bar(name=method, x=classes, y=[rows.get(c, {}).get("speedup") for c in classes])
     fig.add_hline(y=1.0, line_dash="dash")
     fig.update_layout(title=title, yaxis_title="speedup over own baseline", barmode="group",
                       height=600)

@@ -224,7 +224,8 @@ def test_a_run_past_the_models_positions_is_refused_before_any_method_runs(pair)
         run_bench(pair, prompts, ks=(2,), max_new_tokens=300, names={"hf:target", "specviz:none"},
                   log=lines.append)
     assert lines == []
-    records, _ = run_bench(pair, prompts, ks=(2,), max_new_tokens=4, names={"specviz:none"}, log=lines.append)
+    records, _, _ = run_bench(pair, prompts, ks=(2,), max_new_tokens=4, names={"specviz:none"},
+                              log=lines.append)
     assert [r.tokens for r in records] == [4] and len(lines) == 1
     # the draft's positions bound every method that runs it (hybrid and adaptive were missed)
     from specviz.bench import uses_draft
@@ -249,7 +250,7 @@ def test_a_base_model_without_a_chat_template_is_benchmarked_on_its_plain_prompt
     plain = replace(pair, tokenizer=tokenizer)
     prompts = [{"class": "code", "prompt": "def fibonacci(n):"}]
     for on, chat in ((plain, False), (pair, True)):
-        records, texts = bench.run_bench(on, prompts, ks=(2,), max_new_tokens=4, names={"specviz:none"},
+        records, texts, _ = bench.run_bench(on, prompts, ks=(2,), max_new_tokens=4, names={"specviz:none"},
                                          log=[].append)
         ids = pair.encode(prompts[0]["prompt"], chat=chat)
         run = specviz.generate(pair, ids, proposer="none", max_new_tokens=4)
@@ -798,8 +799,8 @@ def test_each_method_runs_on_its_pair_and_only_a_target_alone_sets_the_reference
     monkeypatch.setattr(bench, "hf_method", fake_hf)
     names = {"hf:assisted-4", "hf:assisted-4-qdraft", "specviz:ngram-8", "specviz:none-plainhead",
              "specviz:draft-4-plainhead"}
-    records, _ = bench.run_bench(pair, [{"class": "code", "prompt": "def f(n):"}], ks=(4,), max_new_tokens=3,
-                                 names=names, log=[].append, spec_pair=spec_pair)
+    records, _, _ = bench.run_bench(pair, [{"class": "code", "prompt": "def f(n):"}], ks=(4,),
+                                    max_new_tokens=3, names=names, log=[].append, spec_pair=spec_pair)
     assert [r for r in ran if r[1] == 3] == [("ngram", 3, True, True), ("hf:assisted", 3, False, True),
                                              ("hf:assisted", 3, True, True), ("none", 3, True, False),
                                              ("draft", 3, True, False)]
@@ -893,7 +894,7 @@ def test_the_markdown_file_holds_the_outputs_that_differ(tmp_path, monkeypatch, 
     records = [rec("specviz:none", "specviz", "code", 4, 1.0),
                rec("specviz:ngram-8", "specviz", "code", 4, 1.0, matches_target=False, first_difference=2,
                    difference="near-tie")]
-    monkeypatch.setattr(bench, "run_bench", lambda *a, **kw: (records, {}))
+    monkeypatch.setattr(bench, "run_bench", lambda *a, **kw: (records, {}, []))
     prompts, md = tmp_path / "p.json", tmp_path / "b.md"
     prompts.write_text(json.dumps([{"class": "code", "prompt": "x"}]))
     assert cli.main(["bench", "--target", "T", "--prompts", str(prompts), "--methods",
@@ -1018,10 +1019,83 @@ def test_specviz_target_alone_is_compared_with_transformers_and_a_difference_exp
         return lambda on, ids_, n: (lambda out: (out[0][:3] + [b] + out[0][4:], out[1]))(run(on, ids_, n))
 
     monkeypatch.setattr(bench, "hf_method", altered)
-    records, _ = bench.run_bench(pair, [{"class": "code", "prompt": "def f"}], ks=(2,), max_new_tokens=6,
+    records, _, _ = bench.run_bench(pair, [{"class": "code", "prompt": "def f"}], ks=(2,), max_new_tokens=6,
                                  names={"hf:target", "specviz:none"}, log=lambda line: None, repeats=2)
     by = {(r.method, r.repeat): r for r in records}
     assert [by["hf:target", i].matches_target for i in (0, 1)] == [None, True]  # its repeat 0
     for i in (0, 1):  # every repeat against transformers' (not its own repeat 0, which it matches)
         assert (by["specviz:none", i].matches_target, by["specviz:none", i].first_difference) == (False, 3)
         assert by["specviz:none", i].difference.startswith("against transformers' target alone: unexplained")
+
+
+def test_a_method_that_fails_is_said_and_left_out_and_the_others_are_saved(pair, monkeypatch, tmp_path,
+                                                                           capsys):
+    """One method's error (a pair transformers' assisted decoding cannot take, memory) ended the
+    bench with nothing saved, hours in. It is now said, with where it happened, that method
+    leaves the runs after it, the others go on, and the file holds them and the failure; the
+    exit status is 1. A Ctrl-C keeps the runs before it (status 130)."""
+    from specviz import cli
+
+    real_hf = bench.hf_method
+
+    def breaking(kind, k):  # transformers' assisted runs fail on the second prompt
+        run = real_hf(kind, k)
+        seen = []
+
+        def runner(on, ids, n):
+            seen.append(ids)
+            if kind == "assisted" and len(seen) == 2:
+                raise RuntimeError("CUDA out of memory.\nTried to allocate 2.00 GiB")
+            return run(on, ids, n)
+        return runner
+
+    monkeypatch.setattr(bench, "hf_method", breaking)
+    monkeypatch.setattr(cli, "load_from_args", lambda args: pair)
+    prompts, out = tmp_path / "p.json", tmp_path / "b.json"
+    prompts.write_text(json.dumps([{"class": "code", "prompt": "def f(n):"},
+                                   {"class": "chat", "prompt": "Hi"}]))
+    argv = ["bench", "--target", "T", "--draft", "D", "--prompts", str(prompts), "--methods",
+            "hf:target,hf:assisted-2,specviz:none", "--max-new-tokens", "4", "--repeats", "2",
+            "--json", str(out), "--markdown", str(tmp_path / "b.md")]
+    assert cli.main(argv) == 1
+    saved = json.loads(out.read_text())
+    ran = [(r["method"], r["repeat"], r["prompt"]) for r in saved["records"]]
+    assert ran == [("hf:target", 0, 0), ("specviz:none", 0, 0), ("hf:assisted-2", 0, 0),
+                   ("hf:target", 0, 1), ("specviz:none", 0, 1),
+                   ("hf:target", 1, 0), ("specviz:none", 1, 0), ("hf:target", 1, 1), ("specviz:none", 1, 1)]
+    why = ("hf:assisted-2 failed on prompt #1 (chat, repeat 0): RuntimeError: CUDA out of memory.; "
+           "it was left out of the runs after that")
+    assert saved["meta"]["stopped"] == [why]
+    runs = {m: rows["all"]["runs"] for m, rows in saved["summary"].items()}
+    assert runs == {"hf:target": 4, "specviz:none": 4, "hf:assisted-2": 1}
+    err = capsys.readouterr().err
+    assert f"The bench was cut short:\n- {why}." in err
+    md = (tmp_path / "b.md").read_text()
+    assert f"The bench was cut short:\n- {why}." in md
+    assert "| hf:assisted-2 | - | " in md  # no chat run: a dash, not 0.00 tok/s
+
+    def interrupted(kind, k):  # Ctrl-C in transformers' target alone's third timed run (after its warm-up)
+        run = real_hf(kind, k)
+        seen = []
+
+        def runner(on, ids, n):
+            seen.append(ids)
+            if len(seen) == 4:
+                raise KeyboardInterrupt
+            return run(on, ids, n)
+        return runner
+
+    monkeypatch.setattr(bench, "hf_method", interrupted)
+    argv[8] = "hf:target,specviz:none"
+    assert cli.main(argv) == 130
+    saved = json.loads(out.read_text())
+    assert [(r["method"], r["repeat"], r["prompt"]) for r in saved["records"]] == [
+        ("hf:target", 0, 0), ("specviz:none", 0, 0), ("hf:target", 0, 1), ("specviz:none", 0, 1)]
+    assert saved["meta"]["stopped"] == ["interrupted (Ctrl-C) after 4 of 8 runs; the summary is of those"]
+    # no method finished a run: nothing to save, and the error says so
+    monkeypatch.setattr(bench, "hf_method", lambda kind, k: lambda on, ids, n: 1 / 0)
+    out.unlink()
+    argv[8] = "hf:target"
+    assert cli.main(argv) == 1 and not out.exists()
+    assert ("no method finished a run, so nothing is saved:\n  hf:target failed warming up: "
+            "ZeroDivisionError: division by zero") in capsys.readouterr().err
