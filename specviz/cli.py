@@ -207,9 +207,10 @@ def cmd_run(args) -> int:
     if stats.drafted:  # a run that drafted nothing printed the label and nothing after it
         print(f"acceptance by position{' along the walked branch' if stats.is_tree else ''}: "
               f"{', '.join('-' if a is None else percent(a, 0) for a in stats.acceptance_by_position)}")
-    print(f"{stats.wall_seconds:.2f} s, {stats.tokens_per_second:.2f} tok/s "
-          f"(draft {stats.draft_seconds:.2f} s, target {stats.target_seconds:.2f} s, "
-          f"other {stats.overhead_seconds:.3f} s)")
+    sec = lambda x, digits=2: beside(x, 0.0, digits)  # noqa: E731 - a GPU's 4 ms is not "0.00 s"
+    print(f"{sec(stats.wall_seconds)} s, {stats.tokens_per_second:.2f} tok/s "
+          f"(draft {sec(stats.draft_seconds)} s, target {sec(stats.target_seconds)} s, "
+          f"other {sec(stats.overhead_seconds, 3)} s)")
     if args.compare_baseline and summary["identical_to_baseline"] is None:
         print(f"baseline: {summary['baseline_tokens_per_second']:.2f} tok/s, speedup "
               f"{beside(summary['speedup'], 1.0)}x; outputs not compared: a sampled run follows the target's "

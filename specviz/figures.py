@@ -226,7 +226,7 @@ def tree_vs_chain(spec: RunStats, chain: RunStats | None, k: int | None = None) 
 
 def tokens_over_time(spec: RunStats, base: RunStats | None) -> go.Figure:
     return _both_runs(spec, base, lambda e: e.elapsed, "lines", "Tokens against wall-clock time",
-                      "seconds")
+                      "engine seconds (page drawing left out)")
 
 
 def all_figures(spec: RunStats, base: RunStats | None, chain: RunStats | None = None,

@@ -92,11 +92,11 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
         row(f"i.i.d. prediction: mean over rounds of (1{NBSP}−{NBSP}α^(kᵢ+1)) /{NBSP}(1{NBSP}−{NBSP}α), "
             "kᵢ the drafts round i could keep (k, less where the budget or an EOS cut it)", _predicted),
         # each number with its unit (NBSP), as in the time split: at 375 px the tree column's "s" stood alone
-        row("elapsed", lambda r: f"{r.wall_seconds:.2f}{NBSP}s", f"{b.wall_seconds:.2f}{NBSP}s" if b else ""),
+        row("elapsed", lambda r: seconds(r.wall_seconds), seconds(b.wall_seconds) if b else ""),
         row("tokens / s", _speed, _speed(b) if b else ""),
         # each number with its unit (NBSP): in a tree run's three columns the last "s" stood alone
-        row("time split", lambda r: f"draft {r.draft_seconds:.2f}{NBSP}s · target "
-                                    f"{r.target_seconds:.2f}{NBSP}s · other {r.overhead_seconds:.3f}{NBSP}s"),
+        row("time split", lambda r: f"draft {seconds(r.draft_seconds)} · target "
+                                    f"{seconds(r.target_seconds)} · other {seconds(r.overhead_seconds, 3)}"),
     ]
     if b and b.stop and spec.stop:
         rows.append(row("speedup", lambda r: _speedup(r, b) if r.stop else "",
@@ -109,6 +109,12 @@ def stats_html(spec: RunStats, base: RunStats | None = None, chain: RunStats | N
                if tree else "<th>speculative</th><th>baseline (target alone)</th>")
     return (f'<table class="specviz-stats"><thead><tr><th></th>{columns}</tr></thead><tbody>'
             + "".join(rows) + "</tbody></table>")
+
+
+def seconds(value: float, decimals: int = 2) -> str:
+    """Seconds with their unit held on (NBSP): `decimals`, or more where those would print a
+    nonzero time as 0 (a GPU run's 4 ms of drafting read "draft 0.00 s", as the n-gram's none)."""
+    return f"{beside(value, 0.0, decimals)}{NBSP}s"
 
 
 def _speed(r: RunStats) -> str:

@@ -149,6 +149,22 @@ def test_the_elapsed_row_keeps_each_number_s_unit_on_its_line():
     assert row == "<th>elapsed</th><td>29.49\u00a0s</td><td>39.20\u00a0s</td><td>32.55\u00a0s</td>", row
 
 
+def test_a_short_time_never_prints_as_zero_seconds():
+    """Two decimals printed a GPU run's 4 ms of drafting as "draft 0.00 s", the n-gram's no
+    drafting at all, and a 3 ms run as "elapsed 0.00 s" beside its tokens a second."""
+    from specviz.views import stats_html
+
+    fast = RunStats.of([dataclasses.replace(e, elapsed=0.001 * e.round, draft_seconds=0.0004,
+                                            target_seconds=0.0005, round_seconds=0.001,
+                                            stop="length" if e.round == 3 else None)
+                        for e in run([(4, 4), (4, 1), (4, 0)]).events])
+    html = stats_html(fast, None)
+    assert "<th>elapsed</th><td>0.003\u00a0s</td>" in html
+    assert "draft 0.001\u00a0s · target 0.002\u00a0s · other 0.0003\u00a0s" in html  # 3 - 1.2 - 1.5 ms
+    assert "draft 0.75\u00a0s" in stats_html(RunStats.of([dataclasses.replace(
+        e, draft_seconds=0.25) for e in run([(4, 4), (4, 1), (4, 0)]).events]), None)  # as before
+
+
 def test_a_speedup_just_below_parity_never_prints_as_parity():
     from specviz.views import stats_html
 
