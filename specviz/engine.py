@@ -362,6 +362,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
         captured = capture_seconds(lm) - captured  # a prompt chunk's graph (see the rounds' below)
         prefill[name], paused = lm.seconds - before - captured, paused + captured
     before_round1 = time.perf_counter() - started - paused  # round 1's time before its round
+    learned = 0.0  # seconds the cost line and the drafter spent learning from the last round
     for round_ in range(1, max_new_tokens + 1):
         round_start = time.perf_counter()
         first = round_ == 1
@@ -416,7 +417,8 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             target_passes=target_passes, draft_passes=draft_passes,
             draft_seconds=draft.seconds - drafted_captures + first * prefill["draft"],
             target_seconds=target.seconds - target_before - verify_captures + first * prefill["target"],
-            round_seconds=now - round_start - drafted_captures - verify_captures + first * before_round1,
+            round_seconds=(now - round_start + learned - drafted_captures - verify_captures
+                           + first * before_round1),
             elapsed=now - started - paused,
             position=position,
             source=draft.source, target_cache_length=cache_length(target, stop), stop=stop,
@@ -429,6 +431,7 @@ def _rounds(pair, drafter: Proposer, ids: list[int], k: int, max_new_tokens: int
             if hasattr(drafter, "observe_round"):  # adaptive and tree drafters size drafts by these times
                 drafter.observe_round(event)
         held = time.perf_counter()
+        learned = held - now  # the learning above: the next round's (it ran after this one's end)
         yield event
         paused += time.perf_counter() - held
         if stop:
