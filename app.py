@@ -38,11 +38,13 @@ from specviz.guard import PerAddress, RequestGuard, request_address
 from specviz.hooks import (
     Tidy,
     allow_long_heads,
+    calls_of,
     cap_queue,
     drop_value,
     forbid_downloads,
     keep_closed_page,
     page_value,
+    stream_known,
 )
 from specviz.lm import out_of_memory
 from specviz.loading import check_device, default_device, needs_fetch
@@ -215,7 +217,10 @@ def launch_options(demo: gr.Blocks) -> dict:
                        max_open_network=OPEN_PER_PAGE * demo.specviz.pages.per_network,
                        beating=getattr(demo.specviz, "beating", None),  # open pages: Tidy keeps them
                        # /call/v2/<name> looks the name up among the API page's: the public events
-                       endpoints=public_endpoints(demo))
+                       endpoints=public_endpoints(demo),
+                       calls=calls_of(demo.fns) if hasattr(demo, "fns") else None,  # any event's
+                       streams=(lambda session, event: stream_known(demo._queue, session, event))
+                       if hasattr(demo, "_queue") else None)
     return dict(max_file_size=MAX_TRACE_BYTES, show_error=False,
                 state_session_capacity=limits.max_sessions,
                 run_history=False,  # its routes use the host's hub token for "local" requests

@@ -52,7 +52,12 @@ LONG_SESSION = (f"a session hash is at most {MAX_SESSION} characters (the page a
 NOT_UTF8 = "a request's body must be UTF-8 JSON (as the page and gradio_client send it)"
 MAX_URL = 4096  # bytes of a request's path, and of its query string
 _PAGE_QUERY = re.compile(r"/gradio_api/queue/(join|data)/?$")  # the page's query string appended
-_CALL = re.compile(r"/gradio_api/(call|run|api)/[^/]+/?$")  # each makes the body's session's page
+_CALL = re.compile(r"/gradio_api/(call|run|api)/([^/]+)/?$")  # each makes the body's session's page
+_QUEUE_DATA = re.compile(r"/gradio_api/queue/data/?$")  # a page's stream of its results
+_CALL_RESULTS = re.compile(r"/gradio_api/call/(?:v2/)?[^/]+/([^/]+)/?$")  # an API call's results
+NO_SUCH_STREAM = ("no results to read for this session or event: join the queue first (the page "
+                  "does; gradio_client too)")
+TOO_FEW_VALUES = "this endpoint takes {n} values in 'data', got {got}: send one for each of its inputs"
 
 
 def forwarded(headers) -> list[str]:
@@ -163,7 +168,13 @@ class RequestGuard:
       `dev/reload` streams poll every 50 ms for ever (4,000 of them slowed a page load 40-fold);
       the run history acts with the host's hub token for requests that look local. A call to
       `/call/v2/<name>` (the API page's curl) must name one of `endpoints`: Gradio looked an
-      unknown name up with a KeyError, a 2.9 KB traceback in the log per call.
+      unknown name up with a KeyError, a 2.9 KB traceback in the log per call. A body posted to
+      `/call/<name>`, `/run/<name>` or `/api/<name>` must name one of `calls` (its fn_index, or
+      the name where it gives none), and a `/run/` or `/api/` one (outside the queue) send a
+      value for each of its inputs: Gradio failed on either with a 1-5 KB traceback (about 1 MiB
+      of log a second from one address). A page's stream of results (`/queue/data`) or an API
+      call's (`/call/<name>/<event>`) must be one `streams` knows: Gradio started the stream,
+      then raised its 404, a 5.7 KB traceback each.
     - A heartbeat names a session, so it counts as one of its address's `pages` (on leaving, it
       runs the page's unload outside the queue); so does the session hash of a body posted to
       `/call/<api>`, `/run/<api>` or `/api/<api>`, whose page state Gradio makes before the queue
@@ -187,11 +198,14 @@ class RequestGuard:
                  min_charge: int = MIN_UPLOAD_CHARGE, max_values: int | None = None,
                  max_page_query: int = 64 * 2**10, max_open: int | None = None,
                  max_open_network: int | None = None, beating: Counter | None = None,
-                 endpoints: frozenset[str] | None = None,
-                 upload_note: str = " (one trace)"):
+                 endpoints: frozenset[str] | None = None, calls: dict | None = None,
+                 streams=None, upload_note: str = " (one trace)"):
         self.app, self.max_body, self.max_upload = app, max_body, max_upload
         self.upload_note = upload_note  # what an upload too large is told after its size: the fix
         self.endpoints = endpoints  # the app's named events `/call/v2/<name>` may call (None: any)
+        self.calls = calls  # {api name or fn_index: its inputs}: what a call may name (None: any)
+        # (session hash or None, event id or None) -> whether Gradio holds results to stream for it
+        self.streams = streams
         self.beating = beating  # session -> its heartbeat streams connected now (Tidy keeps those pages)
         self.max_open = max_open  # requests under way per public address (None: no bound)
         self.max_open_network = 4 * max_open if max_open_network is None and max_open else max_open_network
@@ -253,10 +267,11 @@ class RequestGuard:
             self.charged += charge - entry[1]
         entry[1] = charge
 
-    def check_body(self, body: bytes, call: bool, address: str | None) -> Refused | None:
-        """A whole body's values counted; a /call/, /run/ or /api/ body's session hash bounded and
-        admitted as one of its address's pages: Gradio makes that page's state before the queue
-        sees the call (or refuses it)."""
+    def check_body(self, body: bytes, call: re.Match | None, address: str | None) -> Refused | None:
+        """A whole body's values counted; a /call/, /run/ or /api/ body's event known (and a
+        /run/ or /api/ one's values, one for each input), its session hash bounded and admitted
+        as one of its address's pages: Gradio makes that page's state before the queue sees the
+        call (or refuses it)."""
         if not is_utf8_json(body):  # JSON's other encodings would hide their values from containers()
             return Refused(400, NOT_UTF8)
         if self.max_values is not None and containers(body) > self.max_values:
@@ -264,9 +279,12 @@ class RequestGuard:
         if not call:
             return None
         try:
-            session = json.loads(body).get("session_hash")
+            fields = json.loads(body)
+            session = fields.get("session_hash")
         except (ValueError, AttributeError):  # not a JSON object: Gradio refuses it itself
             return None
+        if self.calls is not None and (why := self.check_call(call[1], call[2], fields)):
+            return why
         if not isinstance(session, str):
             return None  # no session: the queue counts the call as a fresh page
         if len(session) > MAX_SESSION:
@@ -274,6 +292,36 @@ class RequestGuard:
         if address and self.pages and (why := self.pages.refuse(address, session, time.monotonic())):
             return Refused(429, why)
         return None
+
+    def check_call(self, route: str, name: str, fields: dict) -> Refused | None:
+        """A call's event among `calls` (its fn_index where it gives one, else the path's name),
+        and outside the queue (`/run/`, `/api/`: Gradio checks the values there, with a
+        traceback) a value for each of its inputs. A fn_index or data of the wrong type is left
+        to Gradio's own check of the body (422, quietly)."""
+        index = fields.get("fn_index")
+        if index is None:
+            key = name
+        elif isinstance(index, int) and not isinstance(index, bool):
+            key = index
+        else:
+            return None
+        if key not in self.calls:
+            return Refused(404, NO_SUCH_ENDPOINT)
+        data, needed = fields.get("data"), self.calls[key]
+        if route != "call" and isinstance(data, list) and len(data) < needed:  # /call/'s simple
+            return Refused(400, TOO_FEW_VALUES.format(n=needed, got=len(data)))  # format fills some
+        return None
+
+    def known_stream(self, path: str, query: bytes) -> bool:
+        """Whether `streams` knows the results a GET of `/queue/data` or `/call/<name>/<event>`
+        asks for (True for any other path, or a query Gradio refuses itself)."""
+        if self.streams is None:
+            return True
+        if _QUEUE_DATA.search(path):
+            session = dict(parse_qsl(query.decode("latin-1"))).get("session_hash")
+            return session is None or self.streams(session, None)  # none: Gradio's 422
+        event = _CALL_RESULTS.search(path)
+        return event is None or self.streams(None, event[1])
 
     def too_large(self, upload: bool) -> str:
         if upload:
@@ -285,7 +333,7 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         method, path = scope.get("method"), scope.get("path", "")
         upload = method == "POST" and path.rstrip("/").endswith(UPLOAD_PATH)
-        call = method == "POST" and _CALL.search(path) is not None
+        call = _CALL.search(path) if method == "POST" else None
         most, entry = (self.max_upload if upload else self.max_body), None
         received, over, answered = 0, None, False
         try:
@@ -309,6 +357,8 @@ class RequestGuard:
                 raise Refused(404, NO_SUCH_ENDPOINT)
             if method == "GET" and _UPLOAD_PROGRESS.search(path):
                 return await _answer(send, 200, UPLOAD_DONE, b"text/event-stream")
+            if method == "GET" and not self.known_stream(path, query):
+                raise Refused(404, NO_SUCH_STREAM)
             peer = (scope.get("client") or (None,))[0]
             address = public_address(visitor_address(peer, forwarded(scope.get("headers") or []),
                                                      self.proxies))

@@ -37,6 +37,8 @@ LINKED = ("files must be uploaded, not linked: upload the file first (the page d
 TOO_MUCH_TEXT = ("too much text in one call: at most {n} characters in all (a prompt, and the settings; "
                  "a number counts its digits)")
 NO_SUCH_EVENT = "no such event in this app: call one the page offers (see 'Use via API')"
+BROWSER_ONLY = "this event runs in the browser only: call one the page offers (see 'Use via API')"
+TOO_FEW = "this event takes {n} values in 'data', got {got}: send one for each of its inputs"
 UNREAD_SECONDS = 900.0  # a finished result unread this long is dropped from server memory
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # a scheme: http:, https:, data:, file: ...
 _WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
@@ -151,6 +153,11 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
         fn = queue.blocks.fns.get(body.fn_index) if isinstance(body.fn_index, int) else None
         if fn is None:  # Gradio made the page's state before it found no such event
             return False, NO_SUCH_EVENT, "error"
+        # Gradio failed each of these in the worker with a traceback in the log (0.9-2.1 KB a call)
+        if fn.fn is None:  # a step of the page's own script (Stop's first click, copy link)
+            return False, BROWSER_ONLY, "error"
+        if isinstance(body.data, list) and len(body.data) < len(fn.inputs):
+            return False, TOO_FEW.format(n=len(fn.inputs), got=len(body.data)), "error"
         if isinstance(body.session_hash, str) and len(body.session_hash) > MAX_SESSION:
             return False, LONG_SESSION, "error"
         linked, chars = scan(body.data)
@@ -184,6 +191,27 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
     queue.push, queue.clean_events = capped_push, cleaned
     lines = {fn.concurrency_id for fn in queue.blocks.fns.values()}
     queue.max_size = per_line * max(1, len(lines))
+
+
+def calls_of(fns: dict) -> dict:
+    """{api name or fn_index: the values a call outside the queue needs} of a Blocks' events
+    (RequestGuard's `calls`): what a body posted to `/call/`, `/run/` or `/api/` may name, private
+    events included (the page's examples load through `/run/load_example`). 0 for an event of the
+    queue: Gradio refuses it outside the queue itself (404, quietly), and cap_queue checks it in."""
+    return {key: 0 if fn.queue else len(fn.inputs) for index, fn in fns.items()
+            for key in (index, *([fn.api_name] if fn.api_name else []))}
+
+
+def stream_known(queue, session: str | None, event: str | None) -> bool:
+    """Whether Gradio's queue holds results for a page's stream (session) or an API call's
+    (event), as its routes find them: an event's session, else the session whose pending events
+    name it, else the event id itself. Its stream of an unknown one raised a 404 after it had
+    started: a 5.7 KB traceback in the log per request."""
+    if event is not None:
+        known = queue.event_ids_to_events.get(event)
+        session = known.session_hash if known is not None else next(
+            (s for s, ids in list(queue.pending_event_ids_session.items()) if event in ids), event)
+    return session in queue.pending_messages_per_session
 
 
 def forget_pages(holder, idle: float, closed: float, now: datetime.datetime | None = None,

@@ -1357,8 +1357,8 @@ def test_a_share_link_with_the_longest_prompt_opens(demo):
     joined = httpx.post(f"{demo.url}gradio_api/queue/join?{query}", json={}, timeout=10)
     assert joined.status_code not in (413, 414) and "too long" not in joined.text
     data = f"{demo.url}gradio_api/queue/data?{query}&session_hash=nobody"
-    with httpx.stream("GET", data, timeout=10) as read:
-        assert read.status_code == 200  # the event stream opens (and is closed here unread)
+    with httpx.stream("GET", data, timeout=10) as read:  # past the query's bound: told its session
+        assert read.status_code == 404 and b"no results to read" in read.read()  # has no results
     longer = f"{query}&x={'y' * (12 * limits.max_prompt_chars + 4096 - len(query))}"  # past the page's bound
     assert httpx.post(f"{demo.url}gradio_api/queue/join?{longer}", json={}, timeout=10).status_code == 414
 
@@ -1670,3 +1670,45 @@ def test_a_call_to_an_endpoint_the_app_does_not_have_is_refused_before_gradio(de
     assert r.status_code == 200, r.text
     stream = httpx.get(f"{demo.url}gradio_api/call/e2e/{r.json()['event_id']}", timeout=30).text  # read
     assert "event: error" in stream and "set a temperature above 0" in stream, stream  # its defaults
+
+
+def test_calls_and_reads_gradio_would_fail_with_a_traceback_are_refused_before_it(demo, capfd):
+    """A helper's hostile review: each of these made Gradio log a traceback (1-6 KB a request,
+    about 1 MiB of log a second from one address): reading the results of a session or event
+    that has none (its stream had started before it raised its 404), a /call/, /run/ or /api/
+    name or fn_index the app does not have, too few values outside the queue (the examples'
+    loader) or in it (the run), and an event that runs in the browser only. Each is refused
+    quietly, naming the fix; the app's own calls still work."""
+    import httpx
+
+    api = demo.url + "gradio_api"
+    capfd.readouterr()
+    for url in (f"{api}/queue/data?session_hash=made-up", f"{api}/call/run/made-up-event",
+                f"{api}/call/v2/run/made-up-event"):
+        r = httpx.get(url, timeout=10)
+        assert r.status_code == 404 and "no results to read" in r.json()["detail"], url
+    for route in ("call", "run", "api"):
+        for body in ({"data": [], "session_hash": "s1"}, {"data": []}):
+            r = httpx.post(f"{api}/{route}/nope", json=body, timeout=10)
+            assert r.status_code == 404 and "no such endpoint in this app" in r.json()["detail"], route
+    r = httpx.post(f"{api}/run/predict", json={"data": [], "fn_index": 10**6}, timeout=10)
+    assert r.status_code == 404, r.text
+    for body in ({"data": [], "session_hash": "s1"}, {"data": [], "fn_index": next(
+            i for i, fn in demo.fns.items() if fn.api_name == "load_example")}):
+        r = httpx.post(f"{api}/run/load_example", json=body, timeout=10)
+        assert r.status_code == 400 and "takes 1 values in 'data', got 0" in r.json()["detail"], r.text
+    browser_only = next(i for i, fn in demo.fns.items() if fn.fn is None)
+    run = next(i for i, fn in demo.fns.items() if fn.name == "run")
+    for fn_index, data, said in ((browser_only, [None] * len(demo.fns[browser_only].inputs), "browser only"),
+                                 (run, [1], f"takes {len(demo.fns[run].inputs)} values in 'data', got 1")):
+        r = httpx.post(f"{api}/queue/join", json={"data": data, "fn_index": fn_index, "session_hash": "s2",
+                                                  "event_data": None, "trigger_id": None}, timeout=10)
+        assert said in r.text, r.text
+    assert "Traceback" not in capfd.readouterr().err
+    # the app's own: the examples' loader, and an API call whose results are read
+    r = httpx.post(f"{api}/run/load_example", json={"data": [1]}, timeout=10)
+    assert r.status_code == 200, r.text
+    r = httpx.post(f"{api}/call/v2/e2e", json={}, timeout=10)  # its defaults filled in
+    assert r.status_code == 200, r.text
+    stream = httpx.get(f"{api}/call/e2e/{r.json()['event_id']}", timeout=30).text
+    assert "event: error" in stream and "set a temperature above 0" in stream, stream
