@@ -200,6 +200,13 @@ class RunStats:
         speedup = self.tokens_per_second / base.tokens_per_second
         return speedup if math.isfinite(speedup) and speedup > 0 else None  # (subnormal seconds)
 
+    def decode_speedup_over(self, base: RunStats) -> float | None:
+        """decode tokens / s over base's: both runs' prompt reading (round 1) left out; None for
+        a run of one round, or no time measured."""
+        rate, alone = self.decode_tokens_per_second, base.decode_tokens_per_second
+        ratio = rate / alone if rate > 0 and alone > 0 else math.nan
+        return ratio if math.isfinite(ratio) and ratio > 0 else None
+
     @property
     def decode_tokens(self) -> int:
         """Tokens committed after round 1, the round that also paid the prompt's prefills."""

@@ -40,7 +40,7 @@ from .settings import CUSTOM, Limits, RunSettings, clip, markdown_text, public_m
 from .store import ModelStore, made_here, pair_models
 from .trace import Trace
 from .tracecheck import ngram_replayable
-from .views import implausible_race, stats_html, timeline_html, verdict_html
+from .views import implausible_race, race_text, stats_html, timeline_html, verdict_html
 
 
 @dataclass(frozen=True, eq=False)
@@ -416,8 +416,7 @@ def run_views(store: ModelStore, s: RunSettings, limits: Limits) -> Iterator[Vie
                 f"measured {_when(measured_at)})")
     base = RunStats.of(base_events)
     result = compare(spec, base, pair.dtype, pair.device, pair.numerics)
-    speedup = spec.speedup_over(base)
-    pace = "no time measured" if speedup is None else f"{beside(speedup, 1.0)}× the target alone"
+    pace = race_text(spec, base)
     if implausible := implausible_race(spec, base):  # timed under different loads: its baseline is
         store.baselines.drop(key)  # dropped, so that running again measures both anew (kept, every
         # later run reused its times)

@@ -126,8 +126,24 @@ def _decode_speedup(r: RunStats, base: RunStats) -> str:
     """Tokens a second after round 1 over the target alone's: each run's prompt read (prefills,
     its first token) left out, so a baseline reused from a run under another load, or a cold
     first pass, does not decide it. "—" for a run of one round."""
-    rate, alone = r.decode_tokens_per_second, base.decode_tokens_per_second
-    return f"{beside(rate / alone, 1.0)}×" if rate > 0 and alone > 0 and math.isfinite(rate / alone) else "—"
+    ratio = r.decode_speedup_over(base)
+    return "—" if ratio is None else f"{beside(ratio, 1.0)}×"
+
+
+def race_text(spec: RunStats, base: RunStats) -> str:
+    """The status line's race: the speedup, and where the outputs differ in length (a sampled
+    run, which stops at its own EOS) the speedup after round 1 beside it: the prompt's reading,
+    paid once by each, weighs on a short output's rate far more than on a long one's (8 tokens
+    after a 1 s prompt read at 0.63x what 64 did, though each later token came 1.67x as fast)."""
+    speedup = spec.speedup_over(base)
+    if speedup is None:
+        return "no time measured"
+    text = f"{beside(speedup, 1.0)}× the target alone"
+    after = spec.decode_speedup_over(base)
+    if spec.new_tokens != base.new_tokens and after is not None:
+        text += (f" over outputs of {spec.new_tokens} and {base.new_tokens} tokens; "
+                 f"{beside(after, 1.0)}× after the prompt's reading")
+    return text
 
 
 # A round's verify pass costs about a one-token pass or more, so a run cannot be much faster than

@@ -587,3 +587,23 @@ def test_each_bar_of_tokens_per_pass_is_the_tokens_its_round_committed():
     events[-1] = dataclasses.replace(events[-1], accepted=4, kind="bonus", new_tokens=[0, 1], stop="eos")
     fig = tokens_per_pass(RunStats.of(events))
     assert list(fig.data[0].x) == [1, 2] and list(fig.data[0].y) == [5, 2]
+
+
+def test_the_race_over_outputs_of_different_lengths_says_the_rate_after_the_prompts_reading():
+    """A sampled run stops at its own EOS: 8 tokens against the target alone's 64, each after a
+    1 s prompt read, raced at 8 / 1.4 s against 64 / 7.4 s = 0.66x, though each later token came
+    twice as fast (6 in 0.3 s against 63 in 6.3 s). The status line now says both."""
+    from specviz.views import race_text
+
+    spec = RunStats.of([dataclasses.replace(round_(i, 2 * (i - 1), 1, 1), elapsed=1.0 + 0.1 * i,
+                                            stop="eos" if i == 4 else None) for i in range(1, 5)])
+    base = RunStats.of([dataclasses.replace(round_(i, i - 1, 0, 0), elapsed=1.0 + 0.1 * i,
+                                            stop="length" if i == 64 else None) for i in range(1, 65)])
+    assert (spec.new_tokens, base.new_tokens) == (8, 64)
+    assert (8 / 1.4) / (64 / 7.4) == pytest.approx(0.6607, abs=1e-4)
+    assert race_text(spec, base) == ("0.66× the target alone over outputs of 8 and 64 tokens; "
+                                     "2.00× after the prompt's reading")
+    same = RunStats.of(base.events[:8])  # equal lengths: the speedup alone
+    assert race_text(same, same) == "1.00× the target alone"
+    assert race_text(spec, RunStats.of([dataclasses.replace(e, elapsed=0.0) for e in base.events])) \
+        == "no time measured"
