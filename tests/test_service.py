@@ -86,6 +86,42 @@ def test_end_to_end_sampling_check(store):
         sample_continuations(store.current(), RunSettings(pair="tiny", temperature=0.0), 20)
 
 
+def test_the_end_to_end_check_rejects_an_engine_that_breaks_the_rule(model_dirs, tmp_path, monkeypatch):
+    """The check's power: the tiny pair's draft is so near its target that a broken rule samples
+    nearly the same, and no test showed the check rejects a broken engine. With a draft further
+    off (the target's weights plus noise of 0.2 of their spread: TV 0.09 between 200-sample runs of
+    the exact engine), 200 samples of 3 tokens reject both a rule that keeps every draft (its
+    tokens then follow q) and the classic bug of correcting from p instead of the residual
+    normalize(max(0, p - q)), each at the permutation test's least p-value; the exact engine is
+    not rejected. (At 60 samples the second bug went unseen: p = 0.02-0.08.)"""
+    import torch
+    from tiny import perturbed
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specviz import acceptance, engine
+
+    perturbed(AutoModelForCausalLM.from_pretrained(model_dirs["target"]), 7, 0.2).save_pretrained(tmp_path)
+    AutoTokenizer.from_pretrained(model_dirs["target"]).save_pretrained(tmp_path)
+    store = ModelStore({"off": (str(model_dirs["target"]), str(tmp_path))}, device="cpu")
+    s = RunSettings(pair="off", chat=False, prompt="The dog", temperature=1.0, top_k=3, k=2, dtype="float32")
+    pair = store.get(s)
+    assert sample_continuations(pair, s, 200, tokens=3)["pvalue"] > 0.001  # the exact engine
+    verify = acceptance.verify
+
+    def keeps_every_draft(tokens, q, p, generator):  # p(x) = q(x) at each draft: always kept
+        q_rows = acceptance.one_hot(tokens, p.shape[-1]) if q is None else q
+        return verify(tokens, q, torch.cat([q_rows, p[len(tokens):]]), generator)
+
+    with monkeypatch.context() as m:
+        m.setattr(engine, "verify", keeps_every_draft)
+        kept = sample_continuations(pair, s, 200, tokens=3)
+    with monkeypatch.context() as m:
+        m.setattr(acceptance, "residual", lambda p, q: p)  # the correction drawn from p
+        from_p = sample_continuations(pair, s, 200, tokens=3)
+    least = 1 / (kept["permutations"] + 1)
+    assert least < 0.001 and kept["pvalue"] == from_p["pvalue"] == pytest.approx(least), (kept, from_p)
+
+
 @pytest.mark.parametrize("proposer", ["draft", "ngram", "adaptive", "hybrid", "tree"])
 def test_the_end_to_end_check_reads_its_prompt_once_and_samples_what_fresh_runs_sample(store, monkeypatch,
                                                                                       proposer):
