@@ -1275,7 +1275,7 @@ def main(argv=None):
     # the share would throw away the pair it guards and let the retry through. No share there.
     store = ModelStore(extra, device=device, fast=zerogpu.FAST if on_zerogpu else None,
                        warm=not on_zerogpu, switch_share=None if on_zerogpu else RELOAD_SHARE,
-                       keep_home=on_zerogpu)
+                       keep_home=on_zerogpu, max_download=limits.max_download_gb * 1e9)
     default = RunSettings(pair="command-line") if args.target else RunSettings()
     if args.target:
         default = replace(default, chat="instruct" in args.target.lower())

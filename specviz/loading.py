@@ -287,6 +287,37 @@ def files_to_fetch(files: list[str]) -> list[str]:
     return sorted(set(small) | set(weights("model", "safetensors") or weights("pytorch_model", "bin")))
 
 
+def download_bytes(name: str) -> int | None:
+    """Bytes a load of hub model `name` would download (the files_to_fetch of its repository, as
+    the hub lists their sizes); None where it downloads nothing (a local folder or .gguf file, a
+    cached model) or the hub cannot say (unreachable: the load then fails as it would)."""
+    from huggingface_hub import HfApi
+
+    from . import presets
+
+    if not needs_fetch(name) or not presets.hub_reachable():
+        return None
+    where, _ = _source(name)
+    bound_hub_requests()
+    try:
+        siblings = HfApi().model_info(where, files_metadata=True).siblings or []
+    except Exception:  # noqa: BLE001 - gated, missing, offline: the load says which, with its fix
+        return None
+    sizes = {f.rfilename: f.size or 0 for f in siblings}
+    return sum(sizes[f] for f in files_to_fetch(list(sizes)))
+
+
+def check_download(name: str, most: float | None) -> None:
+    """ValueError naming the fix where a load of `name` would download more than `most` bytes
+    (None: no bound). A custom pick on a public deployment filled the server's disk with one
+    large repository, bounded only by the download's 30 minutes."""
+    if most is None or (size := download_bytes(name)) is None or size <= most:
+        return
+    raise ValueError(f"model {name!r} would download {size / 1e9:.1f} GB, past the {most / 1e9:g} GB "
+                     "this server downloads for a model typed in (operators: SPECVIZ_MAX_DOWNLOAD_GB): "
+                     "pick a smaller model")
+
+
 def needs_fetch(name: str) -> bool:
     """`name` is a hub id whose files are not all in the hub cache (presets.is_cached); False for
     a local folder or .gguf file. ValueError for a name that is none of these."""

@@ -83,6 +83,7 @@ class Limits:
     held_trace_mb: int = 256  # SPECVIZ_HELD_TRACE_MB: memory of all traces held for visitors
     jobs_per_address: int = 2  # SPECVIZ_JOBS_PER_ADDRESS: model jobs one public address may hold
     upload_mb: int = 512  # SPECVIZ_UPLOAD_MB: uploads all visitors may leave in the cache at once
+    max_download_gb: float = 20.0  # SPECVIZ_MAX_DOWNLOAD_GB: what a model typed in may download
     trust_forwarded: tuple = proxy_networks(None)  # SPECVIZ_TRUST_FORWARDED: proxies whose
     # X-Forwarded-For names the visitor (default: loopback, and on a Space 10.0.0.0/8; 0: none)
     dtypes: tuple = DTYPES  # offered on this deployment (the app on a CPU: for_device drops float16)
@@ -111,7 +112,7 @@ class Limits:
                    presets.large_flag(),
                    _env_int("SPECVIZ_QUEUE_SIZE", 16), _env_int("SPECVIZ_MAX_SESSIONS", 1000, 10),
                    _env_int("SPECVIZ_HELD_TRACE_MB", 256, 32), _env_int("SPECVIZ_JOBS_PER_ADDRESS", 2),
-                   _env_int("SPECVIZ_UPLOAD_MB", 512, 8),
+                   _env_int("SPECVIZ_UPLOAD_MB", 512, 8), _env_float("SPECVIZ_MAX_DOWNLOAD_GB", 20.0, 0.1),
                    trusted_proxies())
 
 

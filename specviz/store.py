@@ -17,7 +17,16 @@ from dataclasses import replace
 from . import presets, zerogpu
 from .engine import RoundEvent, generate, warm_steps
 from .fastpath import resolve_fast
-from .loading import Pair, check_source, default_device, fetch_apart, load_pair, needs_fetch, parse_dtype
+from .loading import (
+    Pair,
+    check_download,
+    check_source,
+    default_device,
+    fetch_apart,
+    load_pair,
+    needs_fetch,
+    parse_dtype,
+)
 from .settings import CUSTOM, RunSettings, clip, public_message
 from .trace import Trace
 
@@ -41,7 +50,8 @@ class ModelStore:
 
     def __init__(self, extra_pairs: dict[str, tuple[str, str | None]] | None = None,
                  device: str | None = None, fast: str | None = None, warm: bool = True,
-                 switch_share: float | None = None, keep_home: bool = False):
+                 switch_share: float | None = None, keep_home: bool = False,
+                 max_download: float | None = None):
         self.extra_pairs = dict(extra_pairs or {})  # operator pairs from the command line
         self.device = device
         self.fast = fast  # the engine's fast path for every pair (None: the pair's own "auto")
@@ -53,6 +63,7 @@ class ModelStore:
         self._pair: Pair | None = None
         self._loads: deque[tuple[float, float]] = deque()  # load attempts: (ended, seconds)
         self.switch_share = switch_share
+        self.max_download = max_download  # bytes a model typed in may download (None: no bound)
         self.home: tuple | None = None  # key() of the deployment's own pair: never refused
         # ZeroGPU: the pair placed at start-up stays on the GPU in every worker whatever the store
         # drops (spaces' tensor packs hold its tensors), so a switch back to it needs no load
@@ -126,6 +137,7 @@ class ModelStore:
                 if s.pair == CUSTOM:  # a mistyped name or path fails here, the loaded pair kept
                     for name in filter(None, (s.target.strip(), s.draft.strip())):
                         check_source(name)
+                        check_download(name, self.max_download)  # and one too large to download
                 self._pair = self._key = None  # free the old pair before loading the next
                 started = time.monotonic()
                 try:
@@ -154,6 +166,8 @@ class ModelStore:
         one back meanwhile (Stop, then Run on another pair, started a download each)."""
         begun = time.monotonic()
         for name in self.model_names(s):
+            if s.pair == CUSTOM:
+                check_download(name, self.max_download)
             while (under_way := self._fetch_of(name)) is not None:
                 ahead, thread, out = under_way  # ahead: the model downloading before this one
                 text = FETCHING if ahead is None else FETCH_WAIT

@@ -1049,7 +1049,9 @@ def test_deployment_limits_come_from_the_environment_and_the_readme_names_each(m
 
     names = re.findall(r"# (SPECVIZ_\w+)", inspect.getsource(Limits))
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert len(names) == 13 and [n for n in names if f"| `{n}` |" not in readme] == []
+    assert len(names) == 14 and [n for n in names if f"| `{n}` |" not in readme] == []
+    monkeypatch.setenv("SPECVIZ_MAX_DOWNLOAD_GB", "7.5")
+    assert (Limits().max_download_gb, Limits.from_env().max_download_gb) == (20.0, 7.5)
     monkeypatch.setenv("SPECVIZ_UPLOAD_MB", "64")
     monkeypatch.setenv("SPECVIZ_JOBS_PER_ADDRESS", "3")
     assert (Limits.from_env().upload_mb, Limits.from_env().jobs_per_address) == (64, 3)

@@ -388,3 +388,50 @@ def test_on_zerogpu_a_cached_pair_loads_without_asking_the_hub(monkeypatch, on_z
         with pytest.raises(ValueError, match="stop here"):
             loading.load_model(name, "cpu", None)
     assert asked == ([True, False] if on_zerogpu else [False, False])
+
+
+def test_a_model_typed_in_that_would_download_past_the_bound_is_refused_before_it(hub_cache, monkeypatch,
+                                                                                   model_dirs):
+    """With custom models on, one large repository typed in filled the server's disk, bounded only
+    by the download's 30 minutes. What a load would download is now summed from the hub's listed
+    sizes of the files it reads (files_to_fetch: not the ONNX copy, the README or the other
+    frameworks' weights) and refused past SPECVIZ_MAX_DOWNLOAD_GB before anything downloads,
+    on the way that loads (store.get) and on ZeroGPU's, which fetches first (store.fetching);
+    the pair loaded stays. A preset is the operator's pick: not bounded."""
+    import types
+
+    import huggingface_hub
+
+    from specviz import loading
+    from specviz.settings import CUSTOM, RunSettings
+    from specviz.store import ModelStore
+
+    sizes = {"config.json": 700, "tokenizer.json": 7_000_000, "model.safetensors.index.json": 30_000,
+             "model-00001-of-00002.safetensors": 9_000_000_000, "model-00002-of-00002.safetensors":
+             6_000_000_000, "onnx/model.onnx": 30_000_000_000, "README.md": 5_000, "flax_model.msgpack": 15e9}
+    hub_cache.repos = {"org/big": list(sizes)}
+    asked = []
+
+    def model_info(self, repo_id, files_metadata=False):
+        asked.append((repo_id, files_metadata))
+        files = [types.SimpleNamespace(rfilename=f, size=n) for f, n in sizes.items()]
+        return types.SimpleNamespace(siblings=files)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
+    whole = 700 + 7_000_000 + 30_000 + 15_000_000_000  # by hand: config, tokenizer, index, shards
+    assert loading.download_bytes("org/big") == whole and asked == [("org/big", True)]
+    loading.check_download("org/big", whole)  # at the bound: taken
+    loading.check_download("org/big", None)  # no bound
+    said = r"model 'org/big' would download 15.0 GB, past the 10 GB .*SPECVIZ_MAX_DOWNLOAD_GB.*: pick a "
+    with pytest.raises(ValueError, match=said):
+        loading.check_download("org/big", 10e9)
+    store = ModelStore({"tiny": (str(model_dirs["target"]), str(model_dirs["draft"]))}, device="cpu",
+                       max_download=10e9)
+    tiny = store.get(RunSettings(pair="tiny", dtype="float32"))
+    big = RunSettings(pair=CUSTOM, target="org/big", dtype="float32")
+    with pytest.raises(ValueError, match=said):
+        store.get(big)
+    with pytest.raises(ValueError, match=said):
+        list(store.fetching(big, lambda text: text))
+    assert store.current() is tiny and hub_cache.calls == []  # nothing downloaded, the pair kept
+    assert loading.download_bytes(str(model_dirs["target"])) is None  # a folder downloads nothing
