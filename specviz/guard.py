@@ -298,13 +298,13 @@ class RequestGuard:
         and outside the queue (`/run/`, `/api/`: Gradio checks the values there, with a
         traceback) a value for each of its inputs. A fn_index or data of the wrong type is left
         to Gradio's own check of the body (422, quietly)."""
-        index = fields.get("fn_index")
+        index = None if route == "call" else fields.get("fn_index")  # /call/'s body has none: its name
         if index is None:
             key = name
-        elif isinstance(index, int) and not isinstance(index, bool):
-            key = index
         else:
-            return None
+            key = _as_index(index)
+            if key is None:  # Gradio's own check of the body refuses it (422, quietly)
+                return None
         if key not in self.calls:
             return Refused(404, NO_SUCH_ENDPOINT)
         data, needed = fields.get("data"), self.calls[key]
@@ -318,7 +318,8 @@ class RequestGuard:
         if self.streams is None:
             return True
         if _QUEUE_DATA.search(path):
-            session = dict(parse_qsl(query.decode("latin-1"))).get("session_hash")
+            # blank kept, the last of several taken: as Starlette reads the query for Gradio's route
+            session = dict(parse_qsl(query.decode("latin-1"), keep_blank_values=True)).get("session_hash")
             return session is None or self.streams(session, None)  # none: Gradio's 422
         event = _CALL_RESULTS.search(path)
         return event is None or self.streams(None, event[1])
@@ -485,6 +486,17 @@ class _Parts:
             self.seen += data.count(self.delimiter)
             self.tail = data[-(len(self.delimiter) - 1):]
         return max(0, self.seen - 1)
+
+
+def _as_index(value) -> int | None:
+    """A body's fn_index as Gradio's PredictBody reads it (pydantic's lax int: 3, "3", 3.0, True),
+    or None where it refuses it."""
+    from pydantic import TypeAdapter, ValidationError
+
+    try:
+        return TypeAdapter(int).validate_python(value)
+    except ValidationError:
+        return None
 
 
 def _without(query: bytes, name: str) -> bytes:

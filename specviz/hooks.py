@@ -197,8 +197,10 @@ def calls_of(fns: dict) -> dict:
     """{api name or fn_index: the values a call outside the queue needs} of a Blocks' events
     (RequestGuard's `calls`): what a body posted to `/call/`, `/run/` or `/api/` may name, private
     events included (the page's examples load through `/run/load_example`). 0 for an event of the
-    queue: Gradio refuses it outside the queue itself (404, quietly), and cap_queue checks it in."""
-    return {key: 0 if fn.queue else len(fn.inputs) for index, fn in fns.items()
+    queue: Gradio refuses it outside the queue itself (404, quietly), and cap_queue checks it in.
+    Not an event that runs in the browser only (no Python behind it: Gradio failed it with a
+    traceback; the page never sends one, its config marks them)."""
+    return {key: 0 if fn.queue else len(fn.inputs) for index, fn in fns.items() if fn.fn is not None
             for key in (index, *([fn.api_name] if fn.api_name else []))}
 
 

@@ -1686,15 +1686,23 @@ def test_calls_and_reads_gradio_would_fail_with_a_traceback_are_refused_before_i
     api = demo.url + "gradio_api"
     capfd.readouterr()
     for url in (f"{api}/queue/data?session_hash=made-up", f"{api}/call/run/made-up-event",
-                f"{api}/call/v2/run/made-up-event"):
+                f"{api}/call/v2/run/made-up-event", f"{api}/queue/data?session_hash=",  # blank: as Gradio
+                f"{api}/queue/data?session_hash=made-up&session_hash="):  # reads it, the last one
         r = httpx.get(url, timeout=10)
         assert r.status_code == 404 and "no results to read" in r.json()["detail"], url
     for route in ("call", "run", "api"):
         for body in ({"data": [], "session_hash": "s1"}, {"data": []}):
             r = httpx.post(f"{api}/{route}/nope", json=body, timeout=10)
             assert r.status_code == 404 and "no such endpoint in this app" in r.json()["detail"], route
-    r = httpx.post(f"{api}/run/predict", json={"data": [], "fn_index": 10**6}, timeout=10)
-    assert r.status_code == 404, r.text
+    browser_only = next(i for i, fn in demo.fns.items() if fn.fn is None and not fn.queue)
+    for index in (10**6, str(10**6), browser_only, str(browser_only)):  # a string Gradio reads as a number
+        r = httpx.post(f"{api}/run/predict", json={"data": [], "fn_index": index}, timeout=10)
+        assert r.status_code == 404 and "no such endpoint" in r.text, (index, r.text)
+    # /call/<name> looks its event up by name (its body has no fn_index: Gradio ignores one)
+    r = httpx.post(f"{api}/call/nope", json={"data": [], "fn_index": 0}, timeout=10)
+    assert r.status_code == 404 and "no such endpoint" in r.text, r.text
+    r = httpx.post(f"{api}/call/e2e", json={"data": [], "fn_index": 10**6}, timeout=10)
+    assert "no such endpoint" not in r.text and "values in 'data', got 0" in r.text, r.text  # the queue's
     for body in ({"data": [], "session_hash": "s1"}, {"data": [], "fn_index": next(
             i for i, fn in demo.fns.items() if fn.api_name == "load_example")}):
         r = httpx.post(f"{api}/run/load_example", json=body, timeout=10)
