@@ -366,7 +366,6 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
     reference: dict[tuple[str, int], list[int]] = {}  # (family, prompt) -> target alone's output
     alone: dict[tuple[str, int], RunStats | None] = {}  # its run, where specviz made it
     records: list[Record] = []
-    planned = repeats * len(prompts) * len(table)
     try:
         for repeat in range(repeats):
             for i, (p, ids) in enumerate(zip(prompts, encoded, strict=True)):
@@ -406,6 +405,8 @@ def run_bench(pair, prompts, ks=DEFAULT_KS, max_new_tokens=64, repeats=1, names=
                     log(f"[{repeat}] {p['class']:9} #{i} {name:22} {rec.tokens_per_second:6.2f} tok/s{decode}"
                         f"{parted}")
     except KeyboardInterrupt:  # an hours-long bench stopped by hand keeps what it measured
+        done = Counter(r.method for r in records)  # the runs of the methods left, and those made
+        planned = len(records) + sum(repeats * len(prompts) - done[name] for name in table)
         stops.append(f"interrupted (Ctrl-C) after {len(records)} of {planned} runs; the summary is "
                      "of those")
         log(stops[-1])

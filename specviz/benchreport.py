@@ -107,23 +107,56 @@ def summarize(records: list[Record]) -> dict:
                         "accepted_per_node": sum(r.accepted for r in rs) / nodes if nodes else 0.0}
             out[method][cls] = row
     bases = baselines(records)
+
+    def runs(method: str, cls: str) -> dict[tuple, tuple[int, float]]:
+        return by_run([r for r in records if r.method == method and cls in (r.cls, POOLED)],
+                      lambda r: r.seconds)
+
     for method, rows in out.items():
-        base = out.get(bases.get(method), {})
+        base = bases.get(method)
         for cls, row in rows.items():
-            if cls in base:
-                row["speedup"] = row["tokens_per_second"] / base[cls]["tokens_per_second"]
+            if cls in out.get(base, {}) and (ratio := shared_ratio(runs(method, cls), runs(base, cls))):
+                row["speedup"] = ratio
     for method, rows in out.items():
         for cls, row in rows.items():
             # a target alone, either head, against transformers' target alone
             if method.removesuffix("-plainhead") == "specviz:none" and cls in out.get("hf:target", {}):
-                row["vs_transformers"] = row["tokens_per_second"] / out["hf:target"][cls]["tokens_per_second"]
+                if ratio := shared_ratio(runs(method, cls), runs("hf:target", cls)):
+                    row["vs_transformers"] = ratio
                 continue
+            # speedups over the same prompts only (a method that failed ran fewer: bench.run_bench)
             twins = {t: out[t][cls]["speedup"] for t in counterparts(method, out)
-                     if "speedup" in out[t].get(cls, {})}  # none where hf:target did not run
+                     if "speedup" in out[t].get(cls, {}) and runs(t, cls).keys() == runs(method, cls).keys()}
             if twins and "speedup" in row:
                 best = max(twins, key=lambda t: (twins[t], t))  # the best of them counts
                 row |= {"vs_transformers": row["speedup"] / twins[best], "vs_transformers_method": best}
     return out
+
+
+def by_run(rs: list[Record], seconds) -> dict[tuple, tuple[int, float]]:
+    """{(prompt, repeat, class): (tokens, seconds(record))} of runs, summed where several share
+    one (synthetic records)."""
+    out: dict[tuple, tuple[int, float]] = {}
+    for r in rs:
+        tokens, secs = out.get((r.prompt, r.repeat, r.cls), (0, 0.0))
+        out[r.prompt, r.repeat, r.cls] = (tokens + r.tokens, secs + seconds(r))
+    return out
+
+
+def shared_ratio(mine: dict, theirs: dict) -> float | None:
+    """Tokens a second of `mine` over `theirs` ({(prompt, repeat): (tokens, seconds)}), both over
+    the runs they share: a method that failed part way (bench.run_bench) ran fewer prompts than
+    its baseline, and a rate over other prompts is no speedup (1.0x on the prompt both ran read
+    2.5x). Where both ran the same, the rates of all their runs. None where they share none or
+    either takes no time."""
+    shared = [key for key in mine if key in theirs]
+
+    def rate(runs: dict) -> float:
+        seconds = sum(runs[key][1] for key in shared)
+        return sum(runs[key][0] for key in shared) / seconds if seconds else 0.0
+
+    a, b = rate(mine), rate(theirs)
+    return a / b if a and b else None
 
 
 def measured_against(summary: dict) -> str:
@@ -362,28 +395,35 @@ def projected(records: list[Record], profile: profiles.Profile) -> dict:
     the family's target alone, projected the same way; a tree's vs_chain is its tokens/s over the
     chain's at its depth on the same path."""
     out: dict[str, dict] = {}
+    timed: dict[str, dict] = {}  # method -> {path: by_run(its runs, projected seconds)}
     for method in dict.fromkeys(r.method for r in records):
         rs = [r for r in records if r.method == method]
         if any(r.passes is None for r in rs):
             continue
-        tokens, rows = sum(r.tokens for r in rs), {}
+        tokens, rows, timed[method] = sum(r.tokens for r in rs), {}, {}
         for path in profile.paths:
             try:
-                seconds = sum(profiles.project(r.passes, profile, path) for r in rs)
+                each = by_run(rs, lambda r: profiles.project(r.passes, profile, path))  # noqa: B023
             except ValueError:  # a draft method on a profile path without a draft cost
                 continue
+            seconds = sum(s for _, s in each.values())
+            timed[method][path] = each
             rows[path] = {"seconds": seconds, "tokens_per_second": tokens / seconds if seconds else 0.0,
                           "extrapolated": any(profiles.extrapolated(r.passes, profile, path) for r in rs)}
         out[method] = rows
     bases = baselines(records)
+
+    def versus(method: str, other: str | None, path: str) -> float | None:  # over the runs both made
+        theirs = timed.get(other, {}).get(path)
+        return None if theirs is None else shared_ratio(timed[method][path], theirs)
+
     for method, rows in out.items():
-        base = out.get(bases.get(method), {})
+        chain = f"specviz:draft-{tree_method(method)[0]}" if tree_method(method) else None
         for path, row in rows.items():
-            if path in base and base[path]["tokens_per_second"]:
-                row["speedup"] = row["tokens_per_second"] / base[path]["tokens_per_second"]
-            chain = out.get(f"specviz:draft-{tree_method(method)[0]}", {}) if tree_method(method) else {}
-            if path in chain and chain[path]["tokens_per_second"]:
-                row["vs_chain"] = row["tokens_per_second"] / chain[path]["tokens_per_second"]
+            if (ratio := versus(method, bases.get(method), path)) is not None:
+                row["speedup"] = ratio
+            if chain and (ratio := versus(method, chain, path)) is not None:
+                row["vs_chain"] = ratio
     return out
 
 

@@ -1070,6 +1070,11 @@ def test_a_method_that_fails_is_said_and_left_out_and_the_others_are_saved(pair,
     assert runs == {"hf:target": 4, "specviz:none": 4, "hf:assisted-2": 1}
     err = capsys.readouterr().err
     assert f"The bench was cut short:\n- {why}." in err
+    # its speedup over the one prompt it ran: not its code run's rate over the target's on both
+    by = {(r["method"], r["repeat"], r["prompt"]): r for r in saved["records"]}
+    rate = lambda r: r["tokens"] / r["seconds"]  # noqa: E731
+    alone = rate(by["hf:assisted-2", 0, 0]) / rate(by["hf:target", 0, 0])
+    assert saved["summary"]["hf:assisted-2"]["all"]["speedup"] == pytest.approx(alone, rel=1e-12)
     md = (tmp_path / "b.md").read_text()
     assert f"The bench was cut short:\n- {why}." in md
     assert "| hf:assisted-2 | - | " in md  # no chat run: a dash, not 0.00 tok/s
@@ -1092,6 +1097,15 @@ def test_a_method_that_fails_is_said_and_left_out_and_the_others_are_saved(pair,
     assert [(r["method"], r["repeat"], r["prompt"]) for r in saved["records"]] == [
         ("hf:target", 0, 0), ("specviz:none", 0, 0), ("hf:target", 0, 1), ("specviz:none", 0, 1)]
     assert saved["meta"]["stopped"] == ["interrupted (Ctrl-C) after 4 of 8 runs; the summary is of those"]
+
+    def both(kind, k):  # assisted fails on prompt #1, then the Ctrl-C in repeat 1: of the 12 runs first
+        return (breaking if kind == "assisted" else interrupted)(kind, k)  # planned, its 3 left are not
+
+    monkeypatch.setattr(bench, "hf_method", both)
+    argv[8] = "hf:target,hf:assisted-2,specviz:none"
+    assert cli.main(argv) == 130
+    assert json.loads(out.read_text())["meta"]["stopped"][-1] == ("interrupted (Ctrl-C) after 5 of 9 runs; "
+                                                                  "the summary is of those")
     # no method finished a run: nothing to save, and the error says so
     monkeypatch.setattr(bench, "hf_method", lambda kind, k: lambda on, ids, n: 1 / 0)
     out.unlink()
