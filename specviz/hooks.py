@@ -39,6 +39,8 @@ TOO_MUCH_TEXT = ("too much text in one call: at most {n} characters in all (a pr
 NO_SUCH_EVENT = "no such event in this app: call one the page offers (see 'Use via API')"
 BROWSER_ONLY = "this event runs in the browser only: call one the page offers (see 'Use via API')"
 TOO_FEW = "this event takes {n} values in 'data', got {got}: send one for each of its inputs"
+NOT_UPLOADED = ("a file input takes the data of a file uploaded to this server: upload it first "
+                "(POST /gradio_api/upload; the page and gradio_client do)")
 UNREAD_SECONDS = 900.0  # a finished result unread this long is dropped from server memory
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")  # a scheme: http:, https:, data:, file: ...
 _WINDOWS = re.compile(r"^[A-Za-z]:[\\/]")  # C:\... is a path, not a scheme
@@ -158,6 +160,8 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
             return False, BROWSER_ONLY, "error"
         if isinstance(body.data, list) and len(body.data) < len(fn.inputs):
             return False, TOO_FEW.format(n=len(fn.inputs), got=len(body.data)), "error"
+        if fn.preprocess and isinstance(body.data, list) and not_uploaded(fn.inputs, body.data):
+            return False, NOT_UPLOADED, "error"
         if isinstance(body.session_hash, str) and len(body.session_hash) > MAX_SESSION:
             return False, LONG_SESSION, "error"
         linked, chars = scan(body.data)
@@ -191,6 +195,24 @@ def cap_queue(queue, per_line: int, per_address: int, pages: PerAddress | None =
     queue.push, queue.clean_events = capped_push, cleaned
     lines = {fn.concurrency_id for fn in queue.blocks.fns.values()}
     queue.max_size = per_line * max(1, len(lines))
+
+
+def not_uploaded(inputs: list, data: list) -> bool:
+    """Whether a single File input's value is anything but nothing or the data of a file in
+    Gradio's upload folder: Gradio's preprocessing failed on any other (a path never uploaded, a
+    string, a list) with a traceback in the log, 1.4-1.8 KB each."""
+    from gradio import components, utils
+
+    for component, value in zip(inputs, data, strict=False):
+        if not isinstance(component, components.File) or component.file_count != "single" or value is None:
+            continue
+        path = value.get("path") if isinstance(value, dict) else None
+        if not isinstance(path, str) or "\0" in path:
+            return True
+        full = utils.abspath(path)
+        if not utils.is_in_or_equal(full, utils.get_upload_folder()) or not full.is_file():
+            return True
+    return False
 
 
 def calls_of(fns: dict) -> dict:

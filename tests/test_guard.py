@@ -1087,7 +1087,7 @@ def test_pages_per_address_forget_idle_addresses():
 
 def fake_queue():
     """A stand-in for Gradio's queue with one event line, "run": push records an unread event."""
-    fn = SimpleNamespace(concurrency_id="run", fn=print, inputs=[None])  # a handler of one input
+    fn = SimpleNamespace(concurrency_id="run", fn=print, inputs=[None], preprocess=False)  # one input
     lane = SimpleNamespace(queue=[])
     queue = SimpleNamespace(blocks=SimpleNamespace(fns={0: fn}), event_queue_per_concurrency_id={"run": lane},
                             active_jobs=[], pending_event_ids_session={}, pending_messages_per_session={},
