@@ -209,8 +209,11 @@ def not_uploaded(inputs: list, data: list) -> bool:
         path = value.get("path") if isinstance(value, dict) else None
         if not isinstance(path, str) or "\0" in path:
             return True
-        full = utils.abspath(path)
-        if not utils.is_in_or_equal(full, utils.get_upload_folder()) or not full.is_file():
+        try:  # a name too long, a lone surrogate: no file here either
+            full = utils.abspath(path)
+            if not utils.is_in_or_equal(full, utils.get_upload_folder()) or not full.is_file():
+                return True
+        except (OSError, ValueError):
             return True
     return False
 

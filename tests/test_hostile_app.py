@@ -1715,10 +1715,14 @@ def test_calls_and_reads_gradio_would_fail_with_a_traceback_are_refused_before_i
                                                   "event_data": None, "trigger_id": None}, timeout=10)
         assert said in r.text, r.text
     opened = next(i for i, fn in demo.fns.items() if fn.name == "open_trace")  # its File input
+    from gradio.utils import get_upload_folder
+
     for value in ({"path": "x.json", "meta": {"_type": "gradio.FileData"}}, "x", [], {"a": 1},
-                  {"path": "/etc/passwd"}, {"path": 7}):  # none uploaded: Gradio's checks logged each
-        r = httpx.post(f"{api}/queue/join", json={"data": [value], "fn_index": opened, "session_hash": "s3",
-                                                  "event_data": None, "trigger_id": None}, timeout=10)
+                  {"path": "/etc/passwd"}, {"path": 7},  # none uploaded: Gradio's checks logged each
+                  {"path": f"{get_upload_folder()}/{'a' * 300}"}, {"path": f"{get_upload_folder()}/\ud800"}):
+        body = json.dumps({"data": [value], "fn_index": opened, "session_hash": "s3"})  # \ud800 escaped
+        r = httpx.post(f"{api}/queue/join", content=body, headers={"content-type": "application/json"},
+                       timeout=10)
         assert "upload it first" in r.text, (value, r.text)
     assert "Traceback" not in capfd.readouterr().err
     # the app's own: the examples' loader, and an API call whose results are read
