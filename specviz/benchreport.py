@@ -124,12 +124,18 @@ def summarize(records: list[Record]) -> dict:
                 if ratio := shared_ratio(runs(method, cls), runs("hf:target", cls)):
                     row["vs_transformers"] = ratio
                 continue
-            # speedups over the same prompts only (a method that failed ran fewer: bench.run_bench)
-            twins = {t: out[t][cls]["speedup"] for t in counterparts(method, out)
-                     if "speedup" in out[t].get(cls, {}) and runs(t, cls).keys() == runs(method, cls).keys()}
-            if twins and "speedup" in row:
-                best = max(twins, key=lambda t: (twins[t], t))  # the best of them counts
-                row |= {"vs_transformers": row["speedup"] / twins[best], "vs_transformers_method": best}
+            # each pair of speedups over the runs all four made (the method, its twin and their
+            # baselines): a method that failed or was cut short ran fewer (bench.run_bench)
+            mine, base, ratios = runs(method, cls), runs(bases.get(method), cls), {}
+            for t in counterparts(method, out):
+                theirs, their_base = runs(t, cls), runs(bases.get(t), cls)
+                keys = mine.keys() & base.keys() & theirs.keys() & their_base.keys()
+                a, b = shared_ratio(mine, base, keys), shared_ratio(theirs, their_base, keys)
+                if a and b:
+                    ratios[t] = (b, a / b)
+            if ratios:
+                best = max(ratios, key=lambda t: (ratios[t][0], t))  # the best of them counts
+                row |= {"vs_transformers": ratios[best][1], "vs_transformers_method": best}
     return out
 
 
@@ -143,13 +149,13 @@ def by_run(rs: list[Record], seconds) -> dict[tuple, tuple[int, float]]:
     return out
 
 
-def shared_ratio(mine: dict, theirs: dict) -> float | None:
-    """Tokens a second of `mine` over `theirs` ({(prompt, repeat): (tokens, seconds)}), both over
+def shared_ratio(mine: dict, theirs: dict, only=None) -> float | None:
+    """Tokens a second of `mine` over `theirs` (by_run's {run: (tokens, seconds)}), both over
     the runs they share: a method that failed part way (bench.run_bench) ran fewer prompts than
     its baseline, and a rate over other prompts is no speedup (1.0x on the prompt both ran read
     2.5x). Where both ran the same, the rates of all their runs. None where they share none or
-    either takes no time."""
-    shared = [key for key in mine if key in theirs]
+    either takes no time. only: a set of runs to keep to (None: all)."""
+    shared = [key for key in mine if key in theirs and (only is None or key in only)]
 
     def rate(runs: dict) -> float:
         seconds = sum(runs[key][1] for key in shared)

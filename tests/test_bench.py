@@ -1113,3 +1113,28 @@ def test_a_method_that_fails_is_said_and_left_out_and_the_others_are_saved(pair,
     assert cli.main(argv) == 1 and not out.exists()
     assert ("no method finished a run, so nothing is saved:\n  hf:target failed warming up: "
             "ZeroDivisionError: division by zero") in capsys.readouterr().err
+
+
+def test_after_a_failure_or_a_ctrl_c_vs_hf_compares_speedups_over_the_same_prompts():
+    """specviz:draft-2 against hf:assisted-2, each over its own family's target alone, on two code
+    prompts: 60 tokens each; seconds by hand. A Ctrl-C during draft-2's second prompt dropped its
+    "vs hf" (the twin had one run more); hf:target failing on the second prompt left assisted's
+    speedup over prompt 0 against draft-2's over both (2.14 where prompt 0 gives 1.0). Both are
+    now over the prompts all four made: prompt 0, draft 2x its target, assisted 2x its."""
+    def r(method, family, prompt, seconds):
+        return Record(method, family, 2, prompt, "code", 0, 60, seconds)
+
+    full = {("hf:target", "transformers"): (20.0, 10.0), ("specviz:none", "specviz"): (20.0, 40.0),
+            ("hf:assisted-2", "transformers"): (10.0, 2.0), ("specviz:draft-2", "specviz"): (10.0, 4.0)}
+    cut = [r(m, f, p, s[p]) for (m, f), s in full.items() for p in (0, 1)
+           if (m, p) != ("specviz:draft-2", 1)]  # the Ctrl-C
+    row = benchreport.summarize(cut)["specviz:draft-2"]["code"]
+    assert (row["vs_transformers"], row["vs_transformers_method"]) == (1.0, "hf:assisted-2")  # 2x / 2x
+    failed = [r(m, f, p, s[p]) for (m, f), s in full.items() for p in (0, 1) if (m, p) != ("hf:target", 1)]
+    s = benchreport.summarize(failed)
+    assert s["hf:assisted-2"]["code"]["speedup"] == 2.0  # over prompt 0, the one its target ran
+    assert s["specviz:draft-2"]["code"]["speedup"] == (120 / 14) / (120 / 60)  # both prompts: 4.29x
+    assert s["specviz:draft-2"]["code"]["vs_transformers"] == 1.0  # prompt 0: 2x against 2x
+    whole = benchreport.summarize([r(m, f, p, s_[p]) for (m, f), s_ in full.items() for p in (0, 1)])
+    assert whole["specviz:draft-2"]["code"]["vs_transformers"] == ((120 / 14) / (120 / 60)) / (
+        (120 / 12) / (120 / 30))  # nothing missing: every run, as before
