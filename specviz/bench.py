@@ -599,7 +599,7 @@ def cmd_bench(args) -> int:
               file=sys.stderr)
         return status
     summary = report.summarize(records)
-    trees, prompt_rows = report.tree_vs_chain(summary), report.per_prompt(records)
+    trees, prompt_rows = report.tree_vs_chain(summary, records), report.per_prompt(records)
     shown = list(dict.fromkeys(m for t, row in trees.items() for m in (t, row["chain"])))
     tree_text = (report.tree_table(trees, summary) + "\n\n" + report.per_prompt_table(prompt_rows, shown)
                  if trees else "")

@@ -849,6 +849,33 @@ def test_trees_ngrams_and_hybrids_are_measured_against_their_own_transformers_co
     assert vs == pytest.approx({"specviz:tree-4": 1.25, "specviz:ngram-8": 1.2, "specviz:hybrid-8": 2.5})
 
 
+def test_a_tree_cut_short_is_compared_with_its_chain_over_the_runs_both_made():
+    """The tree failed after prompt 0 (bench.run_bench): the chain made 60 tokens in 20 passes and
+    10 s there, and 60 in 60 passes and 30 s on prompt 1. Over prompt 0 the tree's 60 in 15 passes
+    and 10 s is 4 / 3 = 1.33x the chain's tokens per pass and 1.0x its tok/s; against the chain's
+    rates over both prompts it would read 4 / 1.5 = 2.67x and 6 / 3 = 2.0x. The chat class, which
+    the tree never reached, fails the verdicts and the table says which runs it compared."""
+    records = [trec("specviz:draft-4", "edit", 60, 10.0, 20, 80),
+               trec("specviz:draft-4", "edit", 60, 30.0, 60, 240, prompt=1),
+               trec("specviz:draft-4", "chat", 60, 10.0, 20, 80, prompt=2),
+               trec("specviz:tree-4", "edit", 60, 10.0, 15, 150)]
+    s = benchreport.summarize(records)
+    t = benchreport.tree_vs_chain(s, records)["specviz:tree-4"]
+    edit = t["classes"]["edit"]
+    assert edit["tokens_per_pass"] == pytest.approx(4 / 3) and edit["tokens_per_second"] == pytest.approx(1.0)
+    assert (edit["chain_tokens_per_pass"], edit["chain_tokens_per_second"]) == (3.0, 6.0)
+    assert t["classes"]["all"]["tokens_per_pass"] == pytest.approx(4 / 3)
+    assert "chat" not in t["classes"] and t["shared_runs"] == 1
+    assert not t["tokens_per_pass_ok"] and not t["tokens_per_second_ok"]
+    text = benchreport.tree_table(benchreport.tree_vs_chain(s, records), s)
+    assert "| specviz:tree-4 | edit | 4.00 / 3.00 | 1.33x pass | 6.00 / 6.00 | 1.00x pass |" in text
+    assert "over the 1 runs both made" in text
+    # where both made the same runs, the figures are the summary's and no note is added
+    both = records[:1] + records[3:]
+    same = benchreport.tree_vs_chain(benchreport.summarize(both), both)["specviz:tree-4"]
+    assert same["shared_runs"] is None and same["classes"]["edit"]["tokens_per_pass"] == pytest.approx(4 / 3)
+
+
 def test_a_tree_exactly_at_a_goal_passes_it():
     """The goals read ">= 1.1x" and ">= 0.95x": a tree at exactly 1.1x the chain's tokens per pass
     (19 tokens in 19 passes against 20 in 22) and 0.95x its tok/s (19 against 20 in 1 s) meets both."""

@@ -165,7 +165,8 @@ def test_a_figure_beside_its_verdict_is_never_rounded_onto_the_bar():
     assert [beside(v, (1, 2)) for v in (0.996, 1.996, 1.5, 2.0)] == ["0.996", "1.996", "1.50", "2.00"]
     assert beside(0.0009996, 1e-3, 3, "g") == "0.0009996" and beside(0.0123, 1e-3, 3, "g") == "0.0123"
     tree = {"tokens_per_pass": 1.0996, "tokens_per_pass_ok": False, "tokens_per_second": 0.9496,
-            "tokens_per_second_ok": False}
+            "tokens_per_second_ok": False, "tree_tokens_per_pass": 4.0, "chain_tokens_per_pass": 4.0,
+            "tree_tokens_per_second": 2.0, "chain_tokens_per_second": 2.0}
     row = {"tokens_per_pass": 4.0, "tokens_per_second": 2.0}
     text = benchreport.tree_table({"t": {"chain": "c", "classes": {"write": tree}, "goal_depth": True,
                                         "tokens_per_pass_ok": False, "tokens_per_second_ok": False}},
