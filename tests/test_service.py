@@ -871,7 +871,9 @@ def test_end_to_end_text_states_the_measured_noise_and_verdict():
     text = labview.continuations_html(step)
     assert "37 distinct outcomes" in text and "<b>0.123</b>" in text and "differ by 0.146" in text
     assert "2,000 times" in text and "47% of the splits" in text and "consistent with one" in text
-    assert "3.2 s speculative, 2.5 s target alone" in text and "bias" not in text
+    assert "3.2 s speculative, 2.5 s target alone" in text and "sign of a bias" not in text
+    # what the check resolves: twice the exact samplers' spread of 0.1456
+    assert "less than about twice the exact samplers' spread (0.29 of TV) can hide in it at this N" in text
     biased = labview.continuations_html({**step, "tv": 0.4, "pvalue": 0.0005})
     assert "0.05% of the splits" in biased and "a sign of a bias" in biased and "weak" not in biased
     assert "weak" not in text  # 0.146 of noise: a check that sees a bias of a few tenths
@@ -885,6 +887,7 @@ def test_end_to_end_text_states_the_measured_noise_and_verdict():
     # qualifies "consistent with one distribution")
     spread_bias = labview.continuations_html({**step, "tv": 0.9, "noise": 0.6, "pvalue": 0.0005})
     assert "<b>a sign of a bias</b>" in spread_bias and "weak" not in spread_bias
+    assert "can hide" not in spread_bias and "can hide" not in spread and "can hide" not in biased
 
 
 LONG = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"
