@@ -938,7 +938,11 @@ def test_the_prepared_second_device_call_runs_its_sweep_end_to_end(tmp_path):
     assert [r["argv"][r["argv"].index("--paths") + 1] for r in rows if r.get("header")] == \
         ["eager,graphed", "compiled"]
     runs = [r for r in rows if "outcome" in r]
-    assert {r["outcome"] for r in runs} == {"identical", "refused"}, done.stdout[-3000:]
+    # the compiled stage starts runs while its wall-clock budget lasts: on a CPU busy beside this
+    # test its last run (opt's tree) can be "skipped", as the script's header says
+    late = [r for r in runs if r["outcome"] == "skipped"]
+    assert all(r["path"] == "compiled" and (r["arch"], r["proposer"]) == ("opt", "tree") for r in late), late
+    assert {r["outcome"] for r in runs} - {"skipped"} == {"identical", "refused"}, done.stdout[-3000:]
     assert {(r["arch"], r["proposer"]) for r in runs if r["outcome"] == "refused"} == \
         {("bloom", "tree"), ("falcon_alibi", "tree")}
     assert {r["arch"] for r in runs if r["path"] == "compiled"} == {"mistral", "opt"}
