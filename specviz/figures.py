@@ -138,6 +138,14 @@ def k_prediction(spec: RunStats, chain: RunStats | None = None, k: int | None = 
     if spec.fixed_k:  # a chain (the budget may cut its last rounds)
         fig.add_scatter(x=[spec.k], y=[spec.tokens_per_pass], mode="markers", name="this run",
                         marker=dict(size=12, color=SPEC, symbol="diamond"))
+        later = spec.events[-1].target_passes - spec.events[0].target_passes
+        if costs is not None and later:  # the break-even prices rounds after round 1, the prompt paid
+            even, after = break_even_tokens(spec.k, *costs), spec.decode_tokens / later
+            if (spec.tokens_per_pass >= even) != (after >= even):  # a round 1 unlike the rest
+                fig.add_scatter(x=[spec.k], y=[after], mode="markers",
+                                name=f"this run after round 1 ({after:.2f} a pass: the rounds the "
+                                     "break-even prices, on the other side of it)",
+                                marker=dict(size=10, color=SPEC, symbol="diamond-open", line=dict(width=2)))
         if any(reach(e) != spec.k for e in spec.events):  # the curve's k+1 a pass is out of reach
             fig.add_scatter(x=[spec.k], y=[spec.predicted_tokens_per_pass], mode="markers",
                             name="i.i.d. prediction for its rounds' reach (the budget or an EOS cut "

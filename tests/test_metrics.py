@@ -220,6 +220,29 @@ def test_break_even_prices_the_measured_verify_line():
     assert flat.y[3] == pytest.approx(1 + 4 * 0.1 / 0.9) and "assumes verifying" in flat.name
 
 
+def test_a_run_whose_round_1_sits_across_the_break_even_from_the_rest_shows_both_points():
+    """k = 4, 10 rounds: round 1 keeps all 4 drafts (5 tokens), the rest none (1 each): 14 tokens in
+    10 passes, 1.4 a pass, above Leviathan's break-even 1 + 4 * 0.05 = 1.2 (4 draft passes of
+    0.05 s, a 1 s verify); the rounds after round 1, which the break-even prices, make 9 in 9: 1.0,
+    below it, as their speedup after round 1 reads. Both points are drawn; where both sides agree
+    (2.75 and 2.0 against 1.2), only the run's."""
+    from specviz.figures import k_prediction
+
+    def priced(pattern):
+        return RunStats.of([dataclasses.replace(e, draft_seconds=0.2, target_seconds=1.0)
+                            for e in run(pattern).events])
+
+    spec = priced([(4, 4)] + [(4, 0)] * 9)
+    assert spec.cost_ratio == pytest.approx(0.05) and spec.tokens_per_pass == pytest.approx(1.4)
+    names = {t.name.split(" (")[0]: t for t in k_prediction(spec).data}
+    assert names["break-even 1 + k·C_D/C_T"].y[3] == pytest.approx(1.2)
+    assert names["this run"].y == (pytest.approx(1.4),)
+    after = names["this run after round 1"]
+    assert after.x == (4,) and after.y == (pytest.approx(1.0),) and "1.00 a pass" in after.name
+    typical = [t.name for t in k_prediction(priced([(4, 4), (4, 1), (4, 0), (4, 2)])).data]
+    assert not any("after round 1" in name for name in typical)
+
+
 def test_break_even_at_a_small_k_prices_the_baselines_one_token_pass():
     from specviz.figures import k_prediction
 
