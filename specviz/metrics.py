@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import accumulate
 
+from .digits import beside
 from .engine import RoundEvent
 from .theory import expected_tokens_per_pass
 from .tree import REJECTED
@@ -163,7 +164,8 @@ class RunStats:
         per_tree = f"{self.nodes_verified / trees:.1f} a tree round"
         if trees == len(self.events):
             return per_tree
-        return f"{per_tree}, {self.nodes_verified / max(len(self.events), 1):.1f} a target pass"
+        per_pass = self.nodes_verified / max(len(self.events), 1)  # 1 node in 30 rounds read "0.0"
+        return f"{per_tree}, {beside(per_pass, 0.0, 1)} a target pass"
 
     @property
     def accepted_per_node(self) -> float:

@@ -192,11 +192,15 @@ def overview_html(events: Sequence[RoundEvent], pieces_of: Pieces, current: int 
                f"({stats.nodes_per_round()}), {stats.accepted} accepted"
                + (f" ({percent(stats.accepted_per_node)} of the nodes)" if stats.nodes_verified else "")
                + f", {beside(stats.tokens_per_pass, 1.0)} tokens per target pass.")
-    shown = events[-OVERVIEW_ROUNDS:]
+    listed = list(zip(events, contexts(events), strict=True))
+    shown = listed[-OVERVIEW_ROUNDS:]
     if len(events) > len(shown):
         summary += f" The newest {len(shown)} rounds are listed."
+        if current is not None and 1 <= current <= len(events) - len(shown):  # the round opened beside
+            shown = [listed[current - 1], *shown]  # it, older than those: its row first, marked
+            summary = summary.removesuffix(".") + f", after round {current}, the one shown."
     rows = []
-    for e, context in zip(shown, contexts(events)[-len(shown):], strict=True):
+    for e, context in shown:
         depth = max((n.depth for n in e.tree), default=0)
         text = "".join(pieces_of(context, e.new_tokens))
         mark = ' class="tree-current"' if e.round == current else ""

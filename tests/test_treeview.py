@@ -159,6 +159,30 @@ def test_the_overviews_plural_counts_the_runs_rounds_not_its_tree_rounds():
             "(16.7% of the nodes), 1.50 tokens per target pass.") in text
 
 
+def test_a_few_nodes_over_many_passes_never_read_as_none_a_target_pass():
+    """One tree round of one node among 30 rounds: 1 / 30 = 0.033 nodes a target pass, which one
+    decimal printed as "0.0" beside "1 node"."""
+    one = (replace(TREE[0], fate="rejected"),)
+    plain = [replace(tree_round(i), tree=(), k=0, draft_tokens=[], accepted=0, new_tokens=[16],
+                     target_probs=[], draft_probs=[], target_top2=[]) for i in range(2, 31)]
+    text = treeview.overview_html([tree_round(1, one, accepted=0), *plain], pieces)
+    assert "1 of 30 rounds verified a tree: 1 node (1.0 a tree round, 0.03 a target pass)" in text
+
+
+def test_a_long_runs_overview_lists_the_opened_round_though_older_than_the_newest():
+    """250 rounds, the panel opened on round 10 (the fullest): the overview lists the newest 200
+    (51-250) and, first and marked, round 10, saying so; a round among the newest is not doubled."""
+    events = [tree_round(i) for i in range(1, 251)]
+    body = treeview.overview_html(events, pieces, current=10).split("<tbody>")[1]
+    rounds = [int(row.split("<td>")[1].split("<")[0]) for row in body.split("</tr>")[:-1]]
+    assert rounds == [10, *range(51, 251)]
+    assert body.startswith('<tr class="tree-current"><td>10</td>') and body.count("tree-current") == 1
+    text = treeview.overview_html(events, pieces, current=10)
+    assert "The newest 200 rounds are listed, after round 10, the one shown." in text
+    recent = treeview.overview_html(events, pieces, current=60)
+    assert recent.count("<td>60</td>") == 1 and "The newest 200 rounds are listed." in recent
+
+
 def test_a_tree_round_that_kept_none_of_its_drafts_reads_0_accepted_not_nothing_drafted():
     """Both of the root's candidates refused: the round drafted a tree of depth 1 and kept none of
     it. Its bar in words says so; "nothing drafted" is for a round that verified no tree."""
