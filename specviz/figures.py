@@ -226,7 +226,10 @@ def tree_vs_chain(spec: RunStats, chain: RunStats | None, k: int | None = None) 
     reference_line(fig, 1.0, "target alone", BASE, "dash")
     fig.update_yaxes(range=[0, 1.2 * max(1.0, *values)])  # headroom: the taller bar touched the top
     if len(names) == 1:
-        fig.add_annotation(text="no chain run to compare (it follows a live tree run)", showarrow=False,
+        # a live run's chain is still to come; a run stopped or cut by the time limit (or a trace
+        # saved so) has none, and "it follows a live tree run" had its visitor wait for it
+        fig.add_annotation(text="no chain run to compare: it runs after the tree run<br>and its "
+                                "baseline, unless the run stopped before it", showarrow=False,
                            xref="paper", yref="paper", x=0.5, y=0.95)
     depth = f" (k={k})" if k else ""
     return _layout(fig, f"Tree against chain{depth}", "drafter", "tokens per target pass")

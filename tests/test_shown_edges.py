@@ -219,6 +219,11 @@ def test_tokens_per_pass_just_over_one_never_prints_as_the_target_alones_one():
     cut_chain = SimpleNamespace(tokens_per_pass=1.5, draft_depth=2.0, k=2, events=[1])
     assert list(tree_vs_chain(stand_in(2.0), cut_chain, 4).data[0].x)[1] == "chain (draft model, k=4)"
     assert tree_vs_chain(spec, chain, 1).layout.yaxis.range == (0, 1.2 * 2.0)  # room above the taller bar
+    # no chain (still to come, or a run stopped before it): said without promising it will come
+    no_chain = tree_vs_chain(spec, None, 1)
+    assert [a.text for a in no_chain.layout.annotations] == [
+        "no chain run to compare: it runs after the tree run<br>and its baseline, unless the run stopped "
+        "before it"] and len(no_chain.data[0].x) == 1
     pieces = lambda context, tokens: [f"<{t}>" for t in tokens]  # noqa: E731
     assert "1.004 tokens per target pass" in overview_html(rounds, pieces)
 
