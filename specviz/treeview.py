@@ -123,9 +123,9 @@ def round_html(event: RoundEvent, pieces_of: Pieces, rounds: int | None = None,
     if not event.tree:
         why = ("drafted a chain of " + str(event.k) + " tokens" if event.k
                else "drafted nothing (only the target's token fitted the budget)" if event.stop == "length"
-               else "drafted nothing (no node was worth its verify cost, the draft cannot read a token "
-                    "of the context" + (", or only the target's token fitted the budget)" if event.stop
-                                        else ")"))
+               # the drafter keeps its best node whatever the bar (TreeProposer._choose)
+               else "drafted nothing (the draft cannot read a token of the context"
+                    + (", or only the target's token fitted the budget)" if event.stop else ")"))
         return (f'<div class="specviz-tree" data-round="{event.round}"><div class="tree-head">'
                 f"<b>Round {event.round}{of}</b> {why}.</div>"
                 f'<div class="tree-body">{_target_chip(event, target)}</div></div>')

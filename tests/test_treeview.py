@@ -441,9 +441,21 @@ def test_a_tree_run_that_verified_no_tree_shows_its_round_not_the_chain_note(pai
     assert "0 nodes (no tree verified)" in overview and "a tree round" not in overview  # no "0.0" mean
     middle = replace(events[0], stop=None)  # a round that drafted nothing with tokens still to come
     shown = treeview.round_html(middle, token_text(pair.tokenizer))
-    assert "(no node was worth its verify cost, the draft cannot read a token of the context)" in shown
+    assert "drafted nothing (the draft cannot read a token of the context)" in shown
     ended = treeview.round_html(replace(events[0], stop="eos"), token_text(pair.tokenizer))  # the budget too
     assert "context, or only the target's token fitted the budget)" in ended
+
+
+def test_a_tree_round_with_room_drafts_its_best_node_however_high_the_bar(pair, monkeypatch):
+    """What the empty round's words rest on: with no node worth its verify cost (the bar at 10^9),
+    every round with room still verifies one node; only the budget's last drafts nothing."""
+    import specviz
+    from specviz.treedraft import TreeProposer
+
+    monkeypatch.setattr(TreeProposer, "bar", lambda self: 1e9)
+    events = list(specviz.generate(pair, "The quick brown fox", proposer="tree", k=4, max_new_tokens=8))
+    assert all(e.nodes == 1 for e in events[:-1]) and len(events) > 2
+    assert events[-1].nodes <= 1 and (events[-1].nodes or events[-1].stop == "length")
 
 
 def test_the_overviews_first_listed_round_reads_its_text_after_the_rounds_before_the_list():
