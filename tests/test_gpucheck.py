@@ -113,6 +113,26 @@ def test_goals_match_a_hand_computation():
     assert gpucheck.summary(hand_profile(), 1, 1.0, None, 4)["goals"][4]["met"] is None  # not measured
 
 
+def test_goals_of_a_fast_path_whose_capture_failed_are_shown_not_judged():
+    """The capture failed, so the fast path's figures time its eager fallback: the hand profile's 8x,
+    2x the limit, 0.1 and 2.43x are kept, each "not judged" (they read as four goals the captured
+    steps missed, or met); the identity goal, judged on its own run, stands."""
+    from dataclasses import replace
+
+    profile = hand_profile()
+    fast = replace(profile.paths["fast"], note="compiled capture failed: eager steps")
+    fell = replace(profile, paths={**profile.paths, "fast": fast})
+    ident = dict.fromkeys(gpumeasure.IDENTITY_KEYS, True)
+    goals = gpucheck.summary(fell, 2_000_000_000, 4000.0, ident, 4)["goals"]
+    assert [g["met"] for g in goals] == [None, None, None, None, True]
+    assert math.isclose(goals[0]["value"], 8.0) and math.isclose(goals[1]["value"], 2.0)
+    assert all(g["goal"].endswith("(compiled capture failed: eager steps: not judged)") for g in goals[:4])
+    lines = gpucheck.goal_lines(goals)
+    assert lines[1] == ("  not judged   target alone: fast path >= 4x faster than eager (compiled capture "
+                        "failed: eager steps: not judged): 8.00")
+    assert lines[5].startswith("  met          fast-path greedy identical")
+
+
 def test_engine_section_splits_each_round_and_prices_its_passes():
     from dataclasses import replace
 
