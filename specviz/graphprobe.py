@@ -296,7 +296,8 @@ def modes(names: list[str], identity: list[str], out: dict, tables: list[str], s
             except Exception as e:  # noqa: BLE001 - a probe: say what failed, keep the rest
                 r["error"] = f"{type(e).__name__}: {str(e)[:300]}"
             if "error" not in r:  # the profiler's tables apart: a failure there leaves the timings
-                try:  # to --fastest
+                save()  # to --fastest, and so does the probe's timeout during the tables
+                try:
                     r["kernels"], table = kernel_share(models["target"], s)
                     tables.append(f"{mode}: the target's width-1 pass through CachedLM\n{table}")
                     r["kernels_wide"], table = kernel_share(models["target"], s, width=s.k + 1)

@@ -637,6 +637,24 @@ def test_a_probe_mode_is_saved_before_its_identity_check(monkeypatch):
     assert [t.split(":")[1].strip().split(" ")[1] for t in tables] == ["target's", "target's", "draft's"]
 
 
+def test_a_probe_mode_is_saved_before_its_profiler_tables(monkeypatch):
+    """The probe's timeout (240 s on the device) can land while a mode's three profiler tables are
+    made, after its timings: they were saved only after the tables, so --fastest never saw them."""
+    from specviz import gpumeasure, graphprobe
+
+    monkeypatch.setattr(gpumeasure, "time_path", lambda *a, **kw: {"draft_ms": 1.0, "target_ms": {1: 2.0}})
+
+    def cut(*args, **kwargs):
+        raise KeyboardInterrupt  # timeout's signal, as it were, during the first table
+
+    monkeypatch.setattr(graphprobe, "kernel_share", cut)
+    out, saved = {}, []
+    with pytest.raises(KeyboardInterrupt):
+        graphprobe.modes(["direct+shared"], [], out, [], lambda: saved.append(json.dumps(out)), repeats=2,
+                         device="cpu", quick=True)
+    assert json.loads(saved[-1])["direct+shared"]["target_ms"] == {"1": 2.0}
+
+
 def test_the_graphed_path_is_timed_through_captured_uncompiled_steps(cpu_graphs):
     """ZeroGPU's path in gpucheck (on devices that capture graphs): the static cache, the plain
     step captured by fastpath.GraphedStep, and "compiled" in its profile entry, as its short passes are
