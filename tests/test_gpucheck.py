@@ -1328,6 +1328,31 @@ def test_gpucheck_times_the_goals_widths_first_then_the_rest_and_checks_identity
     assert math.isclose(report["bandwidth_limit_ms"], read / 100e9 * 1e3)  # the bytes a pass reads
 
 
+def test_a_graphed_path_that_raises_outside_its_steps_costs_nothing_after_it(monkeypatch):
+    """ZeroGPU's graphed path, timed before the goals' fast widths, has never run through CachedLM
+    on a GPU: an error outside its steps' own fallback (slots, packing, the head) ended the whole
+    check there. It is said, left out, and the goals, identity and engine rounds still come."""
+    from specviz import fastpath
+
+    staged = Staged(monkeypatch, [10.0] * 4, identity=SAME)
+    monkeypatch.setattr(fastpath, "GRAPH_DEVICES", ("cpu",))
+    staged_time_path = gpucheck.time_path
+
+    def time_path(models, path, *a, **kw):
+        if path == "graphed":
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
+        return staged_time_path(models, path, *a, **kw)
+
+    monkeypatch.setattr(gpucheck, "time_path", time_path)
+    lines = []
+    report = gpucheck.run(staged_settings(), log=lines.append)
+    assert report["skipped"] == ["graphed path: RuntimeError: CUDA error: operation not permitted when "
+                                 "stream is capturing"]
+    assert set(report["profile"]["paths"]) == {"eager", "fast"} and report["goals"][4]["met"] is True
+    assert staged.engines == ["self", "tree", "chain"]
+    assert any(line.startswith("graphed path failed, left out") for line in lines)
+
+
 def test_a_tight_budget_skips_the_identity_and_engine_sections_except_with_quick(monkeypatch):
     # 15 s of 100 left after eager, 5 after the fast widths: under 5 + 2.5 or 3.5 captures of 1 s
     staged = Staged(monkeypatch, [85.0, 1.0, 9.0], identity=SAME)
