@@ -1353,6 +1353,20 @@ def test_a_graphed_path_that_raises_outside_its_steps_costs_nothing_after_it(mon
     assert any(line.startswith("graphed path failed, left out") for line in lines)
 
 
+def test_an_identity_check_that_raises_leaves_its_goal_unmeasured_and_the_rest_runs(monkeypatch):
+    staged = Staged(monkeypatch, [10.0] * 4, identity=SAME)
+
+    def identity(model, s):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(gpucheck, "identity", identity)
+    report = gpucheck.run(staged_settings(), log=lambda line: None)
+    assert report["skipped"] == ["float32 identity check: OutOfMemoryError: CUDA out of memory. Tried to "
+                                 "allocate 2.00 GiB"]
+    assert report["identity"] is None and report["goals"][4]["met"] is None
+    assert staged.engines == ["self", "tree", "chain"]
+
+
 def test_a_tight_budget_skips_the_identity_and_engine_sections_except_with_quick(monkeypatch):
     # 15 s of 100 left after eager, 5 after the fast widths: under 5 + 2.5 or 3.5 captures of 1 s
     staged = Staged(monkeypatch, [85.0, 1.0, 9.0], identity=SAME)
