@@ -448,8 +448,9 @@ def add_gpucheck_args(p) -> None:
                                                          "<name>.json (default: gpucheck-out)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--strict", action="store_true",
-                   help="exit 1 when a goal was measured and not met (one the run left 'not measured', "
-                        "for want of time or of a fast path, does not count)")
+                   help="exit 1 when a goal was measured and not met, or the fast path's capture "
+                        "failed (a goal the run left 'not measured', for want of time or of a fast "
+                        "path, does not count)")
 
 
 # how the compiled path builds its steps: (flag, the lm setting it sets, what it does)
@@ -526,4 +527,6 @@ def cmd_gpucheck(args) -> int:
     print(json.dumps(report) if args.json else text(report))
     if not args.json:
         print(f"wrote {out / 'gpucheck.json'} and {out / (report['profile']['name'] + '.json')}")
-    return 1 if args.strict and any(g["met"] is False for g in report["goals"]) else 0
+    # a capture that failed leaves its goals "not judged": a failure of the path itself
+    fell_back = (report["profile"]["paths"].get("fast") or {}).get("note")
+    return 1 if args.strict and (fell_back or any(g["met"] is False for g in report["goals"])) else 0

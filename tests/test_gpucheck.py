@@ -1146,6 +1146,19 @@ def test_strict_exits_1_only_when_a_measured_goal_is_missed(tmp_path, monkeypatc
     assert profiles.load(tmp_path / "hand.json") == hand_profile()
 
 
+
+def test_strict_exits_1_where_the_fast_paths_capture_failed(tmp_path, monkeypatch):
+    """Its four timing goals are "not judged" and the identity goal not measured (eager against
+    eager): no goal reads False, yet the path the goals are about never ran."""
+    from specviz.cli import main
+
+    report = goal_report(True, None, None, None, None)
+    report["profile"]["paths"]["fast"]["note"] = "compiled capture failed: eager steps"
+    monkeypatch.setattr(gpucheck, "run", lambda s, log, checkpoint: report)
+    argv = ["gpucheck", "--device", "cpu", "--json", "--out", str(tmp_path)]
+    assert main(argv + ["--strict"]) == 1 and main(argv) == 0
+
+
 def test_the_settings_gpucheck_runs_with_come_from_its_arguments(tmp_path, monkeypatch, capsys):
     from specviz.cli import main
 
