@@ -873,7 +873,16 @@ def test_end_to_end_text_states_the_measured_noise_and_verdict():
     assert "2,000 times" in text and "47% of the splits" in text and "consistent with one" in text
     assert "3.2 s speculative, 2.5 s target alone" in text and "sign of a bias" not in text
     # what the check resolves: twice the exact samplers' spread of 0.1456
-    assert "less than about twice the exact samplers' spread (0.29 of TV) can hide in it at this N" in text
+    assert "twice its exact samplers' spread (0.29 of TV here) can hide in it at this N" in text
+    # the verdict's test is over every token's histogram: the widest spread bounds what can hide;
+    # first two tokens always the same (no spread) said "0.00 of TV"
+    later = [{"what": "token 3", "tv": 0.2, "noise": 0.25, "pvalue": 0.5},
+             {"what": "token 4", "tv": 0.3, "noise": 0.35, "pvalue": 0.6}]
+    steady = labview.continuations_html({**step, "noise": 0.0, "tv": 0.0, "pvalue": 1.0, "tests": [
+        {"what": "tokens 1-2", "tv": 0.0, "noise": 0.0, "pvalue": 1.0, "outcomes": 1}, *later]})
+    assert "(up to 0.70 of TV here)" in steady and "0.00 of TV" not in steady
+    same = labview.continuations_html({**step, "noise": 0.0, "tv": 0.0, "pvalue": 1.0})
+    assert "consistent with one distribution" in same and "can hide" not in same  # one outcome: none can
     biased = labview.continuations_html({**step, "tv": 0.4, "pvalue": 0.0005})
     assert "0.05% of the splits" in biased and "a sign of a bias" in biased and "weak" not in biased
     assert "weak" not in text  # 0.146 of noise: a check that sees a bias of a few tenths
