@@ -291,9 +291,10 @@ def tree_table(trees: dict, summary: dict) -> str:
         goal = "" if t["goal_depth"] else f" (the goals are stated at depth {TREE_GOALS['depth']})"
         lines.append(f"| {method} | every class{goal} | | {ok(t['tokens_per_pass_ok'])} | | "
                      f"{ok(t['tokens_per_second_ok'])} | | | | |")
-        if t.get("shared_runs") is not None:
-            notes.append(f"{method} and {t['chain']} ran different prompts (one was cut short): their "
-                         f"tokens per pass and tok/s are over the {t['shared_runs']} runs both made.")
+        if (n := t.get("shared_runs")) is not None:
+            notes.append(f"{method} and {t['chain']} made different runs (one was cut short): their "
+                         f"tokens per pass, tok/s and decode ratio are over the {n} run{'s' * (n != 1)} "
+                         "both made; nodes, accepted/node and the time split are each one's own runs'.")
     return "\n".join(lines + ([""] + notes if notes else []))
 
 

@@ -869,7 +869,7 @@ def test_a_tree_cut_short_is_compared_with_its_chain_over_the_runs_both_made():
     assert not t["tokens_per_pass_ok"] and not t["tokens_per_second_ok"]
     text = benchreport.tree_table(benchreport.tree_vs_chain(s, records), s)
     assert "| specviz:tree-4 | edit | 4.00 / 3.00 | 1.33x pass | 6.00 / 6.00 | 1.00x pass |" in text
-    assert "over the 1 runs both made" in text
+    assert "tok/s and decode ratio are over the 1 run both made; nodes, accepted/node" in text
     # where both made the same runs, the figures are the summary's and no note is added
     both = records[:1] + records[3:]
     same = benchreport.tree_vs_chain(benchreport.summarize(both), both)["specviz:tree-4"]
