@@ -218,7 +218,8 @@ def tree_vs_chain(summary: dict, records: list[Record] | None = None) -> dict:
 
     records: where given and the tree or its chain failed part way (bench.run_bench), both are
     compared over the runs both made (`shared_runs` counts them; None where they made the same),
-    not over rates of different prompts. A class the tree never reached fails the verdicts."""
+    not over rates of different prompts. A class the tree or the chain never reached fails the
+    verdicts: the goal was not shown to hold there."""
     out = {}
     for method, rows in summary.items():
         shape = tree_method(method)
@@ -251,8 +252,8 @@ def tree_vs_chain(summary: dict, records: list[Record] | None = None) -> dict:
                             "tokens_per_second_ok": tps >= TREE_GOALS["tokens_per_second"]}
             classes[cls] |= {f"{who}_{figure}": r[figure] for who, r in (("tree", row), ("chain", base))
                              for figure in ("tokens_per_pass", "tokens_per_second")}
-        # every class the chain ran, a class the tree did not reach (it failed) failing
-        named = [c for c in chain if c != POOLED] or [c for c in chain]
+        # every class either ran, one the other did not reach (it failed) failing: no comparison there
+        named = [c for c in dict.fromkeys([*chain, *rows]) if c != POOLED] or [c for c in chain]
         held = {goal: bool(named) and all(c in classes and classes[c][goal] for c in named)
                 for goal in ("tokens_per_pass_ok", "tokens_per_second_ok")}
         out[method] = {"chain": name, "depth": shape[0], "nodes": shape[1], "branching": shape[2],

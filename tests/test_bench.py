@@ -871,6 +871,12 @@ def test_a_tree_cut_short_is_compared_with_its_chain_over_the_runs_both_made():
     assert "| specviz:tree-4 | edit | 4.00 / 3.00 | 1.33x pass | 6.00 / 6.00 | 1.00x pass |" in text
     assert "tok/s and decode ratio are over the 1 run both made; nodes, accepted/node" in text
     # where both made the same runs, the figures are the summary's and no note is added
+    # the chain cut short instead (it never reached chat, where the tree ran): no pass either
+    tree_chat = trec("specviz:tree-4", "chat", 60, 5.0, 10, 100, prompt=2)
+    cut = [records[0], records[3], tree_chat]
+    t = benchreport.tree_vs_chain(benchreport.summarize(cut), cut)["specviz:tree-4"]
+    assert t["classes"]["edit"]["tokens_per_pass_ok"] and "chat" not in t["classes"]
+    assert not t["tokens_per_pass_ok"] and not t["tokens_per_second_ok"]
     both = records[:1] + records[3:]
     same = benchreport.tree_vs_chain(benchreport.summarize(both), both)["specviz:tree-4"]
     assert same["shared_runs"] is None and same["classes"]["edit"]["tokens_per_pass"] == pytest.approx(4 / 3)
