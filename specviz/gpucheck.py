@@ -116,6 +116,11 @@ def as_the_engine_drafts(models: dict, codes: Path | None = None) -> str | None:
     return quant.apply(models["draft"], "auto", codes)
 
 
+def failure(e: Exception) -> str:
+    """A section's error as its skipped line says it: the type and the message's first line."""
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+
+
 REAL_SHARE = 0.4  # of the budget: the real pair's section starts only with this much left, and keeps it
 
 
@@ -205,7 +210,7 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
             paths["graphed"] = time_path(models, "graphed", s, clock, s.fast_widths, skipped, "random")
             logged("graphed")
         except Exception as e:  # noqa: BLE001 - (slots, packing, the head) must not cost the goals after it
-            skipped.append(f"graphed path: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}")
+            skipped.append(f"graphed path: {failure(e)}")
             log(f"graphed path failed, left out: {skipped[-1]}")
         save()
     first = tuple(w for w in s.fast_widths if w in (1, s.k + 1))
@@ -219,8 +224,7 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
             result["identity"] = identity(model32, s)
             log(f"identity (float32): {json.dumps(result['identity'])}")
         except Exception as e:  # noqa: BLE001 - the identity goal is then not measured
-            skipped.append(f"float32 identity check: {type(e).__name__}: "
-                           f"{(str(e).splitlines() or [''])[0][:200]}")
+            skipped.append(f"float32 identity check: {failure(e)}")
             log(f"identity check failed, left out: {skipped[-1]}")
         model32 = None  # its memory back before the engine rounds
         save()
@@ -242,8 +246,7 @@ def run(s: Settings, log=print, checkpoint=None) -> dict:
                 models, "compiled" if s.compile else "static", kind, s.k, s.context, s.engine_tokens)
             log(f"engine rounds, {kind}: {json.dumps(result['engine'][kind])}")
         except Exception as e:  # noqa: BLE001 - a measurement: say what failed, keep the rest
-            first_line = (str(e).splitlines() or [""])[0][:200]
-            skipped.append(f"engine rounds, {kind}: {type(e).__name__}: {first_line}")
+            skipped.append(f"engine rounds, {kind}: {failure(e)}")
 
     # after the goals: the promise in bfloat16 on every row of a verify pass (the target drafting
     # for itself: its draft steps, 1 and 2 tokens, captured anew); the profile's other widths; a
